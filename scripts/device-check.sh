@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On a GPU machine: build for sm_90a, run every CUDA test and the benchmarks. Logs go to $OUT when
+# it is set (the device tool brings them back), else to ./device-check-logs.
+#   scripts/device-check.sh [hybrid-ops -o selection for perf]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=${OUT:-$PWD/device-check-logs}
+mkdir -p "$LOGS"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$LOGS/gpu.txt"
+if [ ! -f build-cuda/build.ninja ]; then
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a 2>&1 | tail -3
+fi
+cmake --build build-cuda --parallel "$(nproc)" 2>&1 | tail -5 | tee "$LOGS/build.txt"
+status=0
+ctest --test-dir build-cuda --output-on-failure 2>&1 | tee "$LOGS/ctest.txt" || status=1
+build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda -v 2>&1 | tee "$LOGS/ops-cuda.txt" || status=1
+perf_args=()
+if [ $# -gt 0 ]; then perf_args=(-o "$1"); fi
+build-cuda/tools/hybrid-ops/hybrid-ops perf -b cuda "${perf_args[@]}" 2>&1 | tee "$LOGS/perf-cuda.txt" || status=1
+exit $status

@@ -1,0 +1,35 @@
+// The few CUDA runtime services the core needs, behind plain C++ signatures. Implemented by
+// src/cuda/runtime.cu, or by src/cuda/no_cuda.cpp (which throws) when CUDA is not built.
+#pragma once
+
+#include <cstddef>
+
+namespace hybrid::cuda_api {
+
+bool compiled();
+int device_count();  // 0 when no driver or GPU
+void* malloc_device(size_t bytes, int device);
+void free_device(void* ptr, int device) noexcept;
+enum class CopyKind { host_to_device, device_to_host, device_to_device, host_to_host };
+void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream);
+void* stream_create(int device);
+void stream_destroy(void* stream) noexcept;
+void stream_synchronize(void* stream);
+void set_device(int device);
+void memset_async(void* dst, int value, size_t bytes, void* stream);
+void device_name(int device, char* name, size_t capacity);
+size_t device_memory_bytes(int device, size_t* free_bytes);
+
+// Timing with CUDA events on a stream.
+void* event_create();
+void event_destroy(void* event) noexcept;
+void event_record(void* event, void* stream);
+float event_elapsed_ms(void* start, void* end);  // waits for `end`
+
+// The GPU's own ceilings, measured now (benchmarks print them beside every result):
+// device-to-device copy in GB/s counting read + write; bf16 GEMM (cuBLAS, f32 accumulate) in
+// TFLOP/s on random data.
+double measure_copy_gbps(int device, void* stream);
+double measure_gemm_tflops(int device, void* stream);
+
+}  // namespace hybrid::cuda_api

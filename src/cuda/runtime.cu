@@ -1,0 +1,104 @@
+// The CUDA runtime services of src/core/cuda_api.h.
+#include <cstdio>
+
+#include "core/cuda_api.h"
+#include "cuda/common.cuh"
+
+namespace hybrid::cuda_api {
+
+bool compiled() { return true; }
+
+int device_count() {
+  int n = 0;
+  // No driver or no GPU is not an error here: it is zero devices.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error
+    return 0;
+  }
+  return n;
+}
+
+void set_device(int device) { HYBRID_CUDA_CHECK(cudaSetDevice(device)); }
+
+void* malloc_device(size_t bytes, int device) {
+  set_device(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("[cuda] out of device memory on cuda:", device, ": ", bytes, " bytes needed, ",
+         free_bytes, " of ", total_bytes, " free (", cudaGetErrorString(e), ")");
+  }
+  return p;
+}
+
+void free_device(void* ptr, int device) noexcept {
+  cudaSetDevice(device);
+  cudaFree(ptr);
+}
+
+void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) {
+  cudaMemcpyKind k = cudaMemcpyDefault;
+  switch (kind) {
+    case CopyKind::host_to_device: k = cudaMemcpyHostToDevice; break;
+    case CopyKind::device_to_host: k = cudaMemcpyDeviceToHost; break;
+    case CopyKind::device_to_device: k = cudaMemcpyDeviceToDevice; break;
+    case CopyKind::host_to_host: k = cudaMemcpyHostToHost; break;
+  }
+  HYBRID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, cuda::as_stream(stream)));
+}
+
+void* stream_create(int device) {
+  set_device(device);
+  cudaStream_t s;
+  HYBRID_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void stream_destroy(void* stream) noexcept { cudaStreamDestroy(cuda::as_stream(stream)); }
+
+void stream_synchronize(void* stream) {
+  HYBRID_CUDA_CHECK(cudaStreamSynchronize(cuda::as_stream(stream)));
+}
+
+void memset_async(void* dst, int value, size_t bytes, void* stream) {
+  HYBRID_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cuda::as_stream(stream)));
+}
+
+void device_name(int device, char* name, size_t capacity) {
+  cudaDeviceProp prop;
+  HYBRID_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::snprintf(name, capacity, "%s", prop.name);
+}
+
+size_t device_memory_bytes(int device, size_t* free_bytes) {
+  set_device(device);
+  size_t f = 0, total = 0;
+  HYBRID_CUDA_CHECK(cudaMemGetInfo(&f, &total));
+  if (free_bytes) *free_bytes = f;
+  return total;
+}
+
+void* event_create() {
+  cudaEvent_t e;
+  HYBRID_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void event_destroy(void* event) noexcept { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+void event_record(void* event, void* stream) {
+  HYBRID_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::as_stream(stream)));
+}
+
+float event_elapsed_ms(void* start, void* end) {
+  HYBRID_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+  float ms = 0;
+  HYBRID_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+}  // namespace hybrid::cuda_api

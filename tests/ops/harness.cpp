@@ -1,0 +1,492 @@
+#include "ops/harness.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/cuda_api.h"
+#include "hybrid/core/error.h"
+#include "hybrid/core/registry.h"
+
+namespace hybrid::test {
+
+// ---- Rng -------------------------------------------------------------------------------------
+
+uint64_t Rng::next_u64() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double Rng::uniform(double lo, double hi) {
+  return lo + (hi - lo) * (static_cast<double>(next_u64() >> 11) * 0x1.0p-53);
+}
+
+double Rng::normal(double mean, double stddev) {
+  // Box-Muller; u1 in (0, 1].
+  const double u1 = 1.0 - uniform(), u2 = uniform();
+  return mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+int64_t Rng::randint(int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(next_u64() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+uint64_t case_seed(uint64_t seed, const std::string& case_name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : case_name) h = (h ^ ch) * 1099511628211ull;
+  return seed ^ h;
+}
+
+// ---- Slot / Slots ----------------------------------------------------------------------------
+
+int64_t Slot::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t Slot::storage_offset(int64_t i) const {
+  int64_t off = offset;
+  for (size_t d = shape.size(); d-- > 0;) {
+    off += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
+double Slot::get(int64_t i) const { return load_element(storage.data(), dtype, storage_offset(i)); }
+void Slot::set(int64_t i, double v) { store_element(storage.data(), dtype, storage_offset(i), v); }
+
+std::vector<double> Slot::values() const {
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) v[i] = get(i);
+  return v;
+}
+
+Tensor Slot::host_view() const {
+  auto* base = const_cast<uint8_t*>(storage.data()) + offset * dtype_size(dtype);
+  return Tensor(base, dtype, Device::cpu(), shape, strides);
+}
+
+Slot& Slots::add(Slot s) {
+  for (const Slot& o : slots_)
+    if (o.name == s.name) fail("[harness] duplicate slot '", s.name, "'");
+  slots_.push_back(std::move(s));
+  return slots_.back();
+}
+
+namespace {
+constexpr uint8_t kOutputSentinel = 0x7f;  // f32/bf16 3.4e38, i32 0x7f7f7f7f: never a valid result
+Slot make_slot(const std::string& name, Role role, DType dtype, const std::vector<int64_t>& shape) {
+  Slot s;
+  s.name = name;
+  s.role = role;
+  s.dtype = dtype;
+  s.shape = shape;
+  s.strides = contiguous_strides(shape);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  s.storage.assign(static_cast<size_t>(n) * dtype_size(dtype), role == Role::out ? kOutputSentinel : 0);
+  return s;
+}
+}  // namespace
+
+Slot& Slots::input(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  return add(make_slot(name, Role::in, dtype, shape));
+}
+Slot& Slots::output(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  return add(make_slot(name, Role::out, dtype, shape));
+}
+Slot& Slots::inout(const std::string& name, DType dtype, const std::vector<int64_t>& shape) {
+  return add(make_slot(name, Role::inout, dtype, shape));
+}
+
+Slot& Slots::strided(const std::string& name, Role role, DType dtype,
+                     const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                     int64_t offset, int64_t storage_elems) {
+  Slot s;
+  s.name = name;
+  s.role = role;
+  s.dtype = dtype;
+  s.shape = shape;
+  s.strides = strides;
+  s.offset = offset;
+  s.storage.resize(static_cast<size_t>(storage_elems) * dtype_size(dtype));
+  for (size_t i = 0; i < s.storage.size(); ++i) s.storage[i] = static_cast<uint8_t>(i * 151 + 7);
+  if (role == Role::out)
+    for (int64_t i = 0; i < s.numel(); ++i)
+      std::memset(&s.storage[s.storage_offset(i) * dtype_size(dtype)], kOutputSentinel, dtype_size(dtype));
+  const int64_t last = s.numel() ? s.storage_offset(s.numel() - 1) : 0;
+  if (s.numel() && last >= storage_elems) fail("[harness] slot '", name, "' view exceeds its storage");
+  return add(std::move(s));
+}
+
+Slot& Slots::operator[](const std::string& name) {
+  for (Slot& s : slots_)
+    if (s.name == name) return s;
+  fail("[harness] no slot '", name, "'");
+}
+const Slot& Slots::operator[](const std::string& name) const {
+  return const_cast<Slots&>(*this)[name];
+}
+bool Slots::has(const std::string& name) const {
+  for (const Slot& s : slots_)
+    if (s.name == name) return true;
+  return false;
+}
+
+void fill_uniform(Slot& s, Rng& rng, double lo, double hi) {
+  for (int64_t i = 0; i < s.numel(); ++i) s.set(i, rng.uniform(lo, hi));
+}
+void fill_normal(Slot& s, Rng& rng, double mean, double stddev) {
+  for (int64_t i = 0; i < s.numel(); ++i) s.set(i, rng.normal(mean, stddev));
+}
+void fill_int(Slot& s, Rng& rng, int64_t lo, int64_t hi) {
+  for (int64_t i = 0; i < s.numel(); ++i) s.set(i, static_cast<double>(rng.randint(lo, hi)));
+}
+void fill_values(Slot& s, const std::vector<double>& values) {
+  if (static_cast<int64_t>(values.size()) != s.numel())
+    fail("[harness] fill_values: ", values.size(), " values for slot '", s.name, "' of ", s.numel());
+  for (int64_t i = 0; i < s.numel(); ++i) s.set(i, values[i]);
+}
+
+Tolerance default_tolerance(DType dtype, DeviceType backend) {
+  const bool oracle = backend == DeviceType::cpu;
+  switch (dtype) {
+    case DType::f32: return oracle ? Tolerance{1e-10, 1e-5} : Tolerance{1e-8, 1e-4};
+    case DType::bf16: return oracle ? Tolerance{1e-5, 1e-2} : Tolerance{5e-5, 2e-2};
+    case DType::f16: return oracle ? Tolerance{1e-6, 1e-3} : Tolerance{1e-5, 2e-3};
+    default: return Tolerance{0, 0, true};
+  }
+}
+
+double Case::bytes(const Slots& slots) const {
+  double b = 0;
+  for (const Slot& s : slots.all()) {
+    const double n = static_cast<double>(s.numel()) * dtype_size(s.dtype);
+    b += s.role == Role::inout ? 2 * n : n;  // inout is read and written
+  }
+  return b;
+}
+
+// ---- running a case on a backend -------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kGuardBytes = 256;
+uint8_t guard_byte(size_t i) { return static_cast<uint8_t>(i * 37 + 11); }
+
+using Results = std::map<std::string, std::vector<double>>;
+
+// Device copies of every slot with guard bytes after each.
+struct Staged {
+  std::vector<Buffer> buffers;
+  Views views;
+};
+
+Staged stage(const Slots& slots, Device dev, Context& ctx) {
+  Staged st;
+  std::vector<std::vector<uint8_t>> host(slots.all().size());
+  for (size_t k = 0; k < slots.all().size(); ++k) {
+    const Slot& s = slots.all()[k];
+    host[k] = s.storage;
+    host[k].resize(s.storage.size() + kGuardBytes);
+    for (size_t i = 0; i < kGuardBytes; ++i) host[k][s.storage.size() + i] = guard_byte(i);
+    Buffer b(dev, host[k].size());
+    copy_bytes(b.data(), dev, host[k].data(), Device::cpu(), host[k].size(), ctx);
+    char* base = static_cast<char*>(b.data()) + s.offset * dtype_size(s.dtype);
+    st.views[s.name] = Tensor(base, s.dtype, dev, s.shape, s.strides);
+    st.buffers.push_back(std::move(b));
+  }
+  ctx.synchronize();  // `host` dies at return
+  return st;
+}
+
+// Copies results back; checks guard bytes, bytes outside output views and untouched inputs.
+Results collect(const Slots& slots, const Staged& st, Context& ctx, std::vector<std::string>& problems) {
+  Results out;
+  for (size_t k = 0; k < slots.all().size(); ++k) {
+    const Slot& s = slots.all()[k];
+    std::vector<uint8_t> back(s.storage.size() + kGuardBytes);
+    copy_bytes(back.data(), Device::cpu(), st.buffers[k].data(), st.buffers[k].device(), back.size(), ctx);
+    ctx.synchronize();
+    for (size_t i = 0; i < kGuardBytes; ++i)
+      if (back[s.storage.size() + i] != guard_byte(i)) {
+        problems.push_back(str(s.name, ": guard bytes after the tensor were overwritten (at +", i, ")"));
+        break;
+      }
+    const size_t esz = dtype_size(s.dtype);
+    const size_t elems = s.storage.size() / esz;
+    std::vector<bool> in_view(elems, false);
+    if (s.role != Role::in)
+      for (int64_t i = 0; i < s.numel(); ++i) in_view[s.storage_offset(i)] = true;
+    for (size_t e = 0; e < elems; ++e) {
+      if (in_view[e]) continue;
+      if (std::memcmp(&back[e * esz], &s.storage[e * esz], esz) != 0) {
+        problems.push_back(s.role == Role::in
+                               ? str(s.name, ": an input was modified (storage element ", e, ")")
+                               : str(s.name, ": storage outside the view was written (element ", e, ")"));
+        break;
+      }
+    }
+    if (s.role != Role::in) {
+      Slot copy = s;
+      copy.storage.assign(back.begin(), back.begin() + s.storage.size());
+      out[s.name] = copy.values();
+    }
+  }
+  return out;
+}
+
+Results execute(Case& c, const Slots& slots, Device dev, std::vector<std::string>& problems) {
+  Context ctx(dev);
+  Staged st = stage(slots, dev, ctx);
+  c.run(st.views, ctx);
+  ctx.synchronize();
+  return collect(slots, st, ctx, problems);
+}
+
+std::string index_text(const std::vector<int64_t>& shape, int64_t i) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = i % shape[d];
+    i /= shape[d];
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? "," : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+// Compares one output; returns "" when within tolerance, else what was wrong.
+std::string compare(const Slot& slot, const std::vector<double>& got, const std::vector<double>& ref,
+                    const Tolerance& tol, std::string& stats) {
+  if (got.size() != ref.size())
+    return str(slot.name, ": ", got.size(), " values, reference has ", ref.size());
+  double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
+  int64_t worst = -1;
+  std::string bad;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = got[i], b = ref[i];
+    const bool special = std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b);
+    if (special) {
+      const bool agree = (std::isnan(a) && std::isnan(b)) || (std::isinf(a) && a == b);
+      if (!agree && reported++ < 5)
+        bad += str("\n    ", slot.name, index_text(slot.shape, i), ": got ", a, ", expected ", b);
+      continue;
+    }
+    if (tol.exact) {
+      if (a != b && reported++ < 5)
+        bad += str("\n    ", slot.name, index_text(slot.shape, i), ": got ", a, ", expected ", b);
+      continue;
+    }
+    const double e = std::fabs(a - b);
+    err2 += e * e;
+    ref2 += b * b;
+    max_ref = std::max(max_ref, std::fabs(b));
+    if (e > max_err) {
+      max_err = e;
+      worst = static_cast<int64_t>(i);
+    }
+  }
+  if (reported) return str(slot.name, ": ", reported, " element(s) differ", bad);
+  if (tol.exact) return "";
+  const double nmse = ref2 > 0 ? err2 / ref2 : err2;
+  const double scaled = max_err / std::max(1.0, max_ref);
+  stats += str(" ", slot.name, ":nmse=", nmse, ",max=", max_err);
+  if (nmse > tol.nmse || scaled > tol.max_abs) {
+    std::string msg = str(slot.name, ": nmse ", nmse, " (tolerance ", tol.nmse, "), max|a-b| ", max_err,
+                          " scaled ", scaled, " (tolerance ", tol.max_abs, ")");
+    if (worst >= 0)
+      msg += str("; worst at ", slot.name, index_text(slot.shape, worst), ": got ", got[worst],
+                 ", expected ", ref[worst]);
+    return msg;
+  }
+  return "";
+}
+
+}  // namespace
+
+bool case_selected(const Case& c, const std::vector<std::string>& ops) {
+  if (ops.empty()) return true;
+  for (const std::string& o : ops)
+    if (o == c.op() || o == c.name()) return true;
+  return false;
+}
+
+Outcome run_case(Case& c, const RunOptions& opt) {
+  Slots slots;
+  Rng rng(case_seed(opt.seed, c.name()));
+  c.init(rng, slots);
+  std::vector<std::string> problems;
+  Results got, ref;
+  const Device dev = opt.backend == DeviceType::cpu ? Device::cpu() : Device::cuda(0);
+  try {
+    got = execute(c, slots, dev, problems);
+    if (opt.backend == DeviceType::cpu) {
+      c.oracle(slots, ref);
+    } else {
+      std::vector<std::string> cpu_problems;
+      ref = execute(c, slots, Device::cpu(), cpu_problems);
+      for (auto& p : cpu_problems) problems.push_back("cpu reference: " + p);
+    }
+  } catch (const Unsupported& e) {
+    return {Outcome::skip, e.what()};
+  } catch (const std::exception& e) {
+    return {Outcome::fail, str("threw: ", e.what())};
+  }
+  std::string stats;
+  for (const Slot& s : slots.all()) {
+    if (s.role == Role::in) continue;
+    auto r = ref.find(s.name);
+    if (r == ref.end()) {
+      problems.push_back(str(s.name, ": the reference gave no values"));
+      continue;
+    }
+    std::string why = compare(s, got[s.name], r->second, c.tolerance(s, opt.backend), stats);
+    if (!why.empty()) problems.push_back(why);
+  }
+  if (problems.empty()) return {Outcome::pass, stats};
+  std::string detail;
+  for (auto& p : problems) detail += "\n  " + p;
+  return {Outcome::fail, detail};
+}
+
+int run_tests(const RunOptions& opt) {
+  CaseList cases = all_cases();
+  int passed = 0, failed = 0, skipped = 0;
+  std::vector<std::string> skips, fails;
+  const char* backend = opt.backend == DeviceType::cpu ? "cpu" : "cuda";
+  std::printf("hybrid-ops test -b %s --seed %llu\n", backend, static_cast<unsigned long long>(opt.seed));
+  for (auto& c : cases) {
+    if (!case_selected(*c, opt.ops)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    Outcome o = run_case(*c, opt);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    switch (o.kind) {
+      case Outcome::pass:
+        ++passed;
+        if (opt.verbose) std::printf("  OK    %s [%.0f ms]%s\n", c->name().c_str(), ms, o.detail.c_str());
+        break;
+      case Outcome::skip:
+        ++skipped;
+        skips.push_back(c->name() + ": " + o.detail);
+        if (opt.verbose) std::printf("  SKIP  %s: %s\n", c->name().c_str(), o.detail.c_str());
+        break;
+      case Outcome::fail:
+        ++failed;
+        fails.push_back(c->name());
+        std::printf("  FAIL  %s%s\n        reproduce: %s test -b %s -o '%s' --seed %llu\n",
+                    c->name().c_str(), o.detail.c_str(), opt.argv0.c_str(), backend, c->name().c_str(),
+                    static_cast<unsigned long long>(opt.seed));
+        break;
+    }
+    std::fflush(stdout);
+  }
+  if (!skips.empty()) {
+    std::printf("skipped:\n");
+    for (auto& s : skips) std::printf("  %s\n", s.c_str());
+  }
+  if (!fails.empty()) {
+    std::printf("failed:\n");
+    for (auto& s : fails) std::printf("  %s\n", s.c_str());
+  }
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (passed + failed + skipped == 0) {
+    std::printf("no case matched the selection\n");
+    return 1;
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace hybrid::test
+
+// ---- perf ------------------------------------------------------------------------------------
+
+namespace hybrid::test {
+
+int run_perf(const PerfOptions& opt) {
+  const bool cuda = opt.run.backend == DeviceType::cuda;
+  if (cuda && cuda_device_count() == 0) {
+    std::printf("hybrid-ops perf -b cuda: no CUDA device present\n");
+    return 77;
+  }
+  const Device dev = cuda ? Device::cuda(0) : Device::cpu();
+  Context ctx(dev);
+  double copy_gbps = 0, gemm_tflops = 0;
+  Buffer l2_flush;
+  if (cuda) {
+    char name[256];
+    cuda_api::device_name(0, name, sizeof name);
+    copy_gbps = cuda_api::measure_copy_gbps(0, ctx.stream());
+    gemm_tflops = cuda_api::measure_gemm_tflops(0, ctx.stream());
+    std::printf("device %s: copy ceiling %.0f GB/s (read + write), bf16 GEMM ceiling %.0f TFLOP/s\n",
+                name, copy_gbps, gemm_tflops);
+    l2_flush = Buffer(dev, size_t(256) << 20);  // > the 50 MB L2 of an H100/H200
+  }
+  if (opt.csv)
+    std::printf("case,us_median,us_min,gb_per_s,pct_copy,tflop_per_s,pct_gemm,bound\n");
+  else
+    std::printf("%-64s %10s %10s %9s %6s %9s %6s  %s\n", "case", "us(med)", "us(min)", "GB/s", "%copy",
+                "TFLOP/s", "%gemm", "bound");
+  CaseList cases = all_cases();
+  for (auto& c : cases) {
+    if (!case_selected(*c, opt.run.ops)) continue;
+    Slots slots;
+    Rng rng(case_seed(opt.run.seed, c->name()));
+    c->init(rng, slots);
+    std::vector<double> us;
+    try {
+      Staged st = stage(slots, dev, ctx);
+      c->run(st.views, ctx);  // warm-up (and the Unsupported check)
+      ctx.synchronize();
+      void* e0 = cuda ? cuda_api::event_create() : nullptr;
+      void* e1 = cuda ? cuda_api::event_create() : nullptr;
+      const auto start = std::chrono::steady_clock::now();
+      while (static_cast<int>(us.size()) < opt.min_reps ||
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < opt.min_seconds) {
+        if (cuda) {
+          cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff), l2_flush.bytes(), ctx.stream());
+          cuda_api::event_record(e0, ctx.stream());
+          c->run(st.views, ctx);
+          cuda_api::event_record(e1, ctx.stream());
+          us.push_back(1e3 * cuda_api::event_elapsed_ms(e0, e1));
+        } else {
+          const auto t0 = std::chrono::steady_clock::now();
+          c->run(st.views, ctx);
+          us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        }
+        if (us.size() >= 100000) break;
+      }
+      if (cuda) {
+        cuda_api::event_destroy(e0);
+        cuda_api::event_destroy(e1);
+      }
+    } catch (const Unsupported& e) {
+      std::printf("%-64s SKIP %s\n", c->name().c_str(), e.what());
+      continue;
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2], mn = us.front();
+    const double gbps = c->bytes(slots) / (med * 1e-6) / 1e9;
+    const double tflops = c->flops(slots) / (med * 1e-6) / 1e12;
+    const double pct_bw = copy_gbps > 0 ? 100 * gbps / copy_gbps : 0;
+    const double pct_mma = gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0;
+    const char* bound = !cuda ? "-" : (pct_mma > pct_bw ? "compute" : "memory");
+    if (opt.csv)
+      std::printf("\"%s\",%.3f,%.3f,%.1f,%.1f,%.3f,%.1f,%s\n", c->name().c_str(), med, mn, gbps, pct_bw,
+                  tflops, pct_mma, bound);
+    else
+      std::printf("%-64s %10.2f %10.2f %9.1f %5.1f%% %9.3f %5.1f%%  %s\n", c->name().c_str(), med, mn,
+                  gbps, pct_bw, tflops, pct_mma, bound);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace hybrid::test
