@@ -1,9 +1,9 @@
-// The CUDA backend's kernel table. Each op family's src/cuda/<family>.cu adds its variants here as
-// it lands; an op with no CUDA variant yet dispatches to an Unsupported error naming it.
-#include "hybrid/core/registry.h"
+// The CUDA backend's kernel table. An op with no CUDA variant yet dispatches to an Unsupported
+// error naming it (a SKIP in hybrid-ops).
+#include "cuda/kernels.h"
 
 namespace hybrid {
 
-void register_cuda_kernels(Registry& r) { (void)r; }
+void register_cuda_kernels(Registry& r) { cuda::register_norm(r); }
 
 }  // namespace hybrid

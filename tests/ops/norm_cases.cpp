@@ -136,6 +136,9 @@ void add_norm_cases(CaseList& cases) {
     for (int64_t D : {2048, 4096})
       for (DType act : {DType::f32, DType::bf16})
         cases.push_back(std::make_unique<RmsNormCase>(T, D, act, DType::bf16, true, false, false));
+  // Bandwidth-sized batches (perf reads these too).
+  for (DType act : {DType::f32, DType::bf16})
+    cases.push_back(std::make_unique<RmsNormCase>(1024, 2048, act, DType::bf16, true, true, false));
   for (int64_t D : {1, 3, 63, 257})
     cases.push_back(std::make_unique<RmsNormCase>(3, D, DType::f32, DType::f32, false, false, false));
   cases.push_back(std::make_unique<RmsNormCase>(5, 2048, DType::f16, DType::f32, false, false, false));
@@ -151,6 +154,7 @@ void add_norm_cases(CaseList& cases) {
     cases.push_back(std::make_unique<RmsNormGatedCase>(3, 5120, 5120, act, false, false));
     cases.push_back(std::make_unique<RmsNormGatedCase>(3, 8192, 1024, act, false, false));
   }
+  cases.push_back(std::make_unique<RmsNormGatedCase>(512, 32 * 128, 128, DType::bf16, true, true));
   cases.push_back(std::make_unique<RmsNormGatedCase>(7, 3 * 96, 96, DType::f32, false, true));
   cases.push_back(std::make_unique<RmsNormGatedCase>(1, 63, 21, DType::f32, true, false));
 }

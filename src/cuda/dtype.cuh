@@ -1,0 +1,42 @@
+// Element types on the device and their f32 conversions (round to nearest even, as the CPU).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "hybrid/core/dtype.h"
+#include "hybrid/core/error.h"
+
+namespace hybrid::cuda {
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Calls body(T{}) with T the device type of a float dtype: float, __nv_bfloat16 or __half.
+template <class Body>
+void dispatch_float(DType t, const char* op, Body&& body) {
+  switch (t) {
+    case DType::f32: body(float{}); return;
+    case DType::bf16: body(__nv_bfloat16{}); return;
+    case DType::f16: body(__half{}); return;
+    default: fail("[", op, "] dtype ", dtype_name(t), " is not a float type");
+  }
+}
+
+}  // namespace hybrid::cuda

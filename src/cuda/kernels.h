@@ -1,0 +1,10 @@
+// The CUDA backend: one register function per op family (src/cuda/<family>.cu).
+#pragma once
+
+#include "hybrid/core/registry.h"
+
+namespace hybrid::cuda {
+
+void register_norm(Registry& r);
+
+}  // namespace hybrid::cuda
