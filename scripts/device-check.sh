@@ -15,6 +15,16 @@ cmake --build build-cuda --parallel "$(nproc)" 2>&1 | tail -5 | tee "$LOGS/build
 status=0
 ctest --test-dir build-cuda --output-on-failure 2>&1 | tee "$LOGS/ctest.txt" || status=1
 build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda -v 2>&1 | tee "$LOGS/ops-cuda.txt" || status=1
+# compute-sanitizer over the CUDA cases (memcheck: out-of-bounds and misaligned accesses; racecheck:
+# shared-memory races). SANITIZE_OPS narrows the cases (a hybrid-ops -o selection).
+if command -v compute-sanitizer >/dev/null; then
+  sel=()
+  if [ -n "${SANITIZE_OPS:-}" ]; then sel=(-o "$SANITIZE_OPS"); fi
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 \
+      build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda "${sel[@]}" 2>&1 | tail -4 | tee "$LOGS/sanitizer-$tool.txt" || status=1
+  done
+fi
 perf_args=()
 if [ $# -gt 0 ]; then perf_args=(-o "$1"); fi
 build-cuda/tools/hybrid-ops/hybrid-ops perf -b cuda "${perf_args[@]}" 2>&1 | tee "$LOGS/perf-cuda.txt" || status=1
