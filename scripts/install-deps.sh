@@ -11,6 +11,7 @@ PACKAGES=(
   g++=4:12.2.0-3
   libgtest-dev=1.12.1-0.2
   clang-format=1:14.0-55.7~deb12u1
+  nlohmann-json3-dev=3.11.2-2
 )
 
 SUDO=""
