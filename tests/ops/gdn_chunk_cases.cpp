@@ -274,6 +274,19 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.act = c.out = c.pool = DType::bf16;
     add(cases, c);
   }
+  // Qwen3-Next shapes in a varlen batch: padding, length 1, a bf16 pool, checkpoints every 64.
+  {
+    Config c;
+    c.lens = {65, 1, 64};
+    c.slots = {2, -1, 0};
+    c.has_init = {1, 1, 0};
+    c.pool_rows = 3;
+    c.Hk = 16, c.Hv = 32, c.K = 128, c.V = 128;
+    c.act = c.out = c.pool = DType::bf16;
+    c.packed = true;
+    c.every = 64;
+    add(cases, c);
+  }
   // GVA ratio 3, no in-kernel L2 norm (unit q, k given), explicit scale.
   {
     Config c;
