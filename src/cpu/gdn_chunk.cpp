@@ -74,7 +74,7 @@ Plan make_plan(const GdnChunkPrefill& a) {
   p.V = a.v.size(2);
   p.ratio = p.Hv / p.Hk;
   p.N = a.cu_seqlens.size(0) - 1;
-  p.scale = a.scale > 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(p.K));
+  p.scale = a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(p.K));
   p.first_chunk.push_back(0);
   int64_t ckpt = 0;
   for (int64_t n = 0; n <= p.N; ++n) p.cu.push_back(load_index(a.cu_seqlens, n));
@@ -161,7 +161,7 @@ void stage_spine(const GdnChunkPrefill& a, Plan& p, int64_t n, int64_t hv) {
                       ckpt_at(p.first_ckpt[n] + r) + vi * a.checkpoints.stride(2) + d, 0.0f);
     return;
   }
-  const Tensor& pool = a.state_pool;
+  const Tensor& pool = a.state;
   const int64_t row = p.slot[n] * pool.stride(0) + hv * pool.stride(1);
   const bool from_pool = !a.has_initial_state.defined() ||
                          load_index(a.has_initial_state, n * a.has_initial_state.stride(0)) != 0;

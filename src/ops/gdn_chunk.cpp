@@ -33,7 +33,7 @@ void gdn_chunk_prefill(const GdnChunkPrefill& a, Context& ctx) {
             a.cu_seqlens.describe());
   c.tensor(a.state_slots, "state_slots", {{"N", N}}, {DType::i32});
   c.optional(a.has_initial_state, "has_initial_state", {{"N", N}}, {DType::i32});
-  c.tensor(a.state_pool, "state_pool", {{"slots", -1}, {"Hv", Hv}, {"V", V}, {"K", K}}, kState);
+  c.tensor(a.state, "state", {{"slots", -1}, {"Hv", Hv}, {"V", V}, {"K", K}}, kState);
   c.tensor(a.out, "out", {{"T", T}, {"Hv", Hv}, {"V", V}}, kActivation);
   if (a.checkpoint_every != 0) {
     c.require(a.checkpoint_every > 0 && a.checkpoint_every % kGdnChunkSize == 0,
@@ -44,8 +44,7 @@ void gdn_chunk_prefill(const GdnChunkPrefill& a, Context& ctx) {
   } else {
     c.require(!a.checkpoints.defined(), "checkpoints is given but checkpoint_every is 0");
   }
-  c.require(std::isfinite(a.scale) && a.scale >= 0.0f,
-            "scale must be finite and >= 0 (0 = 1/sqrt(K)), got ", a.scale);
+  if (a.scale) c.require(std::isfinite(*a.scale), "scale must be finite, got ", *a.scale);
   for (auto [t, name] : {std::pair{a.q, "q"},
                          {a.k, "k"},
                          {a.v, "v"},
@@ -54,7 +53,7 @@ void gdn_chunk_prefill(const GdnChunkPrefill& a, Context& ctx) {
                          {a.cu_seqlens, "cu_seqlens"},
                          {a.state_slots, "state_slots"},
                          {a.has_initial_state, "has_initial_state"},
-                         {a.state_pool, "state_pool"},
+                         {a.state, "state"},
                          {a.out, "out"},
                          {a.checkpoints, "checkpoints"}})
     c.inner_contiguous(t, name);
@@ -71,12 +70,12 @@ void gdn_chunk_prefill(const GdnChunkPrefill& a, Context& ctx) {
                 " > cu_seqlens[", n + 1, "]=", cu[(n + 1) * cs]);
     c.require(cu[N * cs] == T, "cu_seqlens[N=", N, "] must equal T=", T, ", got ", cu[N * cs]);
     const int32_t* slots = a.state_slots.data_as<const int32_t>();
-    const int64_t ss = a.state_slots.stride(0), pool_rows = a.state_pool.size(0);
+    const int64_t ss = a.state_slots.stride(0), pool_rows = a.state.size(0);
     std::vector<int64_t> owner(static_cast<size_t>(pool_rows), -1);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t s = slots[n * ss];
       if (s < 0) continue;  // padding
-      c.require(s < pool_rows, "state_slots[", n, "]=", s, " is out of range for state_pool with ",
+      c.require(s < pool_rows, "state_slots[", n, "]=", s, " is out of range for state with ",
                 pool_rows, " slots");
       c.require(owner[s] < 0, "state_slots[", n, "]=", s, " is also used by sequence ", owner[s],
                 " (slots of non-padding sequences must be distinct)");

@@ -100,7 +100,7 @@ struct GdnChunkCase : Case {
       }
     Slot& beta = s.input("beta", DType::f32, {T, Hv});
     for (int64_t i = 0; i < T * Hv; ++i) beta.set(i, 1.0 / (1.0 + std::exp(-rng.normal())));
-    fill_normal(s.inout("state_pool", cf.pool, {cf.pool_rows, Hv, V, K}), rng, 0.0, 0.5);
+    fill_normal(s.inout("state", cf.pool, {cf.pool_rows, Hv, V, K}), rng, 0.0, 0.5);
     if (cf.strided_out)
       s.strided("out", Role::out, cf.out, {T, Hv, V}, {Hv * V + 24, V, 1}, 5,
                 T * (Hv * V + 24) + 5);
@@ -137,10 +137,10 @@ struct GdnChunkCase : Case {
     a.g = v.at("g");
     a.beta = v.at("beta");
     a.state_slots = v.at("state_slots");
-    a.state_pool = v.at("state_pool");
+    a.state = v.at("state");
     a.out = v.at("out");
     a.use_qk_l2norm = cf.l2norm;
-    a.scale = cf.scale;
+    if (cf.scale > 0) a.scale = cf.scale;
     if (v.count("has_initial_state")) a.has_initial_state = v.at("has_initial_state");
     if (cf.every > 0) {
       a.checkpoints = v.at("checkpoints");
@@ -171,7 +171,7 @@ struct GdnChunkCase : Case {
   void oracle(const Slots& s, Expected& e) override {
     const int64_t Hk = cf.Hk, Hv = cf.Hv, K = cf.K, V = cf.V, ratio = Hv / Hk;
     const double scale = cf.scale > 0 ? cf.scale : 1.0 / std::sqrt(static_cast<double>(K));
-    std::vector<double> out(T * Hv * V, 0.0), pool = s["state_pool"].values();
+    std::vector<double> out(T * Hv * V, 0.0), pool = s["state"].values();
     std::vector<double> ckpt(num_checkpoints() * Hv * V * K, 0.0);
     const std::vector<double> q = s["q"].values(), k = s["k"].values(), v = s["v"].values(),
                               g = s["g"].values(), beta = s["beta"].values();
@@ -222,7 +222,7 @@ struct GdnChunkCase : Case {
       ckpt_row += rows;
     }
     e["out"] = out;
-    e["state_pool"] = pool;
+    e["state"] = pool;
     if (cf.every > 0) e["checkpoints"] = ckpt;
   }
 

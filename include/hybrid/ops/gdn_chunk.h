@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "hybrid/core/context.h"
 #include "hybrid/core/tensor.h"
@@ -50,11 +51,11 @@ struct GdnChunkPrefill {
   Tensor state_slots;        // [N] i32: pool row of each sequence; negative = padding sequence
   Tensor has_initial_state;  // optional [N] i32: 0 = start from zeros, else from the pool row
                              // (left out: every sequence starts from its pool row)
-  Tensor state_pool;   // [slots, Hv, V, K] f32 | bf16, read and written in place; K contiguous
+  Tensor state;        // [slots, Hv, V, K] f32 | bf16, read and written in place; K contiguous
   Tensor out;          // [T, Hv, V] f32 | bf16; V contiguous, rows/heads may be strided
   Tensor checkpoints;  // optional [num_checkpoints, Hv, V, K] f32, K contiguous (see above)
   int64_t checkpoint_every = 0;  // N: tokens between checkpoints, a multiple of 64; 0 = none
-  float scale = 0.0f;            // output scale; 0 = 1/sqrt(K)
+  std::optional<float> scale;    // output scale; default 1/sqrt(K)
   bool use_qk_l2norm = false;    // L2-normalise q and k rows inside (eps 1e-6), as Qwen3-Next
 };
 void gdn_chunk_prefill(const GdnChunkPrefill& args, Context& ctx);
