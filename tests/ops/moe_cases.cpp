@@ -1,7 +1,331 @@
+// Cases: moe_route, moe_experts. Oracle in f64.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "hybrid/ops/moe.h"
 #include "ops/cases.h"
+#include "ops/harness.h"
 
 namespace hybrid::test {
 
-void add_moe_cases(CaseList& cases) { (void)cases; }
+namespace {
+
+const char* score_name(MoeScore s) {
+  return s == MoeScore::softmax ? "softmax" : "sigmoid";
+}
+
+double sigmoid64(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+// ---- moe_route -------------------------------------------------------------------------------
+
+struct RouteConfig {
+  int64_t T, E, K;
+  DType logits = DType::f32, weights = DType::f32;
+  MoeScore score = MoeScore::softmax;
+  bool renormalize = true, bias = false;
+  int64_t n_group = 1, topk_group = 1;
+  double scaling = 1.0;
+  bool strided = false;  // logits are the first E columns of a packed [T, E + 1] projection
+};
+
+// s = softmax|sigmoid(l); c = s (+ bias); best topk_group groups by sum of top-2 c; top_k by c
+// (by l without bias); ordered by descending s; w = s[ids] (/ (Σ + 1e-20)) · scaling.
+struct MoeRouteCase : Case {
+  RouteConfig p;
+  explicit MoeRouteCase(RouteConfig p) : p(p) {}
+
+  std::string op() const override { return "moe_route"; }
+  std::string params() const override {
+    return str("T=", p.T, ",E=", p.E, ",k=", p.K, ",logits=", dtype_name(p.logits),
+               ",w=", dtype_name(p.weights), ",", score_name(p.score),
+               p.renormalize ? ",renorm" : ",no_renorm", p.bias ? ",bias" : "",
+               p.n_group > 1 ? str(",groups=", p.n_group, ",topk_group=", p.topk_group) : "",
+               p.scaling != 1.0 ? str(",scale=", p.scaling) : "", p.strided ? ",strided" : "");
+  }
+
+  // Scores of one row in f64 (the oracle's), from logits l and bias b.
+  void scores(const std::vector<double>& l, const std::vector<double>& b, std::vector<double>& s,
+              std::vector<double>& c) const {
+    s.assign(p.E, 0.0);
+    if (p.score == MoeScore::softmax) {
+      const double m = *std::max_element(l.begin(), l.end());
+      double sum = 0;
+      for (int64_t e = 0; e < p.E; ++e) sum += std::exp(l[e] - m);
+      for (int64_t e = 0; e < p.E; ++e) s[e] = std::exp(l[e] - m) / sum;
+    } else {
+      for (int64_t e = 0; e < p.E; ++e) s[e] = sigmoid64(l[e]);
+    }
+    c = s;
+    if (p.bias)
+      for (int64_t e = 0; e < p.E; ++e) c[e] += b[e];
+  }
+  std::vector<double> group_scores(const std::vector<double>& c) const {
+    const int64_t per = p.E / p.n_group;
+    std::vector<double> g(p.n_group);
+    for (int64_t i = 0; i < p.n_group; ++i) {
+      std::vector<double> v(c.begin() + i * per, c.begin() + (i + 1) * per);
+      std::sort(v.rbegin(), v.rend());
+      g[i] = v[0] + v[1];
+    }
+    return g;
+  }
+  static double min_gap(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    double gap = INFINITY;
+    for (size_t i = 1; i < v.size(); ++i) gap = std::min(gap, v[i] - v[i - 1]);
+    return gap;
+  }
+
+  void init(Rng& rng, Slots& s) override {
+    Slot& logits = p.strided ? s.strided("logits", Role::in, p.logits, {p.T, p.E}, {p.E + 1, 1}, 0,
+                                         p.T * (p.E + 1))
+                             : s.input("logits", p.logits, {p.T, p.E});
+    std::vector<double> b(p.E, 0.0);
+    if (p.bias) {  // e_score_correction_bias: small, same order as the spread of the scores
+      Slot& bias = s.input("bias", DType::f32, {p.E});
+      fill_normal(bias, rng, 0.0, 0.05);
+      b = bias.values();
+    }
+    // Tie-free logits: each row's logits (as stored) are distinct; its biased selection scores and
+    // group scores are pairwise at least 1e-5 apart, so f32 and f64 choose the same experts (rows
+    // are redrawn until they are).
+    for (int64_t t = 0; t < p.T; ++t) {
+      for (int tries = 0;; ++tries) {
+        if (tries == 1000) fail("[moe_route case] could not draw tie-free logits");
+        std::vector<double> l(p.E), sc, c;
+        for (int64_t e = 0; e < p.E; ++e)
+          do {  // a logit equal (as stored) to an earlier one of the row is drawn again
+            logits.set(t * p.E + e, rng.normal(0.0, 2.0));
+            l[e] = logits.get(t * p.E + e);
+          } while (std::find(l.begin(), l.begin() + e, l[e]) != l.begin() + e);
+        scores(l, b, sc, c);
+        if (p.bias && min_gap(c) < 1e-5) continue;
+        if (p.n_group > 1 && min_gap(group_scores(c)) < 1e-5) continue;
+        break;
+      }
+    }
+    s.output("ids", DType::i32, {p.T, p.K});
+    s.output("weights", p.weights, {p.T, p.K});
+  }
+  void run(const Views& v, Context& ctx) override {
+    MoeRoute a;
+    a.logits = v.at("logits");
+    if (p.bias) a.bias = v.at("bias");
+    a.ids = v.at("ids");
+    a.weights = v.at("weights");
+    a.top_k = p.K;
+    a.score = p.score;
+    a.renormalize = p.renormalize;
+    a.n_group = p.n_group;
+    a.topk_group = p.topk_group;
+    a.scaling = static_cast<float>(p.scaling);
+    moe_route(a, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    std::vector<double> b = p.bias ? s["bias"].values() : std::vector<double>(p.E, 0.0);
+    const int64_t per = p.E / p.n_group;
+    for (int64_t t = 0; t < p.T; ++t) {
+      std::vector<double> l(p.E), sc, c;
+      for (int64_t i = 0; i < p.E; ++i) l[i] = s["logits"].get(t * p.E + i);
+      scores(l, b, sc, c);
+      // Eligible experts: those of the topk_group groups with the largest scores.
+      std::vector<bool> eligible(p.E, true);
+      if (p.n_group > 1) {
+        std::vector<double> g = group_scores(c);
+        std::vector<bool> keep(p.n_group, false);
+        for (int64_t r = 0; r < p.topk_group; ++r) {
+          int64_t best = -1;
+          for (int64_t i = 0; i < p.n_group; ++i)
+            if (!keep[i] && (best < 0 || g[i] > g[best])) best = i;
+          keep[best] = true;
+        }
+        for (int64_t i = 0; i < p.E; ++i) eligible[i] = keep[i / per];
+      }
+      // Top k by c (ties to the lower id), picked one at a time.
+      std::vector<int64_t> chosen;
+      std::vector<bool> taken(p.E, false);
+      for (int64_t r = 0; r < p.K; ++r) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < p.E; ++i)
+          if (eligible[i] && !taken[i] && (best < 0 || c[i] > c[best])) best = i;
+        taken[best] = true;
+        chosen.push_back(best);
+      }
+      std::stable_sort(chosen.begin(), chosen.end(), [&](int64_t x, int64_t y) {
+        return sc[x] > sc[y] || (sc[x] == sc[y] && x < y);
+      });
+      double sum = 0;
+      for (int64_t i : chosen) sum += sc[i];
+      for (int64_t i : chosen) {
+        e["ids"].push_back(static_cast<double>(i));
+        e["weights"].push_back(sc[i] / (p.renormalize ? sum + 1e-20 : 1.0) * p.scaling);
+      }
+    }
+  }
+};
+
+// ---- moe_experts -----------------------------------------------------------------------------
+
+struct ExpertsConfig {
+  int64_t T, E, K, Dm, I;
+  DType act = DType::f32, wdt = DType::bf16;
+  MoeActivation activation = MoeActivation::swiglu;
+  DType ids = DType::i32;
+  bool dup_in_token = false;  // ids[t, 1] = ids[t, 0]: one expert twice for one token
+  bool strided = false;       // x and out rows strided (views into wider buffers)
+  bool accumulate = false;
+};
+
+// out[t] (+)= Σ_j w[t,j] · down[e] · h,  e = ids[t,j];
+//   swiglu h = silu(gate_up[e, :I] x) ⊙ (gate_up[e, I:] x),  relu2 h = relu(gate_up[e] x)².
+struct MoeExpertsCase : Case {
+  ExpertsConfig p;
+  explicit MoeExpertsCase(ExpertsConfig p) : p(p) {}
+  bool swiglu() const { return p.activation == MoeActivation::swiglu; }
+  int64_t rows() const { return swiglu() ? 2 * p.I : p.I; }
+
+  std::string op() const override { return "moe_experts"; }
+  std::string params() const override {
+    return str("T=", p.T, ",E=", p.E, ",k=", p.K, ",Dm=", p.Dm, ",I=", p.I,
+               ",x=", dtype_name(p.act), ",w=", dtype_name(p.wdt), swiglu() ? ",swiglu" : ",relu2",
+               ",ids=", dtype_name(p.ids), p.dup_in_token ? ",dup_in_token" : "",
+               p.strided ? ",strided" : "", p.accumulate ? ",accumulate" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    if (p.strided)  // x rows inside a packed [T, Dm + 7] buffer at offset 2
+      fill_normal(
+          s.strided("x", Role::in, p.act, {p.T, p.Dm}, {p.Dm + 7, 1}, 2, p.T * (p.Dm + 7) + 2),
+          rng);
+    else
+      fill_normal(s.input("x", p.act, {p.T, p.Dm}), rng);
+    // Scaled so that gate_up · x and down · h are O(1).
+    const double a_in = std::sqrt(3.0 / p.Dm), a_out = std::sqrt(3.0 / p.I);
+    fill_uniform(s.input("gate_up", p.wdt, {p.E, rows(), p.Dm}), rng, -a_in, a_in);
+    fill_uniform(s.input("down", p.wdt, {p.E, p.Dm, p.I}), rng, -a_out, a_out);
+    // Ids as a router gives them (k distinct experts per token, Fisher-Yates), or with one
+    // expert twice in a token.
+    Slot& ids = s.input("ids", p.ids, {p.T, p.K});
+    for (int64_t t = 0; t < p.T; ++t) {
+      std::vector<int64_t> perm(p.E);
+      std::iota(perm.begin(), perm.end(), 0);
+      for (int64_t j = 0; j < p.K; ++j) {
+        std::swap(perm[j], perm[rng.randint(j, p.E - 1)]);
+        ids.set(t * p.K + j, static_cast<double>(perm[j]));
+      }
+      if (p.dup_in_token) ids.set(t * p.K + 1, static_cast<double>(perm[0]));
+    }
+    fill_uniform(s.input("weights", p.act, {p.T, p.K}), rng, 0.05, 1.0);  // as HF: x's dtype
+    if (p.accumulate) {
+      fill_normal(s.inout("out", p.act, {p.T, p.Dm}), rng);
+    } else if (p.strided) {
+      s.strided("out", Role::out, p.act, {p.T, p.Dm}, {p.Dm + 3, 1}, 1, p.T * (p.Dm + 3) + 1);
+    } else {
+      s.output("out", p.act, {p.T, p.Dm});
+    }
+  }
+  void run(const Views& v, Context& ctx) override {
+    MoeExperts a;
+    a.x = v.at("x");
+    a.gate_up = v.at("gate_up");
+    a.down = v.at("down");
+    a.ids = v.at("ids");
+    a.weights = v.at("weights");
+    a.out = v.at("out");
+    a.activation = p.activation;
+    a.accumulate = p.accumulate;
+    moe_experts(a, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    const int64_t R = rows(), Dm = p.Dm, I = p.I;
+    std::vector<double> out(p.T * Dm, 0.0);
+    if (p.accumulate) out = s["out"].values();
+    const std::vector<double> x = s["x"].values();
+    // Each expert's weights in f64, converted when first used.
+    std::vector<std::vector<double>> wi(p.E), wo(p.E);
+    const Slot &gu = s["gate_up"], &dn = s["down"];
+    for (int64_t t = 0; t < p.T; ++t)
+      for (int64_t j = 0; j < p.K; ++j) {
+        const int64_t ex = static_cast<int64_t>(s["ids"].get(t * p.K + j));
+        const double w = s["weights"].get(t * p.K + j);
+        if (wi[ex].empty()) {
+          wi[ex].resize(R * Dm);
+          wo[ex].resize(Dm * I);
+          for (int64_t i = 0; i < R * Dm; ++i) wi[ex][i] = gu.get(ex * R * Dm + i);
+          for (int64_t i = 0; i < Dm * I; ++i) wo[ex][i] = dn.get(ex * Dm * I + i);
+        }
+        std::vector<double> h(I);
+        for (int64_t i = 0; i < I; ++i) {
+          double a = 0, b = 0;  // swiglu: a = gate row i, b = up row i; relu2: a = up row i
+          for (int64_t d = 0; d < Dm; ++d) {
+            a += wi[ex][i * Dm + d] * x[t * Dm + d];
+            if (swiglu()) b += wi[ex][(I + i) * Dm + d] * x[t * Dm + d];
+          }
+          h[i] = swiglu() ? a * sigmoid64(a) * b : std::max(a, 0.0) * std::max(a, 0.0);
+        }
+        for (int64_t d = 0; d < Dm; ++d) {
+          double y = 0;
+          for (int64_t i = 0; i < I; ++i) y += wo[ex][d * I + i] * h[i];
+          out[t * Dm + d] += w * y;
+        }
+      }
+    e["out"] = out;
+  }
+};
+
+void route(CaseList& cases, RouteConfig p) {
+  cases.push_back(std::make_unique<MoeRouteCase>(p));
+}
+void experts(CaseList& cases, ExpertsConfig p) {
+  cases.push_back(std::make_unique<MoeExpertsCase>(p));
+}
+
+}  // namespace
+
+void add_moe_cases(CaseList& cases) {
+  const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
+  // moe_route. Qwen3-Next-80B-A3B / Qwen3.5-397B: 512 experts, top-10, softmax, renormalised;
+  // Qwen3.5-35B: 256 experts top-8. Decode (T=1), a few tokens, a prefill chunk.
+  for (int64_t T : {1, 3, 65}) route(cases, {T, 512, 10, bf16});
+  route(cases, {3, 512, 10, f32});
+  route(cases, {7, 256, 8, bf16, bf16});
+  // Router logits read out of a fused [T, E + 1] projection (router | shared-expert gate).
+  route(cases, {7, 512, 10, bf16, f32, MoeScore::softmax, true, false, 1, 1, 1.0, true});
+  // E=8 top-2 (Mixtral-sized) with and without renormalisation; tails and k = E, k = 1.
+  for (bool renorm : {true, false}) route(cases, {7, 8, 2, f32, f32, MoeScore::softmax, renorm});
+  route(cases, {257, 8, 2, f16, f16, MoeScore::softmax, false});
+  route(cases, {63, 7, 7, f32, f32, MoeScore::softmax, true});
+  route(cases, {5, 33, 1, f32, f32, MoeScore::softmax, false});
+  // Sigmoid scores (Nemotron-H, DeepSeek-V3 style): plain; with correction bias and scaling;
+  // with bias and grouped selection (256 experts in 8 groups, 4 kept, top-8, scale 2.5).
+  route(cases, {7, 64, 6, bf16, f32, MoeScore::sigmoid, true});
+  route(cases, {7, 128, 6, bf16, f32, MoeScore::sigmoid, true, true, 1, 1, 2.5});
+  route(cases, {5, 128, 6, f32, f32, MoeScore::sigmoid, false, true, 1, 1, 1.0});
+  route(cases, {7, 256, 8, f32, f32, MoeScore::sigmoid, true, true, 8, 4, 2.5});
+  route(cases, {3, 64, 4, f32, bf16, MoeScore::softmax, false, false, 4, 2, 1.0});
+  route(cases, {3, 12, 5, f32, f32, MoeScore::sigmoid, true, false, 6, 3, 1.0});
+
+  // moe_experts. Qwen3-Next shapes (Dm=2048, I=512, top-10) with 16 experts (the weights of all
+  // 512 are 3 GiB), at T=1 and 3.
+  experts(cases, {1, 16, 10, 2048, 512, bf16, bf16});
+  experts(cases, {3, 16, 10, 2048, 512, f32, bf16});
+  // All 512 experts, top-10, on small matrices.
+  experts(cases, {3, 512, 10, 64, 32, bf16, bf16});
+  // E=8 top-2, odd sizes, every weight dtype; many tokens on small shapes.
+  for (DType w : {f32, bf16, f16}) experts(cases, {7, 8, 2, 96, 33, f32, w});
+  experts(cases, {65, 8, 2, 96, 33, bf16, bf16});
+  experts(cases, {257, 8, 2, 63, 17, f32, f32});
+  experts(cases, {1, 1, 1, 7, 1, f32, f32});
+  // Ids given directly: int64, one expert twice in a token; strided x / out; accumulate.
+  experts(cases, {7, 8, 2, 96, 33, f32, f32, MoeActivation::swiglu, DType::i64, true});
+  experts(cases, {7, 8, 3, 96, 33, f16, bf16, MoeActivation::swiglu, DType::i32, false, true});
+  experts(cases,
+          {5, 8, 2, 96, 33, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false, true});
+  // Non-gated relu² experts (Nemotron-H).
+  experts(cases, {7, 8, 2, 96, 33, f32, f32, MoeActivation::relu2});
+  experts(cases, {3, 64, 6, 256, 80, bf16, bf16, MoeActivation::relu2, DType::i32, false, true});
+}
 
 }  // namespace hybrid::test
