@@ -1,5 +1,6 @@
 // CPU reference: kv_append, attn_decode, attn_prefill, rope_kv_append_attn_decode.
 // f32 math; attention uses an online (running-max) softmax; one (query token, head) per task.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -11,14 +12,17 @@ namespace hybrid::cpu {
 
 namespace {
 
-int64_t idx(const Tensor& t, int64_t i) { return load_index(t, i * t.stride(0)); }
+int64_t idx(const Tensor& t, int64_t i) {
+  return load_index(t, i * t.stride(0));
+}
 int64_t idx(const Tensor& t, int64_t i, int64_t j) {
   return load_index(t, i * t.stride(0) + j * t.stride(1));
 }
 
 // Element offset of row `pos` of KV head `h` of sequence `n` in a cache
 // [num_pages, page_size, Hkv, D] addressed through page_table [N, max_pages].
-int64_t cache_row(const Tensor& cache, const Tensor& page_table, int64_t n, int64_t pos, int64_t h) {
+int64_t cache_row(const Tensor& cache, const Tensor& page_table, int64_t n, int64_t pos,
+                  int64_t h) {
   const int64_t page_size = cache.size(1);
   const int64_t page = idx(page_table, n, pos / page_size);
   return page * cache.stride(0) + (pos % page_size) * cache.stride(1) + h * cache.stride(2);
@@ -85,7 +89,8 @@ void decode_attention(const Tensor& q, const std::vector<float>* rotated, const 
     std::vector<float> qr(D), o(D, 0.0f);  // [D]
     if (len > 0) {
       for (int64_t d = 0; d < D; ++d)
-        qr[d] = rotated ? (*rotated)[nh * D + d] : load_f32(q, n * q.stride(0) + h * q.stride(1) + d);
+        qr[d] =
+            rotated ? (*rotated)[nh * D + d] : load_f32(q, n * q.stride(0) + h * q.stride(1) + d);
       attend(qr.data(), k_cache, v_cache, page_table, n, len - 1, h / group, window, sc, o.data());
     }
     for (int64_t d = 0; d < D; ++d) store_f32(out, oo + d, o[d]);  // padding sequence: 0
@@ -131,7 +136,8 @@ void attn_prefill_cpu(const AttnPrefill& a, Context& ctx) {
   parallel_for(T * Hq, ctx, [&](int64_t th) {
     const int64_t t = th / Hq, h = th % Hq;
     std::vector<float> qr(D), o(D);  // [D]
-    for (int64_t d = 0; d < D; ++d) qr[d] = load_f32(a.q, t * a.q.stride(0) + h * a.q.stride(1) + d);
+    for (int64_t d = 0; d < D; ++d)
+      qr[d] = load_f32(a.q, t * a.q.stride(0) + h * a.q.stride(1) + d);
     attend(qr.data(), a.k_cache, a.v_cache, a.page_table, seq_of[t], pos_of[t], h / group, a.window,
            sc, o.data());
     const int64_t oo = t * a.out.stride(0) + h * a.out.stride(1);

@@ -17,7 +17,8 @@ std::vector<float> inv_freq_table(int64_t rotary_dim, float theta) {
   std::vector<float> inv(rotary_dim / 2);
   for (int64_t i = 0; i < rotary_dim / 2; ++i) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    const float p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
+    const float p =
+        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
     inv[i] = 1.0f / p;
   }
   return inv;
@@ -57,6 +58,8 @@ void rope_cpu(const Rope& a, Context& ctx) {
 
 }  // namespace
 
-void register_rope(Registry& r) { r.add<Rope>("rope.cpu", DeviceType::cpu, 0, nullptr, rope_cpu); }
+void register_rope(Registry& r) {
+  r.add<Rope>("rope.cpu", DeviceType::cpu, 0, nullptr, rope_cpu);
+}
 
 }  // namespace hybrid::cpu

@@ -23,7 +23,9 @@ struct Paged {
   int64_t capacity() const { return max_pages * page_size; }
 };
 
-int32_t at(const Tensor& t, int64_t i) { return t.data_as<const int32_t>()[i * t.stride(0)]; }
+int32_t at(const Tensor& t, int64_t i) {
+  return t.data_as<const int32_t>()[i * t.stride(0)];
+}
 int32_t at(const Tensor& t, int64_t i, int64_t j) {
   return t.data_as<const int32_t>()[i * t.stride(0) + j * t.stride(1)];
 }
@@ -34,9 +36,11 @@ Paged check_paged(ops::Check& c, const Tensor& kc, const Tensor& vc, const Tenso
                   int64_t Hkv, int64_t D) {
   c.rank(kc, "k_cache", {"num_pages", "page_size", "Hkv", "D"}, kActivation);
   Paged p{kc.size(0), kc.size(1), Hkv < 0 ? kc.size(2) : Hkv, 0};
-  c.tensor(kc, "k_cache", {{"num_pages", p.num_pages}, {"page_size", p.page_size}, {"Hkv", p.Hkv}, {"D", D}},
+  c.tensor(kc, "k_cache",
+           {{"num_pages", p.num_pages}, {"page_size", p.page_size}, {"Hkv", p.Hkv}, {"D", D}},
            kActivation);
-  c.tensor(vc, "v_cache", {{"num_pages", p.num_pages}, {"page_size", p.page_size}, {"Hkv", p.Hkv}, {"D", D}},
+  c.tensor(vc, "v_cache",
+           {{"num_pages", p.num_pages}, {"page_size", p.page_size}, {"Hkv", p.Hkv}, {"D", D}},
            {kc.dtype()});
   c.require(p.page_size > 0, "k_cache: page_size must be positive, got ", kc.describe());
   c.tensor(pt, "page_table", {{"N", N}, {"max_pages", -1}}, {DType::i32});
@@ -128,8 +132,8 @@ void kv_append(const KvAppend& a, Context& ctx) {
         const int32_t pos = at(a.positions, t);
         if (pos < 0) continue;  // padding token
         c.require(pos < p.capacity(), "positions[", t, "]=", pos, " (sequence ", n,
-                  ") is out of range: the page table row holds max_pages·page_size = ",
-                  p.max_pages, "·", p.page_size, " = ", p.capacity(), " positions");
+                  ") is out of range: the page table row holds max_pages·page_size = ", p.max_pages,
+                  "·", p.page_size, " = ", p.capacity(), " positions");
         check_pages(c, a.page_table, p, n, pos, pos);
       }
     }
@@ -196,8 +200,8 @@ void rope_kv_append_attn_decode(const RopeKvAppendAttnDecode& a, Context& ctx) {
   const Paged p = check_paged(c, a.k_cache, a.v_cache, a.page_table, N, Hkv, D);
   c.tensor(a.seq_lens, "seq_lens", {{"N", N}}, {DType::i32});
   c.tensor(a.out, "out", {{"N", N}, {"Hq", Hq}, {"D", D}}, kActivation);
-  for (auto [t, name] : {std::pair{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.seq_lens, "seq_lens"},
-                         {a.out, "out"}})
+  for (auto [t, name] :
+       {std::pair{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.seq_lens, "seq_lens"}, {a.out, "out"}})
     c.inner_contiguous(t, name);
   check_rope_params(c, a.rotary_dim, a.theta, D);
   check_window_scale(c, a.window, a.scale);

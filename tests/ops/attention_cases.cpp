@@ -19,22 +19,28 @@ namespace hybrid::test {
 namespace {
 
 enum class Mode {
-  append,            // kv_append
-  decode,            // attn_decode
-  prefill,           // attn_prefill
-  fused,             // rope_kv_append_attn_decode
-  fused_vs_sequence, // the fused op next to rope + kv_append + attn_decode: bit-equal on the CPU
-  prefill_vs_decode  // attn_prefill with one new token per sequence next to attn_decode
+  append,             // kv_append
+  decode,             // attn_decode
+  prefill,            // attn_prefill
+  fused,              // rope_kv_append_attn_decode
+  fused_vs_sequence,  // the fused op next to rope + kv_append + attn_decode: bit-equal on the CPU
+  prefill_vs_decode   // attn_prefill with one new token per sequence next to attn_decode
 };
 
 const char* mode_op(Mode m) {
   switch (m) {
-    case Mode::append: return "kv_append";
-    case Mode::decode: return "attn_decode";
-    case Mode::prefill: return "attn_prefill";
-    case Mode::fused: return "rope_kv_append_attn_decode";
-    case Mode::fused_vs_sequence: return "rope_kv_append_attn_decode";
-    case Mode::prefill_vs_decode: return "attn_prefill";
+    case Mode::append:
+      return "kv_append";
+    case Mode::decode:
+      return "attn_decode";
+    case Mode::prefill:
+      return "attn_prefill";
+    case Mode::fused:
+      return "rope_kv_append_attn_decode";
+    case Mode::fused_vs_sequence:
+      return "rope_kv_append_attn_decode";
+    case Mode::prefill_vs_decode:
+      return "attn_prefill";
   }
   return "";
 }
@@ -145,9 +151,8 @@ struct AttnCase : Case {
       int64_t first_key = lens[n];
       for (int64_t t = 0; t < T; ++t)
         if (row_seq[t] == n && row_pos[t] >= 0)
-          first_key = std::min(first_key, window > 0
-                                              ? std::max<int64_t>(0, row_pos[t] - window + 1)
-                                              : int64_t{0});
+          first_key = std::min(
+              first_key, window > 0 ? std::max<int64_t>(0, row_pos[t] - window + 1) : int64_t{0});
       for (int64_t j = 0; j < (lens[n] + S - 1) / S; ++j) {
         const int32_t page = ids[next++];
         if ((j + 1) * S > first_key) table[n * max_pages + j] = page;
@@ -179,7 +184,8 @@ struct AttnCase : Case {
     }
     fill_values(s.input("page_table", DType::i32, {N, max_pages}),
                 std::vector<double>(table.begin(), table.end()));
-    if (mode != Mode::append) fill_values(s.input("seq_lens", DType::i32, {N}), {lens.begin(), lens.end()});
+    if (mode != Mode::append)
+      fill_values(s.input("seq_lens", DType::i32, {N}), {lens.begin(), lens.end()});
     if (!decode_rows() || mode == Mode::prefill_vs_decode) {
       std::vector<double> cu{0};
       for (int64_t n = 0; n < N; ++n)
@@ -325,7 +331,8 @@ struct AttnCase : Case {
 
   // Softmax attention of q [D] at position pos of sequence n over keys [lo, pos], two-pass.
   std::vector<double> attend_ref(const std::vector<double>& q, int64_t n, int64_t pos, int64_t hk,
-                                 const std::vector<double>& kc, const std::vector<double>& vc) const {
+                                 const std::vector<double>& kc,
+                                 const std::vector<double>& vc) const {
     std::vector<double> out(D, 0.0);
     if (pos < 0) return out;  // padding sequence
     const double sc = scale != 0.0f ? double(scale) : 1.0 / std::sqrt(double(D));

@@ -20,8 +20,16 @@ struct RopeCase : Case {
 
   RopeCase(int64_t T, int64_t H, int64_t D, int64_t rd, float theta, DType act, DType out_dtype,
            int64_t max_pos, bool in_place, bool strided)
-      : T(T), H(H), D(D), rotary_dim(rd), theta(theta), act(act), out_dtype(out_dtype),
-        max_pos(max_pos), in_place(in_place), strided(strided) {}
+      : T(T),
+        H(H),
+        D(D),
+        rotary_dim(rd),
+        theta(theta),
+        act(act),
+        out_dtype(out_dtype),
+        max_pos(max_pos),
+        in_place(in_place),
+        strided(strided) {}
 
   std::string op() const override { return "rope"; }
   std::string params() const override {

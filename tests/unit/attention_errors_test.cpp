@@ -17,8 +17,10 @@ namespace {
 struct AttnFixture : ::testing::Test {
   static constexpr int64_t N = 2, Hq = 4, Hkv = 2, D = 8, P = 4, S = 4;
   std::vector<float> q = std::vector<float>(N * Hq * D, 0.5f), out = std::vector<float>(N * Hq * D);
-  std::vector<float> k = std::vector<float>(N * Hkv * D, 1.0f), v = std::vector<float>(N * Hkv * D, 2.0f);
-  std::vector<float> kc = std::vector<float>(P * S * Hkv * D, 0.1f), vc = std::vector<float>(P * S * Hkv * D, 0.2f);
+  std::vector<float> k = std::vector<float>(N * Hkv * D, 1.0f),
+                     v = std::vector<float>(N * Hkv * D, 2.0f);
+  std::vector<float> kc = std::vector<float>(P * S * Hkv * D, 0.1f),
+                     vc = std::vector<float>(P * S * Hkv * D, 0.2f);
   std::vector<int32_t> table = {0, 1, 2, 3}, lens = {3, 5}, pos = {2, 4}, cu = {0, 1, 2};
   Context ctx;
 
@@ -111,7 +113,8 @@ TEST_F(AttnFixture, PagesBeforeTheWindowAreNotRead) {
   attn_decode(a, ctx);
   EXPECT_NEAR(out[Hq * D], 0.2f, 1e-6f);
   a.window = 0;
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] page_table[1, 0]=-1 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] page_table[1, 0]=-1 is out of range [0, num_pages=4)");
 }
 
 TEST_F(AttnFixture, PaddingSequenceGivesZeros) {
@@ -126,37 +129,47 @@ TEST_F(AttnFixture, PaddingSequenceGivesZeros) {
 TEST_F(AttnFixture, DecodeWrongRank) {
   AttnDecode a = decode();
   a.q = f32(q, {N * Hq, D});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] q: expected [N, Hq, D] f32|bf16|f16, got [8, 8] f32");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] q: expected [N, Hq, D] f32|bf16|f16, got [8, 8] f32");
   a = decode();
   a.k_cache = f32(kc, {P * S, Hkv, D});
   EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
-                      "[attn_decode] k_cache: expected [num_pages, page_size, Hkv, D] f32|bf16|f16, got [16, 2, 8] f32");
+                      "[attn_decode] k_cache: expected [num_pages, page_size, Hkv, D] "
+                      "f32|bf16|f16, got [16, 2, 8] f32");
 }
 
 TEST_F(AttnFixture, DecodeWrongShape) {
   AttnDecode a = decode();
   a.k_cache = f32(kc, {P, S, Hkv * 2, D / 2});
   EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
-                      "[attn_decode] k_cache: expected [num_pages=4, page_size=4, Hkv=4, D=8] f32|bf16|f16, got [4, 4, 4, 4] f32");
+                      "[attn_decode] k_cache: expected [num_pages=4, page_size=4, Hkv=4, D=8] "
+                      "f32|bf16|f16, got [4, 4, 4, 4] f32");
   a = decode();
   a.v_cache = f32(vc, {P, S, 1, D});
   EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
-                      "[attn_decode] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, got [4, 4, 1, 8] f32");
+                      "[attn_decode] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, "
+                      "got [4, 4, 1, 8] f32");
   a = decode();
   a.page_table = i32(table, {1, 2});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] page_table: expected [N=2, max_pages] i32, got [1, 2] i32");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] page_table: expected [N=2, max_pages] i32, got [1, 2] i32");
   a = decode();
   a.out = f32(out, {N, Hq, D / 2});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] out: expected [N=2, Hq=4, D=8] f32|bf16|f16, got [2, 4, 4] f32");
+  EXPECT_HYBRID_ERROR(
+      attn_decode(a, ctx),
+      "[attn_decode] out: expected [N=2, Hq=4, D=8] f32|bf16|f16, got [2, 4, 4] f32");
 }
 
 TEST_F(AttnFixture, DecodeWrongDtype) {
   AttnDecode a = decode();
   a.seq_lens = Tensor(lens.data(), DType::f32, Device::cpu(), {N});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] seq_lens: expected [N=2] i32, got [2] f32");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] seq_lens: expected [N=2] i32, got [2] f32");
   a = decode();
   a.v_cache = Tensor(vc.data(), DType::bf16, Device::cpu(), {P, S, Hkv, D});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, got [4, 4, 2, 8] bf16");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, "
+                      "got [4, 4, 2, 8] bf16");
 }
 
 TEST_F(AttnFixture, DecodeWrongStride) {
@@ -165,7 +178,8 @@ TEST_F(AttnFixture, DecodeWrongStride) {
   a.k_cache = f32(kc, {P, S, Hkv, D / 2});
   a.v_cache = f32(vc, {P, S, Hkv, D / 2});
   a.out = f32(out, {N, Hq, D / 2});
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] q: the last dimension must be contiguous");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] q: the last dimension must be contiguous");
 }
 
 TEST_F(AttnFixture, HqNotAMultipleOfHkv) {
@@ -178,7 +192,8 @@ TEST_F(AttnFixture, HqNotAMultipleOfHkv) {
 TEST_F(AttnFixture, NegativeWindow) {
   AttnDecode a = decode();
   a.window = -1;
-  EXPECT_HYBRID_ERROR(attn_decode(a, ctx), "[attn_decode] window must be >= 0 (0 = no window), got -1");
+  EXPECT_HYBRID_ERROR(attn_decode(a, ctx),
+                      "[attn_decode] window must be >= 0 (0 = no window), got -1");
 }
 
 TEST_F(AttnFixture, NonFiniteScale) {
@@ -189,15 +204,18 @@ TEST_F(AttnFixture, NonFiniteScale) {
 
 TEST_F(AttnFixture, PageTableEntryOutOfRange) {
   table = {0, 1, 2, 4};
-  EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx), "[attn_decode] page_table[1, 1]=4 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx),
+                      "[attn_decode] page_table[1, 1]=4 is out of range [0, num_pages=4)");
   table = {-2, 1, 2, 3};
-  EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx), "[attn_decode] page_table[0, 0]=-2 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx),
+                      "[attn_decode] page_table[0, 0]=-2 is out of range [0, num_pages=4)");
 }
 
 TEST_F(AttnFixture, SeqLenAbovePageCapacity) {
   lens = {3, 9};
   EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx),
-                      "[attn_decode] seq_lens[1]=9 is out of range: the page table row holds max_pages·page_size = 2·4 = 8 positions");
+                      "[attn_decode] seq_lens[1]=9 is out of range: the page table row holds "
+                      "max_pages·page_size = 2·4 = 8 positions");
   lens = {-1, 5};
   EXPECT_HYBRID_ERROR(attn_decode(decode(), ctx), "[attn_decode] seq_lens[0]=-1 is out of range");
 }
@@ -207,11 +225,13 @@ TEST_F(AttnFixture, SeqLenAbovePageCapacity) {
 TEST_F(AttnFixture, AppendWrongShape) {
   KvAppend a = append();
   a.v = f32(v, {N, Hkv, D / 2});
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] v: expected [T=2, Hkv=2, D=8] f32|bf16|f16, got [2, 2, 4] f32");
+  EXPECT_HYBRID_ERROR(kv_append(a, ctx),
+                      "[kv_append] v: expected [T=2, Hkv=2, D=8] f32|bf16|f16, got [2, 2, 4] f32");
   a = append();
   a.k_cache = f32(kc, {P, S, 1, 2 * D});
   EXPECT_HYBRID_ERROR(kv_append(a, ctx),
-                      "[kv_append] k_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32|bf16|f16, got [4, 4, 1, 16] f32");
+                      "[kv_append] k_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] "
+                      "f32|bf16|f16, got [4, 4, 1, 16] f32");
   a = append();
   a.positions = i32(pos, {1});
   EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] positions: expected [T=2] i32, got [1] i32");
@@ -220,38 +240,46 @@ TEST_F(AttnFixture, AppendWrongShape) {
 TEST_F(AttnFixture, AppendWithoutCuSeqlensNeedsOneRowPerSequence) {
   KvAppend a = append();
   a.page_table = i32(table, {1, 4});
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] page_table: expected [N=2, max_pages] i32, got [1, 4] i32");
+  EXPECT_HYBRID_ERROR(kv_append(a, ctx),
+                      "[kv_append] page_table: expected [N=2, max_pages] i32, got [1, 4] i32");
 }
 
 TEST_F(AttnFixture, AppendPositionOutOfRange) {
   pos = {2, 8};
   EXPECT_HYBRID_ERROR(kv_append(append(), ctx),
-                      "[kv_append] positions[1]=8 (sequence 1) is out of range: the page table row holds max_pages·page_size = 2·4 = 8 positions");
+                      "[kv_append] positions[1]=8 (sequence 1) is out of range: the page table row "
+                      "holds max_pages·page_size = 2·4 = 8 positions");
 }
 
 TEST_F(AttnFixture, AppendPageTableEntryOutOfRange) {
   table = {0, 1, 9, 3};
   pos = {2, 1};
-  EXPECT_HYBRID_ERROR(kv_append(append(), ctx), "[kv_append] page_table[1, 0]=9 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(kv_append(append(), ctx),
+                      "[kv_append] page_table[1, 0]=9 is out of range [0, num_pages=4)");
 }
 
 TEST_F(AttnFixture, AppendBadCuSeqlens) {
   KvAppend a = append();
   a.cu_seqlens = i32(cu, {N + 1});
   cu = {0, 2, 1};
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens must be non-decreasing: cu_seqlens[2]=1 < cu_seqlens[1]=2");
+  EXPECT_HYBRID_ERROR(
+      kv_append(a, ctx),
+      "[kv_append] cu_seqlens must be non-decreasing: cu_seqlens[2]=1 < cu_seqlens[1]=2");
   cu = {0, 1, 1};
   EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens[N=2] must equal T=2, got 1");
   cu = {1, 1, 2};
   EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens[0] must be 0, got 1");
   a.cu_seqlens = Tensor(cu.data(), DType::i64, Device::cpu(), {1});
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens: expected [N + 1] i32, got [1] i64");
+  EXPECT_HYBRID_ERROR(kv_append(a, ctx),
+                      "[kv_append] cu_seqlens: expected [N + 1] i32, got [1] i64");
 }
 
 TEST_F(AttnFixture, AppendCacheDtypesMustMatch) {
   KvAppend a = append();
   a.v_cache = Tensor(vc.data(), DType::f16, Device::cpu(), {P, S, Hkv, D});
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, got [4, 4, 2, 8] f16");
+  EXPECT_HYBRID_ERROR(kv_append(a, ctx),
+                      "[kv_append] v_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32, "
+                      "got [4, 4, 2, 8] f16");
 }
 
 // ---- attn_prefill -----------------------------------------------------------------------------
@@ -267,25 +295,30 @@ TEST_F(AttnFixture, PrefillSeqLensMustCountTheNewTokens) {
 
 TEST_F(AttnFixture, PrefillCuSeqlensMustEndAtT) {
   cu = {0, 1, 3};
-  EXPECT_HYBRID_ERROR(attn_prefill(prefill(), ctx), "[attn_prefill] cu_seqlens[N=2] must equal T=2, got 3");
+  EXPECT_HYBRID_ERROR(attn_prefill(prefill(), ctx),
+                      "[attn_prefill] cu_seqlens[N=2] must equal T=2, got 3");
 }
 
 TEST_F(AttnFixture, PrefillWrongShape) {
   AttnPrefill a = prefill();
   a.seq_lens = i32(lens, {1});
-  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx), "[attn_prefill] seq_lens: expected [N=2] i32, got [1] i32");
+  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx),
+                      "[attn_prefill] seq_lens: expected [N=2] i32, got [1] i32");
   a = prefill();
   a.cu_seqlens = i32(cu, {N, 1});
-  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx), "[attn_prefill] cu_seqlens: expected [N + 1] i32, got [2, 1] i32");
+  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx),
+                      "[attn_prefill] cu_seqlens: expected [N + 1] i32, got [2, 1] i32");
 }
 
 TEST_F(AttnFixture, PrefillWindowAndPages) {
   AttnPrefill a = prefill();
   a.window = -3;
-  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx), "[attn_prefill] window must be >= 0 (0 = no window), got -3");
+  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx),
+                      "[attn_prefill] window must be >= 0 (0 = no window), got -3");
   a.window = 0;
   table = {0, 1, 2, 7};
-  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx), "[attn_prefill] page_table[1, 1]=7 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(attn_prefill(a, ctx),
+                      "[attn_prefill] page_table[1, 1]=7 is out of range [0, num_pages=4)");
 }
 
 // ---- rope_kv_append_attn_decode -----------------------------------------------------------------
@@ -303,17 +336,20 @@ TEST_F(AttnFixture, FusedRotaryDim) {
 TEST_F(AttnFixture, FusedWrongShapes) {
   RopeKvAppendAttnDecode a = fused();
   a.v = f32(v, {N, 1, D});
-  EXPECT_HYBRID_ERROR(rope_kv_append_attn_decode(a, ctx),
-                      "[rope_kv_append_attn_decode] v: expected [N=2, Hkv=2, D=8] f32|bf16|f16, got [2, 1, 8] f32");
+  EXPECT_HYBRID_ERROR(
+      rope_kv_append_attn_decode(a, ctx),
+      "[rope_kv_append_attn_decode] v: expected [N=2, Hkv=2, D=8] f32|bf16|f16, got [2, 1, 8] f32");
   a = fused();
   a.k = f32(k, {N, 3, D / 2 + 1});
-  EXPECT_HYBRID_ERROR(rope_kv_append_attn_decode(a, ctx),
-                      "[rope_kv_append_attn_decode] k: expected [N=2, Hkv=3, D=8] f32|bf16|f16, got [2, 3, 5] f32");
+  EXPECT_HYBRID_ERROR(
+      rope_kv_append_attn_decode(a, ctx),
+      "[rope_kv_append_attn_decode] k: expected [N=2, Hkv=3, D=8] f32|bf16|f16, got [2, 3, 5] f32");
   a = fused();
   a.k_cache = f32(kc, {P, S, 1, 2 * D});
   a.v_cache = f32(vc, {P, S, 1, 2 * D});
   EXPECT_HYBRID_ERROR(rope_kv_append_attn_decode(a, ctx),
-                      "[rope_kv_append_attn_decode] k_cache: expected [num_pages=4, page_size=4, Hkv=2, D=8] f32|bf16|f16");
+                      "[rope_kv_append_attn_decode] k_cache: expected [num_pages=4, page_size=4, "
+                      "Hkv=2, D=8] f32|bf16|f16");
 }
 
 TEST_F(AttnFixture, FusedValuesChecked) {
@@ -322,6 +358,7 @@ TEST_F(AttnFixture, FusedValuesChecked) {
                       "[rope_kv_append_attn_decode] seq_lens[1]=9 is out of range");
   lens = {3, 5};
   table = {0, 1, 2, -1};
-  EXPECT_HYBRID_ERROR(rope_kv_append_attn_decode(fused(), ctx),
-                      "[rope_kv_append_attn_decode] page_table[1, 1]=-1 is out of range [0, num_pages=4)");
+  EXPECT_HYBRID_ERROR(
+      rope_kv_append_attn_decode(fused(), ctx),
+      "[rope_kv_append_attn_decode] page_table[1, 1]=-1 is out of range [0, num_pages=4)");
 }

@@ -55,7 +55,8 @@ TEST_F(RopeFixture, WrongRank) {
 TEST_F(RopeFixture, WrongShape) {
   Rope a = args();
   a.out = Tensor(out.data(), DType::f32, Device::cpu(), {2, 2, 8});
-  EXPECT_HYBRID_ERROR(rope(a, ctx), "[rope] out: expected [T=2, H=3, D=8] f32|bf16|f16, got [2, 2, 8] f32");
+  EXPECT_HYBRID_ERROR(rope(a, ctx),
+                      "[rope] out: expected [T=2, H=3, D=8] f32|bf16|f16, got [2, 2, 8] f32");
   a = args();
   a.positions = Tensor(pos.data(), DType::i32, Device::cpu(), {1});
   EXPECT_HYBRID_ERROR(rope(a, ctx), "[rope] positions: expected [T=2] i32, got [1] i32");

@@ -45,12 +45,12 @@ void kv_append(const KvAppend& args, Context& ctx);
 // K/V must already be appended). seq_lens[n] = 0 marks a padding sequence: out[n] = 0.
 struct AttnDecode {
   static constexpr const char* op_name = "attn_decode";
-  Tensor q;           // [N, Hq, D] f32 | bf16 | f16; rows/heads may be strided, D contiguous
-  Tensor k_cache;     // [num_pages, page_size, Hkv, D] f32 | bf16 | f16; Hq % Hkv == 0
-  Tensor v_cache;     // [num_pages, page_size, Hkv, D], k_cache's dtype
-  Tensor page_table;  // [N, max_pages] i32
-  Tensor seq_lens;    // [N] i32: cached tokens including this step's, in [0, max_pages·page_size]
-  Tensor out;         // [N, Hq, D] f32 | bf16 | f16
+  Tensor q;            // [N, Hq, D] f32 | bf16 | f16; rows/heads may be strided, D contiguous
+  Tensor k_cache;      // [num_pages, page_size, Hkv, D] f32 | bf16 | f16; Hq % Hkv == 0
+  Tensor v_cache;      // [num_pages, page_size, Hkv, D], k_cache's dtype
+  Tensor page_table;   // [N, max_pages] i32
+  Tensor seq_lens;     // [N] i32: cached tokens including this step's, in [0, max_pages·page_size]
+  Tensor out;          // [N, Hq, D] f32 | bf16 | f16
   int64_t window = 0;  // 0 = full causal attention; W > 0: the last W positions (p − W, p]
   float scale = 0.0f;  // 0 = 1 / sqrt(D)
 };
@@ -63,13 +63,13 @@ void attn_decode(const AttnDecode& args, Context& ctx);
 // L_n = 0 has no query rows. attn_decode is the case L_n = 1 for every n.
 struct AttnPrefill {
   static constexpr const char* op_name = "attn_prefill";
-  Tensor q;           // [T, Hq, D] f32 | bf16 | f16; rows/heads may be strided, D contiguous
-  Tensor k_cache;     // [num_pages, page_size, Hkv, D] f32 | bf16 | f16; Hq % Hkv == 0
-  Tensor v_cache;     // [num_pages, page_size, Hkv, D], k_cache's dtype
-  Tensor page_table;  // [N, max_pages] i32
-  Tensor cu_seqlens;  // [N + 1] i32: new tokens per sequence; cu[0] = 0, non-decreasing, cu[N] = T
-  Tensor seq_lens;    // [N] i32: cached tokens including the new ones; L_n <= seq_lens[n] <= cap
-  Tensor out;         // [T, Hq, D] f32 | bf16 | f16
+  Tensor q;            // [T, Hq, D] f32 | bf16 | f16; rows/heads may be strided, D contiguous
+  Tensor k_cache;      // [num_pages, page_size, Hkv, D] f32 | bf16 | f16; Hq % Hkv == 0
+  Tensor v_cache;      // [num_pages, page_size, Hkv, D], k_cache's dtype
+  Tensor page_table;   // [N, max_pages] i32
+  Tensor cu_seqlens;   // [N + 1] i32: new tokens per sequence; cu[0] = 0, non-decreasing, cu[N] = T
+  Tensor seq_lens;     // [N] i32: cached tokens including the new ones; L_n <= seq_lens[n] <= cap
+  Tensor out;          // [T, Hq, D] f32 | bf16 | f16
   int64_t window = 0;  // 0 = full causal attention; W > 0: the last W positions (p − W, p]
   float scale = 0.0f;  // 0 = 1 / sqrt(D)
 };
@@ -83,14 +83,14 @@ void attn_prefill(const AttnPrefill& args, Context& ctx);
 // them. seq_lens[n] = 0 marks a padding sequence: nothing is written to the cache, out[n] = 0.
 struct RopeKvAppendAttnDecode {
   static constexpr const char* op_name = "rope_kv_append_attn_decode";
-  Tensor q;           // [N, Hq, D] f32 | bf16 | f16, before RoPE; rows/heads may be strided
-  Tensor k;           // [N, Hkv, D] f32 | bf16 | f16, before RoPE; rows/heads may be strided
-  Tensor v;           // [N, Hkv, D] f32 | bf16 | f16; rows/heads may be strided
-  Tensor k_cache;     // [num_pages, page_size, Hkv, D] f32 | bf16 | f16, updated in place
-  Tensor v_cache;     // [num_pages, page_size, Hkv, D], k_cache's dtype, updated in place
-  Tensor page_table;  // [N, max_pages] i32
-  Tensor seq_lens;    // [N] i32: lengths including this token, in [0, max_pages·page_size]
-  Tensor out;         // [N, Hq, D] f32 | bf16 | f16
+  Tensor q;                // [N, Hq, D] f32 | bf16 | f16, before RoPE; rows/heads may be strided
+  Tensor k;                // [N, Hkv, D] f32 | bf16 | f16, before RoPE; rows/heads may be strided
+  Tensor v;                // [N, Hkv, D] f32 | bf16 | f16; rows/heads may be strided
+  Tensor k_cache;          // [num_pages, page_size, Hkv, D] f32 | bf16 | f16, updated in place
+  Tensor v_cache;          // [num_pages, page_size, Hkv, D], k_cache's dtype, updated in place
+  Tensor page_table;       // [N, max_pages] i32
+  Tensor seq_lens;         // [N] i32: lengths including this token, in [0, max_pages·page_size]
+  Tensor out;              // [N, Hq, D] f32 | bf16 | f16
   int64_t rotary_dim = 0;  // even, in [2, D]
   float theta = 10000.0f;  // > 0
   int64_t window = 0;      // 0 = full causal attention; W > 0: the last W positions

@@ -20,9 +20,9 @@ namespace hybrid {
 // read straight out of Qwen3-Next's packed [q_h | gate_h] projection (head stride 2·D).
 struct Rope {
   static constexpr const char* op_name = "rope";
-  Tensor x;          // [T, H, D] f32 | bf16 | f16; token and head strides free, D contiguous
-  Tensor out;        // [T, H, D] f32 | bf16 | f16; may be x (in place)
-  Tensor positions;  // [T] i32: the position of each token (any int32 value)
+  Tensor x;                // [T, H, D] f32 | bf16 | f16; token and head strides free, D contiguous
+  Tensor out;              // [T, H, D] f32 | bf16 | f16; may be x (in place)
+  Tensor positions;        // [T] i32: the position of each token (any int32 value)
   int64_t rotary_dim = 0;  // even, in [2, D]
   float theta = 10000.0f;  // > 0 (rope_theta)
 };
