@@ -1,7 +1,65 @@
+// CPU reference: rope (NeoX rotate-half over the first rotary_dim dims). f32 math, one token per
+// task.
+#include <cmath>
+#include <vector>
+
+#include "cpu/common.h"
 #include "cpu/kernels.h"
+#include "hybrid/ops/rope.h"
 
 namespace hybrid::cpu {
 
-void register_rope(Registry& r) { (void)r; }
+namespace {
+
+// inv_freq[i] = fl32(1 / fl32(theta ^ fl32(2i / rotary_dim))), i in [0, rotary_dim/2): each power
+// correctly rounded to f32 (via f64), as torch forms `1 / base ** (arange(0, dim, 2) / dim)`.
+std::vector<float> inv_freq_table(int64_t rotary_dim, float theta) {
+  std::vector<float> inv(rotary_dim / 2);
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    const float p =
+        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
+    inv[i] = 1.0f / p;
+  }
+  return inv;
+}
+
+// x [T, H, D] -> out [T, H, D]; per token t with p = positions[t], per head, i < half:
+//   a = fl32(fl32(p) · inv_freq[i])
+//   out[i] = x[i]·cos a − x[i+half]·sin a,  out[i+half] = x[i+half]·cos a + x[i]·sin a
+//   out[d] = x[d] for d >= rotary_dim.
+void rope_cpu(const Rope& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), D = a.x.size(2);
+  const int64_t half = a.rotary_dim / 2;
+  const std::vector<float> inv_freq = inv_freq_table(a.rotary_dim, a.theta);
+  const int32_t* positions = a.positions.data_as<const int32_t>();
+  const bool in_place = a.out.data() == a.x.data();
+  parallel_for(T, ctx, [&](int64_t t) {
+    std::vector<float> cos_a(half), sin_a(half);  // [half]
+    const float p = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = p * inv_freq[i];  // f32 product, as HF
+      cos_a[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_a[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t xo = t * a.x.stride(0) + h * a.x.stride(1);
+      const int64_t oo = t * a.out.stride(0) + h * a.out.stride(1);
+      for (int64_t i = 0; i < half; ++i) {
+        const float x0 = load_f32(a.x, xo + i), x1 = load_f32(a.x, xo + i + half);
+        store_f32(a.out, oo + i, x0 * cos_a[i] - x1 * sin_a[i]);
+        store_f32(a.out, oo + i + half, x1 * cos_a[i] + x0 * sin_a[i]);
+      }
+      if (!in_place)
+        for (int64_t d = a.rotary_dim; d < D; ++d) store_f32(a.out, oo + d, load_f32(a.x, xo + d));
+    }
+  });
+}
+
+}  // namespace
+
+void register_rope(Registry& r) {
+  r.add<Rope>("rope.cpu", DeviceType::cpu, 0, nullptr, rope_cpu);
+}
 
 }  // namespace hybrid::cpu
