@@ -6,6 +6,7 @@
 
 #include "cpu/common.h"
 #include "cpu/kernels.h"
+#include "cpu/rope_math.h"
 #include "hybrid/ops/attention.h"
 
 namespace hybrid::cpu {
@@ -70,15 +71,15 @@ void attend(const float* q, const Tensor& k_cache, const Tensor& v_cache, const 
   for (int64_t d = 0; d < D; ++d) out[d] = acc[d] / l;
 }
 
-float resolve_scale(float scale, int64_t D) {
-  return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(D));
+float resolve_scale(std::optional<float> scale, int64_t D) {
+  return scale ? *scale : 1.0f / std::sqrt(static_cast<float>(D));
 }
 
 // Decode attention of q [N, Hq, D] (already rotated when `rotated` is given: [N, Hq, D] f32
 // contiguous) into out [N, Hq, D]; query of sequence n at position seq_lens[n] − 1.
 void decode_attention(const Tensor& q, const std::vector<float>* rotated, const Tensor& k_cache,
                       const Tensor& v_cache, const Tensor& page_table, const Tensor& seq_lens,
-                      const Tensor& out, int64_t window, float scale, Context& ctx) {
+                      const Tensor& out, int64_t window, std::optional<float> scale, Context& ctx) {
   const int64_t N = q.size(0), Hq = q.size(1), D = q.size(2);
   const int64_t group = Hq / k_cache.size(2);
   const float sc = resolve_scale(scale, D);
@@ -145,21 +146,15 @@ void attn_prefill_cpu(const AttnPrefill& a, Context& ctx) {
   });
 }
 
-// RoPE of one [D] row at position pos, exactly as the rope op computes it (rope.cpp):
-//   inv_freq[i] = fl32(1 / fl32(theta^fl32(2i/rd))), a = fl32(fl32(pos)·inv_freq[i]),
+// RoPE of one [D] row at position pos, exactly as the rope op computes it (cpu/rope_math.h):
 //   y[i] = x[i]cos a − x[i+half]sin a, y[i+half] = x[i+half]cos a + x[i]sin a, y[d>=rd] = x[d];
 // then rounded to `dtype_of` (the dtype the three-op sequence would store the rotated row in).
 void rope_row(const Tensor& x, int64_t off, int64_t pos, int64_t rotary_dim, float theta,
               const Tensor& dtype_of, float* y) {
   const int64_t D = x.size(-1), half = rotary_dim / 2;
-  const float p = static_cast<float>(pos);
   for (int64_t i = 0; i < half; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    const float inv_freq =
-        1.0f / static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
-    const float angle = p * inv_freq;
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    float c, s;
+    rope_cos_sin(pos, rope_inv_freq(i, rotary_dim, theta), c, s);
     const float x0 = load_f32(x, off + i), x1 = load_f32(x, off + i + half);
     y[i] = x0 * c - x1 * s;
     y[i + half] = x1 * c + x0 * s;

@@ -5,27 +5,21 @@
 
 #include "cpu/common.h"
 #include "cpu/kernels.h"
+#include "cpu/rope_math.h"
 #include "hybrid/ops/rope.h"
 
 namespace hybrid::cpu {
 
 namespace {
 
-// inv_freq[i] = fl32(1 / fl32(theta ^ fl32(2i / rotary_dim))), i in [0, rotary_dim/2): each power
-// correctly rounded to f32 (via f64), as torch forms `1 / base ** (arange(0, dim, 2) / dim)`.
-std::vector<float> inv_freq_table(int64_t rotary_dim, float theta) {
+std::vector<float> inv_freq_table(int64_t rotary_dim, float theta) {  // [rotary_dim / 2]
   std::vector<float> inv(rotary_dim / 2);
-  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    const float p =
-        static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
-    inv[i] = 1.0f / p;
-  }
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) inv[i] = rope_inv_freq(i, rotary_dim, theta);
   return inv;
 }
 
 // x [T, H, D] -> out [T, H, D]; per token t with p = positions[t], per head, i < half:
-//   a = fl32(fl32(p) · inv_freq[i])
+//   a = fl32(fl32(p) · inv_freq[i])  (cpu/rope_math.h)
 //   out[i] = x[i]·cos a − x[i+half]·sin a,  out[i+half] = x[i+half]·cos a + x[i]·sin a
 //   out[d] = x[d] for d >= rotary_dim.
 void rope_cpu(const Rope& a, Context& ctx) {
@@ -36,12 +30,7 @@ void rope_cpu(const Rope& a, Context& ctx) {
   const bool in_place = a.out.data() == a.x.data();
   parallel_for(T, ctx, [&](int64_t t) {
     std::vector<float> cos_a(half), sin_a(half);  // [half]
-    const float p = static_cast<float>(positions[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = p * inv_freq[i];  // f32 product, as HF
-      cos_a[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_a[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
+    for (int64_t i = 0; i < half; ++i) rope_cos_sin(positions[t], inv_freq[i], cos_a[i], sin_a[i]);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t xo = t * a.x.stride(0) + h * a.x.stride(1);
       const int64_t oo = t * a.out.stride(0) + h * a.out.stride(1);

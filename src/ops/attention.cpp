@@ -82,9 +82,9 @@ int64_t window_start(int64_t pos, int64_t window) {
   return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
 }
 
-void check_window_scale(ops::Check& c, int64_t window, float scale) {
+void check_window_scale(ops::Check& c, int64_t window, std::optional<float> scale) {
   c.require(window >= 0, "window must be >= 0 (0 = no window), got ", window);
-  c.require(std::isfinite(scale), "scale must be finite (0 = 1/sqrt(D)), got ", scale);
+  if (scale) c.require(std::isfinite(*scale), "scale must be finite, got ", *scale);
 }
 
 void check_rope_params(ops::Check& c, int64_t rotary_dim, float theta, int64_t D) {

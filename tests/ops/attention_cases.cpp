@@ -238,7 +238,7 @@ struct AttnCase : Case {
         a.seq_lens = v.at("seq_lens");
         a.out = v.at(mode == Mode::decode ? "out" : "out_decode");
         a.window = window;
-        a.scale = scale;
+        if (scale != 0.0f) a.scale = scale;
         attn_decode(a, ctx);
         if (mode == Mode::decode) return;
         [[fallthrough]];
@@ -253,7 +253,7 @@ struct AttnCase : Case {
         a.seq_lens = v.at("seq_lens");
         a.out = v.at("out");
         a.window = window;
-        a.scale = scale;
+        if (scale != 0.0f) a.scale = scale;
         attn_prefill(a, ctx);
         if (mode == Mode::prefill_vs_decode) {
           ctx.synchronize();
@@ -275,7 +275,7 @@ struct AttnCase : Case {
         a.rotary_dim = rotary_dim;
         a.theta = theta;
         a.window = window;
-        a.scale = scale;
+        if (scale != 0.0f) a.scale = scale;
         rope_kv_append_attn_decode(a, ctx);
         if (mode == Mode::fused) return;
         // The same step as three ops: rope q and k (out of place), kv_append, attn_decode.
@@ -306,7 +306,7 @@ struct AttnCase : Case {
         d.seq_lens = v.at("seq_lens");
         d.out = v.at("out_seq");
         d.window = window;
-        d.scale = scale;
+        if (scale != 0.0f) d.scale = scale;
         attn_decode(d, ctx);
         ctx.synchronize();
         expect_bit_equal(v.at("out"), v.at("out_seq"), "out", ctx);

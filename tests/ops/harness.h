@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -77,12 +78,12 @@ class Slots {
   Slot& operator[](const std::string& name);
   const Slot& operator[](const std::string& name) const;
   bool has(const std::string& name) const;
-  std::vector<Slot>& all() { return slots_; }
-  const std::vector<Slot>& all() const { return slots_; }
+  std::deque<Slot>& all() { return slots_; }
+  const std::deque<Slot>& all() const { return slots_; }
 
  private:
   Slot& add(Slot s);
-  std::vector<Slot> slots_;
+  std::deque<Slot> slots_;  // a deque: references returned by add() stay valid
 };
 
 // Input fillers (values rounded to the slot's dtype).

@@ -16,6 +16,8 @@
 // The CPU kernels use an online (single-pass, running max) softmax in f32.
 #pragma once
 
+#include <optional>
+
 #include "hybrid/core/context.h"
 #include "hybrid/core/tensor.h"
 
@@ -52,7 +54,7 @@ struct AttnDecode {
   Tensor seq_lens;     // [N] i32: cached tokens including this step's, in [0, max_pages·page_size]
   Tensor out;          // [N, Hq, D] f32 | bf16 | f16
   int64_t window = 0;  // 0 = full causal attention; W > 0: the last W positions (p − W, p]
-  float scale = 0.0f;  // 0 = 1 / sqrt(D)
+  std::optional<float> scale;  // default 1 / sqrt(D)
 };
 void attn_decode(const AttnDecode& args, Context& ctx);
 
@@ -71,7 +73,7 @@ struct AttnPrefill {
   Tensor seq_lens;     // [N] i32: cached tokens including the new ones; L_n <= seq_lens[n] <= cap
   Tensor out;          // [T, Hq, D] f32 | bf16 | f16
   int64_t window = 0;  // 0 = full causal attention; W > 0: the last W positions (p − W, p]
-  float scale = 0.0f;  // 0 = 1 / sqrt(D)
+  std::optional<float> scale;  // default 1 / sqrt(D)
 };
 void attn_prefill(const AttnPrefill& args, Context& ctx);
 
@@ -94,7 +96,7 @@ struct RopeKvAppendAttnDecode {
   int64_t rotary_dim = 0;  // even, in [2, D]
   float theta = 10000.0f;  // > 0
   int64_t window = 0;      // 0 = full causal attention; W > 0: the last W positions
-  float scale = 0.0f;      // 0 = 1 / sqrt(D)
+  std::optional<float> scale;      // default 1 / sqrt(D)
 };
 void rope_kv_append_attn_decode(const RopeKvAppendAttnDecode& args, Context& ctx);
 
