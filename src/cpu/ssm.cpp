@@ -22,9 +22,21 @@ struct SsmInputs {
 
   template <class Args>
   explicit SsmInputs(const Args& a)
-      : x(a.x), dt(a.dt), A_log(a.A_log), B(a.B), C(a.C), D(a.D), dt_bias(a.dt_bias), z(a.z),
-        dt_softplus(a.dt_softplus), dt_min(a.dt_min), dt_max(a.dt_max), H(a.x.size(1)),
-        P(a.x.size(2)), G(a.B.size(1)), N(a.B.size(2)) {}
+      : x(a.x),
+        dt(a.dt),
+        A_log(a.A_log),
+        B(a.B),
+        C(a.C),
+        D(a.D),
+        dt_bias(a.dt_bias),
+        z(a.z),
+        dt_softplus(a.dt_softplus),
+        dt_min(a.dt_min),
+        dt_max(a.dt_max),
+        H(a.x.size(1)),
+        P(a.x.size(2)),
+        G(a.B.size(1)),
+        N(a.B.size(2)) {}
 
   int64_t group(int64_t h) const { return h / (H / G); }
   // A = -exp(A_log[h])
@@ -53,7 +65,9 @@ struct SsmInputs {
   }
 };
 
-int64_t off3(const Tensor& t, int64_t i, int64_t j) { return i * t.stride(0) + j * t.stride(1); }
+int64_t off3(const Tensor& t, int64_t i, int64_t j) {
+  return i * t.stride(0) + j * t.stride(1);
+}
 // Element (i, j, p, 0) of a [rows, H, P, N] state tensor.
 int64_t state_row(const Tensor& s, int64_t i, int64_t h, int64_t p) {
   return i * s.stride(0) + h * s.stride(1) + p * s.stride(2);
@@ -65,15 +79,19 @@ void load_state(const Tensor& s, int64_t slot, int64_t h, int64_t P, int64_t N, 
 }
 void store_state(const Tensor& s, int64_t row, int64_t h, int64_t P, int64_t N, const float* S) {
   for (int64_t p = 0; p < P; ++p)
-    for (int64_t n = 0; n < N; ++n) store_f32(s, state_row(s, row, h, p) + n, S ? S[p * N + n] : 0.0f);
+    for (int64_t n = 0; n < N; ++n)
+      store_f32(s, state_row(s, row, h, p) + n, S ? S[p * N + n] : 0.0f);
 }
 
 bool mask_active(const Tensor& mask, int64_t t) {
   if (!mask.defined()) return true;
   switch (mask.dtype()) {
-    case DType::u8: return mask.data_as<const uint8_t>()[t] != 0;
-    case DType::u32: return mask.data_as<const uint32_t>()[t] != 0;
-    default: return mask.data_as<const int32_t>()[t] != 0;
+    case DType::u8:
+      return mask.data_as<const uint8_t>()[t] != 0;
+    case DType::u32:
+      return mask.data_as<const uint32_t>()[t] != 0;
+    default:
+      return mask.data_as<const int32_t>()[t] != 0;
   }
 }
 
@@ -126,7 +144,8 @@ void ssm_step_record_cpu(const SsmStepRecord& a, Context& ctx) {
         store_f32(a.dA_log, off3(a.dA_log, t, h), 1.0f);
         for (int64_t p = 0; p < P; ++p) {
           store_f32(a.y, off3(a.y, t, h) + p, 0.0f);
-          for (int64_t n = 0; n < N; ++n) store_f32(a.dBx_log, state_row(a.dBx_log, t, h, p) + n, 0.0f);
+          for (int64_t n = 0; n < N; ++n)
+            store_f32(a.dBx_log, state_row(a.dBx_log, t, h, p) + n, 0.0f);
         }
       }
       if (a.state_out.defined()) store_state(a.state_out, seq, h, P, N, nullptr);

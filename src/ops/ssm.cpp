@@ -45,8 +45,14 @@ Dims check_inputs(ops::Check& c, const Args& a, const char* tok) {
   c.optional(a.z, "z", {{tok, T}, {"H", H}, {"P", P}}, kActivation);
   c.require(!std::isnan(a.dt_min) && !std::isnan(a.dt_max) && a.dt_min <= a.dt_max,
             "dt_limit: expected dt_min <= dt_max, got (", a.dt_min, ", ", a.dt_max, ")");
-  for (auto [t, name] : {std::pair{a.x, "x"}, {a.dt, "dt"}, {a.A_log, "A_log"}, {a.B, "B"},
-                         {a.C, "C"}, {a.D, "D"}, {a.dt_bias, "dt_bias"}, {a.z, "z"}})
+  for (auto [t, name] : {std::pair{a.x, "x"},
+                         {a.dt, "dt"},
+                         {a.A_log, "A_log"},
+                         {a.B, "B"},
+                         {a.C, "C"},
+                         {a.D, "D"},
+                         {a.dt_bias, "dt_bias"},
+                         {a.z, "z"}})
     c.inner_contiguous(t, name);
   return {T, H, P, G, N};
 }

@@ -57,10 +57,10 @@ Slot& ints(Slots& s, const std::string& name, const Ints& v) {
 void init_inputs(Rng& rng, Slots& s, int64_t T, const Shape& sh, const Opts& o) {
   const int64_t H = sh.H, P = sh.P, N = sh.N, G = sh.G;
   if (o.strided) {  // rows read out of packed projections: extra columns and an offset
-    fill_normal(s.strided("x", Role::in, o.act, {T, H, P}, {H * P + 5, P, 1}, 2, T * (H * P + 5) + 2),
-                rng);
-    fill_normal(s.strided("B", Role::in, o.act, {T, G, N}, {G * N + 3, N, 1}, 1, T * (G * N + 3) + 1),
-                rng);
+    fill_normal(
+        s.strided("x", Role::in, o.act, {T, H, P}, {H * P + 5, P, 1}, 2, T * (H * P + 5) + 2), rng);
+    fill_normal(
+        s.strided("B", Role::in, o.act, {T, G, N}, {G * N + 3, N, 1}, 1, T * (G * N + 3) + 1), rng);
     fill_normal(s.strided("C", Role::in, o.act, {T, G, N}, {2 * G * N + 3, N, 1}, G * N,
                           T * (2 * G * N + 3) + G * N),
                 rng);
@@ -137,7 +137,8 @@ struct Ref {
   double dt_eff(int64_t t, int64_t h) const {
     double v = dt[t * sh.H + h] + (o.bias ? bias[h] : 0.0);
     if (o.softplus) v = softplus(v);
-    if (o.limit) v = std::min(std::max(v, static_cast<double>(kDtMin)), static_cast<double>(kDtMax));
+    if (o.limit)
+      v = std::min(std::max(v, static_cast<double>(kDtMin)), static_cast<double>(kDtMax));
     return v;
   }
   // Token t: S ← dA·S + dt'·x ⊗ B;  y = (S·C + D·x)·silu(z). A masked token is the identity
@@ -186,10 +187,12 @@ struct StepCase : Case {
   Ints slots;  // per sequence (one token each); < 0 = padding
   int64_t pool;
 
-  StepCase(Shape sh, Opts o, Ints slots, int64_t pool) : sh(sh), o(o), slots(std::move(slots)), pool(pool) {}
+  StepCase(Shape sh, Opts o, Ints slots, int64_t pool)
+      : sh(sh), o(o), slots(std::move(slots)), pool(pool) {}
   std::string op() const override { return "ssm_step"; }
   std::string params() const override {
-    return str("batch=", slots.size(), ",slots=", ints_text(slots), ",pool=", pool, ",", shape_text(sh, o));
+    return str("batch=", slots.size(), ",slots=", ints_text(slots), ",pool=", pool, ",",
+               shape_text(sh, o));
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t batch = static_cast<int64_t>(slots.size());
@@ -231,14 +234,20 @@ struct RecordCase : Case {
 
   RecordCase(Shape sh, Opts o, Ints lens, Ints slots, int64_t pool, bool mask, bool state_out,
              Ints replay_k = {})
-      : sh(sh), o(o), lens(std::move(lens)), slots(std::move(slots)), pool(pool), mask(mask),
-        state_out(state_out), replay_k(std::move(replay_k)) {}
+      : sh(sh),
+        o(o),
+        lens(std::move(lens)),
+        slots(std::move(slots)),
+        pool(pool),
+        mask(mask),
+        state_out(state_out),
+        replay_k(std::move(replay_k)) {}
   std::string op() const override { return replay_k.empty() ? "ssm_step_record" : "ssm_replay"; }
   std::string params() const override {
-    return str(replay_k.empty() ? "" : "record_then_replay,k=", replay_k.empty() ? "" : ints_text(replay_k) + ",",
-               "seqs=", ints_text(lens), ",slots=", ints_text(slots), ",pool=", pool, ",",
-               shape_text(sh, o), ",log=", dtype_name(o.log), mask ? ",mask" : "",
-               state_out ? ",state_out" : "");
+    return str(replay_k.empty() ? "" : "record_then_replay,k=",
+               replay_k.empty() ? "" : ints_text(replay_k) + ",", "seqs=", ints_text(lens),
+               ",slots=", ints_text(slots), ",pool=", pool, ",", shape_text(sh, o),
+               ",log=", dtype_name(o.log), mask ? ",mask" : "", state_out ? ",state_out" : "");
   }
   int64_t T() const { return std::accumulate(lens.begin(), lens.end(), int64_t{0}); }
   // Replay from a bf16 tape: the replayed state carries the tape's bf16 rounding of dA and dBx,
@@ -329,14 +338,22 @@ struct ReplayCase : Case {
   int64_t pool;
   bool mask;
 
-  ReplayCase(int64_t H, int64_t P, int64_t N, Opts o, Ints lens, Ints slots, Ints ks, int64_t pool, bool mask)
-      : H(H), P(P), N(N), o(o), lens(std::move(lens)), slots(std::move(slots)), ks(std::move(ks)),
-        pool(pool), mask(mask) {}
+  ReplayCase(int64_t H, int64_t P, int64_t N, Opts o, Ints lens, Ints slots, Ints ks, int64_t pool,
+             bool mask)
+      : H(H),
+        P(P),
+        N(N),
+        o(o),
+        lens(std::move(lens)),
+        slots(std::move(slots)),
+        ks(std::move(ks)),
+        pool(pool),
+        mask(mask) {}
   std::string op() const override { return "ssm_replay"; }
   std::string params() const override {
-    return str("seqs=", ints_text(lens), ",slots=", ints_text(slots), ",k=", ints_text(ks), ",pool=", pool,
-               ",H=", H, ",P=", P, ",N=", N, ",state=", dtype_name(o.state), ",log=", dtype_name(o.log),
-               mask ? ",mask" : "");
+    return str("seqs=", ints_text(lens), ",slots=", ints_text(slots), ",k=", ints_text(ks),
+               ",pool=", pool, ",H=", H, ",P=", P, ",N=", N, ",state=", dtype_name(o.state),
+               ",log=", dtype_name(o.log), mask ? ",mask" : "");
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t T = std::accumulate(lens.begin(), lens.end(), int64_t{0});
@@ -364,7 +381,8 @@ struct ReplayCase : Case {
   }
   void oracle(const Slots& s, Expected& e) override {
     const int64_t SZ = H * P * N;
-    std::vector<double> pool_v = s["state"].values(), dA = s["dA_log"].values(), dBx = s["dBx_log"].values();
+    std::vector<double> pool_v = s["state"].values(), dA = s["dA_log"].values(),
+                        dBx = s["dBx_log"].values();
     const Ints cu = offsets(lens);
     for (size_t i = 0; i < lens.size(); ++i) {
       if (slots[i] < 0) continue;
@@ -372,7 +390,8 @@ struct ReplayCase : Case {
       for (int64_t t = cu[i]; t < cu[i] + ks[i]; ++t) {
         if (mask && s["mask"].get(t) == 0.0) continue;
         for (int64_t h = 0; h < H; ++h)
-          for (int64_t j = 0; j < P * N; ++j) S[h * P * N + j] = dA[t * H + h] * S[h * P * N + j] + dBx[t * SZ + h * P * N + j];
+          for (int64_t j = 0; j < P * N; ++j)
+            S[h * P * N + j] = dA[t * H + h] * S[h * P * N + j] + dBx[t * SZ + h * P * N + j];
       }
     }
     e["state"] = pool_v;
@@ -390,14 +409,22 @@ struct ScanCase : Case {
   int64_t pool, Q;
   bool chunk_states;
 
-  ScanCase(Shape sh, Opts o, Ints lens, Ints slots, Ints init_flags, int64_t pool, int64_t Q, bool cs)
-      : sh(sh), o(o), lens(std::move(lens)), slots(std::move(slots)), init_flags(std::move(init_flags)),
-        pool(pool), Q(Q), chunk_states(cs) {}
+  ScanCase(Shape sh, Opts o, Ints lens, Ints slots, Ints init_flags, int64_t pool, int64_t Q,
+           bool cs)
+      : sh(sh),
+        o(o),
+        lens(std::move(lens)),
+        slots(std::move(slots)),
+        init_flags(std::move(init_flags)),
+        pool(pool),
+        Q(Q),
+        chunk_states(cs) {}
   std::string op() const override { return "ssm_chunk_scan"; }
   std::string params() const override {
     return str("T=", T(), ",seqs=", ints_text(lens), ",slots=", ints_text(slots),
-               ",init=", init_flags.empty() ? "none" : ints_text(init_flags), ",pool=", pool, ",Q=", Q, ",",
-               shape_text(sh, o), chunk_states ? str(",chunk_states=", dtype_name(o.log)) : "");
+               ",init=", init_flags.empty() ? "none" : ints_text(init_flags), ",pool=", pool,
+               ",Q=", Q, ",", shape_text(sh, o),
+               chunk_states ? str(",chunk_states=", dtype_name(o.log)) : "");
   }
   int64_t T() const { return std::accumulate(lens.begin(), lens.end(), int64_t{0}); }
   int64_t chunks() const {
@@ -413,7 +440,8 @@ struct ScanCase : Case {
     ints(s, "state_slots", slots);
     if (!init_flags.empty()) ints(s, "has_initial_state", init_flags);
     if (o.strided)  // y written into a wider buffer too
-      s.strided("y", Role::out, o.act, {T, sh.H, sh.P}, {sh.H * sh.P + 7, sh.P, 1}, 1, T * (sh.H * sh.P + 7) + 1);
+      s.strided("y", Role::out, o.act, {T, sh.H, sh.P}, {sh.H * sh.P + 7, sh.P, 1}, 1,
+                T * (sh.H * sh.P + 7) + 1);
     else
       s.output("y", o.act, {T, sh.H, sh.P});
     if (chunk_states) s.output("chunk_states", o.log, {chunks(), sh.H, sh.P, sh.N});
@@ -468,7 +496,8 @@ struct PiecesCase : Case {
   Ints pieces;
   int64_t Q, slot = 1, pool = 3;
 
-  PiecesCase(Shape sh, Opts o, Ints pieces, int64_t Q) : sh(sh), o(o), pieces(std::move(pieces)), Q(Q) {}
+  PiecesCase(Shape sh, Opts o, Ints pieces, int64_t Q)
+      : sh(sh), o(o), pieces(std::move(pieces)), Q(Q) {}
   std::string op() const override { return "ssm_chunk_scan"; }
   std::string params() const override {
     return str("resumed_pieces=", ints_text(pieces), ",T=", T(), ",Q=", Q, ",", shape_text(sh, o));
@@ -525,7 +554,7 @@ struct PiecesCase : Case {
 }  // namespace
 
 void add_ssm_cases(CaseList& cases) {
-  const Shape mamba2{80, 64, 128, 1};    // Mamba2-2.7B: H 80, P 64, N 128, G 1
+  const Shape mamba2{80, 64, 128, 1};     // Mamba2-2.7B: H 80, P 64, N 128, G 1
   const Shape nemotron{128, 64, 128, 8};  // Nemotron-H-8B: H 128, P 64, N 128, G 8
   const Shape small{4, 16, 32, 2}, odd{6, 7, 24, 3}, tiny{2, 3, 5, 1};
   Opts plain;  // Mamba2 / Nemotron-H: D, dt_bias, softplus, no z
@@ -590,11 +619,11 @@ void add_ssm_cases(CaseList& cases) {
   add(new ScanCase(mamba2, plain, {20}, {0}, {1}, 1, 256, true));
   add(new ScanCase(nemotron, plain, {5, 9}, {1, 0}, {0, 1}, 2, 128, true));
   add(new ScanCase(nemotron, bf16, {7}, {0}, {}, 1, 128, false));
-  for (int64_t T : {1, 63, 65, 257})
-    add(new ScanCase(small, all, {T}, {0}, {1}, 1, 64, true));
+  for (int64_t T : {1, 63, 65, 257}) add(new ScanCase(small, all, {T}, {0}, {1}, 1, 64, true));
   add(new ScanCase(small, plain, {1000}, {0}, {1}, 1, 256, true));
   add(new ScanCase(small, plain, {1000}, {1}, {}, 2, 128, true));
-  add(new ScanCase(small, all, {65, 0, 130, 7, 64}, {2, 4, -1, 0, 3}, {1, 1, 0, 0, 1}, 5, 64, true));
+  add(new ScanCase(small, all, {65, 0, 130, 7, 64}, {2, 4, -1, 0, 3}, {1, 1, 0, 0, 1}, 5, 64,
+                   true));
   add(new ScanCase(odd, bare, {200, 57}, {-1, 0}, {1, 1}, 1, 128, true));
   add(new ScanCase(odd, strided, {129, 3, 256}, {1, 0, 2}, {1, 0, 1}, 3, 128, true));
   add(new ScanCase(odd, bf16_state, {300}, {0}, {1}, 1, 256, true));

@@ -36,17 +36,17 @@ namespace hybrid {
 // one step in place and y[b] is written. A padding sequence (slot < 0) gets y[b] = 0.
 struct SsmStep {
   static constexpr const char* op_name = "ssm_step";
-  Tensor x;            // [batch, H, P] f32 | bf16 | f16 (one token per sequence)
-  Tensor dt;           // [batch, H] f32 | bf16 | f16, raw (before dt_bias / softplus)
-  Tensor A_log;        // [H] f32 | bf16; A = -exp(A_log)
-  Tensor B;            // [batch, G, N] f32 | bf16 | f16; H % G == 0
-  Tensor C;            // [batch, G, N] f32 | bf16 | f16
-  Tensor D;            // optional [H] f32 | bf16: skip connection y += D · x
-  Tensor dt_bias;      // optional [H] f32 | bf16
-  Tensor z;            // optional [batch, H, P] f32 | bf16 | f16: gate y ← y · silu(z)
-  Tensor state;        // [slots, H, P, N] f32 | bf16, updated in place
-  Tensor state_slots;  // [batch] i32: pool slot of each sequence; < 0 = padding
-  Tensor y;            // [batch, H, P] f32 | bf16 | f16 (output)
+  Tensor x;                  // [batch, H, P] f32 | bf16 | f16 (one token per sequence)
+  Tensor dt;                 // [batch, H] f32 | bf16 | f16, raw (before dt_bias / softplus)
+  Tensor A_log;              // [H] f32 | bf16; A = -exp(A_log)
+  Tensor B;                  // [batch, G, N] f32 | bf16 | f16; H % G == 0
+  Tensor C;                  // [batch, G, N] f32 | bf16 | f16
+  Tensor D;                  // optional [H] f32 | bf16: skip connection y += D · x
+  Tensor dt_bias;            // optional [H] f32 | bf16
+  Tensor z;                  // optional [batch, H, P] f32 | bf16 | f16: gate y ← y · silu(z)
+  Tensor state;              // [slots, H, P, N] f32 | bf16, updated in place
+  Tensor state_slots;        // [batch] i32: pool slot of each sequence; < 0 = padding
+  Tensor y;                  // [batch, H, P] f32 | bf16 | f16 (output)
   bool dt_softplus = false;  // mamba_ssm's default; the Mamba2 / Nemotron-H layers pass true
   float dt_min = -std::numeric_limits<float>::infinity();  // dt_limit = (dt_min, dt_max)
   float dt_max = std::numeric_limits<float>::infinity();
