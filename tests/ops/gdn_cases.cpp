@@ -374,13 +374,13 @@ TokenFn prep_inputs(const Slots& s, const Heads& h, double eps, bool as_l2) {
 // Prep inputs over T rows: conv_out (rows strided when asked), a, b, A_log, dt_bias, weights
 // (l2_weights: exactly 1/K and 1/sqrt(K); else those times U(0.8, 1.2) per channel).
 void fill_prep(Slots& s, Rng& rng, const Heads& h, int64_t T, DType act, bool strided,
-               bool l2_weights) {
+               bool l2_weights, double conv_std) {
   const int64_t C = 2 * h.Hk * h.K + h.Hv * h.V;
   if (strided)
-    fill_normal(s.strided("conv_out", Role::in, act, {T, C}, {C + 16, 1}, 8, T * (C + 16) + 8),
-                rng);
+    fill_normal(s.strided("conv_out", Role::in, act, {T, C}, {C + 16, 1}, 8, T * (C + 16) + 8), rng,
+                0.0, conv_std);
   else
-    fill_normal(s.input("conv_out", act, {T, C}), rng);
+    fill_normal(s.input("conv_out", act, {T, C}), rng, 0.0, conv_std);
   fill_normal(s.input("a", act, {T, h.Hv}), rng);
   fill_normal(s.input("b", act, {T, h.Hv}), rng, 0.0, 2.0);
   fill_uniform(s.input("A_log", DType::f32, {h.Hv}), rng, 0.0, std::log(16.0));  // A in (1, 16)
@@ -412,25 +412,28 @@ struct PrepChunkCase : Case {
   DType act, sdt;
   bool strided, l2_weights;
   float eps;
+  double conv_std;  // small activations make eps matter
 
-  PrepChunkCase(Heads h, Batch b, DType act, DType sdt, bool strided, bool l2_weights, float eps)
+  PrepChunkCase(Heads h, Batch b, DType act, DType sdt, bool strided, bool l2_weights, float eps,
+                double conv_std = 1.0)
       : h(h),
         b(std::move(b)),
         act(act),
         sdt(sdt),
         strided(strided),
         l2_weights(l2_weights),
-        eps(eps) {}
+        eps(eps),
+        conv_std(conv_std) {}
 
   std::string op() const override { return "gdn_prep_chunk"; }
   std::string params() const override {
     return str(batch_text(b), ",", heads_text(h), ",x=", dtype_name(act),
                ",state=", dtype_name(sdt), ",eps=", eps,
                l2_weights ? ",weights=l2_equivalent" : ",weights=random",
-               strided ? ",strided_rows" : "");
+               strided ? ",strided_rows" : "", ",conv_std=", conv_std);
   }
   void init(Rng& rng, Slots& s) override {
-    fill_prep(s, rng, h, b.T(), act, strided, l2_weights);
+    fill_prep(s, rng, h, b.T(), act, strided, l2_weights, conv_std);
     add_pool(s, rng, "state", Role::inout, sdt, b.num_slots, h);
     add_varlen(s, b);
     s.output("y", act, {b.T(), h.Hv, h.V});
@@ -474,7 +477,7 @@ struct PrepStepCase : Case {
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t N = static_cast<int64_t>(slots.size());
-    fill_prep(s, rng, h, N, act, false, false);
+    fill_prep(s, rng, h, N, act, false, false, 1.0);
     const Slot& pool = add_pool(s, rng, "state", Role::inout, sdt, num_slots, h);
     const std::vector<int64_t> shape = pool.shape;
     const std::vector<double> values = pool.values();
@@ -662,7 +665,9 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(make_unique<PrepChunkCase>(gva3, Batch{{9, 1}, {1, 0}, {}, 2}, bf16, bf16, false,
                                              false, 1e-6f));
   cases.push_back(make_unique<PrepChunkCase>(k64v96, Batch{{8}, {0}, {}, 1}, f32, f32, false, true,
-                                             1e-6f / 64));
+                                             1e-6f / 64, 0.02));
+  cases.push_back(make_unique<PrepChunkCase>(small, Batch{{6, 5}, {1, 0}, {0, 1}, 2}, f32, f32,
+                                             false, false, 1e-3f, 0.05));
   cases.push_back(
       make_unique<PrepChunkCase>(small, Batch{{257}, {0}, {}, 1}, f32, f32, false, true, 1e-6f));
 
