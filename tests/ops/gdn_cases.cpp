@@ -517,27 +517,36 @@ struct PrepStepCase : Case {
 
 // gdn_record over a varlen batch (pool only read), then gdn_replay into state_out for EVERY k in
 // [0, max T_n] (k_n = min(k, T_n)), then an in-place replay of `accepted` tokens into the pool.
-// Every replayed state must equal the state after k_n plain steps of the recurrence.
+// Every replayed state must equal the state after k_n plain steps of the recurrence. Both ops
+// run in every case; `listed_as` is the op the case is listed under (hybrid-ops -o).
 struct RecordReplayCase : Case {
+  const char* listed_as;
   Heads h;
   Batch b;
   std::vector<int> accepted;
   DType act, sdt;
   bool l2;
 
-  RecordReplayCase(Heads h, Batch b, std::vector<int> accepted, DType act, DType sdt, bool l2)
-      : h(h), b(std::move(b)), accepted(std::move(accepted)), act(act), sdt(sdt), l2(l2) {}
+  RecordReplayCase(const char* listed_as, Heads h, Batch b, std::vector<int> accepted, DType act,
+                   DType sdt, bool l2)
+      : listed_as(listed_as),
+        h(h),
+        b(std::move(b)),
+        accepted(std::move(accepted)),
+        act(act),
+        sdt(sdt),
+        l2(l2) {}
   int max_len() const {
     int m = 0;
     for (int l : b.lens) m = std::max(m, l);
     return m;
   }
 
-  std::string op() const override { return "gdn_record"; }
+  std::string op() const override { return listed_as; }
   std::string params() const override {
     return str(batch_text(b), ",", heads_text(h), ",x=", dtype_name(act),
                ",state=", dtype_name(sdt), l2 ? ",l2" : "",
-               ",replay_every_k,accept=", join(accepted, "/"));
+               ",record_then_replay_every_k,accept=", join(accepted, "/"));
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t T = b.T(), N = b.N(), M = max_len();
@@ -677,14 +686,20 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(make_unique<PrepStepCase>(gva3, std::vector<int>{5, 2, -1, 0, 7}, 8, f32, f32));
 
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.
-  cases.push_back(make_unique<RecordReplayCase>(small, Batch{{7, 4, 3}, {2, -1, 0}, {}, 3},
+  cases.push_back(make_unique<RecordReplayCase>("gdn_record", small,
+                                                Batch{{7, 4, 3}, {2, -1, 0}, {}, 3},
                                                 std::vector<int>{5, 2, 3}, f32, f32, true));
-  cases.push_back(make_unique<RecordReplayCase>(gva3, Batch{{6, 1}, {0, 1}, {}, 2},
+  cases.push_back(make_unique<RecordReplayCase>("gdn_record", gva3, Batch{{6, 1}, {0, 1}, {}, 2},
                                                 std::vector<int>{0, 1}, bf16, bf16, true));
-  cases.push_back(make_unique<RecordReplayCase>(k64v96, Batch{{5}, {0}, {}, 1}, std::vector<int>{4},
-                                                f32, f32, false));
-  cases.push_back(make_unique<RecordReplayCase>(next, Batch{{3}, {1}, {}, 2}, std::vector<int>{2},
-                                                bf16, f32, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_replay", k64v96, Batch{{5}, {0}, {}, 1},
+                                                std::vector<int>{4}, f32, f32, false));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_replay", Heads{1, 2, 16, 16},
+                                                Batch{{65, 1}, {0, 1}, {}, 2},
+                                                std::vector<int>{64, 0}, f32, f32, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_record", q397, Batch{{2, 1}, {0, -1}, {}, 1},
+                                                std::vector<int>{1, 0}, bf16, bf16, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_replay", next, Batch{{3}, {1}, {}, 2},
+                                                std::vector<int>{2}, bf16, f32, true));
 }
 
 }  // namespace hybrid::test
