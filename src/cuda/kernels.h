@@ -6,5 +6,6 @@
 namespace hybrid::cuda {
 
 void register_norm(Registry& r);
+void register_gdn(Registry& r);
 
 }  // namespace hybrid::cuda

@@ -4,6 +4,9 @@
 
 namespace hybrid {
 
-void register_cuda_kernels(Registry& r) { cuda::register_norm(r); }
+void register_cuda_kernels(Registry& r) {
+  cuda::register_norm(r);
+  cuda::register_gdn(r);
+}
 
 }  // namespace hybrid

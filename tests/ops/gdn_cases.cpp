@@ -620,6 +620,71 @@ struct RecordReplayCase : Case {
 
 }  // namespace
 
+// ---- benchmark shapes (perf only) ---------------------------------------------------------------
+
+// Decode: one token for each of B sequences, Qwen3-Next heads, slots 0..B-1 of a pool of B rows,
+// so the bytes are the state read and written once plus the token tensors (Case::bytes).
+// prep = gdn_prep_step (seed 000: packed conv output, raw a/b, per-head norms) instead of
+// gdn_recurrent with L2 norm inside.
+struct DecodePerfCase : Case {
+  Heads h;
+  int64_t B;
+  DType state_dtype;
+  bool prep;
+  DecodePerfCase(Heads h, int64_t B, DType state_dtype, bool prep)
+      : h(h), B(B), state_dtype(state_dtype), prep(prep) {}
+  std::string op() const override { return prep ? "gdn_prep_step" : "gdn_recurrent"; }
+  std::string params() const override {
+    return str("decode,B=", B, ",", heads_text(h), ",state=", dtype_name(state_dtype), ",perf");
+  }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {
+    const DType bf16 = DType::bf16;
+    if (prep) {
+      fill_uniform(s.input("conv_out", bf16, {B, 2 * h.Hk * h.K + h.Hv * h.V}), rng, -1, 1);
+      fill_uniform(s.input("a", bf16, {B, h.Hv}), rng, -1, 1);
+      fill_uniform(s.input("b", bf16, {B, h.Hv}), rng, -1, 1);
+      fill_uniform(s.input("A_log", DType::f32, {h.Hv}), rng, -1, 1);
+      fill_uniform(s.input("dt_bias", DType::f32, {h.Hv}), rng, 0, 1);
+      fill_uniform(s.input("q_norm_weight", bf16, {h.Hk, h.K}), rng, 0.5, 1);
+      fill_uniform(s.input("k_norm_weight", bf16, {h.Hk, h.K}), rng, 0.5, 1);
+      s.output("y", bf16, {B, h.Hv, h.V});
+    } else {
+      fill_uniform(s.input("q", bf16, {B, h.Hk, h.K}), rng, -1, 1);
+      fill_uniform(s.input("k", bf16, {B, h.Hk, h.K}), rng, -1, 1);
+      fill_uniform(s.input("v", bf16, {B, h.Hv, h.V}), rng, -1, 1);
+      fill_uniform(s.input("g", DType::f32, {B, h.Hv}), rng, -1, -0.01);
+      fill_uniform(s.input("beta", bf16, {B, h.Hv}), rng, 0.1, 0.9);
+      std::vector<double> cu(B + 1);
+      for (int64_t n = 0; n <= B; ++n) cu[n] = static_cast<double>(n);
+      fill_values(s.input("cu_seqlens", DType::i32, {B + 1}), cu);
+      s.output("out", bf16, {B, h.Hv, h.V});
+    }
+    std::vector<double> slots(B);
+    for (int64_t n = 0; n < B; ++n) slots[n] = static_cast<double>(n);
+    fill_values(s.input("state_slots", DType::i32, {B}), slots);
+    fill_uniform(s.inout("state", state_dtype, {B, h.Hv, h.V, h.K}), rng, -0.1, 0.1);
+  }
+  void run(const Views& v, Context& ctx) override {
+    if (prep) {
+      GdnPrepStep a;
+      a.conv_out = v.at("conv_out"), a.a = v.at("a"), a.b = v.at("b");
+      a.A_log = v.at("A_log"), a.dt_bias = v.at("dt_bias");
+      a.q_norm_weight = v.at("q_norm_weight"), a.k_norm_weight = v.at("k_norm_weight");
+      a.state = v.at("state"), a.state_slots = v.at("state_slots"), a.y = v.at("y");
+      gdn_prep_step(a, ctx);
+    } else {
+      GdnRecurrent a;
+      a.q = v.at("q"), a.k = v.at("k"), a.v = v.at("v"), a.g = v.at("g"), a.beta = v.at("beta");
+      a.state = v.at("state"), a.cu_seqlens = v.at("cu_seqlens"), a.state_slots = v.at("state_slots");
+      a.out = v.at("out");
+      a.use_qk_l2norm = true;
+      gdn_recurrent(a, ctx);
+    }
+  }
+  void oracle(const Slots&, Expected&) override { fail("[gdn perf case] has no oracle"); }
+};
+
 void add_gdn_cases(CaseList& cases) {
   using std::make_unique;
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
@@ -628,6 +693,10 @@ void add_gdn_cases(CaseList& cases) {
   const Heads small{2, 4, 32, 32};
   const Heads gva3{2, 6, 32, 32};  // Hv / Hk = 3
   const Heads k64v96{2, 4, 64, 96};
+
+  for (int64_t B : {1, 64, 256})
+    for (DType st : {f32, bf16})
+      for (bool prep : {false, true}) cases.push_back(make_unique<DecodePerfCase>(next, B, st, prep));
 
   // gdn_recurrent: real shapes (prefill of 3 + decode of 1; a decode batch with a padding slot).
   cases.push_back(make_unique<RecurrentCase>(next, Batch{{1, 3}, {2, 0}, {}, 3}, bf16, f32, true,

@@ -363,7 +363,7 @@ int run_tests(const RunOptions& opt) {
   const char* backend = opt.backend == DeviceType::cpu ? "cpu" : "cuda";
   std::printf("hybrid-ops test -b %s --seed %llu\n", backend, static_cast<unsigned long long>(opt.seed));
   for (auto& c : cases) {
-    if (!case_selected(*c, opt.ops)) continue;
+    if (c->perf_only() || !case_selected(*c, opt.ops)) continue;
     const auto t0 = std::chrono::steady_clock::now();
     Outcome o = run_case(*c, opt);
     const double ms =

@@ -123,6 +123,9 @@ class Case {
   virtual Tolerance tolerance(const Slot& out, DeviceType backend) const {
     return default_tolerance(out.dtype, backend);
   }
+  // A case too large for the f64 oracle and the CPU (benchmark shapes): `perf` times it, `test`
+  // leaves it out.
+  virtual bool perf_only() const { return false; }
   // For perf: bytes the op must move and FLOPs it must do (0 = sum of slot bytes / unknown).
   virtual double bytes(const Slots& slots) const;
   virtual double flops(const Slots& slots) const { return 0.0; }
