@@ -19,7 +19,7 @@ namespace {
 //   q[j] = clamp(rint((w[j] - b) / s), 0, n)
 // w [out, in] -> weight [out, in·bits/32] u32, scales / biases [out, in/group_size].
 void quantize_cpu(const Quantize& a, Context& ctx) {
-  const QuantizedWeight& q = a.out;
+  const QuantizedWeight& q = a.q;
   const int64_t rows = a.w.size(0), in = a.w.size(1), words = in * q.bits / 32;
   const int64_t gs = q.group_size;
   const float n_bins = static_cast<float>((1 << q.bits) - 1);
@@ -60,7 +60,7 @@ void dequantize_cpu(const Dequantize& a, Context& ctx) {
   const int64_t rows = a.w.size(0), in = a.w.size(1);
   parallel_for(rows, ctx, [&](int64_t r) {
     std::vector<float> row(static_cast<size_t>(in));
-    dequantize_row(a.in, r, in, row.data());
+    dequantize_row(a.q, r, in, row.data());
     for (int64_t j = 0; j < in; ++j) store_f32(a.w, r * a.w.stride(0) + j, row[j]);
   });
 }
@@ -70,7 +70,7 @@ void dequantize_cpu(const Dequantize& a, Context& ctx) {
 void linear_q_cpu(const LinearQ& a, Context& ctx) {
   const int64_t in = a.x.size(1), out = a.y.size(1);
   linear_blocked(a.x, a.bias, a.y, out, ctx, [&](int64_t o0, int64_t n, float* dst) {
-    for (int64_t r = 0; r < n; ++r) dequantize_row(a.weight, o0 + r, in, dst + r * in);
+    for (int64_t r = 0; r < n; ++r) dequantize_row(a.w, o0 + r, in, dst + r * in);
   });
 }
 

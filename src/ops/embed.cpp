@@ -42,7 +42,7 @@ void embed_gather_q(const EmbedGatherQ& a, Context& ctx) {
   c.rank(a.out, "out", {"T", "D"}, kFloat);
   const int64_t T = a.out.size(0), D = a.out.size(1);
   c.tensor(a.ids, "ids", {{"T", T}}, {DType::i32, DType::i64});
-  ops::check_quantized(c, a.table, "table", -1, D);
+  ops::check_quantized(c, a.table, "table", -1, D, "D");
   c.inner_contiguous(a.out, "out");
   c.no_overlap(a.ids, "ids");
   check_ids(c, a.ids, a.table.weight.size(0));

@@ -193,7 +193,7 @@ struct QuantizeCase : Case {
   void run(const Views& v, Context& ctx) override {
     Quantize a;
     a.w = v.at("w");
-    a.out = quantized_view(v, bits, gs);
+    a.q = quantized_view(v, bits, gs);
     quantize(a, ctx);
   }
   void oracle(const Slots& s, Expected& e) override {
@@ -225,7 +225,7 @@ struct DequantizeCase : Case {
   }
   void run(const Views& v, Context& ctx) override {
     Dequantize a;
-    a.in = quantized_view(v, bits, gs);
+    a.q = quantized_view(v, bits, gs);
     a.w = v.at("w");
     dequantize(a, ctx);
   }
@@ -269,7 +269,7 @@ struct LinearQCase : Case {
   void run(const Views& v, Context& ctx) override {
     LinearQ a;
     a.x = v.at("x");
-    a.weight = quantized_view(v, bits, gs);
+    a.w = quantized_view(v, bits, gs);
     if (bias) a.bias = v.at("bias");
     a.y = v.at("y");
     linear_q(a, ctx);
@@ -312,10 +312,10 @@ struct QuantRoundTripCase : Case {
   void run(const Views& v, Context& ctx) override {
     Quantize q;
     q.w = v.at("w");
-    q.out = quantized_view(v, bits, gs);
+    q.q = quantized_view(v, bits, gs);
     quantize(q, ctx);
     Dequantize d;
-    d.in = q.out;
+    d.q = q.q;
     d.w = v.at("w_hat");
     dequantize(d, ctx);
   }

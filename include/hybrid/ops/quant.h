@@ -34,14 +34,14 @@ struct QuantizedWeight {
 struct Quantize {
   static constexpr const char* op_name = "quantize";
   Tensor w;             // [out, in] f32 | bf16 | f16; rows may be strided
-  QuantizedWeight out;  // outputs: weight [out, in·bits/32] u32, scales / biases [out, in/group]
+  QuantizedWeight q;  // output: weight [out, in·bits/32] u32, scales / biases [out, in/group]
 };
 void quantize(const Quantize& args, Context& ctx);
 
 // W[r, j] = scales[r, g] · q[r, j] + biases[r, g] in f32, rounded to w's dtype.
 struct Dequantize {
   static constexpr const char* op_name = "dequantize";
-  QuantizedWeight in;  // weight [out, in·bits/32] u32, scales / biases [out, in/group]
+  QuantizedWeight q;  // weight [out, in·bits/32] u32, scales / biases [out, in/group]
   Tensor w;            // [out, in] f32 | bf16 | f16 output; rows may be strided
 };
 void dequantize(const Dequantize& args, Context& ctx);
@@ -51,7 +51,7 @@ void dequantize(const Dequantize& args, Context& ctx);
 struct LinearQ {
   static constexpr const char* op_name = "linear_q";
   Tensor x;                // [T, in] f32 | bf16 | f16; rows may be strided, in contiguous
-  QuantizedWeight weight;  // W [out, in]: weight [out, in·bits/32] u32, scales / biases [out, in/group]
+  QuantizedWeight w;  // W [out, in]: weight [out, in·bits/32] u32, scales / biases [out, in/group]
   Tensor bias;             // optional [out] f32 | bf16 | f16
   Tensor y;                // [T, out] f32 | bf16 | f16; rows may be strided
 };
