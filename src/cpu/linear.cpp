@@ -1,9 +1,9 @@
 // CPU reference: linear. f32 math; the engine's CPU path too, so W is converted to f32 a block
 // of output rows at a time and reused across tokens, in parallel over row blocks.
+#include "hybrid/ops/linear.h"
 #include "cpu/common.h"
 #include "cpu/kernels.h"
 #include "cpu/linear_impl.h"
-#include "hybrid/ops/linear.h"
 
 namespace hybrid::cpu {
 
@@ -14,8 +14,7 @@ void linear_cpu(const Linear& a, Context& ctx) {
   const int64_t in = a.x.size(1), out = a.weight.size(0);
   linear_blocked(a.x, a.bias, a.y, out, ctx, [&](int64_t o0, int64_t n, float* dst) {
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < in; ++i)
-        dst[r * in + i] = load_f32(a.weight, (o0 + r) * a.weight.stride(0) + i);
+      load_run_f32(a.weight, (o0 + r) * a.weight.stride(0), in, dst + r * in);
   });
 }
 

@@ -18,13 +18,46 @@ inline uint32_t quant_code(const uint32_t* row, int64_t j, int bits) {
 }
 
 // dst[j] = scales[r, g] · q[r, j] + biases[r, g] (f32), g = j / group_size: row r of W [rows, in].
-inline void dequantize_row(const QuantizedWeight& q, int64_t r, int64_t in, float* dst) {
+// Walks the packed words (32/bits codes each, lowest bits first), as quant_code() reads them.
+template <int kBits>
+void dequantize_row_bits(const QuantizedWeight& q, int64_t r, int64_t in, float* dst) {
+  constexpr int kPerWord = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
   const uint32_t* words = q.weight.data_as<const uint32_t>() + r * q.weight.stride(0);
   for (int64_t g0 = 0; g0 < in; g0 += q.group_size) {
     const float s = load_f32(q.scales, r * q.scales.stride(0) + g0 / q.group_size);
     const float b = load_f32(q.biases, r * q.biases.stride(0) + g0 / q.group_size);
-    for (int64_t j = g0; j < g0 + q.group_size; ++j)
-      dst[j] = s * static_cast<float>(quant_code(words, j, q.bits)) + b;
+    for (int64_t j = g0; j < g0 + q.group_size; j += kPerWord) {
+      const uint32_t word = words[j / kPerWord];
+      for (int k = 0; k < kPerWord; ++k)
+        dst[j + k] = s * static_cast<float>((word >> (k * kBits)) & kMask) + b;
+    }
+  }
+}
+inline void dequantize_row(const QuantizedWeight& q, int64_t r, int64_t in, float* dst) {
+  if (q.bits == 4)
+    dequantize_row_bits<4>(q, r, in, dst);
+  else
+    dequantize_row_bits<8>(q, r, in, dst);
+}
+
+// dst[i] = t[offset + i] as f32 for i in [0, n): a contiguous run of a float tensor, with one
+// dtype switch per run instead of one per element.
+inline void load_run_f32(const Tensor& t, int64_t offset, int64_t n, float* dst) {
+  switch (t.dtype()) {
+    case DType::bf16: {
+      const uint16_t* p = t.data_as<const uint16_t>() + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_bf16(p[i]);
+      return;
+    }
+    case DType::f16: {
+      const uint16_t* p = t.data_as<const uint16_t>() + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f32_from_f16(p[i]);
+      return;
+    }
+    default:
+      std::copy_n(t.data_as<const float>() + offset, n, dst);
+      return;
   }
 }
 
@@ -48,9 +81,7 @@ void linear_blocked(const Tensor& x, const Tensor& bias, const Tensor& y, int64_
   constexpr int64_t kRows = 16, kTokens = 32;
   const int64_t T = x.size(0), in = x.size(1);
   std::vector<float> xf(static_cast<size_t>(T * in));  // [T, in] x in f32, rows packed
-  parallel_for(T, ctx, [&](int64_t t) {
-    for (int64_t i = 0; i < in; ++i) xf[t * in + i] = load_f32(x, t * x.stride(0) + i);
-  });
+  parallel_for(T, ctx, [&](int64_t t) { load_run_f32(x, t * x.stride(0), in, &xf[t * in]); });
   const int64_t blocks = (out + kRows - 1) / kRows;
   parallel_for(blocks, ctx, [&](int64_t blk) {
     const int64_t o0 = blk * kRows, n = std::min(kRows, out - o0);

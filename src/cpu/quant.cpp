@@ -15,8 +15,8 @@ namespace {
 
 // Per group of group_size inputs of a row (MLX's CPU kernel, f32; n = 2^bits - 1):
 //   lo, hi = min, max;  s = max((hi - lo) / n, 1e-7), negated unless |lo| > |hi|
-//   edge = |lo| > |hi| ? lo : hi;  q0 = rint(edge / s);  q0 != 0: s = edge / q0, b = edge; else b = 0
-//   q[j] = clamp(rint((w[j] - b) / s), 0, n)
+//   edge = |lo| > |hi| ? lo : hi;  q0 = rint(edge / s);  q0 != 0: s = edge / q0, b = edge; else b =
+//   0 q[j] = clamp(rint((w[j] - b) / s), 0, n)
 // w [out, in] -> weight [out, in·bits/32] u32, scales / biases [out, in/group_size].
 void quantize_cpu(const Quantize& a, Context& ctx) {
   const QuantizedWeight& q = a.q;

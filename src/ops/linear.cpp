@@ -18,8 +18,7 @@ void linear(const Linear& a, Context& ctx) {
   c.tensor(a.weight, "weight", {{"out", out}, {"in", in}}, kFloat);
   c.tensor(a.y, "y", {{"T", T}, {"out", out}}, kFloat);
   c.optional(a.bias, "bias", {{"out", out}}, kFloat);
-  for (auto [t, name] :
-       {std::pair{a.x, "x"}, {a.weight, "weight"}, {a.bias, "bias"}, {a.y, "y"}})
+  for (auto [t, name] : {std::pair{a.x, "x"}, {a.weight, "weight"}, {a.bias, "bias"}, {a.y, "y"}})
     c.inner_contiguous(t, name);
   ctx.registry().dispatch(a, c.device(), ctx);
 }

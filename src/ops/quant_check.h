@@ -12,7 +12,7 @@ namespace hybrid::ops {
 // {32, 64, 128} dividing in, weight [rows, in·bits/32] u32, scales and biases [rows, in/group]
 // of one float dtype, every tensor's last dimension contiguous. rows = -1: any number of rows.
 // `in_name` is what the caller calls the input dimension ("in", "D").
-void check_quantized(Check& c, const QuantizedWeight& q, const char* name, int64_t rows,
-                     int64_t in, const char* in_name = "in");
+void check_quantized(Check& c, const QuantizedWeight& q, const char* name, int64_t rows, int64_t in,
+                     const char* in_name = "in");
 
 }  // namespace hybrid::ops

@@ -13,8 +13,10 @@ namespace {
 std::vector<double> pick_ids(Rng& rng, int64_t T, int64_t vocab) {
   std::vector<double> ids;
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t id = t == 0 ? vocab - 1 : t == 1 ? 0 : t == 3 ? static_cast<int64_t>(ids[2])
-                                                     : rng.randint(0, vocab - 1);
+    const int64_t id = t == 0   ? vocab - 1
+                       : t == 1 ? 0
+                       : t == 3 ? static_cast<int64_t>(ids[2])
+                                : rng.randint(0, vocab - 1);
     ids.push_back(static_cast<double>(id));
   }
   return ids;
@@ -25,17 +27,19 @@ struct EmbedGatherCase : Case {
   int64_t T, vocab, D;
   DType tdt, idt, odt;
   bool strided;
-  EmbedGatherCase(int64_t T, int64_t vocab, int64_t D, DType tdt, DType idt, DType odt, bool strided)
+  EmbedGatherCase(int64_t T, int64_t vocab, int64_t D, DType tdt, DType idt, DType odt,
+                  bool strided)
       : T(T), vocab(vocab), D(D), tdt(tdt), idt(idt), odt(odt), strided(strided) {}
   std::string op() const override { return "embed_gather"; }
   std::string params() const override {
-    return str("T=", T, ",vocab=", vocab, ",D=", D, ",table=", dtype_name(tdt), ",ids=", dtype_name(idt),
-               ",out=", dtype_name(odt), strided ? ",strided" : "");
+    return str("T=", T, ",vocab=", vocab, ",D=", D, ",table=", dtype_name(tdt),
+               ",ids=", dtype_name(idt), ",out=", dtype_name(odt), strided ? ",strided" : "");
   }
   void init(Rng& rng, Slots& s) override {
     if (strided) {
-      fill_uniform(s.strided("table", Role::in, tdt, {vocab, D}, {D + 3, 1}, 2, vocab * (D + 3) + 2),
-                   rng, -1.0, 1.0);
+      fill_uniform(
+          s.strided("table", Role::in, tdt, {vocab, D}, {D + 3, 1}, 2, vocab * (D + 3) + 2), rng,
+          -1.0, 1.0);
       s.strided("out", Role::out, odt, {T, D}, {D + 6, 1}, 1, T * (D + 6) + 1);
     } else {
       fill_uniform(s.input("table", tdt, {vocab, D}), rng, -1.0, 1.0);
@@ -67,11 +71,19 @@ struct EmbedGatherQCase : Case {
   bool strided;
   EmbedGatherQCase(int64_t T, int64_t vocab, int64_t D, int bits, int gs, DType sdt, DType idt,
                    DType odt, bool strided)
-      : T(T), vocab(vocab), D(D), bits(bits), gs(gs), sdt(sdt), idt(idt), odt(odt), strided(strided) {}
+      : T(T),
+        vocab(vocab),
+        D(D),
+        bits(bits),
+        gs(gs),
+        sdt(sdt),
+        idt(idt),
+        odt(odt),
+        strided(strided) {}
   std::string op() const override { return "embed_gather_q"; }
   std::string params() const override {
-    return str("T=", T, ",vocab=", vocab, ",D=", D, ",bits=", bits, ",group=", gs, ",scales=",
-               dtype_name(sdt), ",ids=", dtype_name(idt), ",out=", dtype_name(odt),
+    return str("T=", T, ",vocab=", vocab, ",D=", D, ",bits=", bits, ",group=", gs,
+               ",scales=", dtype_name(sdt), ",ids=", dtype_name(idt), ",out=", dtype_name(odt),
                strided ? ",strided" : "");
   }
   void init(Rng& rng, Slots& s) override {
@@ -123,7 +135,8 @@ struct EmbedGatherQCase : Case {
 }  // namespace
 
 void add_embed_cases(CaseList& cases) {
-  const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16, i32 = DType::i32, i64 = DType::i64;
+  const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16, i32 = DType::i32,
+              i64 = DType::i64;
   // Float tables: hidden 2048 at a small vocab, every dtype pairing, both id types, odd sizes.
   cases.push_back(std::make_unique<EmbedGatherCase>(7, 1000, 2048, bf16, i32, bf16, false));
   cases.push_back(std::make_unique<EmbedGatherCase>(7, 1000, 2048, bf16, i64, f32, false));
@@ -135,10 +148,12 @@ void add_embed_cases(CaseList& cases) {
   cases.push_back(std::make_unique<EmbedGatherCase>(5, 151936, 64, bf16, i64, bf16, false));
   // Quantized tables (seed 004's embed_gather_4bit): the real Qwen3-Next 4-bit table
   // [151936, 2048], group 64, bf16 scales; then bits x group sizes at a small vocab.
-  cases.push_back(std::make_unique<EmbedGatherQCase>(3, 151936, 2048, 4, 64, bf16, i32, bf16, false));
+  cases.push_back(
+      std::make_unique<EmbedGatherQCase>(3, 151936, 2048, 4, 64, bf16, i32, bf16, false));
   for (int bits : {4, 8})
     for (int gs : {32, 64, 128})
-      cases.push_back(std::make_unique<EmbedGatherQCase>(7, 300, 384, bits, gs, bf16, i32, f32, false));
+      cases.push_back(
+          std::make_unique<EmbedGatherQCase>(7, 300, 384, bits, gs, bf16, i32, f32, false));
   cases.push_back(std::make_unique<EmbedGatherQCase>(17, 1000, 2048, 8, 64, f32, i64, bf16, false));
   cases.push_back(std::make_unique<EmbedGatherQCase>(1, 7, 96, 4, 32, f16, i64, f16, false));
   cases.push_back(std::make_unique<EmbedGatherQCase>(5, 100, 256, 4, 128, bf16, i32, bf16, true));

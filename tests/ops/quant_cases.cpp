@@ -37,9 +37,13 @@ uint32_t mlx_code(double w, const Affine& p, int bits) {
 
 // How far v is from a rounding tie (x.5): codes within 1e-3 of one could round differently in
 // the f32 kernel and this f64 oracle.
-double tie_distance(double v) { return std::fabs(v - std::floor(v) - 0.5); }
+double tie_distance(double v) {
+  return std::fabs(v - std::floor(v) - 0.5);
+}
 
-int64_t packed_words(int64_t in, int bits) { return in * bits / 32; }
+int64_t packed_words(int64_t in, int bits) {
+  return in * bits / 32;
+}
 
 // Fills W [rows, in] (slot w, in its dtype) for quantization. Each row has its own centre and
 // spread so either end of a group can be its larger-magnitude edge. The first groups of rows 0-3
@@ -101,14 +105,16 @@ void oracle_quantize(const Slot& w, int bits, int gs, std::vector<double>& words
       scales.push_back(p.scale);
       biases.push_back(p.bias);
       for (int64_t j = g0; j < g0 + gs; ++j)
-        row[j * bits / 32] |= static_cast<uint64_t>(mlx_code(v[r * in + j], p, bits)) << (j * bits % 32);
+        row[j * bits / 32] |= static_cast<uint64_t>(mlx_code(v[r * in + j], p, bits))
+                              << (j * bits % 32);
     }
     for (uint64_t word : row) words.push_back(static_cast<double>(word));
   }
 }
 
 // W[r, j] = scales[r, j/gs] · q[r, j] + biases[r, j/gs] from packed words (logical order).
-std::vector<double> oracle_dequantize(const std::vector<double>& words, const std::vector<double>& scales,
+std::vector<double> oracle_dequantize(const std::vector<double>& words,
+                                      const std::vector<double>& scales,
                                       const std::vector<double>& biases, int64_t rows, int64_t in,
                                       int bits, int gs) {
   std::vector<double> w(static_cast<size_t>(rows * in));
@@ -137,8 +143,8 @@ void fill_quantized(Slots& s, Rng& rng, int bits, int gs, double range) {
 }
 
 // Slots weight / scales / biases of a quantized W [rows, in]; `strided` gives every row a gap.
-void add_quantized_slots(Slots& s, Role role, int64_t rows, int64_t in, int bits, int gs,
-                         DType sdt, bool strided) {
+void add_quantized_slots(Slots& s, Role role, int64_t rows, int64_t in, int bits, int gs, DType sdt,
+                         bool strided) {
   const int64_t nw = packed_words(in, bits), ng = in / gs;
   if (strided) {
     s.strided("weight", role, DType::u32, {rows, nw}, {nw + 3, 1}, 1, rows * (nw + 3) + 1);
@@ -246,13 +252,21 @@ struct LinearQCase : Case {
   bool strided;
   LinearQCase(int64_t T, int64_t in, int64_t out, int bits, int gs, DType xdt, DType sdt, DType ydt,
               std::optional<DType> bias, bool strided)
-      : T(T), in(in), out(out), bits(bits), gs(gs), xdt(xdt), sdt(sdt), ydt(ydt), bias(bias),
+      : T(T),
+        in(in),
+        out(out),
+        bits(bits),
+        gs(gs),
+        xdt(xdt),
+        sdt(sdt),
+        ydt(ydt),
+        bias(bias),
         strided(strided) {}
   std::string op() const override { return "linear_q"; }
   std::string params() const override {
-    return str("T=", T, ",in=", in, ",out=", out, ",", qparams(bits, gs, sdt), ",x=", dtype_name(xdt),
-               ",y=", dtype_name(ydt), bias ? str(",bias=", dtype_name(*bias)) : "",
-               strided ? ",strided" : "");
+    return str("T=", T, ",in=", in, ",out=", out, ",", qparams(bits, gs, sdt),
+               ",x=", dtype_name(xdt), ",y=", dtype_name(ydt),
+               bias ? str(",bias=", dtype_name(*bias)) : "", strided ? ",strided" : "");
   }
   void init(Rng& rng, Slots& s) override {
     if (strided) {
@@ -378,7 +392,8 @@ void add_quant_cases(CaseList& cases) {
 
   // quantize -> dequantize round trip.
   for (int bits : {4, 8})
-    for (int gs : {32, 64, 128}) cases.push_back(std::make_unique<QuantRoundTripCase>(8, 256, bits, gs, bf16));
+    for (int gs : {32, 64, 128})
+      cases.push_back(std::make_unique<QuantRoundTripCase>(8, 256, bits, gs, bf16));
   cases.push_back(std::make_unique<QuantRoundTripCase>(7, 96, 4, 32, f32));
   cases.push_back(std::make_unique<QuantRoundTripCase>(7, 96, 8, 32, f16));
 }

@@ -63,7 +63,8 @@ TEST_F(EmbedFixture, ValidCallsRun) {
 
 TEST_F(EmbedFixture, IdOutOfRange) {
   ids[3] = 10;
-  EXPECT_HYBRID_ERROR(embed_gather(eg(), ctx), "[embed_gather] ids[3] = 10 is out of range for vocab 10");
+  EXPECT_HYBRID_ERROR(embed_gather(eg(), ctx),
+                      "[embed_gather] ids[3] = 10 is out of range for vocab 10");
   EXPECT_TRUE(out_untouched());
   ids64[2] = 151700;
   EXPECT_HYBRID_ERROR(embed_gather_q(egq(), ctx),
@@ -73,35 +74,43 @@ TEST_F(EmbedFixture, IdOutOfRange) {
 
 TEST_F(EmbedFixture, NegativeId) {
   ids[1] = -5;
-  EXPECT_HYBRID_ERROR(embed_gather(eg(), ctx), "[embed_gather] ids[1] = -5 is out of range for vocab 10");
+  EXPECT_HYBRID_ERROR(embed_gather(eg(), ctx),
+                      "[embed_gather] ids[1] = -5 is out of range for vocab 10");
   ids64[0] = -1;
-  EXPECT_HYBRID_ERROR(embed_gather_q(egq(), ctx), "[embed_gather_q] ids[0] = -1 is out of range for vocab 10");
+  EXPECT_HYBRID_ERROR(embed_gather_q(egq(), ctx),
+                      "[embed_gather_q] ids[0] = -1 is out of range for vocab 10");
   EXPECT_TRUE(out_untouched());
 }
 
 TEST_F(EmbedFixture, WrongRankShapeDtype) {
   EmbedGather a = eg();
   a.ids = Tensor(ids.data(), DType::i32, Device::cpu(), {2, 2});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] ids: expected [T] i32|i64, got [2, 2] i32");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] ids: expected [T] i32|i64, got [2, 2] i32");
   a = eg();
   a.ids = Tensor(table.data(), DType::f32, Device::cpu(), {4});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] ids: expected [T] i32|i64, got [4] f32");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] ids: expected [T] i32|i64, got [4] f32");
   a = eg();
   a.table = Tensor(table.data(), DType::f32, Device::cpu(), {640});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] table: expected [vocab, D] f32|bf16|f16, got [640] f32");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] table: expected [vocab, D] f32|bf16|f16, got [640] f32");
   a = eg();
   a.out = Tensor(out.data(), DType::f32, Device::cpu(), {4, 32});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] out: expected [T=4, D=64] f32|bf16|f16, got [4, 32] f32");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] out: expected [T=4, D=64] f32|bf16|f16, got [4, 32] f32");
   a = eg();
   a.out = Tensor(out.data(), DType::i32, Device::cpu(), {4, 64});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] out: expected [T=4, D=64] f32|bf16|f16, got [4, 64] i32");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] out: expected [T=4, D=64] f32|bf16|f16, got [4, 64] i32");
 }
 
 TEST_F(EmbedFixture, WrongStride) {
   EmbedGather a = eg();
   a.table = Tensor(table.data(), DType::f32, Device::cpu(), {10, 32}, {64, 2});
   a.out = Tensor(out.data(), DType::f32, Device::cpu(), {4, 32});
-  EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] table: the last dimension must be contiguous");
+  EXPECT_HYBRID_ERROR(embed_gather(a, ctx),
+                      "[embed_gather] table: the last dimension must be contiguous");
   a = eg();
   a.ids = Tensor(ids.data(), DType::i32, Device::cpu(), {4}, {-1});
   EXPECT_HYBRID_ERROR(embed_gather(a, ctx), "[embed_gather] ids: strides must be positive");
@@ -110,24 +119,30 @@ TEST_F(EmbedFixture, WrongStride) {
 TEST_F(EmbedFixture, QuantizedTableErrors) {
   EmbedGatherQ a = egq();
   a.table.weight = Tensor(words.data(), DType::u32, Device::cpu(), {10, 16});
-  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
-                      "[embed_gather_q] table.weight: expected [rows, D*bits/32=8] u32, got [10, 16] u32");
+  EXPECT_HYBRID_ERROR(
+      embed_gather_q(a, ctx),
+      "[embed_gather_q] table.weight: expected [rows, D*bits/32=8] u32, got [10, 16] u32");
   a = egq();
   a.table.bits = 6;
-  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx), "[embed_gather_q] table.bits = 6 is not supported (supported: 4, 8)");
+  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
+                      "[embed_gather_q] table.bits = 6 is not supported (supported: 4, 8)");
   a = egq();
   a.table.group_size = 48;
-  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
-                      "[embed_gather_q] table.group_size = 48 is not supported (supported: 32, 64, 128)");
+  EXPECT_HYBRID_ERROR(
+      embed_gather_q(a, ctx),
+      "[embed_gather_q] table.group_size = 48 is not supported (supported: 32, 64, 128)");
   a = egq();
   a.table.group_size = 128;
-  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx), "[embed_gather_q] D=64 is not divisible by table.group_size=128");
+  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
+                      "[embed_gather_q] D=64 is not divisible by table.group_size=128");
   a = egq();
   a.table.scales = Tensor(scales.data(), DType::f32, Device::cpu(), {9, 2});
   EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
-                      "[embed_gather_q] table.scales: expected [rows=10, D/group_size=2] f32|bf16|f16, got [9, 2] f32");
+                      "[embed_gather_q] table.scales: expected [rows=10, D/group_size=2] "
+                      "f32|bf16|f16, got [9, 2] f32");
   a = egq();
   a.ids = Tensor(ids64.data(), DType::i64, Device::cpu(), {3});
-  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx), "[embed_gather_q] ids: expected [T=4] i32|i64, got [3] i64");
+  EXPECT_HYBRID_ERROR(embed_gather_q(a, ctx),
+                      "[embed_gather_q] ids: expected [T=4] i32|i64, got [3] i64");
   EXPECT_TRUE(out_untouched());
 }

@@ -39,16 +39,19 @@ TEST_F(LinearFixture, WrongRank) {
   EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] x: expected [T, in] f32|bf16|f16, got [32] f32");
   a = args();
   a.weight = t(w, {24});
-  EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] weight: expected [out, in] f32|bf16|f16, got [24] f32");
+  EXPECT_HYBRID_ERROR(linear(a, ctx),
+                      "[linear] weight: expected [out, in] f32|bf16|f16, got [24] f32");
 }
 
 TEST_F(LinearFixture, WrongShape) {
   Linear a = args();
   a.weight = t(w, {3, 7});
-  EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] weight: expected [out=3, in=8] f32|bf16|f16, got [3, 7] f32");
+  EXPECT_HYBRID_ERROR(linear(a, ctx),
+                      "[linear] weight: expected [out=3, in=8] f32|bf16|f16, got [3, 7] f32");
   a = args();
   a.y = t(y, {4, 2});
-  EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] y: expected [T=4, out=3] f32|bf16|f16, got [4, 2] f32");
+  EXPECT_HYBRID_ERROR(linear(a, ctx),
+                      "[linear] y: expected [T=4, out=3] f32|bf16|f16, got [4, 2] f32");
   a = args();
   a.bias = t(b, {2});
   EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] bias: expected [out=3] f32|bf16|f16, got [2] f32");
@@ -60,7 +63,8 @@ TEST_F(LinearFixture, WrongDtype) {
   EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] x: expected [T, in] f32|bf16|f16, got [4, 8] i32");
   a = args();
   a.y = t(y, {4, 3}, DType::u32);
-  EXPECT_HYBRID_ERROR(linear(a, ctx), "[linear] y: expected [T=4, out=3] f32|bf16|f16, got [4, 3] u32");
+  EXPECT_HYBRID_ERROR(linear(a, ctx),
+                      "[linear] y: expected [T=4, out=3] f32|bf16|f16, got [4, 3] u32");
 }
 
 TEST_F(LinearFixture, WrongStride) {

@@ -69,7 +69,8 @@ TEST_F(QuantFixture, UnsupportedBits) {
   EXPECT_HYBRID_ERROR(linear_q(a, ctx), "[linear_q] w.bits = 3 is not supported (supported: 4, 8)");
   Dequantize d = dq();
   d.q.bits = 2;
-  EXPECT_HYBRID_ERROR(dequantize(d, ctx), "[dequantize] q.bits = 2 is not supported (supported: 4, 8)");
+  EXPECT_HYBRID_ERROR(dequantize(d, ctx),
+                      "[dequantize] q.bits = 2 is not supported (supported: 4, 8)");
 }
 
 TEST_F(QuantFixture, UnsupportedGroupSize) {
@@ -99,38 +100,45 @@ TEST_F(QuantFixture, PackedWidthMismatch) {
                       "[linear_q] w.weight: expected [rows=7, in*bits/32=12] u32, got [7, 24] u32");
   Dequantize d = dq();
   d.q.bits = 8;  // weight still 4-bit wide
-  EXPECT_HYBRID_ERROR(dequantize(d, ctx),
-                      "[dequantize] q.weight: expected [rows=7, in*bits/32=24] u32, got [7, 12] u32");
+  EXPECT_HYBRID_ERROR(
+      dequantize(d, ctx),
+      "[dequantize] q.weight: expected [rows=7, in*bits/32=24] u32, got [7, 12] u32");
 }
 
 TEST_F(QuantFixture, WrongShape) {
   LinearQ a = lq();
   a.w.scales = Tensor(scales.data(), DType::bf16, Device::cpu(), {7, 2});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
-                      "[linear_q] w.scales: expected [rows=7, in/group_size=3] f32|bf16|f16, got [7, 2] bf16");
+  EXPECT_HYBRID_ERROR(
+      linear_q(a, ctx),
+      "[linear_q] w.scales: expected [rows=7, in/group_size=3] f32|bf16|f16, got [7, 2] bf16");
   a = lq();
   a.y = Tensor(y.data(), DType::f32, Device::cpu(), {2, 6});
   EXPECT_HYBRID_ERROR(linear_q(a, ctx),
                       "[linear_q] w.weight: expected [rows=6, in*bits/32=12] u32, got [7, 12] u32");
   a = lq();
   a.bias = Tensor(bias.data(), DType::f32, Device::cpu(), {8});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx), "[linear_q] bias: expected [out=7] f32|bf16|f16, got [8] f32");
+  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
+                      "[linear_q] bias: expected [out=7] f32|bf16|f16, got [8] f32");
   a = lq();
   a.y = Tensor(y.data(), DType::f32, Device::cpu(), {1, 7});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx), "[linear_q] y: expected [T=2, out=7] f32|bf16|f16, got [1, 7] f32");
+  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
+                      "[linear_q] y: expected [T=2, out=7] f32|bf16|f16, got [1, 7] f32");
   Dequantize d = dq();
   d.w = Tensor(w.data(), DType::f32, Device::cpu(), {6, 96});
-  EXPECT_HYBRID_ERROR(dequantize(d, ctx),
-                      "[dequantize] q.weight: expected [rows=6, in*bits/32=12] u32, got [7, 12] u32");
+  EXPECT_HYBRID_ERROR(
+      dequantize(d, ctx),
+      "[dequantize] q.weight: expected [rows=6, in*bits/32=12] u32, got [7, 12] u32");
 }
 
 TEST_F(QuantFixture, WrongRank) {
   LinearQ a = lq();
   a.x = Tensor(x.data(), DType::f32, Device::cpu(), {192});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx), "[linear_q] x: expected [T, in] f32|bf16|f16, got [192] f32");
+  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
+                      "[linear_q] x: expected [T, in] f32|bf16|f16, got [192] f32");
   Quantize q = qz();
   q.w = Tensor(w.data(), DType::f32, Device::cpu(), {7, 96, 1});
-  EXPECT_HYBRID_ERROR(quantize(q, ctx), "[quantize] w: expected [out, in] f32|bf16|f16, got [7, 96, 1] f32");
+  EXPECT_HYBRID_ERROR(quantize(q, ctx),
+                      "[quantize] w: expected [out, in] f32|bf16|f16, got [7, 96, 1] f32");
 }
 
 TEST_F(QuantFixture, WrongDtype) {
@@ -140,21 +148,25 @@ TEST_F(QuantFixture, WrongDtype) {
                       "[linear_q] w.weight: expected [rows=7, in*bits/32=12] u32, got [7, 12] i32");
   a = lq();
   a.w.biases = Tensor(w.data(), DType::f32, Device::cpu(), {7, 3});  // scales are bf16
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
-                      "[linear_q] w.biases: expected [rows=7, in/group_size=3] bf16, got [7, 3] f32");
+  EXPECT_HYBRID_ERROR(
+      linear_q(a, ctx),
+      "[linear_q] w.biases: expected [rows=7, in/group_size=3] bf16, got [7, 3] f32");
   a = lq();
   a.w.scales = Tensor(words.data(), DType::u32, Device::cpu(), {7, 3});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
-                      "[linear_q] w.scales: expected [rows=7, in/group_size=3] f32|bf16|f16, got [7, 3] u32");
+  EXPECT_HYBRID_ERROR(
+      linear_q(a, ctx),
+      "[linear_q] w.scales: expected [rows=7, in/group_size=3] f32|bf16|f16, got [7, 3] u32");
   Quantize q = qz();
   q.w = Tensor(w.data(), DType::i32, Device::cpu(), {7, 96});
-  EXPECT_HYBRID_ERROR(quantize(q, ctx), "[quantize] w: expected [out, in] f32|bf16|f16, got [7, 96] i32");
+  EXPECT_HYBRID_ERROR(quantize(q, ctx),
+                      "[quantize] w: expected [out, in] f32|bf16|f16, got [7, 96] i32");
 }
 
 TEST_F(QuantFixture, WrongStride) {
   LinearQ a = lq();
   a.w.weight = Tensor(words.data(), DType::u32, Device::cpu(), {7, 12}, {24, 2});
-  EXPECT_HYBRID_ERROR(linear_q(a, ctx), "[linear_q] w.weight: the last dimension must be contiguous");
+  EXPECT_HYBRID_ERROR(linear_q(a, ctx),
+                      "[linear_q] w.weight: the last dimension must be contiguous");
   Dequantize d = dq();
   d.w = Tensor(w.data(), DType::f32, Device::cpu(), {7, 96}, {-96, 1});
   EXPECT_HYBRID_ERROR(dequantize(d, ctx), "[dequantize] w: strides must be positive");

@@ -77,8 +77,10 @@ TEST(QuantizeMlx, FourBitGroup32MatchesMlx) {
       0x037ad158u, 0x47be259cu, 0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u,
       0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u,
       0xf07f07f0u, 0x07f07f07u, 0x7f07f07fu, 0xf07f07f0u};
-  const std::vector<uint16_t> scales = {0x3e20, 0xbe20, 0x3d40, 0x3d40, 0xb3d7, 0xb3d7, 0xb3d7, 0xbc89};
-  const std::vector<uint16_t> biases = {0xbfa0, 0x3fa0, 0xbf70, 0xbf70, 0x0000, 0x3ec0, 0xbfa0, 0x3e80};
+  const std::vector<uint16_t> scales = {0x3e20, 0xbe20, 0x3d40, 0x3d40,
+                                        0xb3d7, 0xb3d7, 0xb3d7, 0xbc89};
+  const std::vector<uint16_t> biases = {0xbfa0, 0x3fa0, 0xbf70, 0xbf70,
+                                        0x0000, 0x3ec0, 0xbfa0, 0x3e80};
   EXPECT_EQ(q.words, words);
   EXPECT_EQ(q.scales, scales);
   EXPECT_EQ(q.biases, biases);
@@ -115,7 +117,8 @@ TEST(QuantizeRoundTrip, WithinQuantizationError) {
       for (int gs : {32, 64, 128}) {
         const int64_t rows = 16, in = 512, ng = in / gs;
         Normal rng{static_cast<uint64_t>(1234 + bits * 1000 + gs)};
-        std::vector<uint8_t> w(rows * in * 4), w_hat(rows * in * 4), sc(rows * ng * 4), bi(rows * ng * 4);
+        std::vector<uint8_t> w(rows * in * 4), w_hat(rows * in * 4), sc(rows * ng * 4),
+            bi(rows * ng * 4);
         std::vector<uint32_t> words(rows * in * bits / 32);
         for (int64_t r = 0; r < rows; ++r) {
           const double sigma = 0.005 + 0.5 * rng.uniform(), mu = (2 * rng.uniform() - 1) * sigma;
@@ -145,8 +148,8 @@ TEST(QuantizeRoundTrip, WithinQuantizationError) {
             const double bound = s * (1 + 1e-5) + rounding;
             const double err = std::fabs(wv - load_element(w_hat.data(), dt, r * in + j));
             if (err > bound && bad++ < 3)
-              ADD_FAILURE() << dtype_name(dt) << " bits=" << bits << " group=" << gs << " W[" << r << ", "
-                            << j << "]: |w - w_hat| = " << err << " > " << bound;
+              ADD_FAILURE() << dtype_name(dt) << " bits=" << bits << " group=" << gs << " W[" << r
+                            << ", " << j << "]: |w - w_hat| = " << err << " > " << bound;
           }
         EXPECT_EQ(bad, 0);
       }

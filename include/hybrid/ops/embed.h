@@ -23,9 +23,10 @@ void embed_gather(const EmbedGather& args, Context& ctx);
 // only the rows asked for are dequantized. Same id checks as embed_gather.
 struct EmbedGatherQ {
   static constexpr const char* op_name = "embed_gather_q";
-  QuantizedWeight table;  // [vocab, D]: weight [vocab, D·bits/32] u32, scales / biases [vocab, D/group]
-  Tensor ids;             // [T] i32 | i64
-  Tensor out;             // [T, D] f32 | bf16 | f16; rows may be strided
+  QuantizedWeight
+      table;   // [vocab, D]: weight [vocab, D·bits/32] u32, scales / biases [vocab, D/group]
+  Tensor ids;  // [T] i32 | i64
+  Tensor out;  // [T, D] f32 | bf16 | f16; rows may be strided
 };
 void embed_gather_q(const EmbedGatherQ& args, Context& ctx);
 

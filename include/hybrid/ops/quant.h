@@ -15,11 +15,11 @@ namespace hybrid {
 // The codes of a row are packed into u32 words, lowest bits first: code j occupies bits
 // [(j·bits) mod 32, +bits) of word (j·bits) / 32 (8 codes per word at 4 bits, 4 at 8 bits).
 struct QuantizedWeight {
-  Tensor weight;  // [rows, in·bits/32] u32 packed codes; rows may be strided
-  Tensor scales;  // [rows, in/group_size] f32 | bf16 | f16; rows may be strided
-  Tensor biases;  // [rows, in/group_size], same dtype as scales; rows may be strided
-  int bits = 4;             // 4 | 8
-  int group_size = 64;      // 32 | 64 | 128
+  Tensor weight;        // [rows, in·bits/32] u32 packed codes; rows may be strided
+  Tensor scales;        // [rows, in/group_size] f32 | bf16 | f16; rows may be strided
+  Tensor biases;        // [rows, in/group_size], same dtype as scales; rows may be strided
+  int bits = 4;         // 4 | 8
+  int group_size = 64;  // 32 | 64 | 128
 };
 
 // Quantizes a float W [out, in] into MLX's affine format, exactly as MLX's CPU kernel does
@@ -33,7 +33,7 @@ struct QuantizedWeight {
 // them in W's dtype). A constant group gets q = 0, b = the constant; an all-zero group b = 0.
 struct Quantize {
   static constexpr const char* op_name = "quantize";
-  Tensor w;             // [out, in] f32 | bf16 | f16; rows may be strided
+  Tensor w;           // [out, in] f32 | bf16 | f16; rows may be strided
   QuantizedWeight q;  // output: weight [out, in·bits/32] u32, scales / biases [out, in/group]
 };
 void quantize(const Quantize& args, Context& ctx);
@@ -42,7 +42,7 @@ void quantize(const Quantize& args, Context& ctx);
 struct Dequantize {
   static constexpr const char* op_name = "dequantize";
   QuantizedWeight q;  // weight [out, in·bits/32] u32, scales / biases [out, in/group]
-  Tensor w;            // [out, in] f32 | bf16 | f16 output; rows may be strided
+  Tensor w;           // [out, in] f32 | bf16 | f16 output; rows may be strided
 };
 void dequantize(const Dequantize& args, Context& ctx);
 
@@ -50,10 +50,10 @@ void dequantize(const Dequantize& args, Context& ctx);
 // never as a whole.
 struct LinearQ {
   static constexpr const char* op_name = "linear_q";
-  Tensor x;                // [T, in] f32 | bf16 | f16; rows may be strided, in contiguous
+  Tensor x;           // [T, in] f32 | bf16 | f16; rows may be strided, in contiguous
   QuantizedWeight w;  // W [out, in]: weight [out, in·bits/32] u32, scales / biases [out, in/group]
-  Tensor bias;             // optional [out] f32 | bf16 | f16
-  Tensor y;                // [T, out] f32 | bf16 | f16; rows may be strided
+  Tensor bias;        // optional [out] f32 | bf16 | f16
+  Tensor y;           // [T, out] f32 | bf16 | f16; rows may be strided
 };
 void linear_q(const LinearQ& args, Context& ctx);
 
