@@ -314,9 +314,11 @@ struct QuantRoundTripCase : Case {
   DType wdt;
   QuantRoundTripCase(int64_t out, int64_t in, int bits, int gs, DType wdt)
       : out(out), in(in), bits(bits), gs(gs), wdt(wdt) {}
-  std::string op() const override { return "quant_roundtrip"; }
+  // Listed under quantize (it runs quantize, then dequantize on its outputs).
+  std::string op() const override { return "quantize"; }
   std::string params() const override {
-    return str("out=", out, ",in=", in, ",w=", dtype_name(wdt), ",", qparams(bits, gs, wdt));
+    return str("roundtrip,out=", out, ",in=", in, ",w=", dtype_name(wdt), ",",
+               qparams(bits, gs, wdt));
   }
   void init(Rng& rng, Slots& s) override {
     fill_quantizable(s.input("w", wdt, {out, in}), rng, bits, gs);
