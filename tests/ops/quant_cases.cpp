@@ -306,8 +306,8 @@ struct LinearQCase : Case {
 // ---- round trip ---------------------------------------------------------------------------------
 
 // quantize then dequantize (scales in W's dtype, as MLX stores them): every output against the
-// formula; w_hat = stored scale · q + stored bias. (The bound |w - w_hat| <= |scale| / 2 against
-// W itself is checked in tests/unit/quant_roundtrip_test.cpp.)
+// formula; w_hat = stored scale · q + stored bias. (The bound |w - w_hat| <= |scale| against W
+// itself is checked in tests/unit/quant_mlx_test.cpp.)
 struct QuantRoundTripCase : Case {
   int64_t out, in;
   int bits, gs;
