@@ -12,10 +12,14 @@ namespace hybrid {
 
 std::string_view to_string(LogLevel level) {
   switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::debug:
+      return "debug";
   }
   return "?";
 }
@@ -76,8 +80,8 @@ void Context::log(LogLevel level, std::string_view message) const {
     sink_(level, message);
     return;
   }
-  std::fprintf(stderr, "hybrid [%s] %.*s\n", to_string(level).data(), static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "hybrid [%s] %.*s\n", to_string(level).data(),
+               static_cast<int>(message.size()), message.data());
 }
 
 }  // namespace hybrid

@@ -5,7 +5,9 @@
 
 namespace hybrid {
 
-std::string to_string(DeviceType t) { return t == DeviceType::cpu ? "cpu" : "cuda"; }
+std::string to_string(DeviceType t) {
+  return t == DeviceType::cpu ? "cpu" : "cuda";
+}
 
 std::string to_string(Device d) {
   return d.is_cpu() ? "cpu" : "cuda:" + std::to_string(d.index);
@@ -22,7 +24,11 @@ Device parse_device(const std::string& s) {
   fail("[device] '", s, "' is not a device: expected cpu, cuda or cuda:N");
 }
 
-bool cuda_compiled() { return cuda_api::compiled(); }
-int cuda_device_count() { return cuda_api::device_count(); }
+bool cuda_compiled() {
+  return cuda_api::compiled();
+}
+int cuda_device_count() {
+  return cuda_api::device_count();
+}
 
 }  // namespace hybrid

@@ -8,7 +8,8 @@ namespace hybrid {
 
 void Registry::insert(Entry e) {
   auto key = [](const Entry& x) {
-    return std::make_tuple(std::string_view(x.info.op), static_cast<int>(x.info.device), -x.info.priority);
+    return std::make_tuple(std::string_view(x.info.op), static_cast<int>(x.info.device),
+                           -x.info.priority);
   };
   auto pos = std::upper_bound(entries_.begin(), entries_.end(), e,
                               [&](const Entry& a, const Entry& b) { return key(a) < key(b); });
@@ -39,14 +40,17 @@ const Registry::Entry& Registry::select_erased(const char* op, const void* args,
     ctx.log(LogLevel::debug, str("[", op, "] ", e.info.name, " refused: ", *why));
     reasons += str("\n  ", e.info.name, ": ", *why);
   }
-  if (!any) throw Unsupported(str("[", op, "] has no ", to_string(device), " kernel in this build"));
-  throw Unsupported(str("[", op, "] no ", to_string(device), " kernel supports this call:", reasons));
+  if (!any)
+    throw Unsupported(str("[", op, "] has no ", to_string(device), " kernel in this build"));
+  throw Unsupported(
+      str("[", op, "] no ", to_string(device), " kernel supports this call:", reasons));
 }
 
 void Registry::dispatch_erased(const char* op, const void* args, Device device,
                                Context& ctx) const {
   if (ctx.device().type != device.type || (device.is_cuda() && ctx.device().index != device.index))
-    fail("[", op, "] tensors are on ", to_string(device), " but the context is ", to_string(ctx.device()));
+    fail("[", op, "] tensors are on ", to_string(device), " but the context is ",
+         to_string(ctx.device()));
   select_erased(op, args, device.type, ctx).run(args, ctx);
 }
 

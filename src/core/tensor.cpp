@@ -69,7 +69,8 @@ Tensor Tensor::slice(int dim, int64_t start, int64_t length) const {
   if (start < 0 || length < 0 || start + length > shape_[d])
     fail("[tensor] slice [", start, ", ", start + length, ") out of range for size ", shape_[d]);
   Tensor t = *this;
-  t.data_ = static_cast<char*>(data_) + start * strides_[d] * static_cast<int64_t>(dtype_size(dtype_));
+  t.data_ =
+      static_cast<char*>(data_) + start * strides_[d] * static_cast<int64_t>(dtype_size(dtype_));
   t.shape_[d] = length;
   return t;
 }
@@ -89,7 +90,8 @@ Tensor Tensor::reshape(const std::vector<int64_t>& shape) const {
   if (!is_contiguous()) fail("[tensor] reshape of a non-contiguous view ", describe());
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
-  if (n != numel()) fail("[tensor] reshape of ", describe(), " to ", shape.size(), " dims with ", n, " elements");
+  if (n != numel())
+    fail("[tensor] reshape of ", describe(), " to ", shape.size(), " dims with ", n, " elements");
   return Tensor(data_, dtype_, device_, shape);
 }
 
@@ -120,7 +122,9 @@ Buffer::Buffer(Device device, size_t bytes) : bytes_(bytes), device_(device) {
   }
 }
 
-Buffer::~Buffer() { release(); }
+Buffer::~Buffer() {
+  release();
+}
 
 Buffer::Buffer(Buffer&& other) noexcept
     : data_(other.data_), bytes_(other.bytes_), device_(other.device_) {

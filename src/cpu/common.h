@@ -1,8 +1,8 @@
 // Helpers shared by the CPU reference kernels: element access in f32 and a parallel loop.
 #pragma once
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "hybrid/core/context.h"
@@ -13,18 +13,27 @@ namespace hybrid::cpu {
 // Element `offset` (in elements from t.data()) of a float tensor, as f32.
 inline float load_f32(const Tensor& t, int64_t offset) {
   switch (t.dtype()) {
-    case DType::bf16: return f32_from_bf16(t.data_as<const uint16_t>()[offset]);
-    case DType::f16: return f32_from_f16(t.data_as<const uint16_t>()[offset]);
-    default: return t.data_as<const float>()[offset];
+    case DType::bf16:
+      return f32_from_bf16(t.data_as<const uint16_t>()[offset]);
+    case DType::f16:
+      return f32_from_f16(t.data_as<const uint16_t>()[offset]);
+    default:
+      return t.data_as<const float>()[offset];
   }
 }
 
 // Stores v at element `offset`, rounding to the tensor's float dtype.
 inline void store_f32(const Tensor& t, int64_t offset, float v) {
   switch (t.dtype()) {
-    case DType::bf16: t.data_as<uint16_t>()[offset] = bf16_from_f32(v); return;
-    case DType::f16: t.data_as<uint16_t>()[offset] = f16_from_f32(v); return;
-    default: t.data_as<float>()[offset] = v; return;
+    case DType::bf16:
+      t.data_as<uint16_t>()[offset] = bf16_from_f32(v);
+      return;
+    case DType::f16:
+      t.data_as<uint16_t>()[offset] = f16_from_f32(v);
+      return;
+    default:
+      t.data_as<float>()[offset] = v;
+      return;
   }
 }
 
@@ -34,9 +43,15 @@ inline int64_t load_index(const Tensor& t, int64_t offset) {
                                  : t.data_as<const int32_t>()[offset];
 }
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+inline float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 // for (i in [0, n)) body(i), spread over ctx.cpu_threads() threads. Iterations must be
 // independent.

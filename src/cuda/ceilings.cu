@@ -16,16 +16,17 @@ namespace hybrid::cuda_api {
 
 namespace {
 
-#define HYBRID_CUBLAS_CHECK(stmt)                                                        \
-  do {                                                                                   \
-    cublasStatus_t s_ = (stmt);                                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      ::hybrid::fail("[cuda] ", #stmt, " failed at ", __FILE__, ":", __LINE__, ": ",     \
-                     cublasGetStatusString(s_));                                         \
+#define HYBRID_CUBLAS_CHECK(stmt)                                                    \
+  do {                                                                               \
+    cublasStatus_t s_ = (stmt);                                                      \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+      ::hybrid::fail("[cuda] ", #stmt, " failed at ", __FILE__, ":", __LINE__, ": ", \
+                     cublasGetStatusString(s_));                                     \
   } while (0)
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;

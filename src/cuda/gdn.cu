@@ -40,9 +40,12 @@ struct Scalars {
   __device__ __forceinline__ float at(int64_t i, int64_t j = 0) const {
     const int64_t o = i * s0 + j * s1;
     switch (dtype) {
-      case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[o]);
-      case DType::f16: return __half2float(static_cast<const __half*>(p)[o]);
-      default: return static_cast<const float*>(p)[o];
+      case DType::bf16:
+        return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[o]);
+      case DType::f16:
+        return __half2float(static_cast<const __half*>(p)[o]);
+      default:
+        return static_cast<const float*>(p)[o];
     }
   }
 };
@@ -101,7 +104,8 @@ template <int KC, class S>
 __device__ __forceinline__ void store_row(S* p, const float (&r)[KC]) {
   if constexpr (std::is_same_v<S, float> && KC % 4 == 0) {
 #pragma unroll
-    for (int c = 0; c < KC; c += 4) *reinterpret_cast<float4*>(p + c) = make_float4(r[c], r[c + 1], r[c + 2], r[c + 3]);
+    for (int c = 0; c < KC; c += 4)
+      *reinterpret_cast<float4*>(p + c) = make_float4(r[c], r[c + 1], r[c + 2], r[c + 3]);
   } else {
 #pragma unroll
     for (int c = 0; c < KC; ++c) p[c] = from_f32<S>(r[c]);
@@ -110,7 +114,8 @@ __device__ __forceinline__ void store_row(S* p, const float (&r)[KC]) {
 
 // One (V-slice, hv, n). In = q/k/v/conv_out/out element type, S = state element type.
 template <int KC, class In, class S>
-__global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(const GdnParams p, const Mode mode) {
+__global__ void __launch_bounds__(kWarps * 32)
+    gdn_recurrent_kernel(const GdnParams p, const Mode mode) {
   const int n = blockIdx.z, hv = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;  // this warp's first V row
@@ -126,14 +131,16 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(const GdnPar
         out[t * p.o_t + hv * p.o_h + row0 + lane] = from_f32<In>(0.0f);
         if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row0 + lane] = 0.0f;
       }
-      if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0) p.tape_alpha[int64_t(t) * p.Hv + hv] = 0.0f;
+      if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0)
+        p.tape_alpha[int64_t(t) * p.Hv + hv] = 0.0f;
       if (mode == Mode::record && blockIdx.x == 0 && warp == 0 && hv % (p.Hv / p.Hk) == 0)
         for (int c = 0; c < KC; ++c) p.tape_k[(int64_t(t) * p.Hk + hk) * p.K + c0 + c] = 0.0f;
       if (p.states_per_token)
         for (int r = 0; r < kRowsPerWarp; ++r)
           if (row0 + r < p.V) {
             float zero[KC] = {};
-            store_row<KC>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0, zero);
+            store_row<KC>(
+                p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0, zero);
           }
     }
     return;
@@ -221,7 +228,8 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(const GdnPar
       out[t * p.o_t + hv * p.o_h + row0 + lane] = from_f32<In>(my_o);
       if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row0 + lane] = my_u;
     }
-    if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0) p.tape_alpha[int64_t(t) * p.Hv + hv] = alpha;
+    if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0)
+      p.tape_alpha[int64_t(t) * p.Hv + hv] = alpha;
     if (mode == Mode::record && blockIdx.x == 0 && warp == 0 && hv % (p.Hv / p.Hk) == 0)
 #pragma unroll
       for (int c = 0; c < KC; ++c) p.tape_k[(int64_t(t) * p.Hk + hk) * p.K + c0 + c] = k[c];
@@ -229,7 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(const GdnPar
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r)
         if (row0 + r < p.V)
-          store_row<KC>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0, s[r]);
+          store_row<KC>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0,
+                        s[r]);
   }
 
   if (mode != Mode::record)
@@ -240,10 +249,12 @@ __global__ void __launch_bounds__(kWarps * 32) gdn_recurrent_kernel(const GdnPar
 
 // gdn_replay: S ← α_t S + u_t k̂_tᵀ for the first num_tokens[n] tokens, from the pool snapshot.
 template <int KC, class S>
-__global__ void __launch_bounds__(kWarps * 32) gdn_replay_kernel(
-    const float* tape_k, const float* tape_u, const float* tape_alpha, void* state, int64_t st_slot,
-    int64_t st_head, int64_t st_row, const int* cu_seqlens, const int* slots, const int* num_tokens,
-    void* state_out, int64_t so_n, int64_t so_head, int64_t so_row, int Hk, int Hv, int V, int K) {
+__global__ void __launch_bounds__(kWarps * 32)
+    gdn_replay_kernel(const float* tape_k, const float* tape_u, const float* tape_alpha,
+                      void* state, int64_t st_slot, int64_t st_head, int64_t st_row,
+                      const int* cu_seqlens, const int* slots, const int* num_tokens,
+                      void* state_out, int64_t so_n, int64_t so_head, int64_t so_row, int Hk,
+                      int Hv, int V, int K) {
   const int n = blockIdx.z, hv = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;
@@ -311,10 +322,18 @@ Scalars scalars(const Tensor& t) {
 template <class Body>
 void dispatch_kc(int64_t K, Body&& body) {
   switch (K) {
-    case 32: body(std::integral_constant<int, 1>{}); break;
-    case 64: body(std::integral_constant<int, 2>{}); break;
-    case 128: body(std::integral_constant<int, 4>{}); break;
-    default: body(std::integral_constant<int, 8>{}); break;
+    case 32:
+      body(std::integral_constant<int, 1>{});
+      break;
+    case 64:
+      body(std::integral_constant<int, 2>{});
+      break;
+    case 128:
+      body(std::integral_constant<int, 4>{});
+      break;
+    default:
+      body(std::integral_constant<int, 8>{});
+      break;
   }
 }
 
@@ -362,7 +381,9 @@ Reason recurrent_supports(const GdnRecurrent& a) {
   return check_layout(a.q.size(2), a.state, a.q, "q");
 }
 
-void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
+// The fields gdn_recurrent and gdn_record share (q, k, v, g, β, pool, varlen, out, scale).
+template <class Args>
+GdnParams token_params(const Args& a) {
   GdnParams p;
   p.q = a.q.data(), p.q_t = a.q.stride(0), p.q_h = a.q.stride(1);
   p.k = a.k.data(), p.k_t = a.k.stride(0), p.k_h = a.k.stride(1);
@@ -370,15 +391,21 @@ void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
   p.g = scalars(a.g);
   p.beta = scalars(a.beta);
   set_state(p, a.state);
-  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
-  p.slots = a.state_slots.data_as<const int>();
-  p.has_initial = a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.cu_seqlens = a.cu_seqlens.template data_as<const int>();
+  p.slots = a.state_slots.template data_as<const int>();
   p.out = a.out.data(), p.o_t = a.out.stride(0), p.o_h = a.out.stride(1);
-  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
   p.Hk = static_cast<int>(a.q.size(1)), p.Hv = static_cast<int>(a.v.size(1));
   p.V = static_cast<int>(a.v.size(2)), p.K = static_cast<int>(a.q.size(2));
   p.scale = a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(p.K));
   p.l2norm = a.use_qk_l2norm;
+  return p;
+}
+
+void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
+  GdnParams p = token_params(a);
+  p.has_initial =
+      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
   launch(p, Mode::recurrent, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -408,7 +435,8 @@ void prep_chunk_cuda(const GdnPrepChunk& a, Context& ctx) {
   prep_params(a, p);
   p.cu_seqlens = a.cu_seqlens.data_as<const int>();
   p.slots = a.state_slots.data_as<const int>();
-  p.has_initial = a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.has_initial =
+      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
   launch(p, Mode::prep, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -434,22 +462,9 @@ Reason record_supports(const GdnRecord& a) {
 }
 
 void record_cuda(const GdnRecord& a, Context& ctx) {
-  GdnParams p;
-  p.q = a.q.data(), p.q_t = a.q.stride(0), p.q_h = a.q.stride(1);
-  p.k = a.k.data(), p.k_t = a.k.stride(0), p.k_h = a.k.stride(1);
-  p.v = a.v.data(), p.v_t = a.v.stride(0), p.v_h = a.v.stride(1);
-  p.g = scalars(a.g);
-  p.beta = scalars(a.beta);
-  set_state(p, a.state);
-  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
-  p.slots = a.state_slots.data_as<const int>();
-  p.out = a.out.data(), p.o_t = a.out.stride(0), p.o_h = a.out.stride(1);
+  GdnParams p = token_params(a);
   p.tape_k = a.tape_k.data_as<float>(), p.tape_u = a.tape_u.data_as<float>();
   p.tape_alpha = a.tape_alpha.data_as<float>();
-  p.Hk = static_cast<int>(a.q.size(1)), p.Hv = static_cast<int>(a.v.size(1));
-  p.V = static_cast<int>(a.v.size(2)), p.K = static_cast<int>(a.q.size(2));
-  p.scale = a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(p.K));
-  p.l2norm = a.use_qk_l2norm;
   launch(p, Mode::record, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -457,7 +472,8 @@ Reason replay_supports(const GdnReplay& a) {
   if (!a.tape_k.is_contiguous() || !a.tape_u.is_contiguous() || !a.tape_alpha.is_contiguous())
     return std::string("the tape tensors must be contiguous");
   if (a.state_out.defined()) {
-    if (a.state_out.dtype() != a.state.dtype()) return std::string("state_out dtype must equal the pool's");
+    if (a.state_out.dtype() != a.state.dtype())
+      return std::string("state_out dtype must equal the pool's");
     if (Reason r = check_layout(a.tape_k.size(2), a.state_out, a.tape_k, "tape_k")) return r;
   }
   return check_layout(a.tape_k.size(2), a.state, a.tape_k, "tape_k");
@@ -468,16 +484,20 @@ void replay_cuda(const GdnReplay& a, Context& ctx) {
   if (N == 0) return;
   const int Hk = static_cast<int>(a.tape_k.size(1)), K = static_cast<int>(a.tape_k.size(2));
   const int Hv = static_cast<int>(a.tape_u.size(1)), V = static_cast<int>(a.tape_u.size(2));
-  const dim3 grid(static_cast<unsigned>((V + kRows - 1) / kRows), static_cast<unsigned>(Hv), static_cast<unsigned>(N));
+  const dim3 grid(static_cast<unsigned>((V + kRows - 1) / kRows), static_cast<unsigned>(Hv),
+                  static_cast<unsigned>(N));
   const bool has_out = a.state_out.defined();
   dispatch_kc(K, [&](auto kc) {
     auto run = [&](auto ts) {
-      gdn_replay_kernel<decltype(kc)::value, decltype(ts)><<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(
-          a.tape_k.data_as<const float>(), a.tape_u.data_as<const float>(), a.tape_alpha.data_as<const float>(),
-          a.state.data(), a.state.stride(0), a.state.stride(1), a.state.stride(2),
-          a.cu_seqlens.data_as<const int>(), a.state_slots.data_as<const int>(), a.num_tokens.data_as<const int>(),
-          has_out ? a.state_out.data() : nullptr, has_out ? a.state_out.stride(0) : 0,
-          has_out ? a.state_out.stride(1) : 0, has_out ? a.state_out.stride(2) : 0, Hk, Hv, V, K);
+      gdn_replay_kernel<decltype(kc)::value, decltype(ts)>
+          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(
+              a.tape_k.data_as<const float>(), a.tape_u.data_as<const float>(),
+              a.tape_alpha.data_as<const float>(), a.state.data(), a.state.stride(0),
+              a.state.stride(1), a.state.stride(2), a.cu_seqlens.data_as<const int>(),
+              a.state_slots.data_as<const int>(), a.num_tokens.data_as<const int>(),
+              has_out ? a.state_out.data() : nullptr, has_out ? a.state_out.stride(0) : 0,
+              has_out ? a.state_out.stride(1) : 0, has_out ? a.state_out.stride(2) : 0, Hk, Hv, V,
+              K);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
     if (a.state.dtype() == DType::bf16)
@@ -493,7 +513,8 @@ __global__ void iota_kernel(int* p, int n) {
 
 const int* identity_seqlens(int64_t N, Context& ctx) {
   int* p = static_cast<int*>(ctx.workspace(static_cast<size_t>(N + 1) * sizeof(int)));
-  iota_kernel<<<static_cast<unsigned>((N + 256) / 256), 256, 0, as_stream(ctx.stream())>>>(p, static_cast<int>(N));
+  iota_kernel<<<static_cast<unsigned>((N + 256) / 256), 256, 0, as_stream(ctx.stream())>>>(
+      p, static_cast<int>(N));
   HYBRID_CUDA_CHECK_LAUNCH();
   return p;
 }
@@ -501,9 +522,12 @@ const int* identity_seqlens(int64_t N, Context& ctx) {
 }  // namespace
 
 void register_gdn(Registry& r) {
-  r.add<GdnRecurrent>("gdn_recurrent.cuda", DeviceType::cuda, 0, recurrent_supports, recurrent_cuda);
-  r.add<GdnPrepChunk>("gdn_prep_chunk.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepChunk>, prep_chunk_cuda);
-  r.add<GdnPrepStep>("gdn_prep_step.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepStep>, prep_step_cuda);
+  r.add<GdnRecurrent>("gdn_recurrent.cuda", DeviceType::cuda, 0, recurrent_supports,
+                      recurrent_cuda);
+  r.add<GdnPrepChunk>("gdn_prep_chunk.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepChunk>,
+                      prep_chunk_cuda);
+  r.add<GdnPrepStep>("gdn_prep_step.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepStep>,
+                     prep_step_cuda);
   r.add<GdnRecord>("gdn_record.cuda", DeviceType::cuda, 0, record_supports, record_cuda);
   r.add<GdnReplay>("gdn_replay.cuda", DeviceType::cuda, 0, replay_supports, replay_cuda);
 }

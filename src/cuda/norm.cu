@@ -27,13 +27,13 @@ __device__ __forceinline__ float block_sum(float v, float* shared /* [32] */) {
 
 // h = x (+ residual); out = h·rsqrt(mean(h²) + eps)·(w or 1 + w)
 template <class T, class W>
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(
-    const T* __restrict__ x, int64_t x_stride,             // [T, D]
-    const T* residual, int64_t residual_stride,            // [T, D] or null
-    T* residual_out, int64_t residual_out_stride,          // [T, D] or null
-    const W* __restrict__ weight,                          // [D]
-    T* out, int64_t out_stride,                            // [T, D]
-    int D, float eps, bool zero_centered) {
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_kernel(const T* __restrict__ x, int64_t x_stride,     // [T, D]
+                    const T* residual, int64_t residual_stride,    // [T, D] or null
+                    T* residual_out, int64_t residual_out_stride,  // [T, D] or null
+                    const W* __restrict__ weight,                  // [D]
+                    T* out, int64_t out_stride,                    // [T, D]
+                    int D, float eps, bool zero_centered) {
   __shared__ float shared[32];
   const int64_t t = blockIdx.x;
   const T* xr = x + t * x_stride;
@@ -65,12 +65,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(
 
 // y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w, one block per (token, group).
 template <class T, class W>
-__global__ void __launch_bounds__(kThreads) rms_norm_gated_kernel(
-    const T* __restrict__ x, int64_t x_stride,  // [T, C]
-    const T* __restrict__ z, int64_t z_stride,  // [T, C]
-    const W* __restrict__ weight,               // [C] or [G]
-    T* out, int64_t out_stride,                 // [T, C]
-    int group_size, bool shared_weight, float eps, bool norm_before_gate) {
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_gated_kernel(const T* __restrict__ x, int64_t x_stride,  // [T, C]
+                          const T* __restrict__ z, int64_t z_stride,  // [T, C]
+                          const W* __restrict__ weight,               // [C] or [G]
+                          T* out, int64_t out_stride,                 // [T, C]
+                          int group_size, bool shared_weight, float eps, bool norm_before_gate) {
   __shared__ float shared[32];
   const int64_t t = blockIdx.x;
   const int g0 = blockIdx.y * group_size;
@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_gated_kernel(
 }
 
 Reason rms_norm_supports(const RmsNorm& a) {
-  if (a.out.dtype() != a.x.dtype()) return str("out dtype ", dtype_name(a.out.dtype()), " differs from x dtype");
+  if (a.out.dtype() != a.x.dtype())
+    return str("out dtype ", dtype_name(a.out.dtype()), " differs from x dtype");
   if (a.residual_out.defined() && a.residual_out.dtype() != a.x.dtype())
     return str("residual_out dtype ", dtype_name(a.residual_out.dtype()), " differs from x dtype");
   if (a.x.size(1) > (int64_t{1} << 30)) return std::string("D above 2^30");
@@ -120,11 +121,10 @@ void rms_norm_cuda(const RmsNorm& a, Context& ctx) {
       using Tw = decltype(tw);
       const bool fused = a.residual.defined();
       rms_norm_kernel<Tx, Tw><<<T, kThreads, 0, as_stream(ctx.stream())>>>(
-          a.x.data_as<const Tx>(), a.x.stride(0),
-          fused ? a.residual.data_as<const Tx>() : nullptr, fused ? a.residual.stride(0) : 0,
-          fused ? a.residual_out.data_as<Tx>() : nullptr, fused ? a.residual_out.stride(0) : 0,
-          a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0),
-          static_cast<int>(a.x.size(1)), a.eps, a.zero_centered);
+          a.x.data_as<const Tx>(), a.x.stride(0), fused ? a.residual.data_as<const Tx>() : nullptr,
+          fused ? a.residual.stride(0) : 0, fused ? a.residual_out.data_as<Tx>() : nullptr,
+          fused ? a.residual_out.stride(0) : 0, a.weight.data_as<const Tw>(), a.out.data_as<Tx>(),
+          a.out.stride(0), static_cast<int>(a.x.size(1)), a.eps, a.zero_centered);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });

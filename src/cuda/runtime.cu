@@ -6,7 +6,9 @@
 
 namespace hybrid::cuda_api {
 
-bool compiled() { return true; }
+bool compiled() {
+  return true;
+}
 
 int device_count() {
   int n = 0;
@@ -18,7 +20,9 @@ int device_count() {
   return n;
 }
 
-void set_device(int device) { HYBRID_CUDA_CHECK(cudaSetDevice(device)); }
+void set_device(int device) {
+  HYBRID_CUDA_CHECK(cudaSetDevice(device));
+}
 
 void* malloc_device(size_t bytes, int device) {
   set_device(device);
@@ -28,8 +32,8 @@ void* malloc_device(size_t bytes, int device) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    fail("[cuda] out of device memory on cuda:", device, ": ", bytes, " bytes needed, ",
-         free_bytes, " of ", total_bytes, " free (", cudaGetErrorString(e), ")");
+    fail("[cuda] out of device memory on cuda:", device, ": ", bytes, " bytes needed, ", free_bytes,
+         " of ", total_bytes, " free (", cudaGetErrorString(e), ")");
   }
   return p;
 }
@@ -42,10 +46,18 @@ void free_device(void* ptr, int device) noexcept {
 void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) {
   cudaMemcpyKind k = cudaMemcpyDefault;
   switch (kind) {
-    case CopyKind::host_to_device: k = cudaMemcpyHostToDevice; break;
-    case CopyKind::device_to_host: k = cudaMemcpyDeviceToHost; break;
-    case CopyKind::device_to_device: k = cudaMemcpyDeviceToDevice; break;
-    case CopyKind::host_to_host: k = cudaMemcpyHostToHost; break;
+    case CopyKind::host_to_device:
+      k = cudaMemcpyHostToDevice;
+      break;
+    case CopyKind::device_to_host:
+      k = cudaMemcpyDeviceToHost;
+      break;
+    case CopyKind::device_to_device:
+      k = cudaMemcpyDeviceToDevice;
+      break;
+    case CopyKind::host_to_host:
+      k = cudaMemcpyHostToHost;
+      break;
   }
   HYBRID_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, cuda::as_stream(stream)));
 }
@@ -57,7 +69,9 @@ void* stream_create(int device) {
   return s;
 }
 
-void stream_destroy(void* stream) noexcept { cudaStreamDestroy(cuda::as_stream(stream)); }
+void stream_destroy(void* stream) noexcept {
+  cudaStreamDestroy(cuda::as_stream(stream));
+}
 
 void stream_synchronize(void* stream) {
   HYBRID_CUDA_CHECK(cudaStreamSynchronize(cuda::as_stream(stream)));
@@ -87,7 +101,9 @@ void* event_create() {
   return e;
 }
 
-void event_destroy(void* event) noexcept { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+void event_destroy(void* event) noexcept {
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
 
 void event_record(void* event, void* stream) {
   HYBRID_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::as_stream(stream)));

@@ -27,10 +27,10 @@ struct FileDtype {
 };
 
 constexpr FileDtype kFileDtypes[] = {
-    {"F32", 4, DType::f32},  {"F16", 2, DType::f16},  {"BF16", 2, DType::bf16},
-    {"I32", 4, DType::i32},  {"I64", 8, DType::i64},  {"U8", 1, DType::u8},
-    {"U32", 4, DType::u32},  {"F64", 8, std::nullopt}, {"I8", 1, std::nullopt},
-    {"I16", 2, std::nullopt}, {"U16", 2, std::nullopt}, {"U64", 8, std::nullopt},
+    {"F32", 4, DType::f32},    {"F16", 2, DType::f16},       {"BF16", 2, DType::bf16},
+    {"I32", 4, DType::i32},    {"I64", 8, DType::i64},       {"U8", 1, DType::u8},
+    {"U32", 4, DType::u32},    {"F64", 8, std::nullopt},     {"I8", 1, std::nullopt},
+    {"I16", 2, std::nullopt},  {"U16", 2, std::nullopt},     {"U64", 8, std::nullopt},
     {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
 };
 
@@ -57,7 +57,8 @@ json parse_header(const std::string& text, const std::string& path) {
   } catch (const json::exception& e) {
     fail("[safetensors] ", path, ": the header is not valid JSON: ", e.what());
   }
-  if (!duplicate.empty()) fail("[safetensors] ", path, ": tensor '", duplicate, "' appears twice in the header");
+  if (!duplicate.empty())
+    fail("[safetensors] ", path, ": tensor '", duplicate, "' appears twice in the header");
   if (!header.is_object()) fail("[safetensors] ", path, ": the header is not a JSON object");
   return header;
 }
@@ -75,7 +76,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   size_ = static_cast<size_t>(st.st_size);
   if (size_ < 8) {
     ::close(fd);
-    fail("[safetensors] ", path, ": file is ", size_, " bytes, too short for the 8-byte header size (truncated?)");
+    fail("[safetensors] ", path, ": file is ", size_,
+         " bytes, too short for the 8-byte header size (truncated?)");
   }
   map_ = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -87,7 +89,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
   if (n > kMaxHeaderBytes)
-    fail("[safetensors] ", path, ": header size ", n, " is above the ", kMaxHeaderBytes, "-byte limit");
+    fail("[safetensors] ", path, ": header size ", n, " is above the ", kMaxHeaderBytes,
+         "-byte limit");
   if (8 + n > size_)
     fail("[safetensors] ", path, ": header of ", n, " bytes runs past the end of the ", size_,
          "-byte file (truncated?)");
@@ -102,8 +105,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    auto bad = [&](const std::string& what) { fail("[safetensors] ", path, ": tensor '", name, "': ", what); };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+    auto bad = [&](const std::string& what) {
+      fail("[safetensors] ", path, ": tensor '", name, "': ", what);
+    };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets"))
       bad("expected {dtype, shape, data_offsets}");
     if (!entry["dtype"].is_string()) bad("dtype is not a string");
     SafetensorInfo info;
@@ -115,12 +121,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (!entry["shape"].is_array()) bad("shape is not an array");
     uint64_t numel = 1;
     for (auto& d : entry["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) bad("shape " + entry["shape"].dump() + " has a non-integer or negative size");
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        bad("shape " + entry["shape"].dump() + " has a non-integer or negative size");
       info.shape.push_back(d.get<int64_t>());
       numel *= static_cast<uint64_t>(d.get<int64_t>());
     }
     auto& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
       bad("data_offsets is not [begin, end]");
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end) bad(str("data_offsets [", begin, ", ", end, ") end before they begin"));
@@ -128,8 +136,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       bad(str("data_offsets [", begin, ", ", end, ") out of bounds: the file holds ", data_bytes,
               " bytes of data (truncated?)"));
     if (end - begin != numel * fd->bytes)
-      bad(str(info.dtype_name, " ", entry["shape"].dump(), " needs ", numel * fd->bytes, " bytes but data_offsets [",
-              begin, ", ", end, ") hold ", end - begin));
+      bad(str(info.dtype_name, " ", entry["shape"].dump(), " needs ", numel * fd->bytes,
+              " bytes but data_offsets [", begin, ", ", end, ") hold ", end - begin));
     info.offset = data_start + begin;
     info.bytes = end - begin;
     if (info.offset % fd->bytes != 0)
@@ -148,14 +156,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   size_t expect = data_start;
   for (const SafetensorInfo* t : order) {
     if (t->offset < expect)
-      fail("[safetensors] ", path, ": tensor '", t->name, "' overlaps the tensor before it (at data offset ",
-           t->offset - data_start, ")");
+      fail("[safetensors] ", path, ": tensor '", t->name,
+           "' overlaps the tensor before it (at data offset ", t->offset - data_start, ")");
     if (t->offset > expect)
-      fail("[safetensors] ", path, ": a gap of ", t->offset - expect, " bytes before tensor '", t->name, "'");
+      fail("[safetensors] ", path, ": a gap of ", t->offset - expect, " bytes before tensor '",
+           t->name, "'");
     expect = t->offset + t->bytes;
   }
   if (expect != size_)
-    fail("[safetensors] ", path, ": ", size_ - expect, " bytes after the last tensor are not described by the header");
+    fail("[safetensors] ", path, ": ", size_ - expect,
+         " bytes after the last tensor are not described by the header");
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -163,8 +173,12 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), tensors_(std::move(o.tensors_)),
-      index_(std::move(o.index_)), metadata_(std::move(o.metadata_)) {
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      size_(o.size_),
+      tensors_(std::move(o.tensors_)),
+      index_(std::move(o.index_)),
+      metadata_(std::move(o.metadata_)) {
   o.map_ = nullptr;
 }
 
@@ -217,7 +231,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
       fail("[checkpoint] ", index_path.string(), " has no weight_map object");
     std::set<std::string> shards;
     for (auto& [name, file] : index["weight_map"].items()) {
-      if (!file.is_string()) fail("[checkpoint] ", index_path.string(), ": weight_map['", name, "'] is not a file name");
+      if (!file.is_string())
+        fail("[checkpoint] ", index_path.string(), ": weight_map['", name, "'] is not a file name");
       weight_map[name] = file.get<std::string>();
       shards.insert(file.get<std::string>());
     }
@@ -226,27 +241,31 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     shard_names.push_back("model.safetensors");
   } else {
     for (auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".safetensors") shard_names.push_back(e.path().filename().string());
+      if (e.path().extension() == ".safetensors")
+        shard_names.push_back(e.path().filename().string());
     std::sort(shard_names.begin(), shard_names.end());
     if (shard_names.empty())
-      fail("[checkpoint] ", dir, " holds no model.safetensors, model.safetensors.index.json or *.safetensors file");
+      fail("[checkpoint] ", dir,
+           " holds no model.safetensors, model.safetensors.index.json or *.safetensors file");
   }
   for (const std::string& shard : shard_names) {
     const fs::path p = fs::path(dir) / shard;
-    if (!fs::exists(p)) fail("[checkpoint] shard ", p.string(), " named by the index does not exist");
+    if (!fs::exists(p))
+      fail("[checkpoint] shard ", p.string(), " named by the index does not exist");
     files_.emplace_back(p.string());
     const size_t fi = files_.size() - 1;
     const auto& ts = files_.back().tensors();
     for (size_t ti = 0; ti < ts.size(); ++ti) {
       auto [it, inserted] = where_.emplace(ts[ti].name, std::make_pair(fi, ti));
       if (!inserted)
-        fail("[checkpoint] tensor '", ts[ti].name, "' is in both ", files_[it->second.first].path(), " and ",
-             p.string());
+        fail("[checkpoint] tensor '", ts[ti].name, "' is in both ", files_[it->second.first].path(),
+             " and ", p.string());
     }
   }
   for (auto& [name, shard] : weight_map) {
     auto it = where_.find(name);
-    if (it == where_.end() || std::filesystem::path(files_[it->second.first].path()).filename() != shard)
+    if (it == where_.end() ||
+        std::filesystem::path(files_[it->second.first].path()).filename() != shard)
       fail("[checkpoint] the index places '", name, "' in ", shard, ", which does not hold it");
   }
 }

@@ -51,16 +51,6 @@ Paged check_paged(ops::Check& c, const Tensor& kc, const Tensor& vc, const Tenso
   return p;
 }
 
-// cu_seqlens [N+1] i32 (shape checked by the caller): 0, non-decreasing, ends at T.
-void check_cu_seqlens(ops::Check& c, const Tensor& cu, int64_t T) {
-  const int64_t N = cu.size(0) - 1;
-  c.require(at(cu, 0) == 0, "cu_seqlens[0] must be 0, got ", at(cu, 0));
-  for (int64_t n = 0; n < N; ++n)
-    c.require(at(cu, n + 1) >= at(cu, n), "cu_seqlens must be non-decreasing: cu_seqlens[", n + 1,
-              "]=", at(cu, n + 1), " < cu_seqlens[", n, "]=", at(cu, n));
-  c.require(at(cu, N) == T, "cu_seqlens[N=", N, "] must equal T=", T, ", got ", at(cu, N));
-}
-
 void check_seq_len(ops::Check& c, const Paged& p, int32_t len, int64_t n) {
   c.require(len >= 0 && len <= p.capacity(), "seq_lens[", n, "]=", len,
             " is out of range: the page table row holds max_pages·page_size = ", p.max_pages, "·",
@@ -124,7 +114,7 @@ void kv_append(const KvAppend& a, Context& ctx) {
   c.inner_contiguous(a.cu_seqlens, "cu_seqlens");
   c.inner_contiguous(a.positions, "positions");
   if (c.device().is_cpu()) {
-    if (a.cu_seqlens.defined()) check_cu_seqlens(c, a.cu_seqlens, T);
+    if (a.cu_seqlens.defined()) ops::check_cu_seqlens_values(c, a.cu_seqlens, T);
     for (int64_t n = 0; n < N; ++n) {
       const int64_t t0 = a.cu_seqlens.defined() ? at(a.cu_seqlens, n) : n;
       const int64_t t1 = a.cu_seqlens.defined() ? at(a.cu_seqlens, n + 1) : n + 1;
@@ -175,7 +165,7 @@ void attn_prefill(const AttnPrefill& a, Context& ctx) {
   c.inner_contiguous(a.out, "out");
   check_window_scale(c, a.window, a.scale);
   if (c.device().is_cpu()) {
-    check_cu_seqlens(c, a.cu_seqlens, T);
+    ops::check_cu_seqlens_values(c, a.cu_seqlens, T);
     for (int64_t n = 0; n < N; ++n) {
       const int32_t len = at(a.seq_lens, n);
       const int64_t L = at(a.cu_seqlens, n + 1) - at(a.cu_seqlens, n);

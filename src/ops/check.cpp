@@ -1,5 +1,7 @@
 #include "ops/check.h"
 
+#include <vector>
+
 namespace hybrid::ops {
 
 namespace {
@@ -92,6 +94,38 @@ void Check::see_device(const Tensor& t, const char* name) {
 Device Check::device() const {
   if (!device_) fail("[", op_, "] no tensor arguments were checked");
   return *device_;
+}
+
+int64_t host_index(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[i * t.stride(0)]
+                                 : t.data_as<const int32_t>()[i * t.stride(0)];
+}
+
+void check_cu_seqlens_values(Check& c, const Tensor& cu, int64_t T) {
+  if (!cu.defined() || !cu.device().is_cpu()) return;
+  const int64_t N = cu.size(0) - 1;
+  c.require(host_index(cu, 0) == 0, "cu_seqlens[0] must be 0, got ", host_index(cu, 0));
+  for (int64_t n = 0; n < N; ++n)
+    c.require(host_index(cu, n + 1) >= host_index(cu, n),
+              "cu_seqlens must be non-decreasing: cu_seqlens[", n + 1, "]=", host_index(cu, n + 1),
+              " < cu_seqlens[", n, "]=", host_index(cu, n));
+  c.require(host_index(cu, N) == T, "cu_seqlens[N=", N, "]=", host_index(cu, N),
+            " must equal T=", T);
+}
+
+void check_state_slots_values(Check& c, const Tensor& slots, int64_t pool_rows,
+                              const char* pool_name) {
+  if (!slots.defined() || !slots.device().is_cpu()) return;
+  std::vector<int64_t> owner(static_cast<size_t>(pool_rows), -1);  // sequence using each row
+  for (int64_t n = 0; n < slots.size(0); ++n) {
+    const int64_t s = host_index(slots, n);
+    if (s < 0) continue;
+    c.require(s < pool_rows, "state_slots[", n, "]=", s, " is out of range: ", pool_name, " has ",
+              pool_rows, " slots");
+    c.require(owner[s] < 0, "state_slots[", n, "]=", s, " repeats state_slots[", owner[s],
+              "] (a pool row may appear once per call)");
+    owner[s] = n;
+  }
 }
 
 }  // namespace hybrid::ops

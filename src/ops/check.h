@@ -67,4 +67,17 @@ class Check {
 
 std::string describe_dims(std::initializer_list<Dim> dims);  // "[T=257, Hk=2, K=128]"
 
+// Element i of a 1-D i32 or i64 tensor in host memory.
+int64_t host_index(const Tensor& t, int64_t i);
+
+// The values of the varlen arguments every op with packed sequences takes. Device values cannot
+// be read at the boundary without a synchronisation, so these check only tensors in host memory
+// (shapes and dtypes are the caller's checks):
+//   cu_seqlens [N+1]: cu[0] = 0, non-decreasing, cu[N] = T;
+//   state_slots [N]: every slot < the pool's rows; non-negative slots distinct (a pool row may
+//   appear once per call; negative = padding sequence).
+void check_cu_seqlens_values(Check& c, const Tensor& cu_seqlens, int64_t T);
+void check_state_slots_values(Check& c, const Tensor& state_slots, int64_t pool_rows,
+                              const char* pool_name);
+
 }  // namespace hybrid::ops

@@ -43,18 +43,7 @@ void check_state(ops::Check& c, const Tensor& state, const Tensor& slots, int64_
   c.inner_contiguous(state, "conv_state");
   c.tensor(slots, "state_slots", {{"N", N}}, {DType::i32});
   c.contiguous(slots, "state_slots");
-  if (!slots.device().is_cpu()) return;
-  const int64_t pool = state.size(0);
-  const int32_t* s = slots.data_as<const int32_t>();
-  std::vector<int64_t> user(static_cast<size_t>(pool), -1);  // sequence using each slot
-  for (int64_t i = 0; i < N; ++i) {
-    if (s[i] < 0) continue;
-    c.require(s[i] < pool, "state_slots[", i, "] = ", s[i], " is out of range for conv_state of ",
-              pool, " slots");
-    c.require(user[s[i]] < 0, "state_slots: slot ", s[i], " is used by sequences ", user[s[i]],
-              " and ", i, " (a slot may appear once per call)");
-    user[s[i]] = i;
-  }
+  ops::check_state_slots_values(c, slots, state.size(0), "conv_state");
 }
 }  // namespace
 
@@ -75,14 +64,7 @@ void conv1d_causal(const Conv1dCausal& a, Context& ctx) {
     c.contiguous(a.cu_seqlens, "cu_seqlens");
     N = a.cu_seqlens.size(0) - 1;
     c.require(N >= 1, "cu_seqlens: expected [N+1] with N >= 1, got ", a.cu_seqlens.describe());
-    if (a.cu_seqlens.device().is_cpu()) {
-      const int32_t* cu = a.cu_seqlens.data_as<const int32_t>();
-      c.require(cu[0] == 0, "cu_seqlens[0] must be 0, got ", cu[0]);
-      for (int64_t i = 1; i <= N; ++i)
-        c.require(cu[i] >= cu[i - 1], "cu_seqlens must be non-decreasing: cu_seqlens[", i,
-                  "] = ", cu[i], " < cu_seqlens[", i - 1, "] = ", cu[i - 1]);
-      c.require(cu[N] == T, "cu_seqlens[N=", N, "] = ", cu[N], " must equal T=", T);
-    }
+    ops::check_cu_seqlens_values(c, a.cu_seqlens, T);
   }
   if (a.conv_state.defined()) {
     check_state(c, a.conv_state, a.state_slots, C, W, N);

@@ -17,10 +17,6 @@ constexpr std::initializer_list<DType> kState = {DType::f32, DType::bf16};
 constexpr std::initializer_list<DType> kF32 = {DType::f32};
 constexpr std::initializer_list<DType> kI32 = {DType::i32};
 
-int32_t host_i32(const Tensor& t, int64_t i) {
-  return t.data_as<const int32_t>()[i * t.stride(0)];
-}
-
 // Head sizes shared by the recurrence's inputs.
 struct Heads {
   int64_t T, Hk, K, Hv, V;
@@ -62,22 +58,8 @@ int64_t check_varlen(ops::Check& c, const Tensor& cu, const Tensor& slots, int64
   c.require(cu.size(0) >= 1, "cu_seqlens: expected [N+1] with N >= 0, got ", cu.describe());
   const int64_t N = cu.size(0) - 1;
   c.tensor(slots, "state_slots", {{"N", N}}, kI32);
-  if (!cu.device().is_cpu() || !slots.device().is_cpu()) return N;
-  c.require(host_i32(cu, 0) == 0, "cu_seqlens[0] must be 0, got ", host_i32(cu, 0));
-  for (int64_t n = 0; n < N; ++n)
-    c.require(host_i32(cu, n + 1) >= host_i32(cu, n),
-              "cu_seqlens must be non-decreasing: cu_seqlens[", n + 1, "]=", host_i32(cu, n + 1),
-              " < cu_seqlens[", n, "]=", host_i32(cu, n));
-  c.require(host_i32(cu, N) == T, "cu_seqlens[N=", N, "]=", host_i32(cu, N), " must equal T=", T);
-  std::vector<int64_t> owner(static_cast<size_t>(num_slots), -1);
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t s = host_i32(slots, n);
-    if (s < 0) continue;
-    c.require(s < num_slots, "state_slots[", n, "]=", s, " is out of range for a pool of ",
-              num_slots, " slots");
-    c.require(owner[s] < 0, "state_slots[", n, "]=", s, " repeats state_slots[", owner[s], "]");
-    owner[s] = n;
-  }
+  ops::check_cu_seqlens_values(c, cu, T);
+  ops::check_state_slots_values(c, slots, num_slots, "state");
   return N;
 }
 
@@ -157,18 +139,7 @@ void gdn_prep_step(const GdnPrepStep& a, Context& ctx) {
   const Heads h = check_prep(c, a.conv_out, a.a, a.b, a.A_log, a.dt_bias, a.q_norm_weight,
                              a.k_norm_weight, a.state, a.y, a.eps);
   c.tensor(a.state_slots, "state_slots", {{"N", h.T}}, kI32);
-  if (a.state_slots.device().is_cpu()) {
-    const int64_t num_slots = a.state.size(0);
-    std::vector<int64_t> owner(static_cast<size_t>(num_slots), -1);
-    for (int64_t n = 0; n < h.T; ++n) {
-      const int32_t s = host_i32(a.state_slots, n);
-      if (s < 0) continue;
-      c.require(s < num_slots, "state_slots[", n, "]=", s, " is out of range for a pool of ",
-                num_slots, " slots");
-      c.require(owner[s] < 0, "state_slots[", n, "]=", s, " repeats state_slots[", owner[s], "]");
-      owner[s] = n;
-    }
-  }
+  ops::check_state_slots_values(c, a.state_slots, a.state.size(0), "state");
   ctx.registry().dispatch(a, c.device(), ctx);
 }
 
@@ -212,8 +183,8 @@ void gdn_replay(const GdnReplay& a, Context& ctx) {
     c.inner_contiguous(t, name);
   if (a.num_tokens.device().is_cpu() && a.cu_seqlens.device().is_cpu())
     for (int64_t n = 0; n < N; ++n) {
-      const int32_t k = host_i32(a.num_tokens, n);
-      const int32_t len = host_i32(a.cu_seqlens, n + 1) - host_i32(a.cu_seqlens, n);
+      const int32_t k = ops::host_index(a.num_tokens, n);
+      const int32_t len = ops::host_index(a.cu_seqlens, n + 1) - ops::host_index(a.cu_seqlens, n);
       c.require(k >= 0 && k <= len, "num_tokens[", n, "]=", k, " must be in [0, ", len,
                 "] (the recorded tokens of sequence ", n, ")");
     }

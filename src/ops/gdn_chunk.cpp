@@ -61,29 +61,13 @@ void gdn_chunk_prefill(const GdnChunkPrefill& a, Context& ctx) {
 
   // Values in cu_seqlens / state_slots can be read cheaply only when they are host memory.
   if (dev.is_cpu()) {
-    const int32_t* cu = a.cu_seqlens.data_as<const int32_t>();
-    const int64_t cs = a.cu_seqlens.stride(0);
-    c.require(cu[0] == 0, "cu_seqlens[0] must be 0, got ", cu[0]);
-    for (int64_t n = 0; n < N; ++n)
-      c.require(cu[(n + 1) * cs] >= cu[n * cs],
-                "cu_seqlens must be non-decreasing, got cu_seqlens[", n, "]=", cu[n * cs],
-                " > cu_seqlens[", n + 1, "]=", cu[(n + 1) * cs]);
-    c.require(cu[N * cs] == T, "cu_seqlens[N=", N, "] must equal T=", T, ", got ", cu[N * cs]);
-    const int32_t* slots = a.state_slots.data_as<const int32_t>();
-    const int64_t ss = a.state_slots.stride(0), pool_rows = a.state.size(0);
-    std::vector<int64_t> owner(static_cast<size_t>(pool_rows), -1);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t s = slots[n * ss];
-      if (s < 0) continue;  // padding
-      c.require(s < pool_rows, "state_slots[", n, "]=", s, " is out of range for state with ",
-                pool_rows, " slots");
-      c.require(owner[s] < 0, "state_slots[", n, "]=", s, " is also used by sequence ", owner[s],
-                " (slots of non-padding sequences must be distinct)");
-      owner[s] = n;
-    }
+    ops::check_cu_seqlens_values(c, a.cu_seqlens, T);
+    ops::check_state_slots_values(c, a.state_slots, a.state.size(0), "state");
     if (a.checkpoint_every > 0) {
+      const Tensor& cu = a.cu_seqlens;
       int64_t rows = 0;
-      for (int64_t n = 0; n < N; ++n) rows += (cu[(n + 1) * cs] - cu[n * cs]) / a.checkpoint_every;
+      for (int64_t n = 0; n < N; ++n)
+        rows += (ops::host_index(cu, n + 1) - ops::host_index(cu, n)) / a.checkpoint_every;
       c.require(a.checkpoints.size(0) >= rows, "checkpoints: needs ", rows,
                 " rows (the state after every ", a.checkpoint_every,
                 " tokens of each sequence), got ", a.checkpoints.describe());

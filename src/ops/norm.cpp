@@ -23,8 +23,11 @@ void rms_norm(const RmsNorm& a, Context& ctx) {
   else
     c.require(!a.residual_out.defined(), "residual_out is given but residual is not");
   c.require(a.eps > 0.0f, "eps must be positive, got ", a.eps);
-  for (auto [t, name] : {std::pair{a.x, "x"}, {a.weight, "weight"}, {a.out, "out"},
-                         {a.residual, "residual"}, {a.residual_out, "residual_out"}})
+  for (auto [t, name] : {std::pair{a.x, "x"},
+                         {a.weight, "weight"},
+                         {a.out, "out"},
+                         {a.residual, "residual"},
+                         {a.residual_out, "residual_out"}})
     c.inner_contiguous(t, name);
   ctx.registry().dispatch(a, c.device(), ctx);
 }

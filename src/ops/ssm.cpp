@@ -20,11 +20,6 @@ struct Dims {
   int64_t T, H, P, G, N;
 };
 
-int64_t index_at(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::i64 ? t.data_as<const int64_t>()[i * t.stride(0)]
-                                 : t.data_as<const int32_t>()[i * t.stride(0)];
-}
-
 // The inputs every SSM op but ssm_replay shares: x, dt, A_log, B, C, D, dt_bias, z, dt_limit.
 // `tok` names the token axis ("batch" for the decode step, "T" for the varlen ops).
 template <class Args>
@@ -76,17 +71,7 @@ void check_states_out(ops::Check& c, const Tensor& t, const char* name, const ch
 void check_slots(ops::Check& c, const Tensor& slots, int64_t seqs, int64_t num_slots) {
   c.tensor(slots, "state_slots", {{"seqs", seqs}}, {DType::i32});
   c.contiguous(slots, "state_slots");
-  if (!slots.device().is_cpu()) return;
-  std::vector<int64_t> owner(static_cast<size_t>(num_slots), -1);
-  for (int64_t i = 0; i < seqs; ++i) {
-    const int64_t s = index_at(slots, i);
-    c.require(s < num_slots, "state_slots[", i, "] = ", s, " is out of range: the pool has ",
-              num_slots, " slots (negative = padding sequence)");
-    if (s < 0) continue;
-    c.require(owner[s] < 0, "state_slots[", i, "] = ", s, " is also the slot of sequence ",
-              owner[s], ": slots of a batch must be distinct");
-    owner[s] = i;
-  }
+  ops::check_state_slots_values(c, slots, num_slots, "state");
 }
 
 // cu_seqlens [seqs + 1] i32: on the CPU, cu[0] = 0, non-decreasing, cu[seqs] = T. Returns seqs.
@@ -96,13 +81,7 @@ int64_t check_cu_seqlens(ops::Check& c, const Tensor& cu, int64_t T) {
             cu.describe());
   c.contiguous(cu, "cu_seqlens");
   const int64_t seqs = cu.size(0) - 1;
-  if (!cu.device().is_cpu()) return seqs;
-  c.require(index_at(cu, 0) == 0, "cu_seqlens[0] must be 0, got ", index_at(cu, 0));
-  for (int64_t i = 0; i < seqs; ++i)
-    c.require(index_at(cu, i + 1) >= index_at(cu, i), "cu_seqlens must be non-decreasing, got cu[",
-              i, "] = ", index_at(cu, i), " > cu[", i + 1, "] = ", index_at(cu, i + 1));
-  c.require(index_at(cu, seqs) == T, "cu_seqlens[", seqs, "] = ", index_at(cu, seqs),
-            " must equal the number of tokens T=", T);
+  ops::check_cu_seqlens_values(c, cu, T);
   return seqs;
 }
 
@@ -157,8 +136,8 @@ void ssm_replay(const SsmReplay& a, Context& ctx) {
   c.contiguous(a.num_steps, "num_steps");
   if (a.num_steps.device().is_cpu() && a.cu_seqlens.device().is_cpu())
     for (int64_t i = 0; i < seqs; ++i) {
-      const int64_t k = index_at(a.num_steps, i);
-      const int64_t len = index_at(a.cu_seqlens, i + 1) - index_at(a.cu_seqlens, i);
+      const int64_t k = ops::host_index(a.num_steps, i);
+      const int64_t len = ops::host_index(a.cu_seqlens, i + 1) - ops::host_index(a.cu_seqlens, i);
       c.require(k >= 0 && k <= len, "num_steps[", i, "] = ", k, " is out of range [0, ", len,
                 "] (the length of sequence ", i, ")");
     }
@@ -182,7 +161,8 @@ void ssm_chunk_scan(const SsmChunkScan& a, Context& ctx) {
     if (a.cu_seqlens.device().is_cpu()) {
       chunks = 0;
       for (int64_t i = 0; i < seqs; ++i)
-        chunks += (index_at(a.cu_seqlens, i + 1) - index_at(a.cu_seqlens, i) + a.chunk_size - 1) /
+        chunks += (ops::host_index(a.cu_seqlens, i + 1) - ops::host_index(a.cu_seqlens, i) +
+                   a.chunk_size - 1) /
                   a.chunk_size;
     }
     check_states_out(c, a.chunk_states, "chunk_states", "num_chunks", chunks, d);

@@ -676,7 +676,8 @@ struct DecodePerfCase : Case {
     } else {
       GdnRecurrent a;
       a.q = v.at("q"), a.k = v.at("k"), a.v = v.at("v"), a.g = v.at("g"), a.beta = v.at("beta");
-      a.state = v.at("state"), a.cu_seqlens = v.at("cu_seqlens"), a.state_slots = v.at("state_slots");
+      a.state = v.at("state"), a.cu_seqlens = v.at("cu_seqlens"),
+      a.state_slots = v.at("state_slots");
       a.out = v.at("out");
       a.use_qk_l2norm = true;
       gdn_recurrent(a, ctx);
@@ -696,7 +697,8 @@ void add_gdn_cases(CaseList& cases) {
 
   for (int64_t B : {1, 64, 256})
     for (DType st : {f32, bf16})
-      for (bool prep : {false, true}) cases.push_back(make_unique<DecodePerfCase>(next, B, st, prep));
+      for (bool prep : {false, true})
+        cases.push_back(make_unique<DecodePerfCase>(next, B, st, prep));
 
   // gdn_recurrent: real shapes (prefill of 3 + decode of 1; a decode batch with a padding slot).
   cases.push_back(make_unique<RecurrentCase>(next, Batch{{1, 3}, {2, 0}, {}, 3}, bf16, f32, true,

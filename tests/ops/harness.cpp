@@ -58,8 +58,12 @@ int64_t Slot::storage_offset(int64_t i) const {
   return off;
 }
 
-double Slot::get(int64_t i) const { return load_element(storage.data(), dtype, storage_offset(i)); }
-void Slot::set(int64_t i, double v) { store_element(storage.data(), dtype, storage_offset(i), v); }
+double Slot::get(int64_t i) const {
+  return load_element(storage.data(), dtype, storage_offset(i));
+}
+void Slot::set(int64_t i, double v) {
+  store_element(storage.data(), dtype, storage_offset(i), v);
+}
 
 std::vector<double> Slot::values() const {
   std::vector<double> v(static_cast<size_t>(numel()));
@@ -90,7 +94,8 @@ Slot make_slot(const std::string& name, Role role, DType dtype, const std::vecto
   s.strides = contiguous_strides(shape);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  s.storage.assign(static_cast<size_t>(n) * dtype_size(dtype), role == Role::out ? kOutputSentinel : 0);
+  s.storage.assign(static_cast<size_t>(n) * dtype_size(dtype),
+                   role == Role::out ? kOutputSentinel : 0);
   return s;
 }
 }  // namespace
@@ -119,9 +124,11 @@ Slot& Slots::strided(const std::string& name, Role role, DType dtype,
   for (size_t i = 0; i < s.storage.size(); ++i) s.storage[i] = static_cast<uint8_t>(i * 151 + 7);
   if (role == Role::out)
     for (int64_t i = 0; i < s.numel(); ++i)
-      std::memset(&s.storage[s.storage_offset(i) * dtype_size(dtype)], kOutputSentinel, dtype_size(dtype));
+      std::memset(&s.storage[s.storage_offset(i) * dtype_size(dtype)], kOutputSentinel,
+                  dtype_size(dtype));
   const int64_t last = s.numel() ? s.storage_offset(s.numel() - 1) : 0;
-  if (s.numel() && last >= storage_elems) fail("[harness] slot '", name, "' view exceeds its storage");
+  if (s.numel() && last >= storage_elems)
+    fail("[harness] slot '", name, "' view exceeds its storage");
   return add(std::move(s));
 }
 
@@ -150,17 +157,22 @@ void fill_int(Slot& s, Rng& rng, int64_t lo, int64_t hi) {
 }
 void fill_values(Slot& s, const std::vector<double>& values) {
   if (static_cast<int64_t>(values.size()) != s.numel())
-    fail("[harness] fill_values: ", values.size(), " values for slot '", s.name, "' of ", s.numel());
+    fail("[harness] fill_values: ", values.size(), " values for slot '", s.name, "' of ",
+         s.numel());
   for (int64_t i = 0; i < s.numel(); ++i) s.set(i, values[i]);
 }
 
 Tolerance default_tolerance(DType dtype, DeviceType backend) {
   const bool oracle = backend == DeviceType::cpu;
   switch (dtype) {
-    case DType::f32: return oracle ? Tolerance{1e-10, 1e-5} : Tolerance{1e-8, 1e-4};
-    case DType::bf16: return oracle ? Tolerance{1e-5, 1e-2} : Tolerance{5e-5, 2e-2};
-    case DType::f16: return oracle ? Tolerance{1e-6, 1e-3} : Tolerance{1e-5, 2e-3};
-    default: return Tolerance{0, 0, true};
+    case DType::f32:
+      return oracle ? Tolerance{1e-10, 1e-5} : Tolerance{1e-8, 1e-4};
+    case DType::bf16:
+      return oracle ? Tolerance{1e-5, 1e-2} : Tolerance{5e-5, 2e-2};
+    case DType::f16:
+      return oracle ? Tolerance{1e-6, 1e-3} : Tolerance{1e-5, 2e-3};
+    default:
+      return Tolerance{0, 0, true};
   }
 }
 
@@ -178,7 +190,9 @@ double Case::bytes(const Slots& slots) const {
 namespace {
 
 constexpr size_t kGuardBytes = 256;
-uint8_t guard_byte(size_t i) { return static_cast<uint8_t>(i * 37 + 11); }
+uint8_t guard_byte(size_t i) {
+  return static_cast<uint8_t>(i * 37 + 11);
+}
 
 using Results = std::map<std::string, std::vector<double>>;
 
@@ -207,16 +221,19 @@ Staged stage(const Slots& slots, Device dev, Context& ctx) {
 }
 
 // Copies results back; checks guard bytes, bytes outside output views and untouched inputs.
-Results collect(const Slots& slots, const Staged& st, Context& ctx, std::vector<std::string>& problems) {
+Results collect(const Slots& slots, const Staged& st, Context& ctx,
+                std::vector<std::string>& problems) {
   Results out;
   for (size_t k = 0; k < slots.all().size(); ++k) {
     const Slot& s = slots.all()[k];
     std::vector<uint8_t> back(s.storage.size() + kGuardBytes);
-    copy_bytes(back.data(), Device::cpu(), st.buffers[k].data(), st.buffers[k].device(), back.size(), ctx);
+    copy_bytes(back.data(), Device::cpu(), st.buffers[k].data(), st.buffers[k].device(),
+               back.size(), ctx);
     ctx.synchronize();
     for (size_t i = 0; i < kGuardBytes; ++i)
       if (back[s.storage.size() + i] != guard_byte(i)) {
-        problems.push_back(str(s.name, ": guard bytes after the tensor were overwritten (at +", i, ")"));
+        problems.push_back(
+            str(s.name, ": guard bytes after the tensor were overwritten (at +", i, ")"));
         break;
       }
     const size_t esz = dtype_size(s.dtype);
@@ -227,9 +244,10 @@ Results collect(const Slots& slots, const Staged& st, Context& ctx, std::vector<
     for (size_t e = 0; e < elems; ++e) {
       if (in_view[e]) continue;
       if (std::memcmp(&back[e * esz], &s.storage[e * esz], esz) != 0) {
-        problems.push_back(s.role == Role::in
-                               ? str(s.name, ": an input was modified (storage element ", e, ")")
-                               : str(s.name, ": storage outside the view was written (element ", e, ")"));
+        problems.push_back(
+            s.role == Role::in
+                ? str(s.name, ": an input was modified (storage element ", e, ")")
+                : str(s.name, ": storage outside the view was written (element ", e, ")"));
         break;
       }
     }
@@ -262,8 +280,8 @@ std::string index_text(const std::vector<int64_t>& shape, int64_t i) {
 }
 
 // Compares one output; returns "" when within tolerance, else what was wrong.
-std::string compare(const Slot& slot, const std::vector<double>& got, const std::vector<double>& ref,
-                    const Tolerance& tol, std::string& stats) {
+std::string compare(const Slot& slot, const std::vector<double>& got,
+                    const std::vector<double>& ref, const Tolerance& tol, std::string& stats) {
   if (got.size() != ref.size())
     return str(slot.name, ": ", got.size(), " values, reference has ", ref.size());
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
@@ -299,8 +317,8 @@ std::string compare(const Slot& slot, const std::vector<double>& got, const std:
   const double scaled = max_err / std::max(1.0, max_ref);
   stats += str(" ", slot.name, ":nmse=", nmse, ",max=", max_err);
   if (nmse > tol.nmse || scaled > tol.max_abs) {
-    std::string msg = str(slot.name, ": nmse ", nmse, " (tolerance ", tol.nmse, "), max|a-b| ", max_err,
-                          " scaled ", scaled, " (tolerance ", tol.max_abs, ")");
+    std::string msg = str(slot.name, ": nmse ", nmse, " (tolerance ", tol.nmse, "), max|a-b| ",
+                          max_err, " scaled ", scaled, " (tolerance ", tol.max_abs, ")");
     if (worst >= 0)
       msg += str("; worst at ", slot.name, index_text(slot.shape, worst), ": got ", got[worst],
                  ", expected ", ref[worst]);
@@ -361,7 +379,8 @@ int run_tests(const RunOptions& opt) {
   int passed = 0, failed = 0, skipped = 0;
   std::vector<std::string> skips, fails;
   const char* backend = opt.backend == DeviceType::cpu ? "cpu" : "cuda";
-  std::printf("hybrid-ops test -b %s --seed %llu\n", backend, static_cast<unsigned long long>(opt.seed));
+  std::printf("hybrid-ops test -b %s --seed %llu\n", backend,
+              static_cast<unsigned long long>(opt.seed));
   for (auto& c : cases) {
     if (c->perf_only() || !case_selected(*c, opt.ops)) continue;
     const auto t0 = std::chrono::steady_clock::now();
@@ -371,7 +390,8 @@ int run_tests(const RunOptions& opt) {
     switch (o.kind) {
       case Outcome::pass:
         ++passed;
-        if (opt.verbose) std::printf("  OK    %s [%.0f ms]%s\n", c->name().c_str(), ms, o.detail.c_str());
+        if (opt.verbose)
+          std::printf("  OK    %s [%.0f ms]%s\n", c->name().c_str(), ms, o.detail.c_str());
         break;
       case Outcome::skip:
         ++skipped;
@@ -382,8 +402,8 @@ int run_tests(const RunOptions& opt) {
         ++failed;
         fails.push_back(c->name());
         std::printf("  FAIL  %s%s\n        reproduce: %s test -b %s -o '%s' --seed %llu\n",
-                    c->name().c_str(), o.detail.c_str(), opt.argv0.c_str(), backend, c->name().c_str(),
-                    static_cast<unsigned long long>(opt.seed));
+                    c->name().c_str(), o.detail.c_str(), opt.argv0.c_str(), backend,
+                    c->name().c_str(), static_cast<unsigned long long>(opt.seed));
         break;
     }
     std::fflush(stdout);
@@ -425,15 +445,16 @@ int run_perf(const PerfOptions& opt) {
     cuda_api::device_name(0, name, sizeof name);
     copy_gbps = cuda_api::measure_copy_gbps(0, ctx.stream());
     gemm_tflops = cuda_api::measure_gemm_tflops(0, ctx.stream());
-    std::printf("device %s: copy ceiling %.0f GB/s (read + write), bf16 GEMM ceiling %.0f TFLOP/s\n",
-                name, copy_gbps, gemm_tflops);
+    std::printf(
+        "device %s: copy ceiling %.0f GB/s (read + write), bf16 GEMM ceiling %.0f TFLOP/s\n", name,
+        copy_gbps, gemm_tflops);
     l2_flush = Buffer(dev, size_t(256) << 20);  // > the 50 MB L2 of an H100/H200
   }
   if (opt.csv)
     std::printf("case,us_median,us_min,gb_per_s,pct_copy,tflop_per_s,pct_gemm,bound\n");
   else
-    std::printf("%-64s %10s %10s %9s %6s %9s %6s  %s\n", "case", "us(med)", "us(min)", "GB/s", "%copy",
-                "TFLOP/s", "%gemm", "bound");
+    std::printf("%-64s %10s %10s %9s %6s %9s %6s  %s\n", "case", "us(med)", "us(min)", "GB/s",
+                "%copy", "TFLOP/s", "%gemm", "bound");
   CaseList cases = all_cases();
   for (auto& c : cases) {
     if (!case_selected(*c, opt.run.ops)) continue;
@@ -449,9 +470,11 @@ int run_perf(const PerfOptions& opt) {
       void* e1 = cuda ? cuda_api::event_create() : nullptr;
       const auto start = std::chrono::steady_clock::now();
       while (static_cast<int>(us.size()) < opt.min_reps ||
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < opt.min_seconds) {
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+                 opt.min_seconds) {
         if (cuda) {
-          cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff), l2_flush.bytes(), ctx.stream());
+          cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff),
+                                 l2_flush.bytes(), ctx.stream());
           cuda_api::event_record(e0, ctx.stream());
           c->run(st.views, ctx);
           cuda_api::event_record(e1, ctx.stream());
@@ -459,7 +482,9 @@ int run_perf(const PerfOptions& opt) {
         } else {
           const auto t0 = std::chrono::steady_clock::now();
           c->run(st.views, ctx);
-          us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+          us.push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                  .count());
         }
         if (us.size() >= 100000) break;
       }
@@ -479,11 +504,11 @@ int run_perf(const PerfOptions& opt) {
     const double pct_mma = gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0;
     const char* bound = !cuda ? "-" : (pct_mma > pct_bw ? "compute" : "memory");
     if (opt.csv)
-      std::printf("\"%s\",%.3f,%.3f,%.1f,%.1f,%.3f,%.1f,%s\n", c->name().c_str(), med, mn, gbps, pct_bw,
-                  tflops, pct_mma, bound);
+      std::printf("\"%s\",%.3f,%.3f,%.1f,%.1f,%.3f,%.1f,%s\n", c->name().c_str(), med, mn, gbps,
+                  pct_bw, tflops, pct_mma, bound);
     else
-      std::printf("%-64s %10.2f %10.2f %9.1f %5.1f%% %9.3f %5.1f%%  %s\n", c->name().c_str(), med, mn,
-                  gbps, pct_bw, tflops, pct_mma, bound);
+      std::printf("%-64s %10.2f %10.2f %9.1f %5.1f%% %9.3f %5.1f%%  %s\n", c->name().c_str(), med,
+                  mn, gbps, pct_bw, tflops, pct_mma, bound);
     std::fflush(stdout);
   }
   return 0;

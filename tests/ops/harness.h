@@ -71,9 +71,8 @@ class Slots {
   Slot& output(const std::string& name, DType dtype, const std::vector<int64_t>& shape);
   Slot& inout(const std::string& name, DType dtype, const std::vector<int64_t>& shape);
   // A strided view into a larger storage of `storage_elems` elements (gaps get random bytes).
-  Slot& strided(const std::string& name, Role role, DType dtype,
-                const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                int64_t offset, int64_t storage_elems);
+  Slot& strided(const std::string& name, Role role, DType dtype, const std::vector<int64_t>& shape,
+                const std::vector<int64_t>& strides, int64_t offset, int64_t storage_elems);
 
   Slot& operator[](const std::string& name);
   const Slot& operator[](const std::string& name) const;
@@ -140,7 +139,7 @@ struct LambdaCase : Case {
   std::function<void(const Views&, Context&)> run_fn;
   std::function<void(const Slots&, Expected&)> oracle_fn;
   std::function<Tolerance(const Slot&, DeviceType)> tol_fn;  // optional
-  std::function<double(const Slots&)> flops_fn;             // optional
+  std::function<double(const Slots&)> flops_fn;              // optional
 
   std::string op() const override { return op_name; }
   std::string params() const override { return param_text; }

@@ -25,7 +25,8 @@ struct RmsNormCase : Case {
   }
   void init(Rng& rng, Slots& s) override {
     if (strided)  // rows of x read out of a wider packed buffer: row stride D + 5, offset 3
-      fill_normal(s.strided("x", Role::in, act, {T, D}, {D + 5, 1}, 3, T * (D + 5) + 3), rng, 0.5, 2.0);
+      fill_normal(s.strided("x", Role::in, act, {T, D}, {D + 5, 1}, 3, T * (D + 5) + 3), rng, 0.5,
+                  2.0);
     else
       fill_normal(s.input("x", act, {T, D}), rng, 0.5, 2.0);
     fill_normal(s.input("weight", wdt, {D}), rng, zero_centered ? 0.0 : 1.0, 0.2);
@@ -140,8 +141,10 @@ void add_norm_cases(CaseList& cases) {
   for (DType act : {DType::f32, DType::bf16})
     cases.push_back(std::make_unique<RmsNormCase>(1024, 2048, act, DType::bf16, true, true, false));
   for (int64_t D : {1, 3, 63, 257})
-    cases.push_back(std::make_unique<RmsNormCase>(3, D, DType::f32, DType::f32, false, false, false));
-  cases.push_back(std::make_unique<RmsNormCase>(5, 2048, DType::f16, DType::f32, false, false, false));
+    cases.push_back(
+        std::make_unique<RmsNormCase>(3, D, DType::f32, DType::f32, false, false, false));
+  cases.push_back(
+      std::make_unique<RmsNormCase>(5, 2048, DType::f16, DType::f32, false, false, false));
   for (DType act : {DType::f32, DType::bf16}) {
     cases.push_back(std::make_unique<RmsNormCase>(7, 2048, act, DType::bf16, true, true, false));
     cases.push_back(std::make_unique<RmsNormCase>(9, 257, act, DType::f32, false, true, true));

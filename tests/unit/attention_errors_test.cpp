@@ -266,7 +266,7 @@ TEST_F(AttnFixture, AppendBadCuSeqlens) {
       kv_append(a, ctx),
       "[kv_append] cu_seqlens must be non-decreasing: cu_seqlens[2]=1 < cu_seqlens[1]=2");
   cu = {0, 1, 1};
-  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens[N=2] must equal T=2, got 1");
+  EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens[N=2]=1 must equal T=2");
   cu = {1, 1, 2};
   EXPECT_HYBRID_ERROR(kv_append(a, ctx), "[kv_append] cu_seqlens[0] must be 0, got 1");
   a.cu_seqlens = Tensor(cu.data(), DType::i64, Device::cpu(), {1});
@@ -296,7 +296,7 @@ TEST_F(AttnFixture, PrefillSeqLensMustCountTheNewTokens) {
 TEST_F(AttnFixture, PrefillCuSeqlensMustEndAtT) {
   cu = {0, 1, 3};
   EXPECT_HYBRID_ERROR(attn_prefill(prefill(), ctx),
-                      "[attn_prefill] cu_seqlens[N=2] must equal T=2, got 3");
+                      "[attn_prefill] cu_seqlens[N=2]=3 must equal T=2");
 }
 
 TEST_F(AttnFixture, PrefillWrongShape) {

@@ -146,9 +146,9 @@ TEST_F(ConvFixture, CuSeqlens) {
   a.cu_seqlens = i32(cu);
   EXPECT_HYBRID_ERROR(
       conv1d_causal(a, ctx),
-      "[conv1d_causal] cu_seqlens must be non-decreasing: cu_seqlens[2] = 3 < cu_seqlens[1] = 4");
+      "[conv1d_causal] cu_seqlens must be non-decreasing: cu_seqlens[2]=3 < cu_seqlens[1]=4");
   cu = {0, 2, 5};
-  EXPECT_HYBRID_ERROR(conv1d_causal(a, ctx), "[conv1d_causal] cu_seqlens[N=2] = 5 must equal T=6");
+  EXPECT_HYBRID_ERROR(conv1d_causal(a, ctx), "[conv1d_causal] cu_seqlens[N=2]=5 must equal T=6");
   cu = {1, 2, 6};
   EXPECT_HYBRID_ERROR(conv1d_causal(a, ctx), "[conv1d_causal] cu_seqlens[0] must be 0, got 1");
   std::vector<int32_t> one = {0};
@@ -160,21 +160,19 @@ TEST_F(ConvFixture, CuSeqlens) {
 TEST_F(ConvFixture, SlotOutOfRange) {
   Conv1dCausal a = causal();
   slots = {0, 3};
-  EXPECT_HYBRID_ERROR(
-      conv1d_causal(a, ctx),
-      "[conv1d_causal] state_slots[1] = 3 is out of range for conv_state of 3 slots");
+  EXPECT_HYBRID_ERROR(conv1d_causal(a, ctx),
+                      "[conv1d_causal] state_slots[1]=3 is out of range: conv_state has 3 slots");
   slots = {7, -1};
-  EXPECT_HYBRID_ERROR(
-      conv1d_update(update(), ctx),
-      "[conv1d_update] state_slots[0] = 7 is out of range for conv_state of 3 slots");
+  EXPECT_HYBRID_ERROR(conv1d_update(update(), ctx),
+                      "[conv1d_update] state_slots[0]=7 is out of range: conv_state has 3 slots");
 }
 
 TEST_F(ConvFixture, DuplicatedSlot) {
   slots = {2, 2};
   EXPECT_HYBRID_ERROR(conv1d_causal(causal(), ctx),
-                      "[conv1d_causal] state_slots: slot 2 is used by sequences 0 and 1");
+                      "[conv1d_causal] state_slots[1]=2 repeats state_slots[0]");
   EXPECT_HYBRID_ERROR(conv1d_update(update(), ctx),
-                      "[conv1d_update] state_slots: slot 2 is used by sequences 0 and 1");
+                      "[conv1d_update] state_slots[1]=2 repeats state_slots[0]");
   slots = {-1, -1};  // two padding sequences are fine
   conv1d_update(update(), ctx);
 }

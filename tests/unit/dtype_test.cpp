@@ -15,7 +15,8 @@ namespace {
 
 // Nearest representable value among `grid` (sorted ascending, finite, non-negative, with the bit
 // patterns in `bits`), ties to the even pattern. Returns the pattern.
-uint16_t nearest_even(double x, const std::vector<double>& grid, const std::vector<uint16_t>& bits) {
+uint16_t nearest_even(double x, const std::vector<double>& grid,
+                      const std::vector<uint16_t>& bits) {
   auto it = std::lower_bound(grid.begin(), grid.end(), x);
   if (it == grid.begin()) return bits.front();
   if (it == grid.end()) return bits.back();
@@ -58,9 +59,22 @@ float f16_value(uint16_t h) {  // the definition: (-1)^s · 2^(e-15) · (1 + m/1
 }
 
 std::vector<float> test_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 0.1f, 65504.0f, 65519.99f, 65520.0f, 1e-8f,
-                          5.9604645e-8f, 2.9802322e-8f, 2.98023259e-8f, 6.1035156e-5f, 3.0e38f,
-                          std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          0.1f,
+                          65504.0f,
+                          65519.99f,
+                          65520.0f,
+                          1e-8f,
+                          5.9604645e-8f,
+                          2.9802322e-8f,
+                          2.98023259e-8f,
+                          6.1035156e-5f,
+                          3.0e38f,
+                          std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(),
                           std::numeric_limits<float>::min()};
   std::mt19937 gen(1234);
   std::uniform_int_distribution<uint32_t> bits;
@@ -104,7 +118,8 @@ TEST(DType, F32ToBf16RoundsToNearestEven) {
   EXPECT_EQ(bf16_from_f32(-std::numeric_limits<float>::infinity()), 0xff80);
   const uint16_t nan = bf16_from_f32(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(std::isnan(f32_from_bf16(nan)));
-  EXPECT_TRUE(std::isnan(f32_from_bf16(bf16_from_f32(f32_from_bits(0x7f800001u)))));  // signalling NaN stays NaN
+  EXPECT_TRUE(std::isnan(
+      f32_from_bf16(bf16_from_f32(f32_from_bits(0x7f800001u)))));  // signalling NaN stays NaN
 }
 
 TEST(DType, F16ToF32IsExactForEveryPattern) {
@@ -127,7 +142,7 @@ TEST(DType, F32ToF16RoundsToNearestEvenWithSubnormals) {
   const Grid g = positive_grid(f32_from_f16, 0x7c00, 65536.0);  // 65504 + ulp (32)
   for (float f : test_floats()) ASSERT_EQ(f16_from_f32(f), oracle_round(f, g)) << "f = " << f;
   EXPECT_EQ(f16_from_f32(65519.0f), 0x7bff);
-  EXPECT_EQ(f16_from_f32(65520.0f), 0x7c00);  // tie at the top rounds to inf
+  EXPECT_EQ(f16_from_f32(65520.0f), 0x7c00);       // tie at the top rounds to inf
   EXPECT_EQ(f16_from_f32(5.9604645e-8f), 0x0001);  // smallest subnormal
   EXPECT_EQ(f16_from_f32(2.9802322e-8f), 0x0000);  // exactly half of it: tie to even (zero)
   EXPECT_EQ(f16_from_f32(-std::numeric_limits<float>::infinity()), 0xfc00);

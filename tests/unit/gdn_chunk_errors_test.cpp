@@ -147,9 +147,9 @@ TEST_F(GdnChunkFixture, CuSeqlensInvalid) {
                       "[gdn_chunk_prefill] cu_seqlens[0] must be 0, got 1");
   cu = {0, 4, 3};
   EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx),
-                      "cu_seqlens must be non-decreasing, got cu_seqlens[1]=4 > cu_seqlens[2]=3");
+                      "cu_seqlens must be non-decreasing: cu_seqlens[2]=3 < cu_seqlens[1]=4");
   cu = {0, 3, 5};
-  EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx), "cu_seqlens[N=2] must equal T=6, got 5");
+  EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx), "cu_seqlens[N=2]=5 must equal T=6");
   a.cu_seqlens = Tensor(cu.data(), DType::i32, Device::cpu(), {1});
   EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx),
                       "cu_seqlens: expected [N + 1] with N >= 1 sequences, got [1] i32");
@@ -161,7 +161,7 @@ TEST_F(GdnChunkFixture, SlotOutOfRange) {
   GdnChunkPrefill a = args();
   slots = {0, 2};
   EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx),
-                      "[gdn_chunk_prefill] state_slots[1]=2 is out of range for state with 2 "
+                      "[gdn_chunk_prefill] state_slots[1]=2 is out of range: state has 2 "
                       "slots");
 }
 
@@ -169,7 +169,7 @@ TEST_F(GdnChunkFixture, DuplicatedSlot) {
   GdnChunkPrefill a = args();
   slots = {1, 1};
   EXPECT_HYBRID_ERROR(gdn_chunk_prefill(a, ctx),
-                      "[gdn_chunk_prefill] state_slots[1]=1 is also used by sequence 0");
+                      "[gdn_chunk_prefill] state_slots[1]=1 repeats state_slots[0]");
   slots = {-1, -1};  // padding sequences may share the negative marker
   out.assign(out.size(), 7.0f);
   pool.assign(pool.size(), 3.0f);

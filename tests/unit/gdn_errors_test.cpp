@@ -206,9 +206,9 @@ TEST_F(GdnErrors, CuSeqlensInvalid) {
 TEST_F(GdnErrors, SlotOutOfRange) {
   slots = {3, 0};
   EXPECT_HYBRID_ERROR(gdn_recurrent(recurrent(), ctx),
-                      "[gdn_recurrent] state_slots[0]=3 is out of range for a pool of 3 slots");
+                      "[gdn_recurrent] state_slots[0]=3 is out of range: state has 3 slots");
   EXPECT_HYBRID_ERROR(gdn_prep_step(prep_step(), ctx),
-                      "[gdn_prep_step] state_slots[0]=3 is out of range for a pool of 3 slots");
+                      "[gdn_prep_step] state_slots[0]=3 is out of range: state has 3 slots");
   slots = {-1, 0};  // padding is fine
   gdn_recurrent(recurrent(), ctx);
 }

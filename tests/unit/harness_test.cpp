@@ -12,7 +12,16 @@ using namespace hybrid::test;
 
 namespace {
 
-enum class Fault { none, wrong_value, skip_element, write_past_end, write_outside_view, modify_input, nan, unsupported };
+enum class Fault {
+  none,
+  wrong_value,
+  skip_element,
+  write_past_end,
+  write_outside_view,
+  modify_input,
+  nan,
+  unsupported
+};
 
 // out = 2·x over [n] f32, with an injected fault.
 struct DoubleCase : Case {
@@ -66,12 +75,12 @@ TEST(Harness, CatchesEveryFault) {
     bool strided;
     const char* text;
   };
-  for (const Expect& e : {Expect{Fault::wrong_value, false, "nmse"},
-                          Expect{Fault::skip_element, false, "out"},
-                          Expect{Fault::write_past_end, false, "guard bytes"},
-                          Expect{Fault::write_outside_view, true, "outside the view"},
-                          Expect{Fault::modify_input, false, "an input was modified"},
-                          Expect{Fault::nan, false, "differ"}}) {
+  for (const Expect& e :
+       {Expect{Fault::wrong_value, false, "nmse"}, Expect{Fault::skip_element, false, "out"},
+        Expect{Fault::write_past_end, false, "guard bytes"},
+        Expect{Fault::write_outside_view, true, "outside the view"},
+        Expect{Fault::modify_input, false, "an input was modified"},
+        Expect{Fault::nan, false, "differ"}}) {
     Outcome o = run(e.f, e.strided);
     EXPECT_EQ(o.kind, Outcome::fail) << static_cast<int>(e.f);
     EXPECT_NE(o.detail.find(e.text), std::string::npos) << o.detail;

@@ -43,7 +43,8 @@ TEST_F(NormFixture, WrongShape) {
 TEST_F(NormFixture, WrongDtype) {
   RmsNorm a = args();
   a.out = Tensor(out.data(), DType::i32, Device::cpu(), {4, 8});
-  EXPECT_HYBRID_ERROR(rms_norm(a, ctx), "[rms_norm] out: expected [T=4, D=8] f32|bf16|f16, got [4, 8] i32");
+  EXPECT_HYBRID_ERROR(rms_norm(a, ctx),
+                      "[rms_norm] out: expected [T=4, D=8] f32|bf16|f16, got [4, 8] i32");
 }
 
 TEST_F(NormFixture, WrongStride) {
@@ -73,7 +74,9 @@ TEST_F(NormFixture, GatedGroupMustDivide) {
   g.out = Tensor(out.data(), DType::f32, Device::cpu(), {4, 8});
   g.weight = Tensor(w.data(), DType::f32, Device::cpu(), {3});
   g.group_size = 3;
-  EXPECT_HYBRID_ERROR(rms_norm_gated(g, ctx), "[rms_norm_gated] group_size 3 must be positive and divide C=8");
+  EXPECT_HYBRID_ERROR(rms_norm_gated(g, ctx),
+                      "[rms_norm_gated] group_size 3 must be positive and divide C=8");
   g.group_size = 4;
-  EXPECT_HYBRID_ERROR(rms_norm_gated(g, ctx), "weight: expected [C=8] or [group_size=4], got [3] f32");
+  EXPECT_HYBRID_ERROR(rms_norm_gated(g, ctx),
+                      "weight: expected [C=8] or [group_size=4], got [3] f32");
 }

@@ -19,8 +19,8 @@ namespace {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("hybrid_st_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter()++));
+    path = fs::temp_directory_path() /
+           ("hybrid_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -34,7 +34,8 @@ struct TempDir {
 void write_file(const fs::path& p, const std::string& header, const std::vector<uint8_t>& data,
                 int64_t header_size_override = -1) {
   std::ofstream out(p, std::ios::binary);
-  uint64_t n = header_size_override >= 0 ? static_cast<uint64_t>(header_size_override) : header.size();
+  uint64_t n =
+      header_size_override >= 0 ? static_cast<uint64_t>(header_size_override) : header.size();
   for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
   out << header;
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
@@ -88,23 +89,35 @@ TEST(Safetensors, MalformedFilesAreErrors) {
       {kGood, 31, -1, "bytes of data (truncated?)"},  // truncated data
       {kGood, 0, 1000000, "runs past the end"},       // header size beyond the file
       {kGood, 0, int64_t{200} << 20, "above the"},    // header size above the limit
-      {padded(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"), 24, -1, "not valid JSON"},
+      {padded(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"), 24, -1,
+       "not valid JSON"},
       {padded(R"([1,2])"), 0, -1, "not a JSON object"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,40]}})"), 24, -1, "out of bounds"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2,4],"data_offsets":[0,24]}})"), 24, -1, "needs 32 bytes"},
-      {padded(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})"), 2, -1, "unknown dtype 'Q4'"},
-      {padded(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})"), 8, -1, "negative size"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})"),
+      {padded(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,40]}})"), 24, -1,
+       "out of bounds"},
+      {padded(R"({"a":{"dtype":"F32","shape":[2,4],"data_offsets":[0,24]}})"), 24, -1,
+       "needs 32 bytes"},
+      {padded(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})"), 2, -1,
+       "unknown dtype 'Q4'"},
+      {padded(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})"), 8, -1,
+       "negative size"},
+      {padded(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})"),
        16, -1, "'a' appears twice"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})"),
+      {padded(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})"),
        12, -1, "overlaps"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})"),
+      {padded(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})"),
        16, -1, "a gap of 4 bytes before tensor 'b'"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"), 12, -1, "4 bytes after the last tensor"},
-      {padded(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})"),
+      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"), 12, -1,
+       "4 bytes after the last tensor"},
+      {padded(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})"),
        6, -1, "misaligned"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})"), 8, -1, "end before they begin"},
-      {padded(R"({"a":{"dtype":"F32","shape":[2]}})"), 8, -1, "expected {dtype, shape, data_offsets}"},
+      {padded(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})"), 8, -1,
+       "end before they begin"},
+      {padded(R"({"a":{"dtype":"F32","shape":[2]}})"), 8, -1,
+       "expected {dtype, shape, data_offsets}"},
   };
   for (const Bad& b : bad) {
     TempDir d;
@@ -120,7 +133,8 @@ TEST(Safetensors, MalformedFilesAreErrors) {
 
 TEST(Safetensors, UnreadableDtypeIsAnErrorOnlyWhenViewed) {
   TempDir d;
-  write_file(d.path / "model.safetensors", padded(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})"), bytes(8));
+  write_file(d.path / "model.safetensors",
+             padded(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})"), bytes(8));
   SafetensorsFile f((d.path / "model.safetensors").string());
   EXPECT_HYBRID_ERROR(f.view(*f.find("a")), "tensor 'a' has dtype F64");
 }
@@ -139,9 +153,12 @@ TEST(Checkpoint, ShardedThroughTheIndex) {
 
   std::ofstream(d.path / "model.safetensors.index.json")
       << R"({"weight_map":{"x":"model-00002-of-00002.safetensors","y":"model-00002-of-00002.safetensors"}})";
-  EXPECT_HYBRID_ERROR(Checkpoint(d.path.string()), "places 'x' in model-00002-of-00002.safetensors");
-  std::ofstream(d.path / "model.safetensors.index.json") << R"({"weight_map":{"x":"gone.safetensors"}})";
-  EXPECT_HYBRID_ERROR(Checkpoint(d.path.string()), "gone.safetensors named by the index does not exist");
+  EXPECT_HYBRID_ERROR(Checkpoint(d.path.string()),
+                      "places 'x' in model-00002-of-00002.safetensors");
+  std::ofstream(d.path / "model.safetensors.index.json")
+      << R"({"weight_map":{"x":"gone.safetensors"}})";
+  EXPECT_HYBRID_ERROR(Checkpoint(d.path.string()),
+                      "gone.safetensors named by the index does not exist");
 }
 
 TEST(Checkpoint, FolderErrors) {

@@ -212,25 +212,23 @@ TEST_F(SsmFixture, ChunkSizeMustBeSupported) {
 TEST_F(SsmFixture, SlotOutOfRange) {
   step_slots = {1, 3, 0};
   EXPECT_HYBRID_ERROR(ssm_step(step(), ctx),
-                      "[ssm_step] state_slots[1] = 3 is out of range: the pool has 3 slots");
+                      "[ssm_step] state_slots[1]=3 is out of range: state has 3 slots");
   slots = {0, 7};
   EXPECT_HYBRID_ERROR(ssm_chunk_scan(scan(), ctx),
-                      "[ssm_chunk_scan] state_slots[1] = 7 is out of range");
-  EXPECT_HYBRID_ERROR(ssm_replay(replay(), ctx), "[ssm_replay] state_slots[1] = 7 is out of range");
+                      "[ssm_chunk_scan] state_slots[1]=7 is out of range");
+  EXPECT_HYBRID_ERROR(ssm_replay(replay(), ctx), "[ssm_replay] state_slots[1]=7 is out of range");
   EXPECT_HYBRID_ERROR(ssm_step_record(record(), ctx),
-                      "[ssm_step_record] state_slots[1] = 7 is out of range");
+                      "[ssm_step_record] state_slots[1]=7 is out of range");
 }
 
 TEST_F(SsmFixture, DuplicatedSlot) {
   step_slots = {2, -1, 2};
-  EXPECT_HYBRID_ERROR(ssm_step(step(), ctx),
-                      "[ssm_step] state_slots[2] = 2 is also the slot of sequence 0: slots of a "
-                      "batch must be distinct");
+  EXPECT_HYBRID_ERROR(ssm_step(step(), ctx), "[ssm_step] state_slots[2]=2 repeats state_slots[0]");
   step_slots = {-1, -1, 2};  // padding slots may repeat
   ssm_step(step(), ctx);
   slots = {1, 1};
   EXPECT_HYBRID_ERROR(ssm_chunk_scan(scan(), ctx),
-                      "[ssm_chunk_scan] state_slots[1] = 1 is also the slot of sequence 0");
+                      "[ssm_chunk_scan] state_slots[1]=1 repeats state_slots[0]");
 }
 
 TEST_F(SsmFixture, BadCuSeqlens) {
@@ -240,10 +238,9 @@ TEST_F(SsmFixture, BadCuSeqlens) {
   cu = {0, 2, 1};
   EXPECT_HYBRID_ERROR(
       ssm_step_record(record(), ctx),
-      "[ssm_step_record] cu_seqlens must be non-decreasing, got cu[1] = 2 > cu[2] = 1");
+      "[ssm_step_record] cu_seqlens must be non-decreasing: cu_seqlens[2]=1 < cu_seqlens[1]=2");
   cu = {0, 1, 2};
-  EXPECT_HYBRID_ERROR(ssm_replay(replay(), ctx),
-                      "[ssm_replay] cu_seqlens[2] = 2 must equal the number of tokens T=3");
+  EXPECT_HYBRID_ERROR(ssm_replay(replay(), ctx), "[ssm_replay] cu_seqlens[N=2]=2 must equal T=3");
   std::vector<int32_t> wrong_count = {0, 3};  // one sequence but two slots
   SsmChunkScan s = scan();
   cu = {0, 1, 3};

@@ -81,12 +81,16 @@ Reason fast_supports(const ToyArgs& a) {
   if (a.head_dim != 128) return str("head_dim ", a.head_dim, " not in {128}");
   return {};
 }
-void fast_run(const ToyArgs& a, Context&) { *a.ran = 2; }
+void fast_run(const ToyArgs& a, Context&) {
+  *a.ran = 2;
+}
 Reason general_supports(const ToyArgs& a) {
   if (a.head_dim > 256) return str("head_dim ", a.head_dim, " above 256");
   return {};
 }
-void general_run(const ToyArgs& a, Context&) { *a.ran = 1; }
+void general_run(const ToyArgs& a, Context&) {
+  *a.ran = 1;
+}
 }  // namespace
 
 TEST(Registry, PicksTheBestSupportingVariantAndExplainsRefusals) {
@@ -111,7 +115,8 @@ TEST(Registry, PicksTheBestSupportingVariantAndExplainsRefusals) {
     EXPECT_NE(m.find("toy.fast: head_dim 512 not in {128}"), std::string::npos) << m;
     EXPECT_NE(m.find("toy.general: head_dim 512 above 256"), std::string::npos) << m;
   }
-  EXPECT_HYBRID_ERROR(r.dispatch(ToyArgs{128, &ran}, Device::cuda(0), ctx), "but the context is cpu");
+  EXPECT_HYBRID_ERROR(r.dispatch(ToyArgs{128, &ran}, Device::cuda(0), ctx),
+                      "but the context is cpu");
   Context cpu;
   EXPECT_FALSE(r.has_kernel("toy", DeviceType::cuda));
   EXPECT_EQ(r.select(ToyArgs{128, &ran}, DeviceType::cpu, cpu), "toy.fast");

@@ -20,12 +20,13 @@ using namespace hybrid;
 namespace {
 
 int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s test|perf|list [-b cpu|cuda] [-o OP[,OP...]] [--seed N] [-v] [--reps N] [--csv]\n"
-               "  test   check every case (cpu: against the f64 oracle; cuda: against the CPU backend)\n"
-               "  perf   time every case (cuda: after measuring the copy and GEMM ceilings)\n"
-               "  list   every op, its kernels per backend and its number of cases\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s test|perf|list [-b cpu|cuda] [-o OP[,OP...]] [--seed N] [-v] [--reps N] [--csv]\n"
+      "  test   check every case (cpu: against the f64 oracle; cuda: against the CPU backend)\n"
+      "  perf   time every case (cuda: after measuring the copy and GEMM ceilings)\n"
+      "  list   every op, its kernels per backend and its number of cases\n",
+      argv0);
   return 2;
 }
 
@@ -49,8 +50,10 @@ std::vector<std::string> split_ops(const std::string& s) {
 }
 
 int list_ops() {
-  std::map<std::string, std::map<std::string, std::vector<std::string>>> kernels;  // op -> backend -> names
-  for (const KernelInfo& k : Registry::builtin().list()) kernels[k.op][to_string(k.device)].push_back(k.name);
+  std::map<std::string, std::map<std::string, std::vector<std::string>>>
+      kernels;  // op -> backend -> names
+  for (const KernelInfo& k : Registry::builtin().list())
+    kernels[k.op][to_string(k.device)].push_back(k.name);
   std::map<std::string, int> case_count;
   for (auto& c : test::all_cases()) case_count[c->op()]++;
   std::set<std::string> ops;
@@ -67,7 +70,8 @@ int list_ops() {
     std::printf("%-28s %-6d %-40s %s\n", op.c_str(), case_count[op], join(k["cpu"]).c_str(),
                 join(k["cuda"]).c_str());
   }
-  std::printf("cuda backend: %s, %d device(s)\n", cuda_compiled() ? "built" : "not built", cuda_device_count());
+  std::printf("cuda backend: %s, %d device(s)\n", cuda_compiled() ? "built" : "not built",
+              cuda_device_count());
   return 0;
 }
 
@@ -89,9 +93,12 @@ int main(int argc, char** argv) {
     };
     if (a == "-b") {
       const std::string b = value();
-      if (b == "cpu") opt.run.backend = DeviceType::cpu;
-      else if (b == "cuda") opt.run.backend = DeviceType::cuda;
-      else return usage(argv[0]);
+      if (b == "cpu")
+        opt.run.backend = DeviceType::cpu;
+      else if (b == "cuda")
+        opt.run.backend = DeviceType::cuda;
+      else
+        return usage(argv[0]);
     } else if (a == "-o") {
       for (auto& o : split_ops(value())) opt.run.ops.push_back(o);
     } else if (a == "--seed") {

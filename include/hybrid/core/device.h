@@ -19,8 +19,8 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
-std::string to_string(Device d);         // "cpu", "cuda:0"
-std::string to_string(DeviceType t);     // "cpu", "cuda"
+std::string to_string(Device d);          // "cpu", "cuda:0"
+std::string to_string(DeviceType t);      // "cpu", "cuda"
 Device parse_device(const std::string&);  // "cpu", "cuda", "cuda:1"; throws hybrid::Error
 
 // True when this build has the CUDA backend compiled in.

@@ -35,7 +35,8 @@ class Registry {
            void (*run)(const Args&, Context&)) {
     Entry e;
     e.info = {Args::op_name, std::move(name), device, priority};
-    if (supports) e.supports = [supports](const void* a) { return supports(*static_cast<const Args*>(a)); };
+    if (supports)
+      e.supports = [supports](const void* a) { return supports(*static_cast<const Args*>(a)); };
     e.run = [run](const void* a, Context& ctx) { run(*static_cast<const Args*>(a), ctx); };
     insert(std::move(e));
   }

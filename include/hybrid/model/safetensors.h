@@ -26,8 +26,9 @@ namespace hybrid {
 
 struct SafetensorInfo {
   std::string name;
-  std::string dtype_name;      // as in the file: "BF16", "F32", "F64", "I8", ...
-  std::optional<DType> dtype;  // nullopt for file dtypes hybrid has no DType for (F64, I8, BOOL, F8_*)
+  std::string dtype_name;  // as in the file: "BF16", "F32", "F64", "I8", ...
+  std::optional<DType>
+      dtype;  // nullopt for file dtypes hybrid has no DType for (F64, I8, BOOL, F8_*)
   std::vector<int64_t> shape;
   size_t offset = 0;  // from the start of the file
   size_t bytes = 0;
@@ -70,7 +71,7 @@ class Checkpoint {
 
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   const SafetensorInfo& info(const std::string& name) const;  // error names a missing tensor
-  Tensor view(const std::string& name) const;                  // read-only host view
+  Tensor view(const std::string& name) const;                 // read-only host view
   std::vector<std::string> names() const;
   size_t total_bytes() const;  // bytes of tensor data in all files
   const std::vector<SafetensorsFile>& files() const { return files_; }

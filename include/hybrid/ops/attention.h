@@ -96,7 +96,7 @@ struct RopeKvAppendAttnDecode {
   int64_t rotary_dim = 0;  // even, in [2, D]
   float theta = 10000.0f;  // > 0
   int64_t window = 0;      // 0 = full causal attention; W > 0: the last W positions
-  std::optional<float> scale;      // default 1 / sqrt(D)
+  std::optional<float> scale;  // default 1 / sqrt(D)
 };
 void rope_kv_append_attn_decode(const RopeKvAppendAttnDecode& args, Context& ctx);
 

@@ -32,10 +32,10 @@ void rms_norm(const RmsNorm& args, Context& ctx);
 // ([C]) or shared by every group ([group_size], as GDN's per-head norm stores it).
 struct RmsNormGated {
   static constexpr const char* op_name = "rms_norm_gated";
-  Tensor x;       // [T, C] f32 | bf16 | f16; rows may be strided, C contiguous
-  Tensor z;       // [T, C] gate, any float dtype
-  Tensor weight;  // [C] or [group_size], f32 | bf16
-  Tensor out;     // [T, C] f32 | bf16 | f16
+  Tensor x;                // [T, C] f32 | bf16 | f16; rows may be strided, C contiguous
+  Tensor z;                // [T, C] gate, any float dtype
+  Tensor weight;           // [C] or [group_size], f32 | bf16
+  Tensor out;              // [T, C] f32 | bf16 | f16
   int64_t group_size = 0;  // divides C
   float eps = 1e-6f;
   bool norm_before_gate = true;
