@@ -25,6 +25,8 @@ void copy_async(void*, const void*, size_t, CopyKind, void*) { no_cuda("device c
 void* stream_create(int) { no_cuda("stream creation"); }
 void stream_destroy(void*) noexcept {}
 void stream_synchronize(void*) { no_cuda("stream synchronize"); }
+void* blas_create(int) { no_cuda("cuBLASLt handle"); }
+void blas_destroy(void*) noexcept {}
 void memset_async(void*, int, size_t, void*) { no_cuda("device memset"); }
 void device_name(int, char*, size_t) { no_cuda("device name"); }
 size_t device_memory_bytes(int, size_t*) { no_cuda("device memory"); }

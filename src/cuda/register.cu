@@ -7,6 +7,16 @@ namespace hybrid {
 void register_cuda_kernels(Registry& r) {
   cuda::register_norm(r);
   cuda::register_gdn(r);
+  cuda::register_elementwise(r);
+  cuda::register_rope(r);
+  cuda::register_embed(r);
+  cuda::register_conv(r);
+  cuda::register_attention(r);
+  cuda::register_linear(r);
+  cuda::register_quant(r);
+  cuda::register_moe(r);
+  cuda::register_ssm(r);
+  cuda::register_gdn_chunk(r);
 }
 
 }  // namespace hybrid

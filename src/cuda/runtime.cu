@@ -1,4 +1,7 @@
 // The CUDA runtime services of src/core/cuda_api.h.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
 #include <cstdio>
 
 #include "core/cuda_api.h"
@@ -76,6 +79,16 @@ void stream_destroy(void* stream) noexcept {
 void stream_synchronize(void* stream) {
   HYBRID_CUDA_CHECK(cudaStreamSynchronize(cuda::as_stream(stream)));
 }
+
+void* blas_create(int device) {
+  set_device(device);
+  cublasLtHandle_t h = nullptr;
+  const cublasStatus_t s = cublasLtCreate(&h);
+  if (s != CUBLAS_STATUS_SUCCESS) fail("[cuda] cublasLtCreate failed: ", cublasGetStatusString(s));
+  return h;
+}
+
+void blas_destroy(void* handle) noexcept { cublasLtDestroy(static_cast<cublasLtHandle_t>(handle)); }
 
 void memset_async(void* dst, int value, size_t bytes, void* stream) {
   HYBRID_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cuda::as_stream(stream)));

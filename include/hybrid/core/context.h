@@ -55,6 +55,10 @@ class Context {
   void set_log_sink(std::function<void(LogLevel, std::string_view)> sink);
   void log(LogLevel level, std::string_view message) const;
 
+  // The cuBLASLt handle of a CUDA context (cublasLtHandle_t as void*), created on first use and
+  // destroyed with the context. Create it before a CUDA-graph capture (call this once).
+  void* blas_handle();
+
   // The kernels ops dispatch to (default: Registry::builtin()).
   const Registry& registry() const { return *registry_; }
   void set_registry(const Registry* registry) { registry_ = registry; }
@@ -63,6 +67,7 @@ class Context {
   Device device_;
   void* stream_ = nullptr;
   bool owns_stream_ = false;
+  void* blas_handle_ = nullptr;
   Buffer workspace_;
   Options options_;
   LogLevel log_level_ = LogLevel::warn;
