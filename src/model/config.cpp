@@ -275,7 +275,7 @@ void read_qwen(const json& j, const Fields& f, Config& c) {
       d = {2048, 5632, 48, 16, 2, 151936, 32768, 32, 512, 10, 512, 512, 10000.0};
       break;
     case Arch::qwen3_5:
-      d = {4096, 12288, 32, 16, 4, 248320, 32768, 32, 0, 0, 0, 0, 10000000.0};
+      d = {4096, 12288, 32, 16, 2, 248320, 32768, 32, 0, 0, 0, 0, 10000000.0};
       break;
     default:
       d = {2048, 0, 40, 16, 2, 248320, 32768, 32, 256, 8, 512, 512, 10000000.0};
@@ -628,6 +628,9 @@ Config parse_config(const std::string& json_text, const std::string& source) {
       read_nemotron_h(*text, f, c);
       break;
   }
+  // Qwen3_5Config / Qwen3_5MoeConfig keep tie_word_embeddings at the top level.
+  if (c.nested_text_config && !f.has("tie_word_embeddings"))
+    c.tie_word_embeddings = top.boolean("tie_word_embeddings", c.tie_word_embeddings);
   // MLX writes "quantization" at the top level, even for multimodal configs.
   read_quantization(root, top, c);
   return c;

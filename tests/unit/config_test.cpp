@@ -145,6 +145,17 @@ TEST(Config, Qwen35MoeNestedTextConfig) {
   EXPECT_EQ(c.attention.rotary_dim, 8);
 }
 
+TEST(Config, NestedTextConfigTakesTopLevelTie) {
+  Config c = parse_config(
+      R"({"model_type": "qwen3_5", "tie_word_embeddings": true,
+          "text_config": {"hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 10}})",
+      "vl.json");
+  EXPECT_EQ(c.arch, Arch::qwen3_5);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.attention.num_kv_heads, 2);  // Qwen3_5TextConfig default
+  EXPECT_EQ(c.intermediate_size, 12288);
+}
+
 TEST(Config, Mamba2) {
   Config c = load_config(data("mamba2_tiny.json"));
   EXPECT_EQ(c.arch, Arch::mamba2);

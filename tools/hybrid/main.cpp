@@ -152,11 +152,15 @@ int info(const std::string& dir, int64_t kv_dtype_bytes, const std::string& kv_d
       "state/seq     %s f32 (recurrent %s + conv %s)\n", format_bytes(spec.state_bytes()).c_str(),
       format_bytes(spec.ssm_state_bytes()).c_str(), format_bytes(spec.conv_state_bytes()).c_str());
   const int64_t kv = spec.kv_bytes_per_token(kv_dtype_bytes);
-  std::printf("kv/token      %s %s", format_bytes(kv).c_str(), kv_dtype.c_str());
-  if (kv > 0 && cfg.max_position_embeddings > 0)
-    std::printf(" (%s at %lld tokens)", format_bytes(kv * cfg.max_position_embeddings).c_str(),
-                static_cast<long long>(cfg.max_position_embeddings));
-  std::printf("\n");
+  if (kv == 0) {
+    std::printf("kv/token      0 B (no attention layers)\n");
+  } else {
+    std::printf("kv/token      %s %s", format_bytes(kv).c_str(), kv_dtype.c_str());
+    if (cfg.max_position_embeddings > 0)
+      std::printf(" (%s at %lld tokens)", format_bytes(kv * cfg.max_position_embeddings).c_str(),
+                  static_cast<long long>(cfg.max_position_embeddings));
+    std::printf("\n");
+  }
 
   std::map<DType, int64_t> bytes =
       ckpt ? checkpoint_weight_bytes(spec, *ckpt) : spec.weight_bytes();
