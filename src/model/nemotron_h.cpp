@@ -6,6 +6,7 @@
 //   E (MoE):      gate.weight [E, H], gate.e_score_correction_bias [E],
 //                 experts.<e>.up_proj [I_moe, H], experts.<e>.down_proj [H, I_moe],
 //                 shared_experts.up_proj [I_shared, H], shared_experts.down_proj [H, I_shared]
+//                 (mlx-lm: switch_mlp.fc1 [E, I_moe, H], switch_mlp.fc2 [E, H, I_moe])
 // then norm_f.weight [H] and lm_head.weight [vocab, H] unless tied.
 #include <string>
 
@@ -34,8 +35,9 @@ void add_moe(TableBuilder& b, const Config& c, const WeightLayout& layout, const
       b.stacked(p + "experts.down_proj", p + "experts.down_proj", E, H, I);
       break;
     case ExpertLayout::mlx_switch:
-      b.stacked(p + "switch_mlp.up_proj.weight", p + "switch_mlp.up_proj", E, I, H);
-      b.stacked(p + "switch_mlp.down_proj.weight", p + "switch_mlp.down_proj", E, H, I);
+      // mlx-lm names the stacked up / down projections fc1 / fc2.
+      b.stacked(p + "switch_mlp.fc1.weight", p + "switch_mlp.fc1", E, I, H);
+      b.stacked(p + "switch_mlp.fc2.weight", p + "switch_mlp.fc2", E, H, I);
       break;
   }
   if (m.shared_intermediate_size > 0) {

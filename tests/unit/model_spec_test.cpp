@@ -230,6 +230,22 @@ TEST(ModelSpec, NemotronHTable) {
   EXPECT_EQ(s.ssm_state_bytes(), 2 * 8 * 8 * 16 * 4);
 }
 
+TEST(ModelSpec, NemotronHMlxExperts) {
+  Config c = load_config(data("nemotron_h_tiny.json"));
+  c.quantization = QuantConfig{};
+  c.quantization->defaults = {32, 4};
+  ModelSpec s = describe_model(c);
+  EXPECT_EQ(get(s, "backbone.layers.5.mixer.switch_mlp.fc1.weight").shape,
+            (std::vector<int64_t>{4, 32, 8}));
+  EXPECT_EQ(get(s, "backbone.layers.5.mixer.switch_mlp.fc2.scales").shape,
+            (std::vector<int64_t>{4, 64, 1}));
+  EXPECT_EQ(get(s, "backbone.layers.0.mixer.conv1d.weight").shape,
+            (std::vector<int64_t>{64 + 2 * 2 * 16, 4, 1}));
+  // The conv weights, norms and the router's correction bias are never quantized.
+  EXPECT_EQ(s.find("backbone.layers.0.mixer.conv1d.scales"), nullptr);
+  EXPECT_EQ(get(s, "backbone.layers.5.mixer.gate.e_score_correction_bias").bits, 0);
+}
+
 TEST(ModelSpec, CheckpointMatches) {
   TempDir d;
   ModelSpec s = describe_model(load_config(data("mamba2_tiny.json")));
