@@ -435,7 +435,7 @@ void read_nemotron_h(const json& j, const Fields& f, Config& c) {
   m.n_groups = f.positive({"n_groups", "mamba_n_groups"}, 8);
   m.conv_kernel = f.positive({"conv_kernel", "mamba_d_conv"}, 4);
   m.chunk_size = f.positive({"chunk_size", "mamba_chunk_size"}, 128);
-  m.in_proj_bias = f.boolean("use_bias", false);
+  m.in_proj_bias = f.boolean("use_bias", f.boolean("mamba_proj_bias", false));
   m.conv_bias = f.boolean("use_conv_bias", f.boolean("mamba_conv_bias", true));
   read_time_step_limit(j, f, m);
   check_mamba(f, m);
