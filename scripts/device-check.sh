@@ -28,4 +28,12 @@ fi
 perf_args=()
 if [ $# -gt 0 ]; then perf_args=(-o "$1"); fi
 build-cuda/tools/hybrid-ops/hybrid-ops perf -b cuda "${perf_args[@]}" 2>&1 | tee "$LOGS/perf-cuda.txt" || status=1
+# Peers beside hybrid in one process (scripts/compare_peers.py), when their wheels were carried in
+# .whl/ (see the device README: pip download on the development machine, `carry: [".whl"]`).
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  PYTHONUNBUFFERED=1 python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so \
+    ${PEERS:+--only "$PEERS"} 2>&1 | tee "$LOGS/peers.txt" || status=1
+fi
 exit $status
