@@ -540,6 +540,21 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // CUDA paths: a GQA group of 16 (two 8-head chunks per KV head) with a context long enough for
+  // many decode splits; tensor-core prefill at D = 64 (several 64-row query tiles, window) and
+  // D = 256 (32-key tiles over a cached prefix).
+  {
+    auto c = make(Mode::decode, {2100, 5, 0}, Shape{16, 1, 64}, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300, 70}, mha64, 16, bf16, bf16);
+    c->news = {130, 70};
+    c->window = 50;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {260}, Shape{4, 1, 256}, 64, bf16, bf16);
+    c->news = {130};
+    cases.push_back(std::move(c));
+  }
+
   // Perf only: decode B 1 / 32 / 128 / 1 at contexts 32768 / 8192 / 4096 / 131072 (pages of 16
   // and 64), prefill of one sequence of 4096 and 16384 tokens (causal, page 64).
   for (auto [B, ctx, page] : {std::tuple<int64_t, int64_t, int64_t>{1, 32768, 16},
