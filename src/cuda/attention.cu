@@ -174,15 +174,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(const AttnParams p) {
     for (int g = 0; g < kGC; ++g)
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[g][e] *= corr[g];
-        // PV: row group lane / BDX takes keys lane / BDX, + BDY, ...
-#pragma unroll 2
-    for (int jj = lane / BDX; jj < 32; jj += BDY) {
-      const int2 key = kv_s[warp][jj];
-      if (key.x >= 0) {
+    // PV: row group lane / BDX takes keys lane / BDX, + BDY, ... Loads are unconditional (an
+    // absent key reads page 0 row 0, which exists when any key of the tile does, and its values
+    // are replaced by 0) so that several are in flight.
+    if (__any_sync(0xffffffffu, kv.x >= 0)) {
+#pragma unroll 4
+      for (int jj = lane / BDX; jj < 32; jj += BDY) {
+        const int2 key = kv_s[warp][jj];
+        const bool ok = key.x >= 0;
         float vf[E];
-        const C* vrow = vc + p.v.offset(key.x, key.y, hk) + d0;
+        const C* vrow = vc + (ok ? p.v.offset(key.x, key.y, hk) : int64_t{0}) + d0;
 #pragma unroll
         for (int c = 0; c < E; c += VEC) load_vec<VEC>(vrow + c, vf + c, p.v.aligned);
+#pragma unroll
+        for (int e = 0; e < E; ++e) vf[e] = ok ? vf[e] : 0.0f;
         float pg[kGC];
 #pragma unroll
         for (int g = 0; g < kGC; g += 4) {
