@@ -1,8 +1,595 @@
-// CUDA kernels of the attention family (none yet: its ops dispatch to an Unsupported error on CUDA).
+// CUDA: the attention family over the paged KV cache [num_pages, page_size, Hkv, D]:
+// kv_append, attn_decode (split-KV flash-decoding with the GQA group packed in one block),
+// rope_kv_append_attn_decode (seed 003: RoPE + append kernel, then the decode kernels) and the
+// CUDA-core attn_prefill variant (the decode kernel with one query row per token). The
+// tensor-core prefill lives in attention_prefill.cu.
+//
+// Attention of one query row at position p (query head h, KV head h / group), keys j in [lo, p]:
+//   s_j = scale · q·K[j];  out = Σ_j softmax(s)_j V[j]
+// computed in the log2 domain (q pre-multiplied by scale·log2 e, exp2) with an online softmax.
+//
+// attn_kernel: block (query row, KV head · head chunk, split), 4 warps, up to kGC = 8 query heads
+// of one GQA group, so the K/V rows are read once per group. The block's key range [lo, p] is cut
+// in `splits` equal parts (multiples of 32 keys); each warp takes 32-key tiles of the part:
+//   QK:  lane i owns key i of the tile and forms the kGC dots against q in shared memory
+//        (16-byte vector loads of its key row); warp max per head; p = exp2(s − m) to shared.
+//   PV:  lanes split D (E elements each, BDX lanes per V row, BDY rows at once): coalesced V-row
+//        loads, acc[g][E] += p[g]·v; rows summed with shuffles at the end.
+// Warps merge in shared memory; one split writes out directly, several write (m, l, o) partials
+// to ctx.workspace and attn_merge_kernel combines them (deterministic, no atomics).
+// Bytes: each K and V row of the window is read once per (query row, KV head): 2·keys·D·size(C).
+// FLOPs: 4·keys·D per query head.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_common.cuh"
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "hybrid/ops/attention.h"
 
 namespace hybrid::cuda {
 
-void register_attention(Registry& r) { (void)r; }
+namespace attn {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kGC = 8;  // query heads per block (a GQA group, or a chunk of one)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttnParams {
+  const void* q = nullptr;  // [rows, Hq, D] q_dtype
+  DType q_dtype = DType::f32;
+  int64_t q_t = 0, q_h = 0;
+  Cache k, v;                     // [num_pages, page_size, Hkv, D]
+  PageTable pt;                   // [N, max_pages]
+  const int* seq_lens = nullptr;  // [N]
+  const int* cu = nullptr;        // [N + 1] (prefill rows) or null (decode: row n = sequence n)
+  int N = 0, rows = 0, Hq = 0, Hkv = 0, group = 0, hchunks = 1, splits = 1;
+  int window = 0;
+  float scale_log2 = 1.0f;  // scale · log2 e
+  void* out = nullptr;      // [rows, Hq, D] o_dtype
+  DType o_dtype = DType::f32;
+  int64_t o_t = 0, o_h = 0;
+  float* part_o = nullptr;   // [rows, Hq, splits, D] unnormalised Σ 2^(s−m) v
+  float* part_ml = nullptr;  // [rows, Hq, splits, 2] (m, l)
+};
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Weight 2^(m − M) of a partial state with max m in a merge of max M (0 for an empty state).
+__device__ __forceinline__ float merge_weight(float m, float M) {
+  return m == -INFINITY ? 0.0f : exp2f(m - M);
+}
+
+template <int D, class C>
+__global__ void __launch_bounds__(kWarps * 32) attn_kernel(const AttnParams p) {
+  constexpr int VEC = 16 / static_cast<int>(sizeof(C));  // elements per 16-byte load
+  constexpr int E = (D / 32 > VEC) ? D / 32 : VEC;       // PV: elements per lane
+  constexpr int BDX = D / E;                             // PV: lanes per V row
+  constexpr int BDY = 32 / BDX;                          // PV: V rows per warp step
+  static_assert(BDX * E == D && BDX * BDY == 32, "D must be 64, 128 or 256");
+
+  __shared__ __align__(16) float q_s[kGC][D];           // q · scale · log2 e
+  __shared__ __align__(16) float p_s[kWarps][32][kGC];  // tile probabilities
+  __shared__ int2 kv_s[kWarps][32];                     // tile keys: (page or −1, row)
+  __shared__ __align__(16) float o_s[kWarps][kGC][D];   // per-warp acc for the merge
+  __shared__ float ml_s[kWarps][kGC][2];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = blockIdx.z;
+  const int hk = blockIdx.y / p.hchunks, hc = blockIdx.y % p.hchunks;
+  const int h0 = hk * p.group + hc * kGC;
+  const int gc = min(kGC, p.group - hc * kGC);
+  const int r = blockIdx.x;
+
+  // Sequence and position of this query row.
+  int n, pos;
+  if (p.cu == nullptr) {
+    n = r;
+    pos = p.seq_lens[n] - 1;
+  } else {
+    n = find_sequence(p.cu, p.N, r);
+    const int L = p.cu[n + 1] - p.cu[n];
+    pos = p.seq_lens[n] - L + (r - p.cu[n]);
+  }
+  const int lo = (p.window > 0) ? max(0, pos - p.window + 1) : 0;
+  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;  // pos < 0: padding row, no keys
+  const int chunk = ((nkeys + p.splits - 1) / p.splits + 31) / 32 * 32;
+  const int k_begin = lo + split * chunk;
+  const int k_end = min(pos + 1, k_begin + chunk);
+
+  for (int i = threadIdx.x; i < kGC * D; i += blockDim.x) {
+    const int g = i / D, d = i % D;
+    q_s[g][d] =
+        g < gc ? load_any(p.q, p.q_dtype, r * p.q_t + (h0 + g) * p.q_h + d) * p.scale_log2 : 0.0f;
+  }
+  __syncthreads();
+
+  const C* kc = static_cast<const C*>(p.k.p);
+  const C* vc = static_cast<const C*>(p.v.p);
+  float m[kGC], l[kGC], acc[kGC][E];
+#pragma unroll
+  for (int g = 0; g < kGC; ++g) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
+  }
+  const int d0 = (lane % BDX) * E;  // PV: this lane's dims
+
+  for (int t0 = k_begin + warp * 32; t0 < k_end; t0 += kWarps * 32) {
+    // QK: lane owns key t0 + lane.
+    const int j = t0 + lane;
+    int2 kv = make_int2(-1, 0);
+    if (j < k_end) kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+    kv_s[warp][lane] = kv;
+    float s[kGC];
+#pragma unroll
+    for (int g = 0; g < kGC; ++g) s[g] = 0.0f;
+    if (kv.x >= 0) {
+      const C* krow = kc + p.k.offset(kv.x, kv.y, hk);
+#pragma unroll 4
+      for (int c = 0; c < D; c += VEC) {
+        float kf[VEC];
+        load_vec<VEC>(krow + c, kf, p.k.aligned);
+#pragma unroll
+        for (int g = 0; g < kGC; ++g) {
+          if (g < gc) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) s[g] = fmaf(q_s[g][c + e], kf[e], s[g]);
+          }
+        }
+      }
+    }
+    float corr[kGC];
+#pragma unroll
+    for (int g = 0; g < kGC; ++g) {
+      const float sg = kv.x >= 0 ? s[g] : -INFINITY;
+      const float m_new = fmaxf(m[g], warp_max(sg));
+      float pr = 0.0f;
+      if (m_new == -INFINITY) {
+        corr[g] = 1.0f;
+      } else {
+        corr[g] = exp2f(m[g] - m_new);  // 0 while m = −inf
+        pr = exp2f(sg - m_new);         // 0 for masked keys
+      }
+      m[g] = m_new;
+      l[g] = l[g] * corr[g] + pr;  // lane-partial sum, reduced at the end
+      p_s[warp][lane][g] = pr;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int g = 0; g < kGC; ++g)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] *= corr[g];
+    // PV: row group lane / BDX takes keys lane / BDX, + BDY, ... Loads are unconditional (an
+    // absent key reads page 0 row 0, which exists when any key of the tile does, and its values
+    // are replaced by 0) so that several are in flight.
+    if (__any_sync(0xffffffffu, kv.x >= 0)) {
+#pragma unroll 4
+      for (int jj = lane / BDX; jj < 32; jj += BDY) {
+        const int2 key = kv_s[warp][jj];
+        const bool ok = key.x >= 0;
+        float vf[E];
+        const C* vrow = vc + (ok ? p.v.offset(key.x, key.y, hk) : int64_t{0}) + d0;
+#pragma unroll
+        for (int c = 0; c < E; c += VEC) load_vec<VEC>(vrow + c, vf + c, p.v.aligned);
+#pragma unroll
+        for (int e = 0; e < E; ++e) vf[e] = ok ? vf[e] : 0.0f;
+        float pg[kGC];
+#pragma unroll
+        for (int g = 0; g < kGC; g += 4) {
+          const float4 x = *reinterpret_cast<const float4*>(&p_s[warp][jj][g]);
+          pg[g] = x.x, pg[g + 1] = x.y, pg[g + 2] = x.z, pg[g + 3] = x.w;
+        }
+#pragma unroll
+        for (int g = 0; g < kGC; ++g)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pg[g], vf[e], acc[g][e]);
+      }
+    }
+    __syncwarp();
+  }
+
+  // Warp totals: l over lanes, acc over the BDY row groups.
+#pragma unroll
+  for (int g = 0; g < kGC; ++g) {
+    l[g] = warp_sum(l[g]);
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      for (int o = BDX; o < 32; o <<= 1) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+  }
+  if (lane < BDX) {
+#pragma unroll
+    for (int g = 0; g < kGC; ++g)
+#pragma unroll
+      for (int e = 0; e < E; ++e) o_s[warp][g][d0 + e] = acc[g][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kGC; ++g) ml_s[warp][g][0] = m[g], ml_s[warp][g][1] = l[g];
+  }
+  __syncthreads();
+
+  // Block merge of the warps; one split: normalised output, else a partial state.
+  for (int i = threadIdx.x; i < gc * D; i += blockDim.x) {
+    const int g = i / D, d = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml_s[w][g][0]);
+    float L = 0.0f, O = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = merge_weight(ml_s[w][g][0], M);
+      L += wt * ml_s[w][g][1];
+      O += wt * o_s[w][g][d];
+    }
+    const int h = h0 + g;
+    if (p.splits == 1) {
+      store_any(p.out, p.o_dtype, r * p.o_t + h * p.o_h + d, L > 0.0f ? O / L : 0.0f);
+    } else {
+      const int64_t ps = (static_cast<int64_t>(r) * p.Hq + h) * p.splits + split;
+      p.part_o[ps * D + d] = O;
+      if (d == 0) p.part_ml[ps * 2] = M, p.part_ml[ps * 2 + 1] = L;
+    }
+  }
+}
+
+// Combines the split partials of one (row, head): out = Σ_s 2^(m_s−M) o_s / Σ_s 2^(m_s−M) l_s.
+// Block (row · Hq + h), D threads.
+__global__ void attn_merge_kernel(const AttnParams p, int D) {
+  const int rh = blockIdx.x;
+  const int r = rh / p.Hq, h = rh % p.Hq;
+  const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * 2;
+  const float* po = p.part_o + static_cast<int64_t>(rh) * p.splits * D;
+  float M = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) M = fmaxf(M, ml[2 * s]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float L = 0.0f, O = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float wt = merge_weight(ml[2 * s], M);
+      L += wt * ml[2 * s + 1];
+      O += wt * po[static_cast<int64_t>(s) * D + d];
+    }
+    store_any(p.out, p.o_dtype, r * p.o_t + h * p.o_h + d, L > 0.0f ? O / L : 0.0f);
+  }
+}
+
+// ---- kv_append -------------------------------------------------------------------------------
+
+// Block per token t (sequence n from cu_seqlens, or n = t): K/V rows [Hkv, D] to position
+// positions[t] (negative: skipped; a page outside [0, num_pages) is skipped too).
+struct AppendParams {
+  const void* k = nullptr;  // [T, Hkv, D] k_dtype
+  const void* v = nullptr;  // [T, Hkv, D] v_dtype
+  DType k_dtype = DType::f32, v_dtype = DType::f32;
+  int64_t k_t = 0, k_h = 0, v_t = 0, v_h = 0;
+  Cache kc, vc;
+  PageTable pt;
+  const int* cu = nullptr;         // [N + 1] or null
+  const int* positions = nullptr;  // [T]
+  int N = 0, Hkv = 0, D = 0;
+};
+
+template <class C>
+__global__ void kv_append_kernel(const AppendParams a) {
+  const int t = blockIdx.x;
+  const int n = a.cu ? find_sequence(a.cu, a.N, t) : t;
+  const int pos = a.positions[t];
+  if (pos < 0) return;
+  const int2 kv = a.pt.locate(n, pos, a.kc.page_size, a.kc.num_pages);
+  if (kv.x < 0) return;
+  C* kc = static_cast<C*>(const_cast<void*>(a.kc.p));
+  C* vc = static_cast<C*>(const_cast<void*>(a.vc.p));
+  for (int i = threadIdx.x; i < a.Hkv * a.D; i += blockDim.x) {
+    const int h = i / a.D, d = i % a.D;
+    kc[a.kc.offset(kv.x, kv.y, h) + d] =
+        from_f32<C>(load_any(a.k, a.k_dtype, t * a.k_t + h * a.k_h + d));
+    vc[a.vc.offset(kv.x, kv.y, h) + d] =
+        from_f32<C>(load_any(a.v, a.v_dtype, t * a.v_t + h * a.v_h + d));
+  }
+}
+
+// ---- rope + append (first kernel of rope_kv_append_attn_decode) ------------------------------
+
+// Block per sequence n (p = seq_lens[n] − 1; seq_lens[n] = 0: nothing): rotated q rows to q_rot
+// (q's dtype, contiguous [N, Hq, D]); rotated k (rounded to k's dtype) and v to the caches.
+// RoPE as the rope op (cpu/rope_math.h): inv_freq via f64 pow rounded to f32, f32 angle, cos/sin
+// in f64 rounded to f32, products rounded separately (no FMA contraction):
+//   y[i] = x[i]c − x[i+half]s, y[i+half] = x[i+half]c + x[i]s, y[d >= rd] = x[d].
+struct RopeParams {
+  AppendParams ap;
+  const void* q = nullptr;  // [N, Hq, D] q_dtype
+  DType q_dtype = DType::f32;
+  int64_t q_t = 0, q_h = 0;
+  void* q_rot = nullptr;  // [N, Hq, D] q_dtype, contiguous
+  const int* seq_lens = nullptr;
+  int Hq = 0, rotary_dim = 0;
+  float theta = 1e4f;
+};
+
+__device__ __forceinline__ void rope_pair(float x0, float x1, int i, int pos, int rd, float theta,
+                                          float& y0, float& y1) {
+  const float e = static_cast<float>(2 * i) / static_cast<float>(rd);
+  const float inv =
+      __fdiv_rn(1.0f, static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(e))));
+  const float angle = __fmul_rn(static_cast<float>(pos), inv);
+  const float c = static_cast<float>(cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(sin(static_cast<double>(angle)));
+  y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
+template <class C>
+__global__ void rope_append_kernel(const RopeParams r) {
+  const int n = blockIdx.x;
+  const int len = r.seq_lens[n];
+  if (len <= 0) return;
+  const int pos = len - 1;
+  const int D = r.ap.D, half = r.rotary_dim / 2;
+  // q heads then k heads: element d of head h.
+  const int2 kv = r.ap.pt.locate(n, pos, r.ap.kc.page_size, r.ap.kc.num_pages);
+  C* kc = static_cast<C*>(const_cast<void*>(r.ap.kc.p));
+  C* vc = static_cast<C*>(const_cast<void*>(r.ap.vc.p));
+  const int total = (r.Hq + r.ap.Hkv) * D;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    const bool is_q = h < r.Hq;
+    const void* x = is_q ? r.q : r.ap.k;
+    const DType dt = is_q ? r.q_dtype : r.ap.k_dtype;
+    const int64_t base = is_q ? n * r.q_t + h * r.q_h : n * r.ap.k_t + (h - r.Hq) * r.ap.k_h;
+    float y;
+    if (d < r.rotary_dim) {
+      const int ii = d < half ? d : d - half;
+      float y0, y1;
+      rope_pair(load_any(x, dt, base + ii), load_any(x, dt, base + ii + half), ii, pos,
+                r.rotary_dim, r.theta, y0, y1);
+      y = d < half ? y0 : y1;
+    } else {
+      y = load_any(x, dt, base + d);
+    }
+    y = round_to(dt, y);
+    if (is_q) {
+      store_any(r.q_rot, dt, (static_cast<int64_t>(n) * r.Hq + h) * D + d, y);
+    } else if (kv.x >= 0) {
+      const int hk = h - r.Hq;
+      kc[r.ap.kc.offset(kv.x, kv.y, hk) + d] = from_f32<C>(y);
+      vc[r.ap.vc.offset(kv.x, kv.y, hk) + d] =
+          from_f32<C>(load_any(r.ap.v, r.ap.v_dtype, n * r.ap.v_t + hk * r.ap.v_h + d));
+    }
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------
+
+Cache cache_of(const Tensor& c) {
+  Cache k;
+  k.p = c.data();
+  k.s_page = c.stride(0), k.s_row = c.stride(1), k.s_head = c.stride(2);
+  k.page_size = static_cast<int>(c.size(1));
+  k.num_pages = static_cast<int>(c.size(0));
+  const int64_t es = static_cast<int64_t>(dtype_size(c.dtype()));
+  k.aligned = reinterpret_cast<uintptr_t>(c.data()) % 16 == 0 && (k.s_page * es) % 16 == 0 &&
+              (k.s_row * es) % 16 == 0 && (k.s_head * es) % 16 == 0;
+  return k;
+}
+
+PageTable table_of(const Tensor& t) {
+  PageTable pt;
+  pt.p = t.data_as<const int>();
+  pt.s0 = t.stride(0), pt.s1 = t.stride(1);
+  pt.max_pages = static_cast<int>(t.size(1));
+  return pt;
+}
+
+Reason dims_supported(int64_t D, const Tensor& cache) {
+  if (D != 64 && D != 128 && D != 256)
+    return "head dim D=" + std::to_string(D) + " is not one of 64, 128, 256";
+  if (cache.numel() >= (int64_t{1} << 31) || cache.size(0) * cache.size(1) >= (int64_t{1} << 31))
+    return std::string("cache too large for 32-bit row indices");
+  return std::nullopt;
+}
+
+template <int D>
+void launch_attn_d(const AttnParams& p, DType cache, cudaStream_t st) {
+  const dim3 grid(p.rows, p.Hkv * p.hchunks, p.splits);
+  dispatch_float(cache, "attention", [&](auto c) {
+    using C = decltype(c);
+    attn_kernel<D, C><<<grid, kWarps * 32, 0, st>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  if (p.splits > 1) {
+    attn_merge_kernel<<<p.rows * p.Hq, D, 0, st>>>(p, D);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// Fills the fields shared by every attention launch and picks the split count from the shapes
+// (keys_max: the page-table capacity, or the window; the real lengths live on the device).
+void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& page_table, int64_t D, int64_t window,
+                    std::optional<float> scale) {
+  p.k = cache_of(k_cache), p.v = cache_of(v_cache);
+  p.pt = table_of(page_table);
+  p.Hkv = static_cast<int>(k_cache.size(2));
+  p.group = p.Hq / p.Hkv;
+  p.hchunks = (p.group + kGC - 1) / kGC;
+  p.window = static_cast<int>(std::min<int64_t>(window, INT32_MAX));
+  const float sc = scale ? *scale : 1.0f / std::sqrt(static_cast<float>(D));
+  p.scale_log2 = sc * kLog2e;
+  int64_t keys_max = k_cache.size(1) * page_table.size(1);
+  if (window > 0) keys_max = std::min(keys_max, window);
+  const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(p.rows) * p.Hkv * p.hchunks);
+  // Resident blocks: 132 SMs × 3 (registers bound it at ~160 per thread, 128 threads). Pick the
+  // split count s minimising waves(s) · (keys/s + 64), 64 keys standing for a block's fixed cost
+  // (q load, merge, partial write), s <= 256 and >= 64 keys per split.
+  constexpr int64_t kResident = 132 * 3;
+  const int64_t s_max = std::clamp<int64_t>(keys_max / 64, 1, 256);
+  int64_t splits = 1;
+  double best = 0.0;
+  for (int64_t s = 1; s <= s_max; ++s) {
+    const double waves = static_cast<double>((blocks * s + kResident - 1) / kResident);
+    const double cost = waves * (static_cast<double>(keys_max) / static_cast<double>(s) + 64.0);
+    if (s == 1 || cost < best) best = cost, splits = s;
+  }
+  p.splits = static_cast<int>(splits);
+}
+
+// Workspace bytes of the split partials (0 for one split).
+size_t partial_bytes(const AttnParams& p, int64_t D) {
+  return p.splits > 1 ? static_cast<size_t>(p.rows) * p.Hq * p.splits * (D + 2) * sizeof(float) : 0;
+}
+
+// Launches the attention (and merge) kernels; ws: partial_bytes(p, D) bytes of workspace.
+void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Context& ctx) {
+  if (p.rows == 0) return;
+  if (p.splits > 1) {
+    p.part_o = static_cast<float*>(ws);
+    p.part_ml = p.part_o + static_cast<size_t>(p.rows) * p.Hq * p.splits * D;
+  }
+  const cudaStream_t st = as_stream(ctx.stream());
+  switch (D) {
+    case 64:
+      launch_attn_d<64>(p, cache, st);
+      break;
+    case 128:
+      launch_attn_d<128>(p, cache, st);
+      break;
+    default:
+      launch_attn_d<256>(p, cache, st);
+      break;
+  }
+}
+
+AttnParams query_params(const Tensor& q, const Tensor& out) {
+  AttnParams p;
+  p.q = q.data(), p.q_dtype = q.dtype(), p.q_t = q.stride(0), p.q_h = q.stride(1);
+  p.out = out.data(), p.o_dtype = out.dtype(), p.o_t = out.stride(0), p.o_h = out.stride(1);
+  p.rows = static_cast<int>(q.size(0));
+  p.Hq = static_cast<int>(q.size(1));
+  return p;
+}
+
+// ---- ops ----
+
+Reason append_supports(const KvAppend& a) {
+  if (a.k_cache.numel() >= (int64_t{1} << 31))
+    return std::string("cache too large for 32-bit row indices");
+  return std::nullopt;
+}
+
+void append_cuda(const KvAppend& a, Context& ctx) {
+  AppendParams p;
+  p.k = a.k.data(), p.k_dtype = a.k.dtype(), p.k_t = a.k.stride(0), p.k_h = a.k.stride(1);
+  p.v = a.v.data(), p.v_dtype = a.v.dtype(), p.v_t = a.v.stride(0), p.v_h = a.v.stride(1);
+  p.kc = cache_of(a.k_cache), p.vc = cache_of(a.v_cache), p.pt = table_of(a.page_table);
+  p.cu = a.cu_seqlens.defined() ? a.cu_seqlens.data_as<const int>() : nullptr;
+  p.N = a.cu_seqlens.defined() ? static_cast<int>(a.cu_seqlens.size(0) - 1)
+                               : static_cast<int>(a.k.size(0));
+  p.positions = a.positions.data_as<const int>();
+  p.Hkv = static_cast<int>(a.k.size(1)), p.D = static_cast<int>(a.k.size(2));
+  const int T = static_cast<int>(a.k.size(0));
+  if (T == 0) return;
+  dispatch_float(a.k_cache.dtype(), "kv_append", [&](auto c) {
+    using C = decltype(c);
+    kv_append_kernel<C><<<T, 256, 0, as_stream(ctx.stream())>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+}
+
+Reason decode_supports(const AttnDecode& a) {
+  return dims_supported(a.q.size(2), a.k_cache);
+}
+
+void decode_cuda(const AttnDecode& a, Context& ctx) {
+  AttnParams p = query_params(a.q, a.out);
+  p.seq_lens = a.seq_lens.data_as<const int>();
+  p.N = p.rows;
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale);
+  void* ws = ctx.workspace(partial_bytes(p, a.q.size(2)));
+  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, ctx);
+}
+
+Reason prefill_simple_supports(const AttnPrefill& a) {
+  return dims_supported(a.q.size(2), a.k_cache);
+}
+
+void prefill_simple_cuda(const AttnPrefill& a, Context& ctx) {
+  AttnParams p = query_params(a.q, a.out);
+  p.seq_lens = a.seq_lens.data_as<const int>();
+  p.cu = a.cu_seqlens.data_as<const int>();
+  p.N = static_cast<int>(a.cu_seqlens.size(0) - 1);
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale);
+  void* ws = ctx.workspace(partial_bytes(p, a.q.size(2)));
+  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, ctx);
+}
+
+Reason fused_supports(const RopeKvAppendAttnDecode& a) {
+  return dims_supported(a.q.size(2), a.k_cache);
+}
+
+// Two launches (plus the merge): rope + append, then decode attention over the cache with the
+// rotated q. The second launch reads the appended row after the first completed (stream order),
+// so there is no write-then-read hazard between blocks.
+void fused_cuda(const RopeKvAppendAttnDecode& a, Context& ctx) {
+  const int N = static_cast<int>(a.q.size(0)), Hq = static_cast<int>(a.q.size(1));
+  const int64_t D = a.q.size(2);
+  AttnParams p = query_params(a.q, a.out);
+  p.seq_lens = a.seq_lens.data_as<const int>();
+  p.N = N;
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, D, a.window, a.scale);
+  // One workspace request: q_rot [N, Hq, D] (q's dtype) then the split partials.
+  const size_t qrot_bytes =
+      (static_cast<size_t>(N) * Hq * D * dtype_size(a.q.dtype()) + 255) / 256 * 256;
+  char* ws = static_cast<char*>(ctx.workspace(qrot_bytes + partial_bytes(p, D)));
+  if (N == 0) return;
+  RopeParams r;
+  r.ap.k = a.k.data(), r.ap.k_dtype = a.k.dtype();
+  r.ap.k_t = a.k.stride(0), r.ap.k_h = a.k.stride(1);
+  r.ap.v = a.v.data(), r.ap.v_dtype = a.v.dtype();
+  r.ap.v_t = a.v.stride(0), r.ap.v_h = a.v.stride(1);
+  r.ap.kc = cache_of(a.k_cache), r.ap.vc = cache_of(a.v_cache), r.ap.pt = table_of(a.page_table);
+  r.ap.N = N, r.ap.Hkv = static_cast<int>(a.k.size(1)), r.ap.D = static_cast<int>(D);
+  r.q = a.q.data(), r.q_dtype = a.q.dtype(), r.q_t = a.q.stride(0), r.q_h = a.q.stride(1);
+  r.q_rot = ws;
+  r.seq_lens = p.seq_lens;
+  r.Hq = Hq, r.rotary_dim = static_cast<int>(a.rotary_dim), r.theta = a.theta;
+  dispatch_float(a.k_cache.dtype(), "rope_kv_append_attn_decode", [&](auto c) {
+    using C = decltype(c);
+    rope_append_kernel<C><<<N, 256, 0, as_stream(ctx.stream())>>>(r);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  p.q = ws, p.q_t = Hq * D, p.q_h = D;
+  launch_attention(p, D, a.k_cache.dtype(), ws + qrot_bytes, ctx);
+}
+
+}  // namespace
+
+}  // namespace attn
+
+void register_attention_prefill_tc(Registry& r);
+
+void register_attention(Registry& r) {
+  using namespace attn;
+  r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda", DeviceType::cuda, 0, decode_supports, decode_cuda);
+  r.add<AttnPrefill>("attn_prefill.cuda_simple", DeviceType::cuda, 0, prefill_simple_supports,
+                     prefill_simple_cuda);
+  r.add<RopeKvAppendAttnDecode>("rope_kv_append_attn_decode.cuda", DeviceType::cuda, 0,
+                                fused_supports, fused_cuda);
+  register_attention_prefill_tc(r);
+}
 
 }  // namespace hybrid::cuda

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "hybrid/ops/attention.h"
 #include "hybrid/ops/rope.h"
@@ -412,6 +413,20 @@ struct AttnCase : Case {
   }
 };
 
+// Benchmark shapes (perf only, never run by `test`): bf16 cache, Qwen3-Next heads. Decode counts
+// bytes as the K/V rows read (every sequence's full context, both caches); prefill's FLOPs are
+// AttnCase::flops, 4 · D · Hq per causal (query, key) pair ≈ 4 · T² · D · Hq / 2.
+struct AttnPerfCase : AttnCase {
+  std::string params() const override { return AttnCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  double bytes(const Slots&) const override {
+    double keys = 0;
+    for (int64_t len : lens) keys += window > 0 ? std::min<int64_t>(window, len) : len;
+    return 2.0 * keys * Hkv * D * dtype_size(cache);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[attention perf case] has no oracle"); }
+};
+
 struct Shape {
   int64_t Hq, Hkv, D;
 };
@@ -522,6 +537,46 @@ void add_attention_cases(CaseList& cases) {
   for (int64_t window : {0, 20}) {
     auto c = make(Mode::prefill_vs_decode, {1, 63, 130}, gqa4, 16, f32, f32);
     c->window = window;
+    cases.push_back(std::move(c));
+  }
+
+  // CUDA paths: a GQA group of 16 (two 8-head chunks per KV head) with a context long enough for
+  // many decode splits; tensor-core prefill at D = 64 (several 64-row query tiles, window) and
+  // D = 256 (32-key tiles over a cached prefix).
+  {
+    auto c = make(Mode::decode, {2100, 5, 0}, Shape{16, 1, 64}, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300, 70}, mha64, 16, bf16, bf16);
+    c->news = {130, 70};
+    c->window = 50;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {260}, Shape{4, 1, 256}, 64, bf16, bf16);
+    c->news = {130};
+    cases.push_back(std::move(c));
+  }
+
+  // Perf only: decode B 1 / 32 / 128 / 1 at contexts 32768 / 8192 / 4096 / 131072 (pages of 16
+  // and 64), prefill of one sequence of 4096 and 16384 tokens (causal, page 64).
+  for (auto [B, ctx, page] : {std::tuple<int64_t, int64_t, int64_t>{1, 32768, 16},
+                              {32, 8192, 16},
+                              {128, 4096, 64},
+                              {1, 131072, 64}}) {
+    auto c = std::make_unique<AttnPerfCase>();
+    c->mode = Mode::decode;
+    c->lens.assign(B, ctx);
+    c->Hq = qwen3_next.Hq, c->Hkv = qwen3_next.Hkv, c->D = qwen3_next.D;
+    c->page_size = page;
+    c->act = c->cache = bf16;
+    cases.push_back(std::move(c));
+  }
+  for (int64_t T : {4096, 16384}) {
+    auto c = std::make_unique<AttnPerfCase>();
+    c->mode = Mode::prefill;
+    c->lens = {T};
+    c->news = {T};
+    c->Hq = qwen3_next.Hq, c->Hkv = qwen3_next.Hkv, c->D = qwen3_next.D;
+    c->page_size = 64;
+    c->act = c->cache = bf16;
     cases.push_back(std::move(c));
   }
 

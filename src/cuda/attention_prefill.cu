@@ -1,0 +1,379 @@
+// CUDA: attn_prefill on tensor cores (FlashAttention-2 style), bf16 q and caches, D 64/128/256.
+//
+// Causal varlen prefill over the paged cache: query row i of sequence n sits at position
+// p_i = seq_lens[n] − L_n + i and attends to keys j in [lo_i, p_i] (lo_i = 0 or p_i − W + 1):
+//   S = scale · Q Kᵀ, P = softmax(S) (online, log2 domain), O = P V.
+//
+// Tiling: block (query tile of kBM = 64 rows of one sequence, query head), 4 warps × 16 rows.
+// Per key tile of kBN = 64 keys (32 at D = 256) (gathered through the page table with cp.async,
+// 16-byte pieces, XOR-swizzled rows in shared memory): S [16 × 64] per warp by mma.sync m16n8k16
+// (bf16 in, f32 accumulate; Q and K fragments by ldmatrix), running max / sum per row, P rounded to
+// bf16 and O [16 × D] += P V (V fragments by ldmatrix.trans). K of tile i+1 loads while P V of tile
+// i runs; V of tile i loads while S of tile i runs. Shared memory: Q, K, V tiles, (64 + 2 · kBN) ·
+// D · 2 bytes. FLOPs: 4 · D per (query, key) pair of the causal window (≈ 4 · T² · D · Hq / 2
+// causal); bytes: K/V of the window per (query tile, head) from L2, Q and O once. A small planning
+// kernel lists the (sequence, first row) of every query tile in the workspace (the tile count
+// depends on cu_seqlens, which live on the device); blocks past the list exit.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/attention_common.cuh"
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
+#include "cuda/kernels.h"
+#include "hybrid/ops/attention.h"
+
+namespace hybrid::cuda {
+
+namespace attn {
+
+namespace {
+
+constexpr int kBM = 64, kThreads = 128;
+// Keys per tile: 64, or 32 at D = 256 (the S and O fragments then fit 255 registers).
+template <int D>
+constexpr int kBN = D == 256 ? 32 : 64;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct PrefillParams {
+  const __nv_bfloat16* q = nullptr;  // [T, Hq, D]
+  int64_t q_t = 0, q_h = 0;
+  Cache k, v;                     // [num_pages, page_size, Hkv, D] bf16
+  PageTable pt;                   // [N, max_pages]
+  const int* cu = nullptr;        // [N + 1]
+  const int* seq_lens = nullptr;  // [N]
+  int2* tiles = nullptr;          // [max_tiles] (sequence, first row) or (−1, 0)
+  int N = 0, T = 0, Hq = 0, group = 1, max_tiles = 0, window = 0;
+  float scale_log2 = 1.0f;
+  void* out = nullptr;  // [T, Hq, D]
+  DType o_dtype = DType::bf16;
+  int64_t o_t = 0, o_h = 0;
+};
+
+// One thread: the query tiles of every sequence in order, longest-key-range (last) tiles first.
+__global__ void plan_tiles_kernel(const PrefillParams p) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int b = 0;
+  for (int n = 0; n < p.N; ++n) {
+    const int L = p.cu[n + 1] - p.cu[n];
+    for (int r0 = 0; r0 < L && b < p.max_tiles; r0 += kBM) p.tiles[b++] = make_int2(n, r0);
+  }
+  for (; b < p.max_tiles; ++b) p.tiles[b] = make_int2(-1, 0);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 zero-fills.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c[4] += a[4] · b[2]: m16n8k16, bf16 inputs, f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Element offset of (row, 16-byte chunk ch) in a [rows, D] bf16 tile with XOR-swizzled chunks.
+template <int D>
+__device__ __forceinline__ int swz(int row, int ch) {
+  return row * D + ((ch ^ (row & 7)) << 3);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const PrefillParams p) {
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  constexpr int BN = kBN<D>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBM, D]
+  __nv_bfloat16* k_s = q_s + kBM * D;                               // [BN, D]
+  __nv_bfloat16* v_s = k_s + BN * D;                                // [BN, D]
+
+  const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.x];  // last tiles (most keys) first
+  if (tile.x < 0) return;
+  const int n = tile.x, r0 = tile.y;
+  const int h = blockIdx.y, hk = h / p.group;
+  const int L = p.cu[n + 1] - p.cu[n];
+  const int rows = min(kBM, L - r0);
+  const int prefix = p.seq_lens[n] - L;
+  const int pos0 = prefix + r0;          // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
+  const int t0 = p.cu[n] + r0;           // packed row of the first query
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
+    for (int i = tid; i < rows * D; i += kThreads)
+      store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
+    return;
+  }
+  const int lo_first = p.window > 0 ? max(0, pos0 - p.window + 1) : 0;
+  const int lo_last = p.window > 0 ? max(0, pos_last - p.window + 1) : 0;
+  const int j_begin = lo_first / BN * BN;
+
+  // Q tile (rows past `rows` zero-filled).
+  for (int i = tid; i < kBM * CH; i += kThreads) {
+    const int r = i / CH, ch = i % CH;
+    const bool ok = r < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
+    cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
+  }
+  // K or V tile of keys [j0, j0 + BN) through the page table (invalid keys zero-filled).
+  auto load_kv = [&](const Cache& c, __nv_bfloat16* dst, int j0) {
+    const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(c.p);
+    for (int i = tid; i < BN * CH; i += kThreads) {
+      const int r = i / CH, ch = i % CH;
+      const int j = j0 + r;
+      int2 kv = make_int2(-1, 0);
+      if (j <= pos_last) kv = p.pt.locate(n, j, c.page_size, c.num_pages);
+      const bool ok = kv.x >= 0;
+      const __nv_bfloat16* src = base + (ok ? c.offset(kv.x, kv.y, hk) + ch * 8 : 0);
+      cp_async16(dst + swz<D>(r, ch), src, ok ? 16 : 0);
+    }
+  };
+  load_kv(p.k, k_s, j_begin);
+  cp_commit();
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int g = lane / 4, c4 = lane % 4;
+  // This thread's two rows (g and g + 8 of the warp's 16) and their key ranges.
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = warp * 16 + g + hr * 8;
+    row_pos[hr] = r < rows ? pos0 + r : -1;  // padding rows attend to nothing
+    row_lo[hr] = p.window > 0 ? max(0, row_pos[hr] - p.window + 1) : 0;
+  }
+
+  for (int j0 = j_begin; j0 <= pos_last; j0 += BN) {
+    load_kv(p.v, v_s, j0);
+    cp_commit();
+    cp_wait<1>();  // Q and K of this tile
+    __syncthreads();
+
+    // S = Q Kᵀ for the warp's 16 rows × 64 keys.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q_s + swz<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+#pragma unroll
+      for (int nt = 0; nt < BN / 16; ++nt) {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    k_s + swz<D>(nt * 16 + (lane % 8) + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
+        mma_bf16(s[2 * nt], a, b[0], b[1]);
+        mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
+      }
+    }
+    // Mask (causal, window, and keys past the tile's end) only where the tile needs it.
+    const bool full = j0 + BN - 1 <= pos0 && j0 >= lo_last;
+    float corr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x *= p.scale_log2;
+          if (!full) {
+            const int j = j0 + nt * 8 + c4 * 2 + e;
+            if (j > row_pos[hr] || j < row_lo[hr]) x = -INFINITY;
+          }
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hr], mx);
+      corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x = exp2f(x - base);  // masked: exp2(−inf) = 0
+          sum += x;
+        }
+      l[hr] = l[hr] * corr[hr] + sum;  // thread-partial, reduced over the quad at the end
+      m[hr] = m_new;
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+    }
+    __syncthreads();  // every warp is done with k_s
+    if (j0 + BN <= pos_last) load_kv(p.k, k_s, j0 + BN);
+    cp_commit();
+    cp_wait<1>();  // V of this tile
+    __syncthreads();
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            b, v_s + swz<D>(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dt * 2 + lane / 16));
+        mma_bf16(o[2 * dt], a, b[0], b[1]);
+        mma_bf16(o[2 * dt + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with v_s
+  }
+  cp_wait<0>();
+
+  // Normalise and store rows g, g + 8 of the warp.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float tot = l[hr];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    const int r = warp * 16 + g + hr * 8;
+    if (r >= rows) continue;
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+    const int64_t ob = (t0 + r) * p.o_t + h * p.o_h;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = dt * 8 + c4 * 2;
+      store_any(p.out, p.o_dtype, ob + d, o[dt][hr * 2] * inv);
+      store_any(p.out, p.o_dtype, ob + d + 1, o[dt][hr * 2 + 1] * inv);
+    }
+  }
+}
+
+Reason prefill_tc_supports(const AttnPrefill& a) {
+  const int64_t D = a.q.size(2);
+  if (D != 64 && D != 128 && D != 256)
+    return "head dim D=" + std::to_string(D) + " is not one of 64, 128, 256";
+  if (a.q.dtype() != DType::bf16 || a.k_cache.dtype() != DType::bf16)
+    return std::string("tensor-core prefill needs bf16 q and caches");
+  auto aligned = [](const Tensor& t, int dims) {
+    if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
+    for (int i = 0; i < dims; ++i)
+      if (t.stride(i) % 8 != 0) return false;
+    return true;
+  };
+  if (!aligned(a.q, 2) || !aligned(a.k_cache, 3) || !aligned(a.v_cache, 3))
+    return std::string("q and caches must be 16-byte aligned (base and strides)");
+  if (a.k_cache.numel() >= (int64_t{1} << 31) || a.q.numel() >= (int64_t{1} << 31))
+    return std::string("tensors too large for 32-bit row indices");
+  return std::nullopt;
+}
+
+template <int D>
+void launch_tc(const PrefillParams& p, cudaStream_t st) {
+  const size_t smem = static_cast<size_t>(kBM + 2 * kBN<D>) * D * sizeof(__nv_bfloat16);
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+      prefill_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  prefill_tc_kernel<D><<<dim3(p.max_tiles, p.Hq), kThreads, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p;
+  p.q = a.q.data_as<const __nv_bfloat16>();
+  p.q_t = a.q.stride(0), p.q_h = a.q.stride(1);
+  auto cache = [](const Tensor& c) {
+    Cache k;
+    k.p = c.data();
+    k.s_page = c.stride(0), k.s_row = c.stride(1), k.s_head = c.stride(2);
+    k.page_size = static_cast<int>(c.size(1)), k.num_pages = static_cast<int>(c.size(0));
+    k.aligned = true;
+    return k;
+  };
+  p.k = cache(a.k_cache), p.v = cache(a.v_cache);
+  p.pt.p = a.page_table.data_as<const int>();
+  p.pt.s0 = a.page_table.stride(0), p.pt.s1 = a.page_table.stride(1);
+  p.pt.max_pages = static_cast<int>(a.page_table.size(1));
+  p.cu = a.cu_seqlens.data_as<const int>();
+  p.seq_lens = a.seq_lens.data_as<const int>();
+  p.N = static_cast<int>(a.cu_seqlens.size(0) - 1);
+  p.T = static_cast<int>(a.q.size(0));
+  p.Hq = static_cast<int>(a.q.size(1));
+  p.group = p.Hq / static_cast<int>(a.k_cache.size(2));
+  p.window = static_cast<int>(std::min<int64_t>(a.window, INT32_MAX));
+  const int64_t D = a.q.size(2);
+  p.scale_log2 = (a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(D))) * kLog2e;
+  p.out = a.out.data(), p.o_dtype = a.out.dtype();
+  p.o_t = a.out.stride(0), p.o_h = a.out.stride(1);
+  // Σ_n ceil(L_n / kBM) <= T / kBM + N.
+  p.max_tiles = p.T / kBM + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  switch (D) {
+    case 64:
+      launch_tc<64>(p, st);
+      break;
+    case 128:
+      launch_tc<128>(p, st);
+      break;
+    default:
+      launch_tc<256>(p, st);
+      break;
+  }
+}
+
+}  // namespace
+
+}  // namespace attn
+
+void register_attention_prefill_tc(Registry& r) {
+  r.add<AttnPrefill>("attn_prefill.cuda_tc", DeviceType::cuda, 10, attn::prefill_tc_supports,
+                     attn::prefill_tc_cuda);
+}
+
+}  // namespace hybrid::cuda
