@@ -137,22 +137,16 @@ __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
 #pragma unroll
     for (int j = 0; j < KMAX; ++j) {
       const int64_t src = t - K + j;
-      if (j >= K) {
+      const bool in_x = j < K && src >= begin;
+      const bool in_state = j < K && !in_x && from_state;
+      vec::Raw<Tx, V> r;
+      if (in_x) vec::load(x + (in_x ? src : 0) * p.x_stride + c0, r);
+      const int64_t so = int64_t{slot} * p.state_s0 + K + (src - begin);  // state entry K+src-begin
 #pragma unroll
-        for (int v = 0; v < V; ++v) win[j][v] = 0.0f;
-      } else if (src >= begin) {
-        vec::Raw<Tx, V> r;
-        vec::load(x + src * p.x_stride + c0, r);
-        vec::to_floats(r, win[j]);
-      } else if (from_state) {
-        const int64_t k = K + (src - begin);  // state entry, in [0, K)
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          win[j][v] = vec::load_any(p.state, int64_t{slot} * p.state_s0 + (c0 + v) * p.state_s1 + k,
-                                    p.state_code);
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) win[j][v] = 0.0f;
+      for (int v = 0; v < V; ++v) {
+        const float sv =
+            in_state ? vec::load_any(p.state, so + (c0 + v) * p.state_s1, p.state_code) : 0.0f;
+        win[j][v] = in_x ? to_f32(r.elem()[v]) : sv;
       }
     }
 
@@ -164,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
         if (t + u < stop) vec::load(x + (t + u) * p.x_stride + c0, rx[u]);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        if (t + u >= stop) break;
+        if (t + u >= stop) continue;
         float xv[V], y[V];
         vec::to_floats(rx[u], xv);
 #pragma unroll
