@@ -16,7 +16,8 @@
 // 16-byte aligned or half % V != 0. Out of place, phase 3 copies the pass-through dims.
 // (inv_freq is computed once per block into shared memory too.)
 // Bytes: T·H·rotary_dim·(read + write) (+ T·H·(D − rotary_dim)·(read + write) out of place);
-// memory-bound. supports(): rotary_dim <= 2048 (shared memory (2·kTok + 1)·half·4 B <= 36 KiB).
+// memory-bound. x and out may differ in dtype (V counts x elements). supports(): rotary_dim <= 2048
+// (shared memory (2·kTok + 1)·half·4 B <= 36 KiB).
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/elementwise_vec.cuh"
@@ -44,7 +45,7 @@ struct RopeParams {
   bool copy_tail;  // out is not x: copy dims [rotary_dim, D)
 };
 
-template <class T, int V>
+template <class Tx, class To, int V>
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   extern __shared__ float shared[];
   const int half = p.rotary_dim / 2;
@@ -78,9 +79,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
     const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
     const int h = rem / nvec, i0 = (rem % nvec) * V;
     const int64_t t = t0 + tok;
-    const T* xr = static_cast<const T*>(p.x) + t * p.xs0 + h * p.xs1;
-    T* orow = static_cast<T*>(p.out) + t * p.os0 + h * p.os1;
-    vec::Raw<T, V> r0, r1;
+    const Tx* xr = static_cast<const Tx*>(p.x) + t * p.xs0 + h * p.xs1;
+    To* orow = static_cast<To*>(p.out) + t * p.os0 + h * p.os1;
+    vec::Raw<Tx, V> r0, r1;
     vec::load(xr + i0, r0);
     vec::load(xr + i0 + half, r1);
     float x0[V], x1[V], y0[V], y1[V];
@@ -93,10 +94,11 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
       y0[k] = __fadd_rn(__fmul_rn(x0[k], c), -__fmul_rn(x1[k], s));
       y1[k] = __fadd_rn(__fmul_rn(x1[k], c), __fmul_rn(x0[k], s));
     }
-    vec::from_floats(y0, r0);
-    vec::from_floats(y1, r1);
-    vec::store(orow + i0, r0);
-    vec::store(orow + i0 + half, r1);
+    vec::Raw<To, V> o0, o1;
+    vec::from_floats(y0, o0);
+    vec::from_floats(y1, o1);
+    vec::store(orow + i0, o0);
+    vec::store(orow + i0 + half, o1);
   }
 
   // Phase 3 (out of place): out[d] = x[d] for d in [rotary_dim, D).
@@ -106,15 +108,13 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
       const int tok = it / (p.H * tail), rem = it % (p.H * tail);
       const int h = rem / tail, d = p.rotary_dim + rem % tail;
       const int64_t t = t0 + tok;
-      static_cast<T*>(p.out)[t * p.os0 + h * p.os1 + d] =
-          static_cast<const T*>(p.x)[t * p.xs0 + h * p.xs1 + d];
+      static_cast<To*>(p.out)[t * p.os0 + h * p.os1 + d] =
+          from_f32<To>(to_f32(static_cast<const Tx*>(p.x)[t * p.xs0 + h * p.xs1 + d]));
     }
   }
 }
 
 Reason rope_supports(const Rope& a) {
-  if (a.out.dtype() != a.x.dtype())
-    return str("out dtype ", dtype_name(a.out.dtype()), " differs from x dtype");
   if (a.rotary_dim > kMaxRotary) return str("rotary_dim ", a.rotary_dim, " above ", kMaxRotary);
   if (a.x.size(1) * a.x.size(2) * kTok >= (int64_t{1} << 31))
     return std::string("H·D above 2^31 / kTok");
@@ -135,21 +135,24 @@ void rope_cuda(const Rope& a, Context& ctx) {
   p.theta = a.theta;
   p.copy_tail = a.out.data() != a.x.data();
   const int half = p.rotary_dim / 2;
-  const size_t elem = dtype_size(a.x.dtype());
-  const int wide = static_cast<int>(16 / elem);  // elements per 16-byte vector
+  const size_t ex = dtype_size(a.x.dtype()), eo = dtype_size(a.out.dtype());
+  const int wide = static_cast<int>(16 / ex);  // elements of x per 16-byte vector
   const bool vectorised = half % wide == 0 && vec::aligned16(p.x) && vec::aligned16(p.out) &&
-                          vec::stride16(p.xs0, elem) && vec::stride16(p.xs1, elem) &&
-                          vec::stride16(p.os0, elem) && vec::stride16(p.os1, elem);
+                          vec::stride16(p.xs0, ex) && vec::stride16(p.xs1, ex) &&
+                          vec::stride16(p.os0, eo) && vec::stride16(p.os1, eo);
   const auto grid = static_cast<unsigned>((T + kTok - 1) / kTok);
   const size_t smem = sizeof(float) * (2 * kTok + 1) * static_cast<size_t>(half);
-  dispatch_float(a.x.dtype(), Rope::op_name, [&](auto tag) {
-    using Tx = decltype(tag);
-    constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
-    if (vectorised)
-      rope_kernel<Tx, kWide><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
-    else
-      rope_kernel<Tx, 1><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+  dispatch_float(a.x.dtype(), Rope::op_name, [&](auto tx) {
+    using Tx = decltype(tx);
+    dispatch_float(a.out.dtype(), Rope::op_name, [&](auto to) {
+      using To = decltype(to);
+      constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
+      if (vectorised)
+        rope_kernel<Tx, To, kWide><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+      else
+        rope_kernel<Tx, To, 1><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
