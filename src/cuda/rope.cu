@@ -1,8 +1,165 @@
-// CUDA kernels of the rope family (none yet: its ops dispatch to an Unsupported error on CUDA).
+// CUDA: rope (NeoX rotate-half over the first rotary_dim dims of each head).
+//
+// Per token t (p = positions[t]) and i < half = rotary_dim / 2, exactly as cpu/rope_math.h:
+//   inv_freq[i] = fl32(1 / fl32(theta ^ fl32(2i / rotary_dim)))   (the power in f64)
+//   a = fl32(fl32(p) · inv_freq[i]);  cos a, sin a in f64, rounded to f32
+//   out[i] = x[i]·cos a − x[i+half]·sin a,  out[i+half] = x[i+half]·cos a + x[i]·sin a
+//   out[d] = x[d] for d >= rotary_dim (not touched when out is x)
+// The angle can reach 2^18 rad (positions up to 262143): cos/sin are the accurate f64 functions
+// (full range reduction), never the fast f32 intrinsics. The products and sums of the rotation are
+// rounded one by one (__fmul_rn / __fadd_rn) so that they round as the CPU reference does.
+//
+// rope.cuda: one block of 256 threads per kTok = 4 tokens. Phase 1 computes the kTok·half
+// (cos, sin) pairs into shared memory (f64 pow + sincos, shared by all H heads); phase 2 rotates
+// (token, head, vector) items, a vector being V = 16 B / sizeof(T) elements of the first half and
+// the V matching ones of the second half (two 16-byte loads and stores), or V = 1 when a row is not
+// 16-byte aligned or half % V != 0. Out of place, phase 3 copies the pass-through dims.
+// (inv_freq is computed once per block into shared memory too.)
+// Bytes: T·H·rotary_dim·(read + write) (+ T·H·(D − rotary_dim)·(read + write) out of place);
+// memory-bound. x and out may differ in dtype (V counts x elements). supports(): rotary_dim <= 2048
+// (shared memory (2·kTok + 1)·half·4 B <= 36 KiB).
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
+#include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
+#include "hybrid/ops/rope.h"
 
 namespace hybrid::cuda {
 
-void register_rope(Registry& r) { (void)r; }
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTok = 4;  // tokens per block
+constexpr int64_t kMaxRotary = 2048;
+
+struct RopeParams {
+  const void* x;  // [T, H, D]
+  int64_t xs0, xs1;
+  void* out;  // [T, H, D]
+  int64_t os0, os1;
+  const int32_t* positions;  // [T]
+  int64_t pos_stride;
+  int64_t T;
+  int H, D, rotary_dim;
+  float theta;
+  bool copy_tail;  // out is not x: copy dims [rotary_dim, D)
+};
+
+template <class Tx, class To, int V>
+__global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
+  extern __shared__ float shared[];
+  const int half = p.rotary_dim / 2;
+  float* inv_freq = shared;   // [half]
+  float* cs = shared + half;  // [kTok, half, 2]: cos, sin
+  const int64_t t0 = int64_t{blockIdx.x} * kTok;
+  const int ntok = static_cast<int>(p.T - t0 < kTok ? p.T - t0 : kTok);
+
+  // Phase 1: inv_freq[i], then cos / sin of every (token, i) of the block.
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
+    inv_freq[i] =
+        1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(expo)));
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < ntok * half; e += kThreads) {
+    const int tok = e / half, i = e % half;
+    const int32_t pos = p.positions[(t0 + tok) * p.pos_stride];
+    const float angle = __fmul_rn(static_cast<float>(pos), inv_freq[i]);
+    double s, c;
+    sincos(static_cast<double>(angle), &s, &c);
+    cs[2 * e] = static_cast<float>(c);
+    cs[2 * e + 1] = static_cast<float>(s);
+  }
+  __syncthreads();
+
+  // Phase 2: rotate; item = (token, head, vector of V elements of the first half).
+  const int nvec = half / V;
+  const int items = ntok * p.H * nvec;
+  for (int it = threadIdx.x; it < items; it += kThreads) {
+    const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
+    const int h = rem / nvec, i0 = (rem % nvec) * V;
+    const int64_t t = t0 + tok;
+    const Tx* xr = static_cast<const Tx*>(p.x) + t * p.xs0 + h * p.xs1;
+    To* orow = static_cast<To*>(p.out) + t * p.os0 + h * p.os1;
+    vec::Raw<Tx, V> r0, r1;
+    vec::load(xr + i0, r0);
+    vec::load(xr + i0 + half, r1);
+    float x0[V], x1[V], y0[V], y1[V];
+    vec::to_floats(r0, x0);
+    vec::to_floats(r1, x1);
+    const float* csr = cs + 2 * (tok * half + i0);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float c = csr[2 * k], s = csr[2 * k + 1];
+      y0[k] = __fadd_rn(__fmul_rn(x0[k], c), -__fmul_rn(x1[k], s));
+      y1[k] = __fadd_rn(__fmul_rn(x1[k], c), __fmul_rn(x0[k], s));
+    }
+    vec::Raw<To, V> o0, o1;
+    vec::from_floats(y0, o0);
+    vec::from_floats(y1, o1);
+    vec::store(orow + i0, o0);
+    vec::store(orow + i0 + half, o1);
+  }
+
+  // Phase 3 (out of place): out[d] = x[d] for d in [rotary_dim, D).
+  if (p.copy_tail) {
+    const int tail = p.D - p.rotary_dim;
+    for (int it = threadIdx.x; it < ntok * p.H * tail; it += kThreads) {
+      const int tok = it / (p.H * tail), rem = it % (p.H * tail);
+      const int h = rem / tail, d = p.rotary_dim + rem % tail;
+      const int64_t t = t0 + tok;
+      static_cast<To*>(p.out)[t * p.os0 + h * p.os1 + d] =
+          from_f32<To>(to_f32(static_cast<const Tx*>(p.x)[t * p.xs0 + h * p.xs1 + d]));
+    }
+  }
+}
+
+Reason rope_supports(const Rope& a) {
+  if (a.rotary_dim > kMaxRotary) return str("rotary_dim ", a.rotary_dim, " above ", kMaxRotary);
+  if (a.x.size(1) * a.x.size(2) * kTok >= (int64_t{1} << 31))
+    return std::string("H·D above 2^31 / kTok");
+  if ((a.x.size(0) + kTok - 1) / kTok >= (int64_t{1} << 31)) return std::string("T too large");
+  return {};
+}
+
+void rope_cuda(const Rope& a, Context& ctx) {
+  const int64_t T = a.x.size(0);
+  if (T == 0 || a.x.size(1) == 0) return;
+  RopeParams p;
+  p.x = a.x.data(), p.xs0 = a.x.stride(0), p.xs1 = a.x.stride(1);
+  p.out = a.out.data(), p.os0 = a.out.stride(0), p.os1 = a.out.stride(1);
+  p.positions = a.positions.data_as<const int32_t>(), p.pos_stride = a.positions.stride(0);
+  p.T = T;
+  p.H = static_cast<int>(a.x.size(1)), p.D = static_cast<int>(a.x.size(2));
+  p.rotary_dim = static_cast<int>(a.rotary_dim);
+  p.theta = a.theta;
+  p.copy_tail = a.out.data() != a.x.data();
+  const int half = p.rotary_dim / 2;
+  const size_t ex = dtype_size(a.x.dtype()), eo = dtype_size(a.out.dtype());
+  const int wide = static_cast<int>(16 / ex);  // elements of x per 16-byte vector
+  const bool vectorised = half % wide == 0 && vec::aligned16(p.x) && vec::aligned16(p.out) &&
+                          vec::stride16(p.xs0, ex) && vec::stride16(p.xs1, ex) &&
+                          vec::stride16(p.os0, eo) && vec::stride16(p.os1, eo);
+  const auto grid = static_cast<unsigned>((T + kTok - 1) / kTok);
+  const size_t smem = sizeof(float) * (2 * kTok + 1) * static_cast<size_t>(half);
+  dispatch_float(a.x.dtype(), Rope::op_name, [&](auto tx) {
+    using Tx = decltype(tx);
+    dispatch_float(a.out.dtype(), Rope::op_name, [&](auto to) {
+      using To = decltype(to);
+      constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
+      if (vectorised)
+        rope_kernel<Tx, To, kWide><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+      else
+        rope_kernel<Tx, To, 1><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace
+
+void register_rope(Registry& r) {
+  r.add<Rope>("rope.cuda", DeviceType::cuda, 0, rope_supports, rope_cuda);
+}
 
 }  // namespace hybrid::cuda

@@ -195,10 +195,54 @@ Call update(int64_t n) {
   return {true, std::vector<int64_t>(n, 1)};
 }
 
+// Benchmark shapes (perf only), Qwen3-Next GDN conv (C 8192, W 4, bf16, SiLU, no bias):
+// prefill of one sequence of T tokens from a saved state (conv1d_causal), or decode of N sequences
+// (conv1d_update, slots 0..N-1 of a pool of N). The bytes are the slots' (x read, out written,
+// weights and slots read, the state read and written).
+struct ConvPerfCase : Case {
+  int64_t C = 8192, W = 4, T;
+  bool decode;
+  ConvPerfCase(int64_t T, bool decode) : T(T), decode(decode) {}
+  std::string op() const override { return decode ? "conv1d_update" : "conv1d_causal"; }
+  std::string params() const override {
+    return str("C=", C, ",W=", W, decode ? ",N=" : ",T=", T, ",x=bf16,w=bf16,state=bf16,silu,perf");
+  }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {
+    const DType bf16 = DType::bf16;
+    const int64_t slots = decode ? T : 1;
+    fill_uniform(s.input("x", bf16, {T, C}), rng, -1, 1);
+    s.output("out", bf16, {T, C});
+    fill_uniform(s.input("weight", bf16, {C, W}), rng, -0.5, 0.5);
+    fill_uniform(s.inout("conv_state", bf16, {slots, C, W - 1}), rng, -1, 1);
+    std::vector<double> slot_ids(slots);
+    std::iota(slot_ids.begin(), slot_ids.end(), 0.0);
+    fill_values(s.input("state_slots", DType::i32, {slots}), slot_ids);
+    if (!decode) fill_values(s.input("cu_seqlens", DType::i32, {2}), {0.0, static_cast<double>(T)});
+  }
+  void run(const Views& v, Context& ctx) override {
+    if (decode) {
+      Conv1dUpdate a;
+      a.x = v.at("x"), a.weight = v.at("weight"), a.out = v.at("out");
+      a.conv_state = v.at("conv_state"), a.state_slots = v.at("state_slots"), a.silu = true;
+      conv1d_update(a, ctx);
+    } else {
+      Conv1dCausal a;
+      a.x = v.at("x"), a.weight = v.at("weight"), a.out = v.at("out");
+      a.conv_state = v.at("conv_state"), a.state_slots = v.at("state_slots");
+      a.cu_seqlens = v.at("cu_seqlens"), a.silu = true;
+      conv1d_causal(a, ctx);
+    }
+  }
+  void oracle(const Slots&, Expected&) override { fail("[conv perf case] has no oracle"); }
+};
+
 }  // namespace
 
 void add_conv_cases(CaseList& cases) {
   const DType f32 = DType::f32, bf16 = DType::bf16;
+  cases.push_back(std::make_unique<ConvPerfCase>(8192, false));
+  for (int64_t N : {1, 64, 256}) cases.push_back(std::make_unique<ConvPerfCase>(N, true));
   // Real shapes, varlen with a padding sequence. Qwen3-Next / Qwen3.5 GDN conv: conv_dim 8192,
   // W 4, no bias, SiLU. Mamba2-2.7B: 5120 + 2·128 = 5376 with bias. Nemotron-H-8B: 8192 + 2·8·128.
   for (DType sdt : {f32, bf16}) {
@@ -270,6 +314,23 @@ void add_conv_cases(CaseList& cases) {
     ConvConfig g;  // Qwen3-Next shape, bf16, cut into 3 calls
     g.C = 8192, g.calls = {causal({3, 1}), causal({1, 2}), causal({4, 1})}, g.slots = {1, 0};
     g.pool = 2, g.has_init = {0, 1}, g.act = bf16, g.wdt = bf16, g.silu = true;
+    add(cases, g);
+  }
+  // Sequences longer than the 64-token chunks of the CUDA prefill kernel, starting and ending
+  // inside chunks (windows filled across chunk and sequence boundaries), with an empty sequence, a
+  // padding one and one started from zeros; C a multiple of 8 (the vectorised kernel), bf16 and
+  // f32 activations; one sequence of 200 tokens without cu_seqlens.
+  {
+    ConvConfig g;
+    g.C = 64, g.calls = {causal({70, 1, 100, 0, 60})}, g.slots = {2, 0, -1, 3, 1}, g.pool = 4;
+    g.has_init = {1, 0, 1, 1, 1}, g.act = bf16, g.wdt = bf16, g.sdt = bf16, g.silu = true;
+    add(cases, g);
+    g.act = f32, g.sdt = f32, g.bias = true, g.silu = false, g.C = 24;
+    add(cases, g);
+  }
+  {
+    ConvConfig g;
+    g.C = 16, g.calls = {causal({200})}, g.no_cu = true, g.act = bf16, g.silu = true;
     add(cases, g);
   }
   // Decode: conv1d_update at real shapes with a padding slot, odd shapes, in place, strided x.

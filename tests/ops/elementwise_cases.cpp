@@ -185,6 +185,53 @@ struct Relu2Case : Case {
   }
 };
 
+// ---- benchmark shapes (perf only: timed by `hybrid-ops perf`, never run by `test`) -------------
+
+struct PerfCase : LambdaCase {
+  bool perf_only() const override { return true; }
+};
+
+// Seed 004 prefill at T = 8192: residual add at hidden 2048 and SwiGLU of the Qwen3-Next experts
+// (I = 512, packed gate_up), bf16. The bytes are the slots' (inputs read once, out written once).
+void add_perf_cases(CaseList& cases) {
+  const DType bf16 = DType::bf16;
+  const int64_t T = 8192, D = 2048, I = 512;
+  auto no_oracle = [](const Slots&, Expected&) { fail("[elementwise perf case] has no oracle"); };
+  {
+    auto c = std::make_unique<PerfCase>();
+    c->op_name = "residual_add";
+    c->param_text = str("T=", T, ",D=", D, ",a=bf16,b=bf16,out=bf16,perf");
+    c->init_fn = [=](Rng& rng, Slots& s) {
+      fill_uniform(s.input("a", bf16, {T, D}), rng, -1, 1);
+      fill_uniform(s.input("b", bf16, {T, D}), rng, -1, 1);
+      s.output("out", bf16, {T, D});
+    };
+    c->run_fn = [](const Views& v, Context& ctx) {
+      ResidualAdd a;
+      a.a = v.at("a"), a.b = v.at("b"), a.out = v.at("out");
+      residual_add(a, ctx);
+    };
+    c->oracle_fn = no_oracle;
+    cases.push_back(std::move(c));
+  }
+  {
+    auto c = std::make_unique<PerfCase>();
+    c->op_name = "silu_mul";
+    c->param_text = str("T=", T, ",I=", I, ",dtype=bf16,gate_up,perf");
+    c->init_fn = [=](Rng& rng, Slots& s) {
+      fill_uniform(s.input("gate_up", bf16, {T, 2 * I}), rng, -4, 4);
+      s.output("out", bf16, {T, I});
+    };
+    c->run_fn = [](const Views& v, Context& ctx) {
+      SiluMul a;
+      a.gate_up = v.at("gate_up"), a.out = v.at("out");
+      silu_mul(a, ctx);
+    };
+    c->oracle_fn = no_oracle;
+    cases.push_back(std::move(c));
+  }
+}
+
 template <class C, class... Args>
 void add(CaseList& cases, Args... args) {
   cases.push_back(std::make_unique<C>(args...));
@@ -194,6 +241,7 @@ void add(CaseList& cases, Args... args) {
 
 void add_elementwise_cases(CaseList& cases) {
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
+  add_perf_cases(cases);
   // residual_add: hidden 2048 (Qwen3-Next, Qwen3.5-35B) and 4096 (Qwen3.5-9B/397B, Nemotron-H-8B);
   // an f32 residual stream plus a bf16 block output (residual_in_fp32); odd and tail sizes.
   for (int64_t T : {1, 7, 65})

@@ -132,9 +132,57 @@ struct EmbedGatherQCase : Case {
   }
 };
 
+// Benchmark shapes (perf only): 4096 ids into the Qwen3-Next table [151936, 2048], bf16 or MLX
+// 4-bit (group 64, bf16 scales), bf16 out. The table is left at zeros (filling 311 M elements
+// would take seconds and the values do not change the time). The bytes are what the op must move:
+// the T rows gathered (codes, scales and biases for 4-bit) and written, and the ids.
+struct EmbedPerfCase : Case {
+  int64_t T = 4096, vocab = 151936, D = 2048;
+  bool quantized;
+  explicit EmbedPerfCase(bool quantized) : quantized(quantized) {}
+  std::string op() const override { return quantized ? "embed_gather_q" : "embed_gather"; }
+  std::string params() const override {
+    return str("T=", T, ",vocab=", vocab, ",D=", D,
+               quantized ? ",bits=4,group=64,scales=bf16" : ",table=bf16",
+               ",ids=i32,out=bf16,perf");
+  }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {
+    if (quantized) {
+      s.input("weight", DType::u32, {vocab, D / 8});
+      s.input("scales", DType::bf16, {vocab, D / 64});
+      s.input("biases", DType::bf16, {vocab, D / 64});
+    } else {
+      s.input("table", DType::bf16, {vocab, D});
+    }
+    fill_values(s.input("ids", DType::i32, {T}), pick_ids(rng, T, vocab));
+    s.output("out", DType::bf16, {T, D});
+  }
+  void run(const Views& v, Context& ctx) override {
+    if (quantized) {
+      EmbedGatherQ a;
+      a.table.weight = v.at("weight"), a.table.scales = v.at("scales");
+      a.table.biases = v.at("biases"), a.table.bits = 4, a.table.group_size = 64;
+      a.ids = v.at("ids"), a.out = v.at("out");
+      embed_gather_q(a, ctx);
+    } else {
+      EmbedGather a;
+      a.table = v.at("table"), a.ids = v.at("ids"), a.out = v.at("out");
+      embed_gather(a, ctx);
+    }
+  }
+  void oracle(const Slots&, Expected&) override { fail("[embed perf case] has no oracle"); }
+  double bytes(const Slots&) const override {
+    const double row = quantized ? D / 2 + 2.0 * (D / 64) * 2 : D * 2.0;
+    return static_cast<double>(T) * (row + D * 2.0 + 4.0);
+  }
+};
+
 }  // namespace
 
 void add_embed_cases(CaseList& cases) {
+  cases.push_back(std::make_unique<EmbedPerfCase>(false));
+  cases.push_back(std::make_unique<EmbedPerfCase>(true));
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16, i32 = DType::i32,
               i64 = DType::i64;
   // Float tables: hidden 2048 at a small vocab, every dtype pairing, both id types, odd sizes.

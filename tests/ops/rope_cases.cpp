@@ -85,9 +85,38 @@ struct RopeCase : Case {
   }
 };
 
+// Benchmark shape (perf only): Qwen3-Next q at T = 8192, [T, 16, 256] bf16, rotary 64, theta 1e7,
+// in place. The bytes are what the op must move: the rotated 64 dims of every head read and
+// written (the other 192 are not touched) plus the positions.
+struct RopePerfCase : Case {
+  int64_t T = 8192, H = 16, D = 256, rotary_dim = 64;
+  std::string op() const override { return "rope"; }
+  std::string params() const override {
+    return str("T=", T, ",H=", H, ",D=", D, ",rotary=", rotary_dim,
+               ",theta=1e+07,x=bf16,in_place,perf");
+  }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {
+    fill_uniform(s.inout("x", DType::bf16, {T, H, D}), rng, -1, 1);
+    fill_int(s.input("positions", DType::i32, {T}), rng, 0, 262143);
+  }
+  void run(const Views& v, Context& ctx) override {
+    Rope a;
+    a.x = v.at("x"), a.out = v.at("x"), a.positions = v.at("positions");
+    a.rotary_dim = rotary_dim;
+    a.theta = 1e7f;
+    rope(a, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[rope perf case] has no oracle"); }
+  double bytes(const Slots&) const override {
+    return static_cast<double>(T * H * rotary_dim * 2 * 2 + T * 4);
+  }
+};
+
 }  // namespace
 
 void add_rope_cases(CaseList& cases) {
+  cases.push_back(std::make_unique<RopePerfCase>());
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
   auto add = [&](int64_t T, int64_t H, int64_t D, int64_t rd, float theta, DType act, DType od,
                  int64_t max_pos, bool in_place, bool strided) {
