@@ -2,6 +2,8 @@
 # On a GPU machine: build for sm_90a, run every CUDA test and the benchmarks. Logs go to $OUT when
 # it is set (the device tool brings them back), else to ./device-check-logs.
 #   scripts/device-check.sh [hybrid-ops -o selection for perf]
+# Environment: SANITIZE_OPS (a -o selection for compute-sanitizer; default all CUDA cases),
+# SKIP_SANITIZE=1, PEERS (compare_peers.py --only selection).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${OUT:-$PWD/device-check-logs}
@@ -17,7 +19,7 @@ ctest --test-dir build-cuda --output-on-failure 2>&1 | tee "$LOGS/ctest.txt" || 
 build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda -v 2>&1 | tee "$LOGS/ops-cuda.txt" || status=1
 # compute-sanitizer over the CUDA cases (memcheck: out-of-bounds and misaligned accesses; racecheck:
 # shared-memory races). SANITIZE_OPS narrows the cases (a hybrid-ops -o selection).
-if command -v compute-sanitizer >/dev/null; then
+if [ -z "${SKIP_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
   sel=()
   if [ -n "${SANITIZE_OPS:-}" ]; then sel=(-o "$SANITIZE_OPS"); fi
   for tool in memcheck racecheck; do
