@@ -9,6 +9,9 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -45,19 +48,61 @@ uint32_t alignment(const void* p, int64_t ld, DType t) {
   return static_cast<uint32_t>(v & (~v + 1));
 }
 
-// RAII for the cuBLASLt descriptors of one call (host objects; no device allocation).
-struct LtCall {
+// The cuBLASLt descriptors and chosen algorithm of one GEMM shape, built once per (device,
+// dtypes, sizes, leading dimensions, alignments) and kept for the process (host objects only; a
+// decode step's GEMMs then cost no descriptor or heuristic work, and graph capture sees none).
+struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;  // false: cuBLASLt offered no algorithm
 };
+using LtKey = std::array<int64_t, 13>;
+
+LtPlan lt_plan(cublasLtHandle_t handle, const LtKey& key, DType ab, DType yt, int64_t T, int64_t in,
+               int64_t out, int64_t ldx, int64_t ldw, int64_t ldy, uint32_t al_a, uint32_t al_b,
+               uint32_t al_d, uint64_t ws_bytes) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<LtKey, LtPlan>();  // never freed
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans->find(key);
+  if (it != plans->end()) return it->second;  // a copy: descriptors are never destroyed
+  LtPlan c;
+  HYBRID_LT_CHECK(cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  HYBRID_LT_CHECK(
+      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  HYBRID_LT_CHECK(
+      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  // Column-major views: A = W as [in, out] (op T), B = x as [in, T], D = y as [out, T].
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.a, lt_type(ab), in, out, ldw));
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.b, lt_type(ab), in, T, ldx));
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.d, lt_type(yt), out, T, ldy));
+  cublasLtMatmulPreference_t pref = nullptr;
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(handle, c.op, c.a, c.b, c.d, c.d, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  c.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (c.ok) c.algo = res.algo;
+  // Bound the cache: past 4096 shapes start over (the old descriptors are leaked, never freed,
+  // so copies still held by callers stay valid).
+  if (plans->size() >= 4096) plans->clear();
+  plans->emplace(key, c);
+  return c;
+}
 
 // x [T, in] (Tx), W [out, in] (Tw) -> y [T, out] (dtype yt at run time). One warp per output row
 // o; the row is streamed once per 4 tokens; lanes stride over in; warp-shuffle reduction.
@@ -157,39 +202,28 @@ bool lt_linear(Context& ctx, DType ab, DType yt, const void* x, int64_t ldx, con
     ldy = std::max(ldy, out);
   }
   const auto handle = static_cast<cublasLtHandle_t>(ctx.blas_handle());
-  LtCall c;
-  HYBRID_LT_CHECK(cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  HYBRID_LT_CHECK(
-      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  HYBRID_LT_CHECK(
-      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  // Column-major views: A = W as [in, out] (op T), B = x as [in, T], D = y as [out, T].
-  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.a, lt_type(ab), in, out, ldw));
-  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.b, lt_type(ab), in, T, ldx));
-  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.d, lt_type(yt), out, T, ldy));
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceCreate(&c.pref));
-  const uint64_t ws_limit = ws_bytes;
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit, sizeof(ws_limit)));
   const uint32_t al_a = alignment(w, ldw, ab), al_b = alignment(x, ldx, ab),
                  al_d = alignment(y, ldy, yt);
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(handle, c.op, c.a, c.b, c.d, c.d, c.pref, 1, &res, &found);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  const uint64_t ws_limit = ws_bytes;
+  const LtKey key{ctx.device().index,
+                  static_cast<int64_t>(ab),
+                  static_cast<int64_t>(yt),
+                  T,
+                  in,
+                  out,
+                  ldx,
+                  ldw,
+                  ldy,
+                  al_a,
+                  al_b,
+                  al_d,
+                  static_cast<int64_t>(ws_limit)};
+  const LtPlan c =
+      lt_plan(handle, key, ab, yt, T, in, out, ldx, ldw, ldy, al_a, al_b, al_d, ws_limit);
+  if (!c.ok) return false;
   const float alpha = 1.0f;
   HYBRID_LT_CHECK(cublasLtMatmul(handle, c.op, &alpha, w, c.a, x, c.b, &beta, y, c.d, y, c.d,
-                                 &res.algo, ws, ws_bytes, as_stream(ctx.stream())));
+                                 &c.algo, ws, ws_bytes, as_stream(ctx.stream())));
   return true;
 }
 

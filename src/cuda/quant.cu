@@ -146,26 +146,34 @@ void dequantize_run(const Dequantize& a, Context& ctx) {
 
 // ---- linear_q ------------------------------------------------------------------------------
 
-// xf[t, i] = x[t, i] as f32, rows packed: [T, in].
+// xf[t, i] = x[t, i] as f32 for t < T, 0 for T <= t < rows; rows packed: [rows, in].
 template <class Tx>
 __global__ void to_f32_kernel(const Tx* __restrict__ x, int64_t ldx, float* xf, int64_t T,
-                              int64_t in) {
-  const int64_t n = T * in;
+                              int64_t rows, int64_t in) {
+  const int64_t n = rows * in;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    xf[i] = to_f32(x[(i / in) * ldx + i % in]);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / in;
+    xf[i] = t < T ? to_f32(x[t * ldx + i % in]) : 0.0f;
+  }
 }
 
-void to_f32_rows(Context& ctx, const Tensor& x, float* xf) {
+// x [T, in] -> xf [rows >= T, in] f32 (zero rows past T).
+void to_f32_rows(Context& ctx, const Tensor& x, float* xf, int64_t rows) {
   const int64_t T = x.size(0), in = x.size(1);
-  if (T * in == 0) return;
+  if (rows * in == 0) return;
   dispatch_float(x.dtype(), "linear_q", [&](auto tx) {
     using Tx = decltype(tx);
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * in + 255) / 256, 8192));
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((rows * in + 255) / 256, 8192));
     to_f32_kernel<Tx><<<blocks, 256, 0, as_stream(ctx.stream())>>>(x.data_as<const Tx>(),
-                                                                   x.stride(0), xf, T, in);
+                                                                   x.stride(0), xf, T, rows, in);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
+}
+
+// The GEMV's token template: 1, 2, 4 or 8 (xf holds that many rows).
+int64_t gemv_tokens(int64_t T) {
+  return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
 }
 
 // The codes of one u32 word as exact floats, f[k] = code k: each code byte is placed under the
@@ -215,9 +223,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
   if (o0 >= p.out) return;
   const int chunks = p.in / kCodes;
   float acc[kGemvRows][kNT] = {};
-  for (int c = lane; c < chunks; c += 32) {
-    uint32_t wd[kGemvRows][kV];
-    float s[kGemvRows], b[kGemvRows];
+  // Chunk c of each row: its words and its group's scale and bias.
+  auto load_chunk = [&](int c, uint32_t(&wd)[kGemvRows][kV], float(&s)[kGemvRows],
+                        float(&b)[kGemvRows]) {
     const int g = c * kCodes / p.gs;
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
@@ -233,6 +241,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
       s[r] = load_any(p.scales, p.st, o * p.s_stride + g);
       b[r] = load_any(p.biases, p.st, o * p.b_stride + g);
     }
+  };
+  uint32_t next_wd[kGemvRows][kV] = {};
+  float next_s[kGemvRows] = {}, next_b[kGemvRows] = {};
+  if (lane < chunks) load_chunk(lane, next_wd, next_s, next_b);
+    // Software pipelined: chunk c + 32's loads are in flight while chunk c is decoded.
+#pragma unroll 1
+  for (int c = lane; c < chunks; c += 32) {
+    uint32_t wd[kGemvRows][kV];
+    float s[kGemvRows], b[kGemvRows];
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      s[r] = next_s[r], b[r] = next_b[r];
+#pragma unroll
+      for (int k = 0; k < kV; ++k) wd[r][k] = next_wd[r][k];
+    }
+    if (c + 32 < chunks) load_chunk(c + 32, next_wd, next_s, next_b);
     float dot[kGemvRows][kNT] = {}, xsum[kNT] = {};
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -240,8 +264,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
 #pragma unroll
       for (int r = 0; r < kGemvRows; ++r) decode_word<kBits>(wd[r][k], qf[r]);
 #pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        if (t >= p.T) break;
+      for (int t = 0; t < kNT; ++t) {  // rows T.. of xf are zero (padded to kNT rows)
         const float* xr =
             p.xf + static_cast<int64_t>(t) * p.in + static_cast<int64_t>(c) * kCodes + k * kPerWord;
 #pragma unroll
@@ -284,11 +307,12 @@ template <int kBits, int kV>
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   const auto blocks =
       static_cast<unsigned>((p.out + kGemvWarps * kGemvRows - 1) / (kGemvWarps * kGemvRows));
-  if (p.T <= 1)
+  const int64_t nt = gemv_tokens(p.T);  // must match the rows of xf
+  if (nt == 1)
     linear_q_gemv_kernel<kBits, kV, 1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-  else if (p.T <= 2)
+  else if (nt == 2)
     linear_q_gemv_kernel<kBits, kV, 2><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-  else if (p.T <= 4)
+  else if (nt == 4)
     linear_q_gemv_kernel<kBits, kV, 4><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
   else
     linear_q_gemv_kernel<kBits, kV, 8><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
@@ -308,8 +332,9 @@ Reason linear_q_gemv_supports(const LinearQ& a) {
 void linear_q_gemv_run(const LinearQ& a, Context& ctx) {
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
   if (T == 0 || out == 0) return;
-  auto* xf = static_cast<float*>(ctx.workspace(static_cast<size_t>(T * in) * 4 + 16));
-  to_f32_rows(ctx, a.x, xf);
+  const int64_t rows = gemv_tokens(T);
+  auto* xf = static_cast<float*>(ctx.workspace(static_cast<size_t>(rows * in) * 4 + 16));
+  to_f32_rows(ctx, a.x, xf, rows);
   const QuantizedWeight& q = a.w;
   GemvParams p{xf,
                q.weight.data_as<const uint32_t>(),
@@ -361,7 +386,7 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
   float* xf = convert_x ? reinterpret_cast<float*>(ws) : nullptr;
   void* wc = ws + x_bytes;
   void* lt_ws = ws + x_bytes + w_bytes;
-  if (convert_x) to_f32_rows(ctx, a.x, xf);
+  if (convert_x) to_f32_rows(ctx, a.x, xf, T);
   const void* xc = convert_x ? static_cast<const void*>(xf) : a.x.data();
   const int64_t ldx = convert_x ? in : a.x.stride(0);
   float beta = 0.0f;
