@@ -118,10 +118,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
         }
       }
       gsc[g] = __fadd_rn(top1, top2);
-      sel[g] = 0;  // group kept? (sel is free until the top-k below; n_group <= E / 2 <= K ok)
+      sel[g] = 0;  // group kept? (sel holds E ints; the top-k below reuses it afterwards)
     }
     __syncwarp();
-    // sel doubles as the group flags only while choosing groups: it has E entries.
     for (int round = 0; round < p.topk_group; ++round) {
       float bv = 0.0f;
       int be = -1;
@@ -344,11 +343,19 @@ __device__ __forceinline__ void row_dot(const Tw* __restrict__ w, const float* c
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k) {
       if (!xrow[k]) continue;
+      if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
 #pragma unroll
-      for (int q = 0; q < V; ++q) {
-        const float xv = xrow[k][d + q];
+        for (int q = 0; q < V; q += 4) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xrow[k] + d + q));
 #pragma unroll
-        for (int n = 0; n < kN; ++n) dot[n][k] += wv[n][q] * xv;
+          for (int n = 0; n < kN; ++n)
+            dot[n][k] +=
+                wv[n][q] * xv.x + wv[n][q + 1] * xv.y + wv[n][q + 2] * xv.z + wv[n][q + 3] * xv.w;
+        }
+      } else {
+        const float xv = xrow[k][d];
+#pragma unroll
+        for (int n = 0; n < kN; ++n) dot[n][k] += wv[n][0] * xv;
       }
     }
   }
