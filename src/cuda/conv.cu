@@ -3,6 +3,8 @@
 
 namespace hybrid::cuda {
 
-void register_conv(Registry& r) { (void)r; }
+void register_conv(Registry& r) {
+  (void)r;
+}
 
 }  // namespace hybrid::cuda

@@ -264,11 +264,15 @@ __device__ int block_exclusive_scan(int v, int* warp_sums /* [32] */, int* total
 // Counting sort of the P = T·K pairs by expert (one block). ids [T, K] i32 | i64.
 __global__ void __launch_bounds__(kSortThreads)
     moe_sort_kernel(const void* ids, bool ids64, int64_t ids_s0, int64_t ids_s1, int T, int K,
-                    int E, SortLayout L) {
+                    int E, SortLayout L, const void* x, DType xt, int64_t ldx, float* xf,
+                    int Dm) {   // x or null
   extern __shared__ int cnt[];  // [E] counts, then fill cursors
   __shared__ int warp_sums[32];
   __shared__ int total;
   const int P = T * K;
+  if (x)  // decode-sized x: its f32 copy [T, Dm] here saves a launch
+    for (int i = threadIdx.x; i < T * Dm; i += kSortThreads)
+      xf[i] = load_any(x, xt, static_cast<int64_t>(i / Dm) * ldx + i % Dm);
   for (int e = threadIdx.x; e < E; e += kSortThreads) cnt[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += kSortThreads) {
@@ -505,20 +509,25 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   int* si = reinterpret_cast<int*>(ws + xf_b + h_b + y_b);
   SortLayout L{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
 
-  dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
-    using Tx = decltype(tx);
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
-    moe_x_f32_kernel<Tx>
-        <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
-    HYBRID_CUDA_CHECK_LAUNCH();
-  });
+  // x -> f32 [T, Dm]: inside the sort kernel when small (decode), else its own kernel.
+  const bool x_in_sort = T * Dm <= 65536;
+  if (!x_in_sort) {
+    dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
+      using Tx = decltype(tx);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+      moe_x_f32_kernel<Tx>
+          <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  }
   const size_t sort_smem = static_cast<size_t>(E) * 4;
   if (sort_smem > 48 * 1024)
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
         moe_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sort_smem)));
   moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
       a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
-      static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L);
+      static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
+      x_in_sort ? a.x.data() : nullptr, a.x.dtype(), a.x.stride(0), xf, static_cast<int>(Dm));
   HYBRID_CUDA_CHECK_LAUNCH();
 
   const auto routed = static_cast<unsigned>(std::min(E, P));  // upper bound of routed experts

@@ -3,6 +3,8 @@
 
 namespace hybrid::cuda {
 
-void register_ssm(Registry& r) { (void)r; }
+void register_ssm(Registry& r) {
+  (void)r;
+}
 
 }  // namespace hybrid::cuda

@@ -354,6 +354,11 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {7, 8, 2, 96, 33, f32, f32, MoeActivation::relu2});
   experts(cases, {3, 64, 6, 256, 80, bf16, bf16, MoeActivation::relu2, DType::i32, false, true});
 
+  // CUDA paths: x converted by its own kernel (T·Dm > 65536); E = 1024 (route's shared memory
+  // above 48 KiB).
+  experts(cases, {40, 8, 2, 2048, 32, bf16, bf16});
+  route(cases, {3, 1024, 8, f32});
+
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
   // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8.
   cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));

@@ -409,6 +409,9 @@ void add_quant_cases(CaseList& cases) {
   lq(1, 96, 7, 8, 32, bf16, bf16, bf16, bf16, false);
   lq(65, 256, 7, 8, 128, f16, f16, f16, std::nullopt, false);
   lq(5, 2048, 257, 4, 64, bf16, bf16, bf16, f32, true);
+  // CUDA GEMV token templates 2 and 8 with 16-byte chunks.
+  lq(2, 512, 33, 8, 32, f16, f16, f32, f16, false);
+  lq(8, 256, 65, 4, 64, bf16, bf16, bf16, std::nullopt, false);
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
