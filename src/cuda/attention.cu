@@ -1,11 +1,8 @@
-// CUDA kernels of the attention family (none yet: its ops dispatch to an Unsupported error on
-// CUDA).
+// CUDA kernels of the attention family (none yet: its ops dispatch to an Unsupported error on CUDA).
 #include "cuda/kernels.h"
 
 namespace hybrid::cuda {
 
-void register_attention(Registry& r) {
-  (void)r;
-}
+void register_attention(Registry& r) { (void)r; }
 
 }  // namespace hybrid::cuda

@@ -3,8 +3,6 @@
 
 namespace hybrid::cuda {
 
-void register_embed(Registry& r) {
-  (void)r;
-}
+void register_embed(Registry& r) { (void)r; }
 
 }  // namespace hybrid::cuda

@@ -1,11 +1,8 @@
-// CUDA kernels of the gdn_chunk family (none yet: its ops dispatch to an Unsupported error on
-// CUDA).
+// CUDA kernels of the gdn_chunk family (none yet: its ops dispatch to an Unsupported error on CUDA).
 #include "cuda/kernels.h"
 
 namespace hybrid::cuda {
 
-void register_gdn_chunk(Registry& r) {
-  (void)r;
-}
+void register_gdn_chunk(Registry& r) { (void)r; }
 
 }  // namespace hybrid::cuda

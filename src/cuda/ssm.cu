@@ -3,8 +3,6 @@
 
 namespace hybrid::cuda {
 
-void register_ssm(Registry& r) {
-  (void)r;
-}
+void register_ssm(Registry& r) { (void)r; }
 
 }  // namespace hybrid::cuda
