@@ -211,17 +211,28 @@ struct GemvParams {
   int T, in, out, gs;
 };
 
-constexpr int kGemvWarps = 4, kGemvRows = 2;
+constexpr int kGemvWarps = 4;
+// Rows per warp group: 2 (x loads shared by two rows), 1 at 8 tokens (registers).
+constexpr int gemv_rows(int tokens) {
+  return tokens >= 8 ? 1 : 2;
+}
 
 // y[t, o] = Σ_chunks s·Σ_k x[t, j_k]·q[o, j_k] + b·Σ_k x[t, j_k] (+ bias[o]).
-// One warp per kGemvRows rows; lane owns chunks c = lane, lane + 32, ... of kV words each.
+// `split` (1, 2 or 4) warps share a group of kGemvRows rows, splitting its chunks (long rows: more
+// loads in flight); a block holds kGemvWarps / split row groups. Lane l of part q owns chunks
+// q·32 + l, + split·32, ... (kV words each); the parts' sums are added in part order (shared
+// memory), so the result does not depend on timing.
 template <int kBits, int kV, int kNT>
-__global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(kGemvWarps * 32, kNT >= 8 ? 2 : kNT >= 4 ? 3 : kNT >= 2 ? 6 : 8)
+    linear_q_gemv_kernel(const GemvParams p, int split) {
   constexpr int kPerWord = 32 / kBits, kCodes = kV * kPerWord;  // codes per chunk
-  const int lane = threadIdx.x % 32;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvRows;
-  if (o0 >= p.out) return;
-  const int chunks = p.in / kCodes;
+  constexpr int kGemvRows = gemv_rows(kNT);
+  __shared__ float partial[kGemvWarps][kGemvRows][kNT];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = warp / split, part = warp % split;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + group) * kGemvRows;
+  const bool active = o0 < p.out;  // warp-uniform
+  const int chunks = p.in / kCodes, first = part * 32 + lane, step = split * 32;
   float acc[kGemvRows][kNT] = {};
   // Chunk c of each row: its words and its group's scale and bias.
   auto load_chunk = [&](int c, uint32_t(&wd)[kGemvRows][kV], float(&s)[kGemvRows],
@@ -229,7 +240,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
     const int g = c * kCodes / p.gs;
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
-      const int64_t o = o0 + r < p.out ? o0 + r : o0;  // tail rows recompute row o0, unused
+      // Rows past out (tail, or a whole inactive group) read row 0 instead; never stored.
+      const int64_t o = o0 + r < p.out ? o0 + r : 0;
       const uint32_t* src = p.w + o * p.w_stride + static_cast<int64_t>(c) * kV;
       if constexpr (kV == 4) {
         const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
@@ -244,10 +256,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
   };
   uint32_t next_wd[kGemvRows][kV] = {};
   float next_s[kGemvRows] = {}, next_b[kGemvRows] = {};
-  if (lane < chunks) load_chunk(lane, next_wd, next_s, next_b);
-    // Software pipelined: chunk c + 32's loads are in flight while chunk c is decoded.
+  if (first < chunks) load_chunk(first, next_wd, next_s, next_b);
+    // Software pipelined: chunk c + step's loads are in flight while chunk c is decoded.
 #pragma unroll 1
-  for (int c = lane; c < chunks; c += 32) {
+  for (int c = first; c < chunks; c += step) {
     uint32_t wd[kGemvRows][kV];
     float s[kGemvRows], b[kGemvRows];
 #pragma unroll
@@ -256,7 +268,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
 #pragma unroll
       for (int k = 0; k < kV; ++k) wd[r][k] = next_wd[r][k];
     }
-    if (c + 32 < chunks) load_chunk(c + 32, next_wd, next_s, next_b);
+    if (c + step < chunks) load_chunk(c + step, next_wd, next_s, next_b);
     float dot[kGemvRows][kNT] = {}, xsum[kNT] = {};
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -287,15 +299,39 @@ __global__ void __launch_bounds__(kGemvWarps * 32) linear_q_gemv_kernel(const Ge
       for (int r = 0; r < kGemvRows; ++r) acc[r][t] += s[r] * dot[r][t] + b[r] * xsum[t];
   }
 #pragma unroll
+  for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+    for (int t = 0; t < kNT; ++t)
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], m);
+  if (split > 1) {  // block-uniform
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) partial[warp][r][t] = acc[r][t];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+      for (int t = 0; t < kNT; ++t) {
+        float v = partial[warp][r][t];
+#pragma unroll
+        for (int q = 1; q < kGemvWarps; ++q)
+          if (q < split) v += partial[warp + q][r][t];
+        acc[r][t] = v;
+      }
+  }
+  if (lane != 0 || !active) return;
+#pragma unroll
   for (int r = 0; r < kGemvRows; ++r) {
     const int64_t o = o0 + r;
-    const float bo = (p.bias && o < p.out) ? load_any(p.bias, p.bt, o) : 0.0f;
+    if (o >= p.out) break;
+    const float bo = p.bias ? load_any(p.bias, p.bt, o) : 0.0f;
 #pragma unroll
-    for (int t = 0; t < kNT; ++t) {
-      float v = acc[r][t];
-      for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-      if (lane == 0 && o < p.out && t < p.T) store_any(p.y, p.yt, t * p.y_stride + o, v + bo);
-    }
+    for (int t = 0; t < kNT; ++t)
+      if (t < p.T) store_any(p.y, p.yt, t * p.y_stride + o, acc[r][t] + bo);
   }
 }
 
@@ -305,17 +341,20 @@ bool aligned16(const void* p) {
 
 template <int kBits, int kV>
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
-  const auto blocks =
-      static_cast<unsigned>((p.out + kGemvWarps * kGemvRows - 1) / (kGemvWarps * kGemvRows));
+  // Parts per row group: each lane gets about 2 chunks of a long row, at most 4 warps per group.
+  const int chunks = p.in / (kV * 32 / kBits);
+  const int split = chunks >= 256 ? 4 : chunks >= 128 ? 2 : 1;
   const int64_t nt = gemv_tokens(p.T);  // must match the rows of xf
+  const int64_t rows_per_block = kGemvWarps / split * gemv_rows(static_cast<int>(nt));
+  const auto blocks = static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block);
   if (nt == 1)
-    linear_q_gemv_kernel<kBits, kV, 1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+    linear_q_gemv_kernel<kBits, kV, 1><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
   else if (nt == 2)
-    linear_q_gemv_kernel<kBits, kV, 2><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+    linear_q_gemv_kernel<kBits, kV, 2><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
   else if (nt == 4)
-    linear_q_gemv_kernel<kBits, kV, 4><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+    linear_q_gemv_kernel<kBits, kV, 4><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
   else
-    linear_q_gemv_kernel<kBits, kV, 8><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+    linear_q_gemv_kernel<kBits, kV, 8><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
