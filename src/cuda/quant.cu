@@ -223,7 +223,10 @@ constexpr int gemv_rows(int tokens) {
 // q·32 + l, + split·32, ... (kV words each); the parts' sums are added in part order (shared
 // memory), so the result does not depend on timing.
 template <int kBits, int kV, int kNT>
-__global__ void __launch_bounds__(kGemvWarps * 32, kNT >= 8 ? 2 : kNT >= 4 ? 3 : kNT >= 2 ? 6 : 8)
+__global__ void __launch_bounds__(kGemvWarps * 32, kNT >= 8   ? 2
+                                                   : kNT >= 4 ? 3
+                                                   : kNT >= 2 ? 6
+                                                              : 8)
     linear_q_gemv_kernel(const GemvParams p, int split) {
   constexpr int kPerWord = 32 / kBits, kCodes = kV * kPerWord;  // codes per chunk
   constexpr int kGemvRows = gemv_rows(kNT);
