@@ -1,8 +1,261 @@
-// CUDA kernels of the linear family (none yet: its ops dispatch to an Unsupported error on CUDA).
+// CUDA: linear. Two variants:
+//   linear.cublaslt (priority 10): one cuBLASLt GEMM, y^T[out, T] = W[out, in] · x^T in cuBLAS's
+//     column-major view (A = W with op T, ld = W's row stride; B = x, ld = x's row stride;
+//     D = y, ld = y's row stride), f32 accumulation (CUBLAS_COMPUTE_32F, no TF32); bias: y is
+//     prefilled with bias rows and the GEMM runs with beta = 1. Workspace: 32 MiB of ctx.workspace.
+//     2·T·in·out FLOP; bytes T·in + out·in + T·out elements (memory-bound below T ~ 300).
+//   linear.cuda (priority 0): CUDA-core fallback for the dtype mixes cuBLASLt lacks (f32 x with
+//     bf16 W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/linear_impl.cuh"
+#include "hybrid/ops/linear.h"
 
 namespace hybrid::cuda {
 
-void register_linear(Registry& r) { (void)r; }
+namespace {
+
+#define HYBRID_LT_CHECK(stmt)                                                                 \
+  do {                                                                                        \
+    cublasStatus_t s_ = (stmt);                                                               \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      fail("[cublasLt] ", #stmt, " failed: ", cublasGetStatusString(s_), " (", __FILE__, ":", \
+           __LINE__, ")");                                                                    \
+  } while (0)
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+// Largest power of two (<= 256) dividing the address and the row pitch in bytes.
+uint32_t alignment(const void* p, int64_t ld, DType t) {
+  uint64_t v = reinterpret_cast<uintptr_t>(p) | (static_cast<uint64_t>(ld) * dtype_size(t)) | 256;
+  return static_cast<uint32_t>(v & (~v + 1));
+}
+
+// The cuBLASLt descriptors and chosen algorithm of one GEMM shape, built once per (device,
+// dtypes, sizes, leading dimensions, alignments) and kept for the process (host objects only; a
+// decode step's GEMMs then cost no descriptor or heuristic work, and graph capture sees none).
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;  // false: cuBLASLt offered no algorithm
+};
+using LtKey = std::array<int64_t, 13>;
+
+LtPlan lt_plan(cublasLtHandle_t handle, const LtKey& key, DType ab, DType yt, int64_t T, int64_t in,
+               int64_t out, int64_t ldx, int64_t ldw, int64_t ldy, uint32_t al_a, uint32_t al_b,
+               uint32_t al_d, uint64_t ws_bytes) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<LtKey, LtPlan>();  // never freed
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans->find(key);
+  if (it != plans->end()) return it->second;  // a copy: descriptors are never destroyed
+  LtPlan c;
+  HYBRID_LT_CHECK(cublasLtMatmulDescCreate(&c.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  HYBRID_LT_CHECK(
+      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  HYBRID_LT_CHECK(
+      cublasLtMatmulDescSetAttribute(c.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  // Column-major views: A = W as [in, out] (op T), B = x as [in, T], D = y as [out, T].
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.a, lt_type(ab), in, out, ldw));
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.b, lt_type(ab), in, T, ldx));
+  HYBRID_LT_CHECK(cublasLtMatrixLayoutCreate(&c.d, lt_type(yt), out, T, ldy));
+  cublasLtMatmulPreference_t pref = nullptr;
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+  HYBRID_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(handle, c.op, c.a, c.b, c.d, c.d, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  c.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (c.ok) c.algo = res.algo;
+  // Bound the cache: past 4096 shapes start over (the old descriptors are leaked, never freed,
+  // so copies still held by callers stay valid).
+  if (plans->size() >= 4096) plans->clear();
+  plans->emplace(key, c);
+  return c;
+}
+
+// x [T, in] (Tx), W [out, in] (Tw) -> y [T, out] (dtype yt at run time). One warp per output row
+// o; the row is streamed once per 4 tokens; lanes stride over in; warp-shuffle reduction.
+constexpr int kFbWarps = 4, kFbTokens = 4;
+template <class Tx, class Tw>
+__global__ void __launch_bounds__(kFbWarps * 32)
+    linear_fallback_kernel(const Tx* __restrict__ x, int64_t ldx,  // [T, in]
+                           const Tw* __restrict__ w, int64_t ldw,  // [out, in]
+                           const void* bias, DType bt,             // [out] or null
+                           void* y, DType yt, int64_t ldy,         // [T, out]
+                           int64_t T, int64_t in, int64_t out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kFbWarps + threadIdx.x / 32;
+  if (o >= out) return;
+  const Tw* wr = w + o * ldw;
+  const float b = bias ? load_any(bias, bt, o) : 0.0f;
+  for (int64_t t0 = 0; t0 < T; t0 += kFbTokens) {
+    float acc[kFbTokens] = {};
+    for (int64_t i = lane; i < in; i += 32) {
+      const float wv = to_f32(wr[i]);
+#pragma unroll
+      for (int k = 0; k < kFbTokens; ++k)
+        if (t0 + k < T) acc[k] += wv * to_f32(x[(t0 + k) * ldx + i]);
+    }
+#pragma unroll
+    for (int k = 0; k < kFbTokens; ++k) {
+      float v = acc[k];
+      for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+      if (lane == 0 && t0 + k < T) store_any(y, yt, (t0 + k) * ldy + o, v + b);
+    }
+  }
+}
+
+// y[t, o] = bias[o].
+__global__ void fill_bias_kernel(const void* bias, DType bt, void* y, DType yt, int64_t ldy,
+                                 int64_t T, int64_t out) {
+  const int64_t n = T * out;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / out, o = i % out;
+    store_any(y, yt, t * ldy + o, load_any(bias, bt, o));
+  }
+}
+
+Reason linear_lt_supports(const Linear& a) {
+  if (!lt_linear_dtypes(a.x.dtype(), a.weight.dtype(), a.y.dtype()))
+    return str("cuBLASLt has no x=", dtype_name(a.x.dtype()), ", W=", dtype_name(a.weight.dtype()),
+               ", y=", dtype_name(a.y.dtype()),
+               " GEMM (x and W must share a dtype; y that "
+               "dtype or f32)");
+  return {};
+}
+
+void linear_fb_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  linear_fallback(ctx, a.x.dtype(), a.x.data(), a.x.stride(0), a.weight.dtype(), a.weight.data(),
+                  a.weight.stride(0), a.bias.defined() ? a.bias.dtype() : DType::f32,
+                  a.bias.defined() ? a.bias.data() : nullptr, a.y.dtype(), a.y.data(),
+                  a.y.stride(0), T, in, out);
+}
+
+void linear_lt_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {  // y = bias or 0: the fallback writes it
+    linear_fb_run(a, ctx);
+    return;
+  }
+  float beta = 0.0f;
+  if (a.bias.defined()) {
+    fill_bias_rows(ctx, a.bias.dtype(), a.bias.data(), a.y.dtype(), a.y.data(), a.y.stride(0), T,
+                   out);
+    beta = 1.0f;
+  }
+  void* ws = ctx.workspace(kLtWorkspaceBytes);
+  if (!lt_linear(ctx, a.x.dtype(), a.y.dtype(), a.x.data(), a.x.stride(0), a.weight.data(),
+                 a.weight.stride(0), a.y.data(), a.y.stride(0), T, in, out, beta, ws,
+                 kLtWorkspaceBytes))
+    linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
+}
+
+}  // namespace
+
+bool lt_linear_dtypes(DType x, DType w, DType y) {
+  if (x != w) return false;
+  if (x == DType::f32) return y == DType::f32;
+  return (x == DType::bf16 || x == DType::f16) && (y == x || y == DType::f32);
+}
+
+bool lt_linear(Context& ctx, DType ab, DType yt, const void* x, int64_t ldx, const void* w,
+               int64_t ldw, void* y, int64_t ldy, int64_t T, int64_t in, int64_t out, float beta,
+               void* ws, size_t ws_bytes) {
+  // A single token's row stride is irrelevant to the GEMM but must be >= the row length.
+  if (T == 1) {
+    ldx = std::max(ldx, in);
+    ldy = std::max(ldy, out);
+  }
+  const auto handle = static_cast<cublasLtHandle_t>(ctx.blas_handle());
+  const uint32_t al_a = alignment(w, ldw, ab), al_b = alignment(x, ldx, ab),
+                 al_d = alignment(y, ldy, yt);
+  const uint64_t ws_limit = ws_bytes;
+  const LtKey key{ctx.device().index,
+                  static_cast<int64_t>(ab),
+                  static_cast<int64_t>(yt),
+                  T,
+                  in,
+                  out,
+                  ldx,
+                  ldw,
+                  ldy,
+                  al_a,
+                  al_b,
+                  al_d,
+                  static_cast<int64_t>(ws_limit)};
+  const LtPlan c =
+      lt_plan(handle, key, ab, yt, T, in, out, ldx, ldw, ldy, al_a, al_b, al_d, ws_limit);
+  if (!c.ok) return false;
+  const float alpha = 1.0f;
+  HYBRID_LT_CHECK(cublasLtMatmul(handle, c.op, &alpha, w, c.a, x, c.b, &beta, y, c.d, y, c.d,
+                                 &c.algo, ws, ws_bytes, as_stream(ctx.stream())));
+  return true;
+}
+
+void linear_fallback(Context& ctx, DType xt, const void* x, int64_t ldx, DType wt, const void* w,
+                     int64_t ldw, DType bt, const void* bias, DType yt, void* y, int64_t ldy,
+                     int64_t T, int64_t in, int64_t out) {
+  if (T == 0 || out == 0) return;
+  dispatch_float(xt, "linear", [&](auto tx) {
+    using Tx = decltype(tx);
+    dispatch_float(wt, "linear", [&](auto tw) {
+      using Tw = decltype(tw);
+      const auto blocks = static_cast<unsigned>((out + kFbWarps - 1) / kFbWarps);
+      linear_fallback_kernel<Tx, Tw><<<blocks, kFbWarps * 32, 0, as_stream(ctx.stream())>>>(
+          static_cast<const Tx*>(x), ldx, static_cast<const Tw*>(w), ldw, bias, bt, y, yt, ldy, T,
+          in, out);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void fill_bias_rows(Context& ctx, DType bt, const void* bias, DType yt, void* y, int64_t ldy,
+                    int64_t T, int64_t out) {
+  const int64_t n = T * out;
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  fill_bias_kernel<<<blocks, 256, 0, as_stream(ctx.stream())>>>(bias, bt, y, yt, ldy, T, out);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void register_linear(Registry& r) {
+  r.add<Linear>("linear.cublaslt", DeviceType::cuda, 10, linear_lt_supports, linear_lt_run);
+  r.add<Linear>("linear.cuda", DeviceType::cuda, 0, nullptr, linear_fb_run);
+}
 
 }  // namespace hybrid::cuda

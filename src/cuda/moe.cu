@@ -1,8 +1,578 @@
-// CUDA kernels of the moe family (none yet: its ops dispatch to an Unsupported error on CUDA).
+// CUDA: moe_route (one fused kernel) and moe_experts (sorted per-expert GEMVs).
+//
+// moe_route.cuda: one warp per token, its logits in shared memory (17 bytes per expert):
+//   scores, group scores, topk_group rounds of a warp arg-max over the groups, top_k rounds over
+//   the eligible experts (ties: lower id), an insertion sort of the chosen ids by logit, then the
+//   weights. E <= 1024. Bytes T·E·(logit size); the K·E/32 compare rounds bound it at large K.
+// moe_experts.cuda: the (t, j) pairs are grouped by expert on the GPU, then per routed expert:
+//   1. moe_sort (one block): counts per expert, exclusive scan -> offsets, the ascending list of
+//      routed experts, and pair <-> sorted position maps (position order inside an expert is not
+//      fixed, but every pair is computed independently, so results are deterministic).
+//   2. gate_up: grid (I / 4, routed experts); one warp per intermediate index i reads rows i
+//      (and I + i) of the expert once per 8 of its pairs, h[pos, i] = silu(g)·u | relu(u)² (f32
+//      workspace [P, I]).
+//   3. down: grid (Dm / 4, routed experts); one warp per output row d of the expert:
+//      y[pos, d] = down[e, d, :]·h[pos, :] (f32 workspace [P, Dm]).
+//   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
+//   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
+//   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
+//   kernel, not a tensor-core grouped GEMM.
+#include <algorithm>
+#include <climits>
+
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/linear_impl.cuh"
+#include "hybrid/ops/moe.h"
 
 namespace hybrid::cuda {
 
-void register_moe(Registry& r) { (void)r; }
+namespace {
+
+// ---- moe_route -----------------------------------------------------------------------------
+
+constexpr int kRouteWarps = 4;
+constexpr int64_t kRouteMaxE = 1024;
+
+struct RouteParams {
+  const void* logits;  // [T, E]
+  DType lt;
+  int64_t l_stride;
+  const void* bias;  // [E] or null
+  DType bt;
+  int32_t* ids;  // [T, K]
+  int64_t ids_s0, ids_s1;
+  void* weights;  // [T, K]
+  DType wt;
+  int64_t w_s0, w_s1;
+  int T, E, K, n_group, topk_group;
+  bool sigmoid, renormalize;
+  float scaling;
+};
+
+// Whether (v, e) ranks before (bv, be): larger value first, then lower id; be < 0 = nothing yet.
+__device__ __forceinline__ bool ranks_before(float v, int e, float bv, int be) {
+  return be < 0 || v > bv || (v == bv && e < be);
+}
+
+// Warp arg-max of (v, e) by ranks_before; every lane gets the winner id (-1 if none).
+__device__ __forceinline__ int warp_argmax(float v, int e) {
+  for (int m = 16; m > 0; m >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, m);
+    const int oe = __shfl_xor_sync(0xffffffffu, e, m);
+    if (oe >= 0 && ranks_before(ov, oe, v, e)) v = ov, e = oe;
+  }
+  return e;
+}
+
+// s = softmax(l) | sigmoid(l); c = s (+ bias); groups; top_k by c (by l without bias); order by
+// l descending (ties lower id); w = s[id] / (Σ s + 1e-20 when renormalize) · scaling.
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const RouteParams p) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kRouteWarps + warp;
+  const int E = p.E;
+  float* l = smem + static_cast<int64_t>(warp) * E * 4;  // [E] logits
+  float* s = l + E;                                      // [E] scores
+  float* gsc = s + E;                                    // [n_group] group scores
+  int* sel = reinterpret_cast<int*>(gsc + E);            // [K] chosen ids
+  unsigned char* taken =
+      reinterpret_cast<unsigned char*>(smem + static_cast<int64_t>(kRouteWarps) * E * 4) +
+      static_cast<int64_t>(warp) * E;  // [E] 1 = chosen or ineligible
+  if (t >= p.T) return;
+
+  float m = -INFINITY;
+  for (int e = lane; e < E; e += 32) {
+    l[e] = load_any(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride + e);
+    m = fmaxf(m, l[e]);
+    taken[e] = 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (!p.sigmoid) {
+    double sum = 0.0;
+    for (int e = lane; e < E; e += 32) {
+      s[e] = expf(__fsub_rn(l[e], m));
+      sum += s[e];
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int e = lane; e < E; e += 32) s[e] = __fmul_rn(s[e], inv);
+  } else {
+    for (int e = lane; e < E; e += 32) s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l[e])));
+  }
+  __syncwarp();
+  auto key = [&](int e) { return p.bias ? __fadd_rn(s[e], load_any(p.bias, p.bt, e)) : l[e]; };
+
+  if (p.n_group > 1) {
+    const int per = E / p.n_group;
+    for (int g = lane; g < p.n_group; g += 32) {
+      float top1 = -INFINITY, top2 = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; ++e) {
+        const float c = p.bias ? __fadd_rn(s[e], load_any(p.bias, p.bt, e)) : s[e];
+        if (c > top1) {
+          top2 = top1;
+          top1 = c;
+        } else if (c > top2) {
+          top2 = c;
+        }
+      }
+      gsc[g] = __fadd_rn(top1, top2);
+      sel[g] = 0;  // group kept? (sel holds E ints; the top-k below reuses it afterwards)
+    }
+    __syncwarp();
+    for (int round = 0; round < p.topk_group; ++round) {
+      float bv = 0.0f;
+      int be = -1;
+      for (int g = lane; g < p.n_group; g += 32)
+        if (!sel[g] && ranks_before(gsc[g], g, bv, be)) bv = gsc[g], be = g;
+      const int win = warp_argmax(bv, be);
+      if (lane == 0 && win >= 0) sel[win] = 1;
+      __syncwarp();
+    }
+    for (int e = lane; e < E; e += 32) taken[e] = sel[e / per] ? 0 : 1;
+    __syncwarp();
+  }
+
+  for (int j = 0; j < p.K; ++j) {
+    float bv = 0.0f;
+    int be = -1;
+    for (int e = lane; e < E; e += 32)
+      if (!taken[e]) {
+        const float v = key(e);
+        if (ranks_before(v, e, bv, be)) bv = v, be = e;
+      }
+    const int win = warp_argmax(bv, be);
+    __syncwarp();
+    if (lane == 0) {
+      const int id = win >= 0 ? win : 0;  // no eligible expert left (NaN keys): expert 0
+      sel[j] = id;
+      taken[id] = 1;
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    // Output order: descending logit, then ascending id (insertion sort, K small).
+    for (int a = 1; a < p.K; ++a) {
+      const int id = sel[a];
+      int b = a - 1;
+      while (b >= 0 && ranks_before(l[id], id, l[sel[b]], sel[b])) {
+        sel[b + 1] = sel[b];
+        --b;
+      }
+      sel[b + 1] = id;
+    }
+    float denom = 1.0f;
+    if (p.renormalize) {
+      float sum = 0.0f;
+      for (int j = 0; j < p.K; ++j) sum = __fadd_rn(sum, s[sel[j]]);
+      denom = __fadd_rn(sum, 1e-20f);
+    }
+    gsc[0] = denom;
+  }
+  __syncwarp();
+  const float denom = gsc[0];
+  for (int j = lane; j < p.K; j += 32) {
+    const int id = sel[j];
+    p.ids[static_cast<int64_t>(t) * p.ids_s0 + j * p.ids_s1] = id;
+    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + j * p.w_s1,
+              __fmul_rn(__fdiv_rn(s[id], denom), p.scaling));
+  }
+}
+
+Reason moe_route_supports(const MoeRoute& a) {
+  if (a.logits.size(1) > kRouteMaxE)
+    return str("E=", a.logits.size(1), " above ", kRouteMaxE, " (shared-memory logits)");
+  if (a.ids.dtype() != DType::i32) return std::string("ids must be i32");
+  if (a.logits.size(0) > (int64_t{1} << 30)) return std::string("T above 2^30");
+  return {};
+}
+
+void moe_route_run(const MoeRoute& a, Context& ctx) {
+  const int64_t T = a.logits.size(0), E = a.logits.size(1);
+  if (T == 0) return;
+  RouteParams p{a.logits.data(),
+                a.logits.dtype(),
+                a.logits.stride(0),
+                a.bias.defined() ? a.bias.data() : nullptr,
+                a.bias.defined() ? a.bias.dtype() : DType::f32,
+                a.ids.data_as<int32_t>(),
+                a.ids.stride(0),
+                a.ids.stride(1),
+                a.weights.data(),
+                a.weights.dtype(),
+                a.weights.stride(0),
+                a.weights.stride(1),
+                static_cast<int>(T),
+                static_cast<int>(E),
+                static_cast<int>(a.top_k),
+                static_cast<int>(a.n_group),
+                static_cast<int>(a.topk_group),
+                a.score == MoeScore::sigmoid,
+                a.renormalize,
+                a.scaling};
+  // Per warp: l, s, group scores, chosen ids (4 bytes each per expert) + flags (1 byte).
+  const size_t smem = static_cast<size_t>(kRouteWarps) * E * 17;
+  if (smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+        moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
+  moe_route_kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+// ---- moe_experts ---------------------------------------------------------------------------
+
+constexpr int kSortThreads = 1024;
+constexpr int64_t kMaxExperts = 8192;
+
+// Sort state in the workspace (int32): offsets [E + 1], active [E], n_active [1],
+// pos_of_pair [P] (-1 for an out-of-range id), pair_of_pos [P].
+struct SortLayout {
+  int* offsets;
+  int* active;
+  int* n_active;
+  int* pos_of_pair;
+  int* pair_of_pos;
+};
+
+// Exclusive block scan of v (kSortThreads threads); returns the prefix and the total in *total.
+__device__ int block_exclusive_scan(int v, int* warp_sums /* [32] */, int* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < kSortThreads / 32 ? warp_sums[lane] : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += n;
+    }
+    warp_sums[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  const int before = (warp > 0 ? warp_sums[warp - 1] : 0) + inc - v;
+  *total = warp_sums[kSortThreads / 32 - 1];
+  __syncthreads();
+  return before;
+}
+
+// Counting sort of the P = T·K pairs by expert (one block). ids [T, K] i32 | i64.
+__global__ void __launch_bounds__(kSortThreads)
+    moe_sort_kernel(const void* ids, bool ids64, int64_t ids_s0, int64_t ids_s1, int T, int K,
+                    int E, SortLayout L, const void* x, DType xt, int64_t ldx, float* xf,
+                    int Dm) {   // x or null
+  extern __shared__ int cnt[];  // [E] counts, then fill cursors
+  __shared__ int warp_sums[32];
+  __shared__ int total;
+  const int P = T * K;
+  if (x)  // decode-sized x: its f32 copy [T, Dm] here saves a launch
+    for (int i = threadIdx.x; i < T * Dm; i += kSortThreads)
+      xf[i] = load_any(x, xt, static_cast<int64_t>(i / Dm) * ldx + i % Dm);
+  for (int e = threadIdx.x; e < E; e += kSortThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += kSortThreads) {
+    const int64_t off = static_cast<int64_t>(p / K) * ids_s0 + static_cast<int64_t>(p % K) * ids_s1;
+    const int64_t id =
+        ids64 ? static_cast<const int64_t*>(ids)[off] : static_cast<const int32_t*>(ids)[off];
+    if (id >= 0 && id < E) atomicAdd(&cnt[id], 1);
+  }
+  __syncthreads();
+  // Each thread owns a run of experts [e0, e1): local sums, one block scan, then the run.
+  const int per = (E + kSortThreads - 1) / kSortThreads;
+  const int e0 = min(E, static_cast<int>(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int c_sum = 0, a_sum = 0;
+  for (int e = e0; e < e1; ++e) c_sum += cnt[e], a_sum += cnt[e] > 0;
+  int c_before = block_exclusive_scan(c_sum, warp_sums, &total);
+  const int c_total = total;
+  int a_before = block_exclusive_scan(a_sum, warp_sums, &total);
+  const int a_total = total;
+  for (int e = e0; e < e1; ++e) {
+    L.offsets[e] = c_before;
+    if (cnt[e] > 0) L.active[a_before++] = e;
+    const int c = cnt[e];
+    cnt[e] = c_before;  // fill cursor
+    c_before += c;
+  }
+  if (threadIdx.x == 0) {
+    L.offsets[E] = c_total;
+    *L.n_active = a_total;
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += kSortThreads) {
+    const int64_t off = static_cast<int64_t>(p / K) * ids_s0 + static_cast<int64_t>(p % K) * ids_s1;
+    const int64_t id =
+        ids64 ? static_cast<const int64_t*>(ids)[off] : static_cast<const int32_t*>(ids)[off];
+    int pos = -1;
+    if (id >= 0 && id < E) {
+      pos = atomicAdd(&cnt[id], 1);
+      L.pair_of_pos[pos] = p;
+    }
+    L.pos_of_pair[p] = pos;
+  }
+}
+
+constexpr int kExpWarps = 4, kExpTokens = 8;
+
+// Elements per 16-byte load of T.
+template <class T>
+constexpr int vec_of() {
+  return 16 / static_cast<int>(sizeof(T));
+}
+
+// dot[k] += Σ_{d in lane's chunks} w[d]·xf[pairs k, d] for up to kExpTokens pairs; w one row.
+// xrow[k]: f32 row of pair k's token (packed [T, D] workspace), null for absent pairs.
+template <class Tw, bool kVec, int kN>
+__device__ __forceinline__ void row_dot(const Tw* __restrict__ w, const float* const* xrow, int D,
+                                        float (&dot)[kN][kExpTokens], const Tw* const* rows,
+                                        int lane) {
+  constexpr int V = kVec ? vec_of<Tw>() : 1;
+  for (int d = lane * V; d < D; d += 32 * V) {
+    float wv[kN][V];
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      if constexpr (kVec) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
+        const Tw* e = reinterpret_cast<const Tw*>(&raw);
+#pragma unroll
+        for (int k = 0; k < V; ++k) wv[n][k] = to_f32(e[k]);
+      } else {
+        wv[n][0] = to_f32(rows[n][d]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      if (!xrow[k]) continue;
+      if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
+#pragma unroll
+        for (int q = 0; q < V; q += 4) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(xrow[k] + d + q));
+#pragma unroll
+          for (int n = 0; n < kN; ++n)
+            dot[n][k] +=
+                wv[n][q] * xv.x + wv[n][q + 1] * xv.y + wv[n][q + 2] * xv.z + wv[n][q + 3] * xv.w;
+        }
+      } else {
+        const float xv = xrow[k][d];
+#pragma unroll
+        for (int n = 0; n < kN; ++n) dot[n][k] += wv[n][0] * xv;
+      }
+    }
+  }
+  (void)w;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+// h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
+template <class Tw, bool kVec>
+__global__ void __launch_bounds__(kExpWarps * 32)
+    moe_gate_up_kernel(const float* __restrict__ xf,                             // [T, Dm] f32
+                       const Tw* __restrict__ gu, int64_t gu_s0, int64_t gu_s1,  // [E, R, Dm]
+                       SortLayout L, int K, int Dm, int I, bool swiglu,
+                       float* __restrict__ h) {  // [P, I]
+  const int a = blockIdx.y;
+  if (a >= *L.n_active) return;
+  const int lane = threadIdx.x % 32;
+  const int i = blockIdx.x * kExpWarps + threadIdx.x / 32;
+  if (i >= I) return;
+  const int e = L.active[a], p0 = L.offsets[e], p1 = L.offsets[e + 1];
+  const Tw* base = gu + static_cast<int64_t>(e) * gu_s0;
+  const Tw* rows[2] = {base + static_cast<int64_t>(swiglu ? I + i : i) * gu_s1,
+                       base + static_cast<int64_t>(i) * gu_s1};  // up, gate
+  for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const float* xrow[kExpTokens];
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k)
+      xrow[k] = q0 + k < p1 ? xf + static_cast<int64_t>(L.pair_of_pos[q0 + k] / K) * Dm : nullptr;
+    float dot[2][kExpTokens] = {};
+    if (swiglu)
+      row_dot<Tw, kVec, 2>(base, xrow, Dm, dot, rows, lane);
+    else {
+      float d1[1][kExpTokens] = {};
+      row_dot<Tw, kVec, 1>(base, xrow, Dm, d1, rows, lane);
+#pragma unroll
+      for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
+    }
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      const float u = warp_sum(dot[0][k]);
+      const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
+      if (lane == 0 && q0 + k < p1) {
+        float v;
+        if (swiglu) {
+          v = g / (1.0f + expf(-g)) * u;
+        } else {
+          const float r = fmaxf(u, 0.0f);
+          v = r * r;
+        }
+        h[static_cast<int64_t>(q0 + k) * I + i] = v;
+      }
+    }
+  }
+}
+
+// y[pos, d] = down[e, d, :]·h[pos, :], one warp per d, pairs 8 at a time.
+template <class Tw, bool kVec>
+__global__ void __launch_bounds__(kExpWarps * 32)
+    moe_down_kernel(const float* __restrict__ h,                              // [P, I]
+                    const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
+                    SortLayout L, int Dm, int I, float* __restrict__ y) {     // [P, Dm]
+  const int a = blockIdx.y;
+  if (a >= *L.n_active) return;
+  const int lane = threadIdx.x % 32;
+  const int d = blockIdx.x * kExpWarps + threadIdx.x / 32;
+  if (d >= Dm) return;
+  const int e = L.active[a], p0 = L.offsets[e], p1 = L.offsets[e + 1];
+  const Tw* rows[1] = {dn + static_cast<int64_t>(e) * dn_s0 + static_cast<int64_t>(d) * dn_s1};
+  for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const float* hrow[kExpTokens];
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k)
+      hrow[k] = q0 + k < p1 ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
+    float dot[1][kExpTokens] = {};
+    row_dot<Tw, kVec, 1>(rows[0], hrow, I, dot, rows, lane);
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      const float v = warp_sum(dot[0][k]);
+      if (lane == 0 && q0 + k < p1) y[static_cast<int64_t>(q0 + k) * Dm + d] = v;
+    }
+  }
+}
+
+// out[t, d] = (out[t, d] if accumulate) + Σ_j w[t, j]·y[pos(t, j), d].
+__global__ void moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ pos_of_pair,
+                                   const void* weights, DType wt, int64_t w_s0, int64_t w_s1,
+                                   void* out, DType ot, int64_t out_s0, int K, int Dm,
+                                   bool accumulate) {
+  const int t = blockIdx.x;
+  for (int d = threadIdx.x; d < Dm; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int pos = pos_of_pair[t * K + j];
+      if (pos < 0) continue;
+      acc += load_any(weights, wt, t * w_s0 + j * w_s1) * y[static_cast<int64_t>(pos) * Dm + d];
+    }
+    const int64_t o = t * out_s0 + d;
+    store_any(out, ot, o, accumulate ? load_any(out, ot, o) + acc : acc);
+  }
+}
+
+// x -> f32 rows [T, Dm] (a copy: out may alias x).
+template <class Tx>
+__global__ void moe_x_f32_kernel(const Tx* __restrict__ x, int64_t ldx, float* xf, int64_t T,
+                                 int64_t D) {
+  const int64_t n = T * D;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    xf[i] = to_f32(x[(i / D) * ldx + i % D]);
+}
+
+Reason moe_experts_supports(const MoeExperts& a) {
+  const int64_t T = a.x.size(0), K = a.ids.size(1), E = a.down.size(0);
+  if (E > kMaxExperts) return str("E=", E, " above ", kMaxExperts, " (shared-memory counts)");
+  if (T * K > (int64_t{1} << 30)) return std::string("T·k above 2^30");
+  if (a.x.size(1) > (int64_t{1} << 30) || a.down.size(2) > (int64_t{1} << 30))
+    return std::string("Dm or I above 2^30");
+  return {};
+}
+
+bool vec_ok(const Tensor& w) {
+  const size_t es = dtype_size(w.dtype());
+  return reinterpret_cast<uintptr_t>(w.data()) % 16 == 0 && (w.stride(0) * es) % 16 == 0 &&
+         (w.stride(1) * es) % 16 == 0 && (w.size(2) * es) % 16 == 0;
+}
+
+void moe_experts_run(const MoeExperts& a, Context& ctx) {
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
+  const int64_t K = a.ids.size(1), P = T * K;
+  if (T == 0 || Dm == 0) return;
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  const cudaStream_t stream = as_stream(ctx.stream());
+
+  // Workspace: xf [T, Dm] f32 | h [P, I] f32 | y [P, Dm] f32 | sort state (int32).
+  const size_t xf_b = align_up(static_cast<size_t>(T * Dm) * 4, 256);
+  const size_t h_b = align_up(static_cast<size_t>(P * std::max<int64_t>(I, 1)) * 4, 256);
+  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
+  const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
+  char* ws = static_cast<char*>(ctx.workspace(xf_b + h_b + y_b + s_b));
+  auto* xf = reinterpret_cast<float*>(ws);
+  auto* h = reinterpret_cast<float*>(ws + xf_b);
+  auto* y = reinterpret_cast<float*>(ws + xf_b + h_b);
+  int* si = reinterpret_cast<int*>(ws + xf_b + h_b + y_b);
+  SortLayout L{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
+
+  // x -> f32 [T, Dm]: inside the sort kernel when small (decode), else its own kernel.
+  const bool x_in_sort = T * Dm <= 65536;
+  if (!x_in_sort) {
+    dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
+      using Tx = decltype(tx);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+      moe_x_f32_kernel<Tx>
+          <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  }
+  const size_t sort_smem = static_cast<size_t>(E) * 4;
+  if (sort_smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+        moe_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sort_smem)));
+  moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
+      a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
+      static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
+      x_in_sort ? a.x.data() : nullptr, a.x.dtype(), a.x.stride(0), xf, static_cast<int>(Dm));
+  HYBRID_CUDA_CHECK_LAUNCH();
+
+  const auto routed = static_cast<unsigned>(std::min(E, P));  // upper bound of routed experts
+  if (I > 0) {
+    dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
+      using Tw = decltype(tw);
+      const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps), routed);
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, kExpWarps * 32, 0, stream>>>(
+            xf, a.gate_up.data_as<const Tw>(), a.gate_up.stride(0), a.gate_up.stride(1), L,
+            static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I), swiglu, h);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      if (vec_ok(a.gate_up))
+        launch(moe_gate_up_kernel<Tw, true>);
+      else
+        launch(moe_gate_up_kernel<Tw, false>);
+    });
+  }
+  dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
+    using Tw = decltype(tw);
+    const dim3 grid(static_cast<unsigned>((Dm + kExpWarps - 1) / kExpWarps), routed);
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kExpWarps * 32, 0, stream>>>(h, a.down.data_as<const Tw>(), a.down.stride(0),
+                                                  a.down.stride(1), L, static_cast<int>(Dm),
+                                                  static_cast<int>(I), y);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (vec_ok(a.down))
+      launch(moe_down_kernel<Tw, true>);
+    else
+      launch(moe_down_kernel<Tw, false>);
+  });
+  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(
+      y, L.pos_of_pair, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
+      a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0), static_cast<int>(K),
+      static_cast<int>(Dm), a.accumulate);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void register_moe(Registry& r) {
+  r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
+  r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports, moe_experts_run);
+}
 
 }  // namespace hybrid::cuda

@@ -64,6 +64,20 @@ struct LinearCase : Case {
   double flops(const Slots&) const override { return 2.0 * T * in * out; }
 };
 
+// Perf only (hybrid-ops perf -b cuda): bf16 x, W, y, no bias.
+struct LinearPerfCase : LinearCase {
+  LinearPerfCase(int64_t T, int64_t in, int64_t out)
+      : LinearCase(T, in, out, DType::bf16, DType::bf16, DType::bf16, std::nullopt, false) {}
+  std::string params() const override { return LinearCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {  // uniform: cheap to draw at T = 4096
+    fill_uniform(s.input("x", xdt, {T, in}), rng, -1, 1);
+    fill_uniform(s.input("weight", wdt, {out, in}), rng, -w_range(), w_range());
+    s.output("y", ydt, {T, out});
+  }
+  void oracle(const Slots&, Expected&) override { fail("[linear perf case] has no oracle"); }
+};
+
 }  // namespace
 
 void add_linear_cases(CaseList& cases) {
@@ -89,6 +103,8 @@ void add_linear_cases(CaseList& cases) {
   // Strided rows of x, W and y (views into packed projections).
   add(5, 2048, 257, bf16, bf16, bf16, f32, true);
   add(33, 96, 7, f32, f16, f16, std::nullopt, true);
+  // Perf only: decode GEMV and a prefill GEMM of a 2048 -> 4096 projection.
+  for (int64_t T : {1, 4096}) cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096));
 }
 
 }  // namespace hybrid::test

@@ -275,6 +275,33 @@ struct MoeExpertsCase : Case {
   }
 };
 
+// Perf only (hybrid-ops perf -b cuda).
+struct MoeRoutePerfCase : MoeRouteCase {
+  using MoeRouteCase::MoeRouteCase;
+  std::string params() const override { return MoeRouteCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  void oracle(const Slots&, Expected&) override { fail("[moe_route perf case] has no oracle"); }
+};
+
+// Perf only: bytes() counts only the routed experts' weights (each distinct id once), the
+// traffic a decode step cannot avoid.
+struct MoeExpertsPerfCase : MoeExpertsCase {
+  using MoeExpertsCase::MoeExpertsCase;
+  std::string params() const override { return MoeExpertsCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  void oracle(const Slots&, Expected&) override { fail("[moe_experts perf case] has no oracle"); }
+  double bytes(const Slots& s) const override {
+    std::vector<bool> used(p.E, false);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p.T * p.K; ++i) {
+      const auto e = static_cast<int64_t>(s["ids"].get(i));
+      if (!used[e]) used[e] = true, ++n;
+    }
+    return static_cast<double>(n) * static_cast<double>((rows() + p.I) * p.Dm) *
+           static_cast<double>(dtype_size(p.wdt));
+  }
+};
+
 void route(CaseList& cases, RouteConfig p) {
   cases.push_back(std::make_unique<MoeRouteCase>(p));
 }
@@ -326,6 +353,18 @@ void add_moe_cases(CaseList& cases) {
   // Non-gated relu² experts (Nemotron-H).
   experts(cases, {7, 8, 2, 96, 33, f32, f32, MoeActivation::relu2});
   experts(cases, {3, 64, 6, 256, 80, bf16, bf16, MoeActivation::relu2, DType::i32, false, true});
+
+  // CUDA paths: x converted by its own kernel (T·Dm > 65536); E = 1024 (route's shared memory
+  // above 48 KiB).
+  experts(cases, {40, 8, 2, 2048, 32, bf16, bf16});
+  route(cases, {3, 1024, 8, f32});
+
+  // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
+  // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8.
+  cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));
+  for (int64_t T : {1, 8})
+    cases.push_back(
+        std::make_unique<MoeExpertsPerfCase>(ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}));
 }
 
 }  // namespace hybrid::test

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "hybrid/ops/quant.h"
 #include "ops/cases.h"
@@ -349,6 +350,23 @@ struct QuantRoundTripCase : Case {
   }
 };
 
+// Perf only (hybrid-ops perf -b cuda): a 4-bit g64 bf16 GEMV at batch 1; bytes = the quantized
+// weight's bytes (packed codes, scales, biases), the traffic that bounds it.
+struct LinearQPerfCase : LinearQCase {
+  LinearQPerfCase(int64_t T, int64_t in, int64_t out)
+      : LinearQCase(T, in, out, 4, 64, DType::bf16, DType::bf16, DType::bf16, std::nullopt, false) {
+  }
+  std::string params() const override { return LinearQCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  void oracle(const Slots&, Expected&) override { fail("[linear_q perf case] has no oracle"); }
+  double bytes(const Slots& s) const override {
+    double b = 0;
+    for (const char* n : {"weight", "scales", "biases"})
+      b += static_cast<double>(s[n].numel()) * dtype_size(s[n].dtype);
+    return b;
+  }
+};
+
 }  // namespace
 
 void add_quant_cases(CaseList& cases) {
@@ -391,6 +409,13 @@ void add_quant_cases(CaseList& cases) {
   lq(1, 96, 7, 8, 32, bf16, bf16, bf16, bf16, false);
   lq(65, 256, 7, 8, 128, f16, f16, f16, std::nullopt, false);
   lq(5, 2048, 257, 4, 64, bf16, bf16, bf16, f32, true);
+  // CUDA GEMV token templates 2 and 8 with 16-byte chunks.
+  lq(2, 512, 33, 8, 32, f16, f16, f32, f16, false);
+  lq(8, 256, 65, 4, 64, bf16, bf16, bf16, std::nullopt, false);
+
+  // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
+    cases.push_back(std::make_unique<LinearQPerfCase>(1, in, out));
 
   // quantize -> dequantize round trip.
   for (int bits : {4, 8})
