@@ -690,6 +690,230 @@ size_t scan_output_smem(int P, int N, int Q) {
          (2 * kTile * (N + 1) + kTile * std::max(P, kTile) + kTile * (kTile + 1) + 2 * Q);
 }
 
+// ---- chunked scan, tiled variant (P = 64, N % 64 == 0) ---------------------------------------
+// The same decomposition as above, with every product done as a 64 × 64 output tile per block
+// (256 threads, a 4 × 4 register micro-tile each, k staged 32 at a time in shared memory), and
+// C·Bᵀ computed once per (chunk, group) instead of once per head:
+//   scan_dt        grid (chunk, h), one warp: dt', cs into the workspace
+//   scan_cb        grid (chunk, g, (Q/64)² tiles, lower half): CB[c,g,i,j] = C_i·B_j   (f32, ws)
+//   scan_state_t   grid (chunk, h, N/64): Sc[p, n-tile] = Σ_j (w_j·x_j[p])·B_j[n]
+//   scan_state_pass (shared with the general path)
+//   scan_out_t     grid (chunk, h, Q/64): y rows i-tile × P = exp(cs_i)·C_i·S_enterᵀ +
+//                  Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j   (+ D·x, gate)
+// FLOPs per token and head: 2·P·N (state) + 2·P·N (inter) + ≈ Q·P (intra) + per group Q·N (CB);
+// FMA-bound on CUDA cores (each staged element feeds 64 FMAs; 2 LDS.128 per 16 FMAs).
+constexpr int kFT = 64;   // output tile edge
+constexpr int kFK = 32;   // k per shared-memory stage
+constexpr int kFLd = 68;  // padded row (floats; 16-byte aligned rows, 4-way conflicts on stores)
+
+struct FTile {
+  __align__(16) float a[kFK][kFLd];  // a[k][row]
+  __align__(16) float b[kFK][kFLd];  // b[k][col]
+};
+
+// acc[r][c] += Σ_k a[k][ty·4 + r] · b[k][tx·4 + c]
+__device__ __forceinline__ void tile_fma(const FTile& s, float (&acc)[4][4], int tx, int ty) {
+#pragma unroll 8
+  for (int k = 0; k < kFK; ++k) {
+    const float4 a = *reinterpret_cast<const float4*>(&s.a[k][ty * 4]);
+    const float4 b = *reinterpret_cast<const float4*>(&s.b[k][tx * 4]);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][c] += av[r] * bv[c];
+  }
+}
+
+// dst[kk][cc] = f(kk, cc) for kk < 32, cc < 64. k_fast: consecutive threads take consecutive kk
+// (the source is contiguous along k), else consecutive cc.
+template <class F>
+__device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
+  for (int e = threadIdx.x; e < kFK * kFT; e += kScanThreads) {
+    const int kk = k_fast ? e % kFK : e / kFT;
+    const int cc = k_fast ? e / kFK : e % kFT;
+    dst[kk][cc] = f(kk, cc);
+  }
+}
+
+// Grid (max_chunks, H), 32 threads: dt'_j and cs_j = Σ_{k≤j} dt'_k·A for j < L.
+__global__ void __launch_bounds__(32) scan_dt_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, per = Q / 32, j0 = lane * per;
+  const float A = in.A(h);
+  float v[8];
+  float run = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = j0 + k;
+    v[k] = (k < per && j < loc.L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+  }
+  float cs[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    run += v[k] * A;
+    cs[k] = run;
+  }
+  float incl = run;
+  for (int o = 1; o < 32; o <<= 1) {
+    const float u = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += u;
+  }
+  const float before = incl - run;
+  const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = j0 + k;
+    if (k < per && j < loc.L) {
+      p.dts[row + j] = v[k];
+      p.css[row + j] = cs[k] + before;
+    }
+  }
+}
+
+// Grid (max_chunks, G, (Q/64)²): tile (ti, tj) of CB[c, g] = C·Bᵀ over the chunk, tj ≤ ti.
+// FLOPs 2·64·64·N per tile.
+__global__ void __launch_bounds__(kScanThreads) scan_cb_kernel(const ScanParams p, float* CB) {
+  const int c = blockIdx.x, g = blockIdx.y, nt = p.Q / kFT;
+  const int ti = blockIdx.z / nt, tj = blockIdx.z % nt;
+  ChunkLoc loc;
+  if (tj > ti || !locate(p, c, loc) || loc.slot < 0 || ti * kFT >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int i0 = ti * kFT, j0 = tj * kFT, L = loc.L, Q = p.Q;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  __shared__ FTile s;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < in.N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii;
+      return i < L ? ldf(in.C.p, in.C.dt, (loc.t0 + i) * in.C.s0 + g * in.C.s1 + k0 + kk) : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int jj) {
+      const int j = j0 + jj;
+      return j < L ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + k0 + kk) : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  float* out = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    *reinterpret_cast<float4*>(out + (i0 + ty * 4 + r) * Q + j0 + tx * 4) =
+        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+}
+
+// Grid (max_chunks, H, N/64): Sc[p, n0 + ·] = Σ_j (exp(cs_last - cs_j)·dt'_j·x_j[p])·B_j[n].
+// P = 64. FLOPs 2·L·64·64 per block.
+__global__ void __launch_bounds__(kScanThreads) scan_state_t_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, n0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float w[256];
+  const float cs_last = p.css[row * Q + L - 1];
+  for (int j = threadIdx.x; j < L; j += kScanThreads)
+    w[j] = expf(cs_last - p.css[row * Q + j]) * p.dts[row * Q + j];
+  float acc[4][4] = {};
+  for (int j0 = 0; j0 < L; j0 += kFK) {
+    __syncthreads();  // w is written / the previous stage is consumed
+    stage(s.a, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < L ? w[j] * in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int nn) {
+      const int j = j0 + kk;
+      return j < L ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n0 + nn) : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  float* Sc = p.Sws + row * kFT * N;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    *reinterpret_cast<float4*>(Sc + (ty * 4 + r) * N + n0 + tx * 4) =
+        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+}
+
+// Grid (max_chunks, H, Q/64): rows [i0, i0 + 64) of the chunk × all 64 p. FLOPs per block
+// 2·64·64·N (inter) + 2·64·64·(i0 + 64) (intra).
+__global__ void __launch_bounds__(kScanThreads)
+    scan_out_t_kernel(const ScanParams p, const float* CB) {
+  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int rows = min(kFT, L - i0), jmax = i0 + rows;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
+      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
+    return;
+  }
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float cs_s[256], dt_s[256];
+  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  float acc[4][4] = {};
+  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
+  const float* Se = p.Sws + row * kFT * N;
+  for (int k0 = 0; k0 < N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      return ii < rows ? ldf(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                       : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int ii = ty * 4 + r;
+    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[r][q] *= d;
+  }
+  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
+  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  for (int j0 = 0; j0 < jmax; j0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii, j = j0 + kk;
+      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  const float D_h = in.D_skip(h);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int ii = ty * 4 + r;
+    if (ii >= rows) continue;
+    const int64_t t = loc.t0 + i0 + ii;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int pp = tx * 4 + q;
+      in.store_y(t, h, pp, in.finish(acc[r][q], D_h, in.x_at(t, h, pp), t, h, pp));
+    }
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 template <class Body>
@@ -875,6 +1099,62 @@ void scan_cuda(const SsmChunkScan& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+Reason scan_tiled_supports(const SsmChunkScan& a) {
+  const int64_t P = a.x.size(2), N = a.B.size(2);
+  if (P != 64) return str("P=", P, ": the tiled scan is built for P = 64");
+  if (N % 64 != 0 || N > kMaxDim) return str("N=", N, ": the tiled scan needs N % 64 == 0, <= 256");
+  return {};
+}
+
+void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
+  const int64_t G = a.B.size(1), seqs = a.state_slots.size(0), Q = a.chunk_size;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  // One workspace: chunk_off | dt' | cs | Sc / S_enter | CB [max_chunks, G, Q, Q].
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t s_b = align_up(sizeof(float) * max_chunks * H * P * N);
+  const size_t cb_b = align_up(sizeof(float) * max_chunks * G * Q * Q);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + cb_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
+  float* CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  const unsigned nt = static_cast<unsigned>(Q / kFT);
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_cb_kernel<<<dim3(mc, static_cast<unsigned>(G), nt * nt), kScanThreads, 0, stream>>>(p, CB);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_state_t_kernel<<<dim3(mc, hh, static_cast<unsigned>(N / kFT)), kScanThreads, 0, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const dim3 pass_grid(static_cast<unsigned>((P * N + kScanThreads - 1) / kScanThreads), hh,
+                       static_cast<unsigned>(seqs));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  scan_out_t_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void register_ssm(Registry& r) {
@@ -882,6 +1162,8 @@ void register_ssm(Registry& r) {
   r.add<SsmStepRecord>("ssm_step_record.cuda", DeviceType::cuda, 0, record_supports, record_cuda);
   r.add<SsmReplay>("ssm_replay.cuda", DeviceType::cuda, 0, replay_supports, replay_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda", DeviceType::cuda, 0, scan_supports, scan_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled", DeviceType::cuda, 1, scan_tiled_supports,
+                      scan_tiled_cuda);
 }
 
 }  // namespace hybrid::cuda
