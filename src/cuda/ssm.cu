@@ -278,10 +278,35 @@ __device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int
   }
 }
 
+// Padding sequence of ssm_step / ssm_step_record: y = 0, identity tape entries (dA = 1,
+// dBx = 0) and a zero state_out row; the pool is untouched.
+template <Mode mode, int NC, bool VEC>
+__device__ void pad_outputs(const RecParams& p, int seq, int bos, int eos, int h, int row0,
+                            int lane) {
+  const SsmIn& in = p.in;
+  const int P = p.P, N = p.N;
+  float zero[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
+  for (int t = bos; t < eos; ++t) {
+    if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, 0.0f);
+    if constexpr (mode == Mode::record) {
+      if (blockIdx.x == 0 && threadIdx.x == 0)
+        stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, 1.0f);
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        if (row0 + r < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, row0 + r, lane, N, zero);
+    }
+  }
+  if constexpr (mode == Mode::record)
+    if (p.state_out.p)
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, zero);
+}
+
 // One (P-slice, h, sequence): ssm_step (Mode::step), ssm_step_record, ssm_replay.
 // St = pool element type; the lane owns columns col(lane, c), c < NC, of kRowsPerWarp rows.
-template <int NC, bool VEC, class St>
-__global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p, const Mode mode) {
+template <Mode mode, int NC, bool VEC, class St>
+__global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p) {
   const int seq = blockIdx.z, h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;  // this warp's first row p
@@ -292,29 +317,12 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p,
   const SsmIn& in = p.in;
 
   if (slot < 0) {  // padding: y = 0, identity tape, zero state_out, pool untouched
-    if (mode == Mode::replay) return;
-    float zero[NC];
-#pragma unroll
-    for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
-    for (int t = bos; t < eos; ++t) {
-      if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, 0.0f);
-      if (mode == Mode::record) {
-        if (blockIdx.x == 0 && threadIdx.x == 0)
-          stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, 1.0f);
-        for (int r = 0; r < kRowsPerWarp; ++r)
-          if (row0 + r < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, row0 + r, lane, N, zero);
-      }
-    }
-    if (mode == Mode::record && p.state_out.p)
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, zero);
+    if constexpr (mode != Mode::replay) pad_outputs<mode, NC, VEC>(p, seq, bos, eos, h, row0, lane);
     return;
   }
 
-  int end = eos;
-  if (mode == Mode::replay) {
-    end = bos + p.num_steps[seq];
-    if (end == bos) return;  // k = 0: the snapshot stays as it is
+  if constexpr (mode == Mode::replay) {
+    if (p.num_steps[seq] == 0) return;  // k = 0: the snapshot stays as it is
   }
 
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
@@ -329,7 +337,8 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p,
     }
   }
 
-  if (mode == Mode::replay) {
+  if constexpr (mode == Mode::replay) {
+    const int end = bos + p.num_steps[seq];
     for (int t = bos; t < end; ++t) {
       if (p.mask && !flag_at(p.mask, p.mask_dt, t)) continue;
       const float dA = ldf(p.dA_log.p, p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1);
@@ -359,8 +368,9 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p,
         Bv[c] = n < N ? ldf(in.B.p, in.B.dt, b_base + n) : 0.0f;
         Cv[c] = n < N ? ldf(in.C.p, in.C.dt, c_base + n) : 0.0f;
       }
-      if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0)
-        stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, dA);
+      if constexpr (mode == Mode::record)
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+          stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, dA);
       float my_y = 0.0f;  // lane r keeps row r's y
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -377,23 +387,23 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p,
         }
         acc = warp_sum(acc);
         if (lane == r) my_y = in.finish(acc, D_h, xv, t, h, prow < P ? prow : 0);
-        if (mode == Mode::record && prow < P)
-          store_row_rt<NC, VEC>(p.dBx_log, t, h, prow, lane, N, dBx);
+        if constexpr (mode == Mode::record)
+          if (prow < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, prow, lane, N, dBx);
       }
       if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, my_y);
     }
   }
 
-  if (mode == Mode::record) {
+  if constexpr (mode == Mode::record) {
     if (p.state_out.p)
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r)
         if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, s[r]);
-    return;
-  }
+  } else {  // step, replay: the pool row in place
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-    if (row0 + r < P) store_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      if (row0 + r < P) store_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
+  }
 }
 
 // ---- chunked scan kernels ----------------------------------------------------------------------
@@ -966,14 +976,15 @@ void dispatch_nc(int64_t N, bool vec, Body&& body) {
     body(std::integral_constant<int, 8>{}, std::false_type{});
 }
 
-void launch_rec(const RecParams& p, Mode mode, const Tensor& state, int64_t seqs, Context& ctx) {
+template <Mode mode>
+void launch_rec(const RecParams& p, const Tensor& state, int64_t seqs, Context& ctx) {
   if (seqs == 0) return;
   const dim3 grid(static_cast<unsigned>((p.P + kRows - 1) / kRows), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(seqs));
   dispatch_nc(p.N, rows_aligned(state), [&](auto nc, auto vec) {
     dispatch_state(state.dtype(), [&](auto ts) {
-      ssm_rec_kernel<decltype(nc)::value, decltype(vec)::value, decltype(ts)>
-          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(p, mode);
+      ssm_rec_kernel<mode, decltype(nc)::value, decltype(vec)::value, decltype(ts)>
+          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
@@ -998,7 +1009,7 @@ void step_cuda(const SsmStep& a, Context& ctx) {
                 a.dt_max);
   set_pool(p, a.state);
   p.slots = a.state_slots.data_as<const int>();
-  launch_rec(p, Mode::step, a.state, a.state_slots.size(0), ctx);
+  launch_rec<Mode::step>(p, a.state, a.state_slots.size(0), ctx);
 }
 
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
@@ -1018,7 +1029,7 @@ void record_cuda(const SsmStepRecord& a, Context& ctx) {
   p.dA_log = arg(a.dA_log);
   p.dBx_log = arg(a.dBx_log);
   p.state_out = arg(a.state_out);
-  launch_rec(p, Mode::record, a.state, a.state_slots.size(0), ctx);
+  launch_rec<Mode::record>(p, a.state, a.state_slots.size(0), ctx);
 }
 
 Reason replay_supports(const SsmReplay& a) {
@@ -1035,7 +1046,7 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
   if (a.mask.defined()) p.mask = a.mask.data(), p.mask_dt = a.mask.dtype();
   p.dA_log = arg(a.dA_log);
   p.dBx_log = arg(a.dBx_log);
-  launch_rec(p, Mode::replay, a.state, a.state_slots.size(0), ctx);
+  launch_rec<Mode::replay>(p, a.state, a.state_slots.size(0), ctx);
 }
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
