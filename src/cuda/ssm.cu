@@ -924,6 +924,116 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// ---- output tile on tensor cores (y bf16) ---------------------------------------------------
+// scan_out_t with both products as bf16 mma.sync m16n8k16 (f32 accumulate), from the same
+// f32 shared-memory stages (rounded to bf16 when the fragments are built). 8 warps: warp w owns
+// rows (w % 4)·16 .. +16 and columns (w / 4)·32 .. +32 of the 64 × 64 tile (4 n-blocks of 8).
+// Accumulator layout (PTX m16n8k16, f32 C/D): element e of n-block nb is row lane/4 (+8 for
+// e ≥ 2), column nb·8 + (lane % 4)·2 + (e & 1). Used only when y is bf16: C·S_enter and the
+// decay-masked C·Bᵀ are rounded to bf16 (as mamba_ssm's Triton kernel does), which the bf16
+// tolerance of y absorbs; the states (chunk_states, pool) stay f32 CUDA-core sums.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// acc[nb][e] += Σ_k a[k][row]·b[k][col] over the stage's 32 k, bf16 inputs.
+__device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int warp, int lane) {
+  const int r0 = (warp % 4) * 16 + lane / 4, c0 = (warp / 4) * 32 + lane / 4;
+  const int kq = (lane % 4) * 2;
+#pragma unroll
+  for (int k16 = 0; k16 < kFK; k16 += 16) {
+    const int k = k16 + kq;
+    const uint32_t a0 = pack_bf16(s.a[k][r0], s.a[k + 1][r0]);
+    const uint32_t a1 = pack_bf16(s.a[k][r0 + 8], s.a[k + 1][r0 + 8]);
+    const uint32_t a2 = pack_bf16(s.a[k + 8][r0], s.a[k + 9][r0]);
+    const uint32_t a3 = pack_bf16(s.a[k + 8][r0 + 8], s.a[k + 9][r0 + 8]);
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const int cc = c0 + nb * 8;
+      const uint32_t b0 = pack_bf16(s.b[k][cc], s.b[k + 1][cc]);
+      const uint32_t b1 = pack_bf16(s.b[k + 8][cc], s.b[k + 9][cc]);
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(acc[nb][0]), "+f"(acc[nb][1]), "+f"(acc[nb][2]), "+f"(acc[nb][3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+  }
+}
+
+// Grid (max_chunks, H, Q/64), as scan_out_t.
+__global__ void __launch_bounds__(kScanThreads)
+    scan_out_mma_kernel(const ScanParams p, const float* CB) {
+  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int rows = min(kFT, L - i0), jmax = i0 + rows;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
+      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
+    return;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float cs_s[256], dt_s[256];
+  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  float acc[4][4] = {};
+  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
+  const float* Se = p.Sws + row * kFT * N;
+  for (int k0 = 0; k0 < N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      return ii < rows ? ldf(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                       : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
+    __syncthreads();
+    tile_mma(s, acc, warp, lane);
+  }
+  const int r_lo = (warp % 4) * 16 + lane / 4;  // this lane's rows r_lo and r_lo + 8
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int ii = r_lo + (e >= 2 ? 8 : 0);
+    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) acc[nb][e] *= d;
+  }
+  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
+  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  for (int j0 = 0; j0 < jmax; j0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii, j = j0 + kk;
+      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    __syncthreads();
+    tile_mma(s, acc, warp, lane);
+  }
+  const float D_h = in.D_skip(h);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int ii = r_lo + (e >= 2 ? 8 : 0);
+    if (ii >= rows) continue;
+    const int64_t t = loc.t0 + i0 + ii;
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const int pp = (warp / 4) * 32 + nb * 8 + (lane % 4) * 2 + (e & 1);
+      in.store_y(t, h, pp, in.finish(acc[nb][e], D_h, in.x_at(t, h, pp), t, h, pp));
+    }
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 template <class Body>
@@ -1117,7 +1227,12 @@ Reason scan_tiled_supports(const SsmChunkScan& a) {
   return {};
 }
 
-void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
+Reason scan_mma_supports(const SsmChunkScan& a) {
+  if (a.y.dtype() != DType::bf16) return std::string("y must be bf16 (bf16 tensor-core products)");
+  return scan_tiled_supports(a);
+}
+
+void scan_tiled_run(const SsmChunkScan& a, Context& ctx, bool mma) {
   const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
   const int64_t G = a.B.size(1), seqs = a.state_slots.size(0), Q = a.chunk_size;
   if (seqs == 0) return;
@@ -1162,8 +1277,18 @@ void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
     scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
-  scan_out_t_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
+  if (mma)
+    scan_out_mma_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
+  else
+    scan_out_t_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
   HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_tiled_run(a, ctx, false);
+}
+void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_tiled_run(a, ctx, true);
 }
 
 }  // namespace
@@ -1175,6 +1300,8 @@ void register_ssm(Registry& r) {
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda", DeviceType::cuda, 0, scan_supports, scan_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled", DeviceType::cuda, 1, scan_tiled_supports,
                       scan_tiled_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled_mma", DeviceType::cuda, 2, scan_mma_supports,
+                      scan_mma_cuda);
 }
 
 }  // namespace hybrid::cuda
