@@ -551,6 +551,73 @@ struct PiecesCase : Case {
   }
 };
 
+// ---- benchmark shapes (perf only) -------------------------------------------------------------
+
+// The /work/shared/anchors.md shapes: bf16 activations (x, dt, B, C, y), f32 params and pool, D,
+// dt_bias, softplus, no z (the Mamba2 / Nemotron-H call). Pool of exactly `seqs` slots 0..seqs-1,
+// so the bytes (Case::bytes: inout counted twice) are the state read + written once plus the token
+// tensors. decode: ssm_step with one token for each of `seqs` sequences; otherwise ssm_chunk_scan
+// over `seqs` sequences of `len` tokens each, from zero initial states (has_initial_state absent).
+struct SsmPerfCase : Case {
+  Shape sh;
+  int64_t seqs, len, Q;
+  bool decode;
+  SsmPerfCase(Shape sh, int64_t seqs, int64_t len, int64_t Q, bool decode)
+      : sh(sh), seqs(seqs), len(len), Q(Q), decode(decode) {}
+  std::string op() const override { return decode ? "ssm_step" : "ssm_chunk_scan"; }
+  std::string params() const override {
+    return decode ? str("decode,B=", seqs, ",H=", sh.H, ",P=", sh.P, ",N=", sh.N, ",G=", sh.G,
+                        ",x=bf16,state=f32,perf")
+                  : str("prefill,", seqs, "x", len, ",Q=", Q, ",H=", sh.H, ",P=", sh.P, ",N=", sh.N,
+                        ",G=", sh.G, ",x=bf16,state=f32,perf");
+  }
+  bool perf_only() const override { return true; }
+  int64_t T() const { return decode ? seqs : seqs * len; }
+  void init(Rng& rng, Slots& s) override {
+    const int64_t T = this->T(), H = sh.H, P = sh.P, N = sh.N, G = sh.G;
+    const DType bf16 = DType::bf16;
+    fill_uniform(s.input("x", bf16, {T, H, P}), rng, -1, 1);
+    fill_uniform(s.input("dt", bf16, {T, H}), rng, -1, 1);
+    fill_uniform(s.input("B", bf16, {T, G, N}), rng, -1, 1);
+    fill_uniform(s.input("C", bf16, {T, G, N}), rng, -1, 1);
+    fill_uniform(s.input("A_log", DType::f32, {H}), rng, 0.0, 1.5);
+    fill_uniform(s.input("D", DType::f32, {H}), rng, 0.5, 1.5);
+    fill_uniform(s.input("dt_bias", DType::f32, {H}), rng, -6.0, -2.5);
+    std::vector<double> slots(seqs), cu(seqs + 1);
+    for (int64_t n = 0; n < seqs; ++n) slots[n] = static_cast<double>(n);
+    for (int64_t n = 0; n <= seqs; ++n) cu[n] = static_cast<double>(n * len);
+    fill_values(s.input("state_slots", DType::i32, {seqs}), slots);
+    if (!decode) fill_values(s.input("cu_seqlens", DType::i32, {seqs + 1}), cu);
+    fill_uniform(s.inout("state", DType::f32, {seqs, H, P, N}), rng, -0.1, 0.1);
+    s.output("y", bf16, {T, H, P});
+  }
+  void run(const Views& v, Context& ctx) override {
+    Opts o;
+    if (decode) {
+      SsmStep a;
+      set_inputs(a, v, o);
+      a.state = v.at("state"), a.state_slots = v.at("state_slots"), a.y = v.at("y");
+      ssm_step(a, ctx);
+    } else {
+      SsmChunkScan a;
+      set_inputs(a, v, o);
+      a.cu_seqlens = v.at("cu_seqlens"), a.state_slots = v.at("state_slots");
+      a.state = v.at("state"), a.y = v.at("y");
+      a.chunk_size = Q;
+      ssm_chunk_scan(a, ctx);
+    }
+  }
+  // Chunked scan: 2·P·N (chunk state) + 2·P·N (inter) + (Q + 1)·(N + P) (intra, causal half)
+  // per token and head, the SSD work of mamba_chunk_scan_combined (CB per group counted per head).
+  double flops(const Slots&) const override {
+    if (decode) return 0.0;
+    const double PN = static_cast<double>(sh.P * sh.N);
+    return static_cast<double>(T() * sh.H) *
+           (4.0 * PN + static_cast<double>((Q + 1) * (sh.N + sh.P)));
+  }
+  void oracle(const Slots&, Expected&) override { fail("[ssm perf case] has no oracle"); }
+};
+
 }  // namespace
 
 void add_ssm_cases(CaseList& cases) {
@@ -573,6 +640,14 @@ void add_ssm_cases(CaseList& cases) {
   f16.act = DType::f16;
   f16.limit = true;
   auto add = [&](auto* c) { cases.emplace_back(c); };
+
+  // Perf only (anchors.md): decode at B 1 / 64 / 256, chunked prefill at 1 x 16384 and 8 x 4096
+  // with chunk 256 (the anchors' mamba_ssm setting) for Mamba2-2.7B and Nemotron-H-8B heads.
+  for (int64_t B : {1, 64, 256}) add(new SsmPerfCase(mamba2, B, 1, 0, true));
+  for (const Shape& sh : {mamba2, nemotron}) {
+    add(new SsmPerfCase(sh, 1, 16384, 256, false));
+    add(new SsmPerfCase(sh, 8, 4096, 256, false));
+  }
 
   // ssm_step: real shapes (batches with padding slots and a shuffled pool), options, odd sizes.
   add(new StepCase(mamba2, plain, {3, -1, 0, 5}, 6));
