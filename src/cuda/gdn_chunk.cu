@@ -28,8 +28,8 @@ namespace gdn_chunk {
 // One block of 1024 threads, tiles of 1024 sequences with a running carry:
 //   first_chunk[n] = Σ_{m<n} ceil(len_m / 64), first_chunk[N] = the number of chunks,
 //   first_ckpt[n] = Σ_{m<n} ⌊len_m / every⌋.
-__global__ void __launch_bounds__(1024) chunk_index_kernel(const int* cu, int N, int every,
-                                                           int* first_chunk, int* first_ckpt) {
+__global__ void __launch_bounds__(1024)
+    chunk_index_kernel(const int* cu, int N, int every, int* first_chunk, int* first_ckpt) {
   using Scan = cub::BlockScan<int, 1024>;
   __shared__ typename Scan::TempStorage tmp;
   int carry_c = 0, carry_k = 0;
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(1024) chunk_index_kernel(const int* cu, int N,
 
 void launch_chunk_index(const Params& p, Context& ctx) {
   chunk_index_kernel<<<1, 1024, 0, as_stream(ctx.stream())>>>(p.cu, p.N, p.every, p.first_chunk,
-                                                               p.first_ckpt);
+                                                              p.first_ckpt);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -95,14 +95,11 @@ void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx) {
   auto up = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t T = static_cast<size_t>(p.T), Hv = static_cast<size_t>(p.Hv);
   const size_t K = static_cast<size_t>(p.K), V = static_cast<size_t>(p.V);
-  const size_t sizes[] = {up((p.N + 1) * sizeof(int)),
-                          up(p.N * sizeof(int)),
-                          up(T * Hv * sizeof(float)),
-                          up(T * p.Hk * sizeof(float)),
-                          up(T * Hv * K * wu_elem),
-                          up(T * Hv * V * wu_elem),
-                          up(T * Hv * V * wu_elem),
-                          up(static_cast<size_t>(p.max_chunks) * Hv * V * K * h_elem)};
+  const size_t sizes[] = {
+      up((p.N + 1) * sizeof(int)), up(p.N * sizeof(int)),
+      up(T * Hv * sizeof(float)),  up(T * p.Hk * sizeof(float)),
+      up(T * Hv * K * wu_elem),    up(T * Hv * V * wu_elem),
+      up(T * Hv * V * wu_elem),    up(static_cast<size_t>(p.max_chunks) * Hv * V * K * h_elem)};
   size_t total = 0;
   for (size_t s : sizes) total += s;
   char* base = static_cast<char*>(ctx.workspace(total));
@@ -152,17 +149,20 @@ __device__ __forceinline__ ChunkPos find_chunk(const Params& p, int c) {
 // One (chunk, hv), L = chunk length, i, j in [0, L) (k̂ = k/‖k‖ with l2norm):
 //   γ_i = Σ_{s≤i} g_s;  A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j} (i > j);  T = (I + A)^{-1}
 //   W = T·diag(β e^γ)·K̂ [L, K];  U = T·diag(β)·V [L, V]
-// Shared: k̂ [64][K+1], A and T [64][65], β, γ. FLOPs per chunk ≈ 64²K (Gram) + 64³/3 (T) +
-// 64²(K+V) (W, U); bytes: k, v rows once, W, U written once (f32).
+// Shared: k̂ [64][K+1], A and T [64][65], β, γ, β e^γ, v [64][V+1] (165 KiB at K = V = 256). FLOPs
+// per chunk ≈ 64²K (Gram) + 64³/3 (T) + 64²(K+V) (W, U); bytes: k, v rows once, W, U written once
+// (f32).
 template <class In>
 __global__ void __launch_bounds__(256) wu_kernel(const Params p) {
   extern __shared__ float smem[];
   const int K = p.K, V = p.V, KP = K + 1;
-  float* ks = smem;                // [64][K+1]
-  float* A = ks + kC * KP;         // [64][65]
-  float* Tm = A + kC * (kC + 1);   // [64][65]
-  float* bet = Tm + kC * (kC + 1); // [64]
-  float* gam = bet + kC;           // [64]
+  float* ks = smem;                 // [64][K+1]
+  float* A = ks + kC * KP;          // [64][65]
+  float* Tm = A + kC * (kC + 1);    // [64][65]
+  float* bet = Tm + kC * (kC + 1);  // [64]
+  float* gam = bet + kC;            // [64]
+  float* beg = gam + kC;            // [64] β e^γ
+  float* vs = beg + kC;             // [64][V+1] v rows
   const ChunkPos ch = find_chunk(p, blockIdx.x);
   if (!ch.valid || p.slots[ch.n * p.slots_s] < 0) return;
   const int hv = blockIdx.y, hk = hv / p.ratio, L = ch.len;
@@ -182,6 +182,10 @@ __global__ void __launch_bounds__(256) wu_kernel(const Params p) {
     for (int d = lane; d < K; d += 32) ks[i * KP + d] *= inv;
     if (lane == 0 && i < L && hv % p.ratio == 0) p.rk[(int64_t)(ch.t0 + i) * p.Hk + hk] = inv;
   }
+  for (int e = threadIdx.x; e < kC * V; e += blockDim.x) {
+    const int i = e / V, d = e % V;
+    vs[i * (V + 1) + d] = i < L ? to_f32(vin[(int64_t)(ch.t0 + i) * p.v_t + hv * p.v_h + d]) : 0.0f;
+  }
   if (threadIdx.x == 0) {
     float cum = 0.0f;
     for (int i = 0; i < kC; ++i) {
@@ -194,6 +198,7 @@ __global__ void __launch_bounds__(256) wu_kernel(const Params p) {
         bet[i] = 0.0f;
       }
       gam[i] = cum;
+      beg[i] = bet[i] * expf(cum);
     }
   }
   __syncthreads();
@@ -223,23 +228,20 @@ __global__ void __launch_bounds__(256) wu_kernel(const Params p) {
   for (int e = threadIdx.x; e < L * K; e += blockDim.x) {
     const int i = e / K, d = e % K;
     float acc = 0.0f;
-    for (int j = 0; j <= i; ++j)
-      acc += Tm[i * (kC + 1) + j] * bet[j] * expf(gam[j]) * ks[j * KP + d];
+    for (int j = 0; j <= i; ++j) acc += Tm[i * (kC + 1) + j] * beg[j] * ks[j * KP + d];
     w[((int64_t)(ch.t0 + i) * p.Hv + hv) * K + d] = acc;
   }
   for (int e = threadIdx.x; e < L * V; e += blockDim.x) {
     const int i = e / V, d = e % V;
     float acc = 0.0f;
-    for (int j = 0; j <= i; ++j)
-      acc += Tm[i * (kC + 1) + j] * bet[j] *
-             to_f32(vin[(int64_t)(ch.t0 + j) * p.v_t + hv * p.v_h + d]);
+    for (int j = 0; j <= i; ++j) acc += Tm[i * (kC + 1) + j] * bet[j] * vs[j * (V + 1) + d];
     u[((int64_t)(ch.t0 + i) * p.Hv + hv) * V + d] = acc;
   }
 }
 
 // ---- 2. the state spine ----------------------------------------------------------------------
 
-constexpr int kSpineWarps = 4, kSpineRows = 4;            // rows per warp
+constexpr int kSpineWarps = 4, kSpineRows = 4;             // rows per warp
 constexpr int kSpineBlockRows = kSpineWarps * kSpineRows;  // V rows per block
 
 // One (sequence n, hv, 16 V rows); warp w owns rows r0 + w·4 .. +3, lane l columns l + 32c:
@@ -264,7 +266,8 @@ __global__ void __launch_bounds__(kSpineWarps * 32, 1) spine_kernel(const Params
       for (int j = 0; j < len / p.every; ++j)
         for (int r = 0; r < kSpineRows; ++r)
           if (r0 + r < V)
-            for (int d = lane; d < K; d += 32) ck_base[(p.first_ckpt[n] + j) * p.ck_row + r * p.ck_v + d] = 0.0f;
+            for (int d = lane; d < K; d += 32)
+              ck_base[(p.first_ckpt[n] + j) * p.ck_row + r * p.ck_v + d] = 0.0f;
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
@@ -370,9 +373,9 @@ template <class In, class Out>
 __global__ void __launch_bounds__(256) output_kernel(const Params p) {
   extern __shared__ float smem[];
   const int K = p.K, V = p.V, KP = K + 1;
-  float* qs = smem;             // [64][K+1]
-  float* hs = qs + kC * KP;     // [64][K+1]: k̂ rows, then h tiles
-  float* P = hs + kC * KP;      // [64][65]
+  float* qs = smem;                // [64][K+1]
+  float* hs = qs + kC * KP;        // [64][K+1]: k̂ rows, then h tiles
+  float* P = hs + kC * KP;         // [64][65]
   float* gam = P + kC * (kC + 1);  // [64]
   const ChunkPos ch = find_chunk(p, blockIdx.x);
   if (!ch.valid) return;
@@ -490,7 +493,9 @@ void general_cuda(const GdnChunkPrefill& a, Context& ctx) {
 }  // namespace
 
 void launch_wu(const Params& p, DType in, Context& ctx) {
-  const size_t smem = (size_t(kC) * (p.K + 1) + 2 * kC * (kC + 1) + 2 * kC) * sizeof(float);
+  const size_t smem =
+      (size_t(kC) * (p.K + 1) + 2 * kC * (kC + 1) + 3 * kC + size_t(kC) * (p.V + 1)) *
+      sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   dispatch_act(in, [&](auto tin) {
     using In = decltype(tin);
@@ -518,8 +523,8 @@ void launch_output(const Params& p, DType in, DType out, Context& ctx) {
 }  // namespace gdn_chunk
 
 void register_gdn_chunk(Registry& r) {
-  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda", DeviceType::cuda, 0,
-                         gdn_chunk::general_supports, gdn_chunk::general_cuda);
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda", DeviceType::cuda, 0, gdn_chunk::general_supports,
+                         gdn_chunk::general_cuda);
   register_gdn_chunk_tc(r);
 }
 

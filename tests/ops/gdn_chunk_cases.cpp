@@ -227,10 +227,10 @@ struct GdnChunkCase : Case {
     if (cf.every > 0) e["checkpoints"] = ckpt;
   }
 
-  // The CUDA tensor-core spine (K = V = 128, gdn_chunk_prefill.cuda_tc_spine) multiplies
-  // bf16-rounded W, S, V_new and k̂ with f32 accumulation: ~1e-3 relative per product against
-  // the CPU's f32 math, so its f32 outputs (out, state, checkpoints) get a bf16-operand bound
-  // (nmse 1e-5) instead of the f32 one. Every other case and backend keeps the default.
+  // The CUDA tensor-core variant (K = V = 128, gdn_chunk_prefill.cuda_tc) multiplies
+  // bf16-rounded k̂, q̂, v, T, W, S, P, V_new, h with f32 accumulation: ~1e-3 relative per product
+  // against the CPU's f32 math, so its f32 outputs (out, state, checkpoints) get a bf16-operand
+  // bound (nmse 1e-5) instead of the f32 one. Every other case and backend keeps the default.
   Tolerance tolerance(const Slot& out, DeviceType backend) const override {
     if (backend == DeviceType::cuda && cf.K == 128 && cf.V == 128 && out.dtype == DType::f32)
       return Tolerance{1e-5, 2e-2};
