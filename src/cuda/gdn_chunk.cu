@@ -153,7 +153,7 @@ __device__ __forceinline__ ChunkPos find_chunk(const Params& p, int c) {
 // per chunk ≈ 64²K (Gram) + 64³/3 (T) + 64²(K+V) (W, U); bytes: k, v rows once, W, U written once
 // (f32).
 template <class In>
-__global__ void __launch_bounds__(256) wu_kernel(const Params p) {
+__global__ void __launch_bounds__(256, 1) wu_kernel(const Params p) {
   extern __shared__ float smem[];
   const int K = p.K, V = p.V, KP = K + 1;
   float* ks = smem;                 // [64][K+1]
