@@ -227,13 +227,16 @@ struct GdnChunkCase : Case {
     if (cf.every > 0) e["checkpoints"] = ckpt;
   }
 
-  // The CUDA tensor-core variant (K = V = 128, gdn_chunk_prefill.cuda_tc) multiplies
-  // bf16-rounded k̂, q̂, v, T, W, S, P, V_new, h with f32 accumulation: ~1e-3 relative per product
-  // against the CPU's f32 math, so its f32 outputs (out, state, checkpoints) get a bf16-operand
-  // bound (nmse 1e-5) instead of the f32 one. Every other case and backend keeps the default.
+  // The CUDA tensor-core variant (K = V = 128, gdn_chunk_prefill.cuda_tc) multiplies bf16
+  // operands with f32 accumulation (k̂, q̂, v, T, W, S, P, V_new, h rounded to bf16), as FLA does.
+  // Rounding k̂ and q̂ alone changes the recurrence by ~5e-6 nmse; a numpy emulation of the
+  // kernels' rounding points at these cases' shapes (T = 65..1000, K = V = 128) gives nmse
+  // 0.8e-5 .. 1.4e-5 for out and 0.7e-5 .. 1.1e-5 for the final state, max error ~6e-4 of
+  // max|ref|. So its f32 outputs (out, state, checkpoints) get the bf16 bound of the CUDA
+  // backend (nmse 5e-5) instead of the f32 one; every other case and backend keeps the default.
   Tolerance tolerance(const Slot& out, DeviceType backend) const override {
     if (backend == DeviceType::cuda && cf.K == 128 && cf.V == 128 && out.dtype == DType::f32)
-      return Tolerance{1e-5, 2e-2};
+      return Tolerance{5e-5, 1e-2};
     return Case::tolerance(out, backend);
   }
 
@@ -344,6 +347,20 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.Hk = 16, c.Hv = 32, c.K = 128, c.V = 128;
     c.act = c.out = c.pool = DType::bf16;
     c.packed = true;
+    c.every = 64;
+    add(cases, c);
+  }
+  // K = V = 128 (the CUDA tensor-core variant's tile) over several chunks in a varlen batch:
+  // a padding sequence, a sequence from zeros, checkpoints every 64, a bf16 pool, GVA 2.
+  {
+    Config c;
+    c.lens = {200, 3, 130};
+    c.slots = {1, -1, 0};
+    c.has_init = {0, 1, 1};
+    c.pool_rows = 2;
+    c.Hk = 1, c.Hv = 2, c.K = 128, c.V = 128;
+    c.act = DType::bf16;
+    c.pool = DType::bf16;
     c.every = 64;
     add(cases, c);
   }
