@@ -124,16 +124,23 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
     // Ws = W rows, KT = K̂ᵀ, eg (zeros past L).
-    for (int e = tid; e < kC * kD; e += blockDim.x) {
-      const int i = e / kD, d = e % kD;
+    // 4 columns per thread and step: W rows are the workspace's (16-byte aligned float4); k
+    // rows are the caller's (scalar loads, any alignment).
+    for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
+      const int i = e / (kD / 4), d = 4 * (e % (kD / 4));
       const int64_t t = t0 + i;
-      float wv = 0.0f, kv = 0.0f;
+      float4 wv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if (i < L) {
-        wv = w[(t * p.Hv + hv) * kD + d];
-        kv = to_f32(kin[t * p.k_t + hk * p.k_h + d]) * p.rk[t * p.Hk + hk];
+        wv = *reinterpret_cast<const float4*>(w + (t * p.Hv + hv) * kD + d);
+        const float rk = p.rk[t * p.Hk + hk];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) kv[j] = to_f32(kin[t * p.k_t + hk * p.k_h + d + j]) * rk;
       }
-      Ws[i * kWP + d] = __float2bfloat16_rn(wv);
-      KT[d * kTP + i] = __float2bfloat16_rn(kv);
+      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d) = __floats2bfloat162_rn(wv.x, wv.y);
+      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d + 2) = __floats2bfloat162_rn(wv.z, wv.w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) KT[(d + j) * kTP + i] = __float2bfloat16_rn(kv[j]);
     }
     if (tid < kC)
       eg[tid] = tid < L ? expf(g_last - p.gamma[(int64_t)(t0 + tid) * p.Hv + hv]) : 0.0f;
