@@ -144,6 +144,16 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     }
     if (tid < kC)
       eg[tid] = tid < L ? expf(g_last - p.gamma[(int64_t)(t0 + tid) * p.Hv + hv]) : 0.0f;
+    // This thread's U entries (the V_new fragment positions below), loaded before the MMAs so
+    // their latency overlaps the barrier and the W·Sᵀ product.
+    float ur[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 16 * warp + g + 8 * (r / 2), v = nt * 8 + 2 * q + r % 2;
+        ur[nt][r] = i < L ? u[((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v] : 0.0f;
+      }
     __syncthreads();
 
     // V_new rows 16·warp.. : acc[nt] over v = nt·8 + 2q (+1), tokens 16·warp + g (+8).
@@ -167,7 +177,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
         float vn = 0.0f;
         if (i < L) {
           const int64_t row = ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v;
-          vn = u[row] - acc[nt][r];
+          vn = ur[nt][r] - acc[nt][r];
           vnew[row] = vn;
         }
         VT[v * kTP + i] = __float2bfloat16_rn(vn * eg[i]);
