@@ -23,7 +23,7 @@ if [ -z "${SKIP_SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
   sel=()
   if [ -n "${SANITIZE_OPS:-}" ]; then sel=(-o "$SANITIZE_OPS"); fi
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 \
+    timeout "${SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 3 \
       build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda "${sel[@]}" 2>&1 | tail -4 | tee "$LOGS/sanitizer-$tool.txt" || status=1
   done
 fi
