@@ -1,0 +1,281 @@
+// Tokenizer: ids, decodes and NFC against goldens made by Hugging Face `tokenizers` itself
+// (scripts/make_tokenizer_goldens.py -> tests/data/tokenizer/), plus special tokens, streaming
+// decode, ChatML and the errors of bad files.
+#include "hybrid/model/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "unit/expect_error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hybrid::Tokenizer;
+using json = nlohmann::json;
+
+fs::path data_dir() {
+  if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env) / "tokenizer";
+  return fs::path(__FILE__).parent_path().parent_path() / "data" / "tokenizer";
+}
+
+const json& goldens() {
+  static const json g = [] {
+    std::ifstream f(data_dir() / "goldens.json");
+    EXPECT_TRUE(f.good()) << "missing " << (data_dir() / "goldens.json");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return json::parse(ss.str());
+  }();
+  return g;
+}
+
+const Tokenizer& tokenizer(const std::string& name) {
+  static std::map<std::string, Tokenizer> cache;
+  auto it = cache.find(name);
+  if (it == cache.end())
+    it = cache.emplace(name, Tokenizer::from_file((data_dir() / (name + ".json")).string())).first;
+  return it->second;
+}
+
+std::string show(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+class TokenizerGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerGolden, EncodeEqualsHuggingFace) {
+  const json& g = goldens();
+  const json& spec = g.at("tokenizers").at(GetParam());
+  const Tokenizer& tok = tokenizer(GetParam());
+  const json& texts = g.at("texts");
+  ASSERT_GT(texts.size(), 100u);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const auto text = texts[i].get<std::string>();
+    const auto want = spec.at("ids")[i].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok.encode(text), want) << "text " << i << ": \"" << show(text) << "\"";
+  }
+}
+
+TEST_P(TokenizerGolden, DecodeEqualsHuggingFace) {
+  const json& g = goldens();
+  const json& spec = g.at("tokenizers").at(GetParam());
+  const Tokenizer& tok = tokenizer(GetParam());
+  for (size_t i = 0; i < g.at("texts").size(); ++i) {
+    const auto ids = spec.at("ids")[i].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok.decode(ids), spec.at("decoded")[i].get<std::string>()) << "text " << i;
+    EXPECT_EQ(tok.decode(ids, true), spec.at("decoded_skip_special")[i].get<std::string>())
+        << "text " << i;
+  }
+}
+
+// decode(encode(s)) == NFC(s) for the tokenizers without added tokens that swallow white space.
+TEST_P(TokenizerGolden, RoundTripIsNfc) {
+  if (GetParam().rfind("neox", 0) == 0) GTEST_SKIP() << "lstrip/rstrip and prefix space change text";
+  const Tokenizer& tok = tokenizer(GetParam());
+  for (const json& t : goldens().at("texts")) {
+    const auto text = t.get<std::string>();
+    EXPECT_EQ(tok.decode(tok.encode(text)), hybrid::nfc(text)) << show(text);
+  }
+}
+
+TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
+  const Tokenizer& tok = tokenizer(GetParam());
+  for (const json& t : goldens().at("texts")) {
+    const auto ids = tok.encode(t.get<std::string>());
+    hybrid::IncrementalDecoder dec(tok);
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string piece = dec.push(id);
+      // Every piece is complete UTF-8: repairing it changes nothing.
+      EXPECT_EQ(hybrid::nfc(piece).size() > 0 || piece.empty(), true);
+      streamed += piece;
+    }
+    streamed += dec.flush();
+    EXPECT_EQ(streamed, tok.decode(ids)) << show(t.get<std::string>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, TokenizerGolden,
+                         ::testing::Values("qwen2", "qwen2_legacy", "neox", "neox_prefix",
+                                           "tekken"));
+
+TEST(Tokenizer, NfcEqualsPython) {
+  for (const json& pair : goldens().at("nfc")) {
+    const auto in = pair[0].get<std::string>();
+    EXPECT_EQ(hybrid::nfc(in), pair[1].get<std::string>()) << show(in);
+  }
+  EXPECT_EQ(hybrid::nfc("cafe\xCC\x81"), "caf\xC3\xA9");                  // e + U+0301 -> é
+  EXPECT_EQ(hybrid::nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
+  EXPECT_EQ(hybrid::nfc("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM SIGN -> Å
+  EXPECT_EQ(hybrid::nfc("\xEF\xAC\x81"), "\xEF\xAC\x81");  // ﬁ: compatibility only, unchanged
+  EXPECT_EQ(std::string(hybrid::unicode_version()), goldens().at("python_unicode_version"));
+}
+
+TEST(Tokenizer, SpecialTokens) {
+  const Tokenizer& tok = tokenizer("qwen2");
+  const int32_t start = tok.token_to_id("<|im_start|>").value();
+  const int32_t end = tok.token_to_id("<|im_end|>").value();
+  const int32_t eot = tok.token_to_id("<|endoftext|>").value();
+  EXPECT_TRUE(tok.is_special(start));
+  EXPECT_TRUE(tok.is_special(end));
+  EXPECT_TRUE(tok.is_special(eot));
+  EXPECT_FALSE(tok.is_special(tok.token_to_id("<think>").value()));
+  const auto ids = tok.encode("<|im_start|>user\nhi<|im_end|><|endoftext|>");
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids.front(), start);
+  EXPECT_EQ(ids[ids.size() - 2], end);
+  EXPECT_EQ(ids.back(), eot);
+  EXPECT_EQ(tok.decode(ids), "<|im_start|>user\nhi<|im_end|><|endoftext|>");
+  EXPECT_EQ(tok.decode(ids, true), "user\nhi");
+  // A partial special token is ordinary text.
+  for (int32_t id : tok.encode("<|im_end|")) EXPECT_FALSE(tok.is_special(id));
+  EXPECT_EQ(tok.id_to_token(start), "<|im_start|>");
+  EXPECT_EQ(tok.id_to_token(-1), "");
+  EXPECT_EQ(tok.id_to_token(tok.vocab_size()), "");
+  EXPECT_FALSE(tok.token_to_id("no such token").has_value());
+}
+
+TEST(Tokenizer, ChatMl) {
+  EXPECT_EQ(hybrid::chatml_prompt("Hi!"), "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(hybrid::chatml_prompt("Hi!", "Be brief."),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  const Tokenizer& tok = tokenizer("qwen2");
+  const auto ids = tok.encode(hybrid::chatml_prompt("hello"));
+  EXPECT_EQ(ids.front(), tok.token_to_id("<|im_start|>").value());
+  EXPECT_EQ(tok.decode(ids), hybrid::chatml_prompt("hello"));
+}
+
+TEST(Tokenizer, IncrementalDecodeHoldsPartialCharacters) {
+  const Tokenizer& tok = tokenizer("qwen2");
+  // "€" (E2 82 AC) spelled byte by byte with the single-byte tokens.
+  std::vector<int32_t> bytes;
+  for (int32_t id : tok.encode("\xE2\x82\xAC")) bytes.push_back(id);
+  std::string all_bytes = tok.decode_bytes(bytes);
+  ASSERT_EQ(all_bytes, "\xE2\x82\xAC");
+  std::vector<int32_t> single;
+  for (unsigned char c : all_bytes) {
+    std::string s(1, static_cast<char>(c));
+    // The byte's own token: encoding a lone invalid byte gives U+FFFD, so look the token up.
+    const char* mapped = c == 0xE2 ? "\xC3\xA2" : c == 0x82 ? "\xC4\xA4" : "\xC2\xAC";
+    single.push_back(tok.token_to_id(mapped).value());
+  }
+  hybrid::IncrementalDecoder dec(tok);
+  EXPECT_EQ(dec.push(single[0]), "");
+  EXPECT_EQ(dec.push(single[1]), "");
+  EXPECT_EQ(dec.push(single[2]), "\xE2\x82\xAC");
+  // A truncated character at the end becomes U+FFFD on flush; decode() does the same.
+  EXPECT_EQ(dec.push(single[0]), "");
+  EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");
+  const std::vector<int32_t> cut = {single[0], single[1]};
+  EXPECT_EQ(tok.decode(cut), "\xEF\xBF\xBD");
+  // An invalid continuation is reported at once, and the next character still decodes.
+  hybrid::IncrementalDecoder dec2(tok);
+  EXPECT_EQ(dec2.push(single[1]), "\xEF\xBF\xBD");
+  EXPECT_EQ(dec2.push(tok.encode("a").at(0)), "a");
+  EXPECT_EQ(dec2.flush(), "");
+}
+
+TEST(Tokenizer, InvalidUtf8InputIsRepaired) {
+  const Tokenizer& tok = tokenizer("qwen2");
+  EXPECT_EQ(tok.decode(tok.encode("a\xFF" "b\xE2\x82")), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, LoadsFromFolder) {
+  const fs::path dir = fs::temp_directory_path() / "hybrid_tokenizer_folder";
+  fs::create_directories(dir);
+  fs::copy_file(data_dir() / "qwen2.json", dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  const Tokenizer tok = Tokenizer::from_file(dir.string());
+  EXPECT_EQ(tok.encode("Hello"), tokenizer("qwen2").encode("Hello"));
+  fs::remove_all(dir);
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+json qwen2_json() {
+  std::ifstream f(data_dir() / "qwen2.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return json::parse(ss.str());
+}
+
+TEST(TokenizerErrors, MissingFile) {
+  EXPECT_HYBRID_ERROR(Tokenizer::from_file("/nonexistent/tokenizer.json"),
+                      "[tokenizer] cannot open /nonexistent/tokenizer.json");
+}
+
+TEST(TokenizerErrors, MalformedJson) {
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json("{\"model\": ", "bad.json"),
+                      "[tokenizer] bad.json: not valid JSON");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json("[1, 2]", "arr.json"), "top level is not a JSON object");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json("{}", "empty.json"), "the file has no \"model\"");
+}
+
+TEST(TokenizerErrors, UnsupportedModelTypes) {
+  for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
+    json j = qwen2_json();
+    j["model"]["type"] = type;
+    EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "m.json"),
+                        std::string("model type ") + type + " is not supported");
+  }
+}
+
+TEST(TokenizerErrors, UnsupportedPipeline) {
+  json j = qwen2_json();
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "n.json"), "normalizer NFKC is not supported");
+  j = qwen2_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "r.json"), "Split regex \\w+ is not supported");
+  j = qwen2_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "b.json"), "Split behavior Removed");
+  j = qwen2_json();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "p.json"), "pre_tokenizer Metaspace");
+  j = qwen2_json();
+  j["pre_tokenizer"] = nullptr;
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "p.json"), "has no ByteLevel step");
+  j = qwen2_json();
+  j["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "d.json"), "decoder WordPiece is not supported");
+}
+
+TEST(TokenizerErrors, BadVocabAndMerges) {
+  json j = qwen2_json();
+  j["model"]["merges"].push_back(json::array({"zzz_not_in_vocab", "q"}));
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "m.json"), "not in the vocab");
+  j = qwen2_json();
+  j["model"]["merges"].push_back("a b c");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "m.json"), "is not \"a b\"");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(7);
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "m.json"), "neither \"a b\" nor [a, b]");
+  j = qwen2_json();
+  j["model"]["vocab"]["x"] = "seven";
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "v.json"), "vocab entry \"x\" has no valid id");
+  j = qwen2_json();
+  j["model"]["unk_token"] = "<nope>";
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "u.json"), "unk_token \"<nope>\"");
+  j = qwen2_json();
+  j["added_tokens"][0]["id"] = -3;
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "a.json"), "added token has no valid id");
+}
+
+}  // namespace
