@@ -14,9 +14,12 @@ Tokenizers (configured as the real model files are; the vocabularies are tiny, t
                       GPT-NeoX / Mamba2 style, with normalized whitespace added tokens as
                       gpt-neox-20b has, plus tokens exercising lstrip/rstrip/single_word/normalized;
   neox_prefix.json    neox.json with add_prefix_space=true;
-  tekken.json         NFC | Split(Mistral-tekken regex, as Nemotron-H's tokenizer) + ByteLevel.
+  tekken.json         NFC | Split(Mistral-tekken regex, as Nemotron-H's tokenizer) + ByteLevel;
+  llama3.json         NFC | Split(Llama-3 regex: Qwen2's with \p{N}{1,3}) + ByteLevel.
+All are trained on whole lines (no split), so their merges cross the pre-tokenizer's boundaries and
+a wrong split shows in the ids.
 goldens.json: {versions, texts, nfc: [[s, NFC(s)]...], tokenizers: {name: {file, ids, decoded,
-decoded_skip_special}}}. Deterministic (fixed seed).
+decoded_skip_special, pieces}}}; pieces = the pre-tokenizer's words of NFC(text). Deterministic (fixed seed).
 """
 import json
 import os
@@ -52,6 +55,7 @@ CORPUS = [
     "Line one\r\nLine two\n\n\nLine five   \n  indented\t\ttabs   trailing   ",
     "$100.00 & 50% off!!! <html><body>text</body></html> https://example.com/a?b=c#d",
     "user@example.com, (parentheses) [brackets] {braces} --dashes-- ...ellipsis... ¿¡Hola!?",
+    "it'ſ the ſtory IT'ſ 'ſt 12345 2024-01-31 10:45 ９８７ x  y\t\tz\r\n\r\n  \n\n",
 ]
 
 TEXTS = [
@@ -106,13 +110,16 @@ def nfc_texts(rng, n):
 
 
 def train(pre_tokenizer, special, extra_added, vocab_size):
+    # Trained on whole lines (no regex split), so that merges cross every place the real
+    # pre-tokenizer splits: a piece boundary in the wrong place then changes the ids.
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizer
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(CORPUS * 3, trainer)
+    tok.pre_tokenizer = pre_tokenizer
     tok.add_tokens(extra_added)
     return tok
 
@@ -152,6 +159,12 @@ def main():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
         ["<unk>", "<s>", "</s>"], [], 700)
     toks["tekken"] = json.loads(tekken.to_str())
+    llama3 = train(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN.replace(r"\p{N}|", r"\p{N}{1,3}|")),
+                             behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        ["<|begin_of_text|>", "<|eot_id|>"], [], 900)
+    toks["llama3"] = json.loads(llama3.to_str())
 
     goldens = {"tokenizers_version": tokenizers.__version__,
                "python_unicode_version": unicodedata.unidata_version,
@@ -166,7 +179,9 @@ def main():
         goldens["tokenizers"][name] = {
             "file": fname, "ids": ids,
             "decoded": [tok.decode(i, skip_special_tokens=False) for i in ids],
-            "decoded_skip_special": [tok.decode(i, skip_special_tokens=True) for i in ids]}
+            "decoded_skip_special": [tok.decode(i, skip_special_tokens=True) for i in ids],
+            "pieces": [[w for w, _ in tok.pre_tokenizer.pre_tokenize_str(
+                unicodedata.normalize("NFC", t))] for t in texts]}
     with open(os.path.join(OUT, "goldens.json"), "w", encoding="utf-8") as f:
         json.dump(goldens, f, ensure_ascii=False, separators=(",", ":"))
     print("wrote", OUT, file=sys.stderr)

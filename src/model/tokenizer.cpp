@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -521,6 +522,9 @@ struct Tokenizer::Impl {
   // AddedVocabulary::find_matches): (token index or -1, piece).
   void split_added(std::string_view text, bool normalized,
                    std::vector<std::pair<int, std::string_view>>& out) const;
+  // Calls `word` with the bytes of each word the pre-tokenizer cuts from normalised text.
+  void pre_tokenize(std::string_view text,
+                    const std::function<void(std::string_view)>& word) const;
   void encode_piece(std::string_view normalized_text, std::vector<int32_t>& ids) const;
   void bpe(std::string_view word, std::vector<int32_t>& ids) const;
 };
@@ -675,7 +679,8 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& ids) cons
   for (int i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
 }
 
-void Tokenizer::Impl::encode_piece(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::Impl::pre_tokenize(std::string_view text,
+                                   const std::function<void(std::string_view)>& word) const {
   std::vector<std::string_view> words;
   if (split)
     split_isolated(*split, text, words);
@@ -691,11 +696,15 @@ void Tokenizer::Impl::encode_piece(std::string_view text, std::vector<int32_t>& 
     if (byte_level && byte_level_regex) {
       std::vector<std::string_view> sub;
       split_isolated(Pattern::gpt2, w, sub);
-      for (std::string_view x : sub) bpe(x, ids);
+      for (std::string_view x : sub) word(x);
     } else {
-      bpe(w, ids);
+      word(w);
     }
   }
+}
+
+void Tokenizer::Impl::encode_piece(std::string_view text, std::vector<int32_t>& ids) const {
+  pre_tokenize(text, [&](std::string_view w) { bpe(w, ids); });
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
@@ -974,6 +983,18 @@ std::string Tokenizer::decode_bytes(std::span<const int32_t> ids, bool skip_spec
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   return utf8_repair(decode_bytes(ids, skip_special), true, nullptr);
+}
+
+std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
+  const std::string repaired = utf8_repair(text, true, nullptr);
+  std::vector<std::string> out;
+  const ByteMap& bm = byte_map();
+  impl_->pre_tokenize(repaired, [&](std::string_view w) {
+    std::string mapped;
+    for (char c : w) append_utf8(mapped, bm.to_cp[static_cast<uint8_t>(c)]);
+    out.push_back(std::move(mapped));
+  });
+  return out;
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }

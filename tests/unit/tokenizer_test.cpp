@@ -56,6 +56,28 @@ std::string show(const std::string& s) {
   return out;
 }
 
+// Strict UTF-8 check (no overlongs, surrogates or truncated characters).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+                     : b >= 0xF0 && b <= 0xF4              ? 4
+                                                           : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
 class TokenizerGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerGolden, EncodeEqualsHuggingFace) {
@@ -71,6 +93,18 @@ TEST_P(TokenizerGolden, EncodeEqualsHuggingFace) {
   }
 }
 
+// The pre-tokenizer's words equal Hugging Face's pre_tokenize_str, for every string.
+TEST_P(TokenizerGolden, PreTokenizeEqualsHuggingFace) {
+  const json& g = goldens();
+  const json& spec = g.at("tokenizers").at(GetParam());
+  const Tokenizer& tok = tokenizer(GetParam());
+  for (size_t i = 0; i < g.at("texts").size(); ++i) {
+    const auto text = hybrid::nfc(g.at("texts")[i].get<std::string>());
+    EXPECT_EQ(tok.pre_tokenize(text), spec.at("pieces")[i].get<std::vector<std::string>>())
+        << "text " << i << ": \"" << show(text) << "\"";
+  }
+}
+
 TEST_P(TokenizerGolden, DecodeEqualsHuggingFace) {
   const json& g = goldens();
   const json& spec = g.at("tokenizers").at(GetParam());
@@ -83,14 +117,23 @@ TEST_P(TokenizerGolden, DecodeEqualsHuggingFace) {
   }
 }
 
-// decode(encode(s)) == NFC(s) for the tokenizers without added tokens that swallow white space.
+// decode(encode(s)) == NFC(s), except where the file itself changes the text: add_prefix_space
+// adds spaces, an lstrip/rstrip token (<mask>) swallows its neighbours' white space.
 TEST_P(TokenizerGolden, RoundTripIsNfc) {
-  if (GetParam().rfind("neox", 0) == 0) GTEST_SKIP() << "lstrip/rstrip and prefix space change text";
+  if (GetParam() == "neox_prefix") GTEST_SKIP() << "add_prefix_space adds spaces";
   const Tokenizer& tok = tokenizer(GetParam());
+  int checked = 0;
   for (const json& t : goldens().at("texts")) {
     const auto text = t.get<std::string>();
+    // neox's added token "café" decodes, as in `tokenizers`, through the ByteLevel map: é is a
+    // byte-level character (byte E9), so it comes back as a lone invalid byte (U+FFFD).
+    if (GetParam() == "neox" && (text.find("<mask>") != std::string::npos ||
+                                 hybrid::nfc(text).find("caf\xC3\xA9") != std::string::npos))
+      continue;
     EXPECT_EQ(tok.decode(tok.encode(text)), hybrid::nfc(text)) << show(text);
+    ++checked;
   }
+  EXPECT_GT(checked, 150);
 }
 
 TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
@@ -101,8 +144,7 @@ TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
     std::string streamed;
     for (int32_t id : ids) {
       const std::string piece = dec.push(id);
-      // Every piece is complete UTF-8: repairing it changes nothing.
-      EXPECT_EQ(hybrid::nfc(piece).size() > 0 || piece.empty(), true);
+      EXPECT_TRUE(valid_utf8(piece)) << show(piece);
       streamed += piece;
     }
     streamed += dec.flush();
@@ -112,7 +154,7 @@ TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Files, TokenizerGolden,
                          ::testing::Values("qwen2", "qwen2_legacy", "neox", "neox_prefix",
-                                           "tekken"));
+                                           "tekken", "llama3"));
 
 TEST(Tokenizer, NfcEqualsPython) {
   for (const json& pair : goldens().at("nfc")) {

@@ -49,6 +49,10 @@ class Tokenizer {
   // The raw bytes of the ids, before UTF-8 repair (may end inside a character).
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special = false) const;
 
+  // The words the pre-tokenizer cuts from `text` (taken as already normalised; added tokens are not
+  // looked for), each as its byte-level string ("Ġworld"): Hugging Face's pre_tokenize_str.
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
+
   int32_t vocab_size() const;  // largest id + 1 (model vocab and added tokens)
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's string as stored in the file (byte-level characters); empty for an unused id.
