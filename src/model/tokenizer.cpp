@@ -172,17 +172,23 @@ uint8_t char_class(uint32_t cp) {
   uint8_t c = white_space(cp) ? kS : 0;
   switch (category(cp)) {
     case uc::Lu:
-    case uc::Lt: return c | kL | kUpper;
-    case uc::Ll: return c | kL | kLower;
+    case uc::Lt:
+      return c | kL | kUpper;
+    case uc::Ll:
+      return c | kL | kLower;
     case uc::Lm:
-    case uc::Lo: return c | kL | kUpper | kLower;
+    case uc::Lo:
+      return c | kL | kUpper | kLower;
     case uc::Mn:
     case uc::Mc:
-    case uc::Me: return c | kUpper | kLower;
+    case uc::Me:
+      return c | kUpper | kLower;
     case uc::Nd:
     case uc::Nl:
-    case uc::No: return c | kN;
-    default: return c;
+    case uc::No:
+      return c | kN;
+    default:
+      return c;
   }
 }
 
@@ -222,11 +228,10 @@ uint32_t compose_pair(uint32_t a, uint32_t b) {
     return a + (b - kTBase);
   const uc::Composition* first = uc::kCompositions;
   const uc::Composition* last = first + uc::kCompositionCount;
-  const auto* it = std::lower_bound(first, last, std::pair(a, b),
-                                    [](const uc::Composition& c, std::pair<uint32_t, uint32_t> k) {
-                                      return c.first != k.first ? c.first < k.first
-                                                                : c.second < k.second;
-                                    });
+  const auto* it = std::lower_bound(
+      first, last, std::pair(a, b), [](const uc::Composition& c, std::pair<uint32_t, uint32_t> k) {
+        return c.first != k.first ? c.first < k.first : c.second < k.second;
+      });
   if (it != last && it->first == a && it->second == b) return it->composite;
   return 0;
 }
@@ -394,9 +399,9 @@ size_t match_at(Pattern p, const CharSeq& s, size_t i) {
     case Pattern::qwen2:
     case Pattern::llama3: {
       if ((m = match_contraction(s, i, true)) != npos) return m;
-      if (s.is(i, kL)) return s.run(i, kL);                                   // \p{L}+
-      if (s.prefix(i) && s.is(i + 1, kL)) return s.run(i + 1, kL);           // [^..]\p{L}+
-      if (s.is(i, kN)) {                                                      // \p{N}{1 or 1,3}
+      if (s.is(i, kL)) return s.run(i, kL);                         // \p{L}+
+      if (s.prefix(i) && s.is(i + 1, kL)) return s.run(i + 1, kL);  // [^..]\p{L}+
+      if (s.is(i, kN)) {                                            // \p{N}{1 or 1,3}
         if (p == Pattern::qwen2) return i + 1;
         size_t e = i + 1;
         while (e < i + 3 && s.is(e, kN)) ++e;
@@ -504,7 +509,7 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
   int32_t unk_id = -1;
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
-  int32_t byte_ids[256];  // vocab id of each byte's bytes_to_unicode character (-1: missing)
+  int32_t byte_ids[256];      // vocab id of each byte's bytes_to_unicode character (-1: missing)
   int32_t fallback_ids[256];  // id of "<0xXX>" (-1: missing)
   // pipeline
   bool normalize_nfc = false;
@@ -513,18 +518,17 @@ struct Tokenizer::Impl {
   bool decode_byte_level = false, decode_byte_fallback = false;
   // added tokens
   std::vector<AddedToken> added;
-  std::vector<std::string> added_match;  // what is matched (NFC of content when normalized)
+  std::vector<std::string> added_match;    // what is matched (NFC of content when normalized)
   std::vector<int> by_first_byte[2][256];  // [normalized][first byte] -> added token indices
-  std::vector<int8_t> special;           // per id
-  std::vector<std::string> id_bytes;     // decoded bytes per id
+  std::vector<int8_t> special;             // per id
+  std::vector<std::string> id_bytes;       // decoded bytes per id
 
   // Splits `text` on the added tokens with normalized == `normalized` (Hugging Face
   // AddedVocabulary::find_matches): (token index or -1, piece).
   void split_added(std::string_view text, bool normalized,
                    std::vector<std::pair<int, std::string_view>>& out) const;
   // Calls `word` with the bytes of each word the pre-tokenizer cuts from normalised text.
-  void pre_tokenize(std::string_view text,
-                    const std::function<void(std::string_view)>& word) const;
+  void pre_tokenize(std::string_view text, const std::function<void(std::string_view)>& word) const;
   void encode_piece(std::string_view normalized_text, std::vector<int32_t>& ids) const;
   void bpe(std::string_view word, std::vector<int32_t>& ids) const;
 };
@@ -586,19 +590,25 @@ void Tokenizer::Impl::split_added(std::string_view text, bool normalized,
       const bool stop_space = stop == n || !is_word_char(first_cp(text.substr(stop)));
       if (!start_space || !stop_space) continue;
     }
-    if (tok.lstrip) {
-      std::vector<size_t> off;
-      const std::u32string cps = to_code_points(text.substr(0, start), &off);
-      size_t k = cps.size();
-      while (k > 0 && white_space(cps[k - 1])) --k;
-      start = std::max(off[k], start_offset);
+    if (tok.lstrip) {  // back over the white space before the token (not into the last match)
+      size_t k = start;
+      while (k > start_offset) {
+        size_t c = k - 1;
+        while (c > start_offset && (static_cast<uint8_t>(text[c]) & 0xC0) == 0x80 && k - c < 4) --c;
+        uint32_t cp;
+        utf8_step(text, c, true, cp);
+        if (!white_space(cp)) break;
+        k = c;
+      }
+      start = k;
     }
-    if (tok.rstrip) {
-      std::vector<size_t> off;
-      const std::u32string cps = to_code_points(text.substr(stop), &off);
-      size_t k = 0;
-      while (k < cps.size() && white_space(cps[k])) ++k;
-      stop += off[k];
+    if (tok.rstrip) {  // over the white space after it
+      while (stop < n) {
+        uint32_t cp;
+        const size_t len = utf8_step(text, stop, true, cp);
+        if (!white_space(cp)) break;
+        stop += len;
+      }
       pos = stop;
     }
     if (start_offset < start) out.emplace_back(-1, text.substr(start_offset, start - start_offset));
@@ -831,8 +841,7 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
         list.push_back(nz);
       for (const json& x : list) {
         if (type_of(x) != "NFC")
-          fail("[tokenizer] ", origin, ": normalizer ", type_of(x),
-               " is not supported (only NFC)");
+          fail("[tokenizer] ", origin, ": normalizer ", type_of(x), " is not supported (only NFC)");
         t.normalize_nfc = true;
       }
     }
@@ -946,7 +955,8 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
 
 std::vector<int32_t> Tokenizer::encode(std::string_view utf8) const {
   const Impl& t = *impl_;
-  // Input that is not valid UTF-8 is repaired (U+FFFD) first, as every later step needs code points.
+  // Input that is not valid UTF-8 is repaired (U+FFFD) first, as every later step needs code
+  // points.
   const std::string repaired = utf8_repair(utf8, true, nullptr);
   if (repaired != utf8) utf8 = repaired;
   std::vector<int32_t> ids;
@@ -997,7 +1007,9 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
   return out;
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_to_token.size()); }
+int32_t Tokenizer::vocab_size() const {
+  return static_cast<int32_t>(impl_->id_to_token.size());
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   for (const AddedToken& a : impl_->added)
@@ -1017,8 +1029,12 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[id];
 }
 
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
-const std::string& Tokenizer::origin() const { return impl_->origin; }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const {
+  return impl_->added;
+}
+const std::string& Tokenizer::origin() const {
+  return impl_->origin;
+}
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
@@ -1046,7 +1062,9 @@ std::string nfc(std::string_view utf8) {
   return to_utf8(nfc_code_points(cps));
 }
 
-const char* unicode_version() { return uc::kUnicodeVersion; }
+const char* unicode_version() {
+  return uc::kUnicodeVersion;
+}
 
 std::string chatml_format(std::span<const ChatMessage> messages, bool add_generation_prompt) {
   std::string out;

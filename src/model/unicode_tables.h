@@ -27,8 +27,36 @@ struct Composition {
 
 // General categories, in the order of the generated table.
 enum Category : uint8_t {
-  Cn, Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps,
-  Pe, Pi, Pf, Po, Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co,
+  Cn,
+  Lu,
+  Ll,
+  Lt,
+  Lm,
+  Lo,
+  Mn,
+  Mc,
+  Me,
+  Nd,
+  Nl,
+  No,
+  Pc,
+  Pd,
+  Ps,
+  Pe,
+  Pi,
+  Pf,
+  Po,
+  Sm,
+  Sc,
+  Sk,
+  So,
+  Zs,
+  Zl,
+  Zp,
+  Cc,
+  Cf,
+  Cs,
+  Co,
 };
 
 extern const char* const kUnicodeVersion;  // of the Python unicodedata the tables came from

@@ -60,9 +60,11 @@ std::string show(const std::string& s) {
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
-                     : b >= 0xF0 && b <= 0xF4              ? 4
-                                                           : 0;
+    const size_t n = b < 0x80                 ? 1
+                     : b >= 0xC2 && b <= 0xDF ? 2
+                     : b >= 0xE0 && b <= 0xEF ? 3
+                     : b >= 0xF0 && b <= 0xF4 ? 4
+                                              : 0;
     if (n == 0 || i + n > s.size()) return false;
     uint32_t cp = n == 1 ? b : b & (0x7F >> n);
     for (size_t k = 1; k < n; ++k) {
@@ -153,17 +155,17 @@ TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, TokenizerGolden,
-                         ::testing::Values("qwen2", "qwen2_legacy", "neox", "neox_prefix",
-                                           "tekken", "llama3"));
+                         ::testing::Values("qwen2", "qwen2_legacy", "neox", "neox_prefix", "tekken",
+                                           "llama3"));
 
 TEST(Tokenizer, NfcEqualsPython) {
   for (const json& pair : goldens().at("nfc")) {
     const auto in = pair[0].get<std::string>();
     EXPECT_EQ(hybrid::nfc(in), pair[1].get<std::string>()) << show(in);
   }
-  EXPECT_EQ(hybrid::nfc("cafe\xCC\x81"), "caf\xC3\xA9");                  // e + U+0301 -> é
+  EXPECT_EQ(hybrid::nfc("cafe\xCC\x81"), "caf\xC3\xA9");  // e + U+0301 -> é
   EXPECT_EQ(hybrid::nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
-  EXPECT_EQ(hybrid::nfc("\xE2\x84\xAB"), "\xC3\x85");  // U+212B ANGSTROM SIGN -> Å
+  EXPECT_EQ(hybrid::nfc("\xE2\x84\xAB"), "\xC3\x85");      // U+212B ANGSTROM SIGN -> Å
   EXPECT_EQ(hybrid::nfc("\xEF\xAC\x81"), "\xEF\xAC\x81");  // ﬁ: compatibility only, unchanged
   EXPECT_EQ(std::string(hybrid::unicode_version()), goldens().at("python_unicode_version"));
 }
@@ -193,7 +195,8 @@ TEST(Tokenizer, SpecialTokens) {
 }
 
 TEST(Tokenizer, ChatMl) {
-  EXPECT_EQ(hybrid::chatml_prompt("Hi!"), "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(hybrid::chatml_prompt("Hi!"),
+            "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(hybrid::chatml_prompt("Hi!", "Be brief."),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
             "<|im_start|>assistant\n");
@@ -235,7 +238,10 @@ TEST(Tokenizer, IncrementalDecodeHoldsPartialCharacters) {
 
 TEST(Tokenizer, InvalidUtf8InputIsRepaired) {
   const Tokenizer& tok = tokenizer("qwen2");
-  EXPECT_EQ(tok.decode(tok.encode("a\xFF" "b\xE2\x82")), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(tok.decode(tok.encode("a\xFF"
+                                  "b\xE2\x82")),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
 }
 
 TEST(Tokenizer, LoadsFromFolder) {
@@ -284,7 +290,8 @@ TEST(TokenizerErrors, UnsupportedPipeline) {
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "n.json"), "normalizer NFKC is not supported");
   j = qwen2_json();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
-  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "r.json"), "Split regex \\w+ is not supported");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "r.json"),
+                      "Split regex \\w+ is not supported");
   j = qwen2_json();
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "b.json"), "Split behavior Removed");
@@ -296,7 +303,8 @@ TEST(TokenizerErrors, UnsupportedPipeline) {
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "p.json"), "has no ByteLevel step");
   j = qwen2_json();
   j["decoder"] = {{"type", "WordPiece"}};
-  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "d.json"), "decoder WordPiece is not supported");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "d.json"),
+                      "decoder WordPiece is not supported");
 }
 
 TEST(TokenizerErrors, BadVocabAndMerges) {
@@ -311,7 +319,8 @@ TEST(TokenizerErrors, BadVocabAndMerges) {
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "m.json"), "neither \"a b\" nor [a, b]");
   j = qwen2_json();
   j["model"]["vocab"]["x"] = "seven";
-  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "v.json"), "vocab entry \"x\" has no valid id");
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "v.json"),
+                      "vocab entry \"x\" has no valid id");
   j = qwen2_json();
   j["model"]["unk_token"] = "<nope>";
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "u.json"), "unk_token \"<nope>\"");
