@@ -192,6 +192,12 @@ TEST(Tokenizer, SpecialTokens) {
   EXPECT_EQ(tok.id_to_token(-1), "");
   EXPECT_EQ(tok.id_to_token(tok.vocab_size()), "");
   EXPECT_FALSE(tok.token_to_id("no such token").has_value());
+  // Ids without a token (negative, past the vocab: a model's padded embedding rows) are skipped.
+  const std::vector<int32_t> odd = {-5, tok.vocab_size(), 1 << 30};
+  EXPECT_EQ(tok.decode(odd), "");
+  hybrid::IncrementalDecoder dec(tok);
+  EXPECT_EQ(dec.push(-1), "");
+  EXPECT_EQ(dec.flush(), "");
 }
 
 TEST(Tokenizer, ChatMl) {
@@ -200,6 +206,11 @@ TEST(Tokenizer, ChatMl) {
   EXPECT_EQ(hybrid::chatml_prompt("Hi!", "Be brief."),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
             "<|im_start|>assistant\n");
+  const std::vector<hybrid::ChatMessage> turns = {
+      {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+  EXPECT_EQ(hybrid::chatml_format(turns, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n"
+            "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n");
   const Tokenizer& tok = tokenizer("qwen2");
   const auto ids = tok.encode(hybrid::chatml_prompt("hello"));
   EXPECT_EQ(ids.front(), tok.token_to_id("<|im_start|>").value());
