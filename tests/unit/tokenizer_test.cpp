@@ -15,6 +15,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using hybrid::AddedToken;
 using hybrid::Tokenizer;
 using json = nlohmann::json;
 
@@ -120,22 +121,32 @@ TEST_P(TokenizerGolden, DecodeEqualsHuggingFace) {
 }
 
 // decode(encode(s)) == NFC(s), except where the file itself changes the text: add_prefix_space
-// adds spaces, an lstrip/rstrip token (<mask>) swallows its neighbours' white space.
+// adds a space, an lstrip/rstrip token (<mask>) swallows its neighbours' white space.
 TEST_P(TokenizerGolden, RoundTripIsNfc) {
-  if (GetParam() == "neox_prefix") GTEST_SKIP() << "add_prefix_space adds spaces";
+  const bool neox = GetParam().rfind("neox", 0) == 0;
+  const bool prefix = GetParam() == "neox_prefix";
   const Tokenizer& tok = tokenizer(GetParam());
   int checked = 0;
   for (const json& t : goldens().at("texts")) {
     const auto text = t.get<std::string>();
+    const std::string want = hybrid::nfc(text);
     // neox's added token "café" decodes, as in `tokenizers`, through the ByteLevel map: é is a
     // byte-level character (byte E9), so it comes back as a lone invalid byte (U+FFFD).
-    if (GetParam() == "neox" && (text.find("<mask>") != std::string::npos ||
-                                 hybrid::nfc(text).find("caf\xC3\xA9") != std::string::npos))
+    if (neox &&
+        (text.find("<mask>") != std::string::npos || want.find("caf\xC3\xA9") != std::string::npos))
       continue;
-    EXPECT_EQ(tok.decode(tok.encode(text)), hybrid::nfc(text)) << show(text);
+    if (prefix) {  // one prefix space per piece: only texts that are one piece (no added token)
+      bool one_piece = !text.empty();
+      for (const AddedToken& a : tok.added_tokens())
+        one_piece &= want.find(a.content) == std::string::npos;
+      if (!one_piece) continue;
+      EXPECT_EQ(tok.decode(tok.encode(text)), want[0] == ' ' ? want : " " + want) << show(text);
+    } else {
+      EXPECT_EQ(tok.decode(tok.encode(text)), want) << show(text);
+    }
     ++checked;
   }
-  EXPECT_GT(checked, 150);
+  EXPECT_GT(checked, 100);
 }
 
 TEST_P(TokenizerGolden, IncrementalDecodeEqualsDecode) {
