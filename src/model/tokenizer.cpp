@@ -508,14 +508,13 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_to_token;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged)
   int32_t unk_id = -1;
-  bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
-  int32_t byte_ids[256];      // vocab id of each byte's bytes_to_unicode character (-1: missing)
-  int32_t fallback_ids[256];  // id of "<0xXX>" (-1: missing)
+  bool fuse_unk = false, ignore_merges = false;
+  int32_t byte_ids[256];  // vocab id of each byte's bytes_to_unicode character (-1: missing)
   // pipeline
   bool normalize_nfc = false;
   std::optional<Pattern> split;  // Split(Regex, Isolated)
   bool byte_level = false, add_prefix_space = false, byte_level_regex = false;
-  bool decode_byte_level = false, decode_byte_fallback = false;
+  bool decode_byte_level = false;
   // added tokens
   std::vector<AddedToken> added;
   std::vector<std::string> added_match;    // what is matched (NFC of content when normalized)
@@ -645,10 +644,7 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& ids) cons
     if (byte_ids[b] >= 0) {
       push(byte_ids[b]);
       last_unk = false;
-    } else if (byte_fallback && fallback_ids[b] >= 0) {
-      push(fallback_ids[b]);
-      last_unk = false;
-    } else if (unk_id >= 0) {
+    } else if (unk_id >= 0) {  // a byte with no token: unk (fused) or, without unk, dropped
       if (!(fuse_unk && last_unk)) push(unk_id);
       last_unk = true;
     }
@@ -791,7 +787,12 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
       t.unk_id = it->second;
     }
     t.fuse_unk = model.value("fuse_unk", false);
-    t.byte_fallback = model.value("byte_fallback", false);
+    // With ByteLevel, `tokenizers` would fall back on the UTF-8 bytes of the byte-level character
+    // (not of the text) and needs a ByteFallback + ByteLevel decoder chain; no byte-level file
+    // uses it.
+    if (model.value("byte_fallback", false))
+      fail("[tokenizer] ", origin,
+           ": BPE byte_fallback is not supported (byte-level BPE files never set it)");
     t.ignore_merges = model.value("ignore_merges", false);
     const json& merges = member(model, "merges", origin, "model");
     if (!merges.is_array()) fail("[tokenizer] ", origin, ": model.merges is not an array");
@@ -825,10 +826,6 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
       append_utf8(ch, byte_map().to_cp[b]);
       auto it = t.vocab.find(ch);
       t.byte_ids[b] = it == t.vocab.end() ? -1 : it->second;
-      char fb[8];
-      std::snprintf(fb, sizeof fb, "<0x%02X>", b);
-      auto f = t.vocab.find(fb);
-      t.fallback_ids[b] = f == t.vocab.end() ? -1 : f->second;
     }
 
     // ---- normalizer
@@ -907,11 +904,9 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
         const std::string ty = type_of(x);
         if (ty == "ByteLevel")
           t.decode_byte_level = true;
-        else if (ty == "ByteFallback")
-          t.decode_byte_fallback = true;
         else if (ty != "Fuse")
           fail("[tokenizer] ", origin, ": decoder ", ty,
-               " is not supported (supported: ByteLevel, ByteFallback, Fuse)");
+               " is not supported (supported: ByteLevel, Fuse)");
       }
     }
   } catch (const json::exception& e) {
@@ -933,9 +928,7 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& origi
   for (size_t id = 0; id < t.id_to_token.size(); ++id) {
     const std::string& tok = t.id_to_token[id];
     std::string bytes = tok;
-    if (t.decode_byte_fallback && tok.size() == 6 && tok.rfind("<0x", 0) == 0 && tok[5] == '>') {
-      bytes = std::string(1, static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16)));
-    } else if (t.decode_byte_level) {
+    if (t.decode_byte_level) {
       std::string mapped;
       bool ok = true;
       for (uint32_t cp : to_code_points(tok)) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -266,6 +267,41 @@ TEST(Tokenizer, InvalidUtf8InputIsRepaired) {
             "b\xEF\xBF\xBD");
 }
 
+json qwen2_json() {
+  std::ifstream f(data_dir() / "qwen2.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return json::parse(ss.str());
+}
+
+// A byte whose byte-level character is not in the vocab becomes unk (fused) or is dropped.
+TEST(Tokenizer, MissingBytesBecomeUnkOrAreDropped) {
+  json j = qwen2_json();
+  auto& vocab = j["model"]["vocab"];
+  const int32_t unk_id = vocab["q"].get<int32_t>();
+  vocab.erase("q");
+  vocab.erase("z");
+  // Drop the merges that use them; "xqzy" is one word, so its two unks fuse into one.
+  json kept = json::array();
+  for (const json& m : j["model"]["merges"]) {
+    const std::string a = m[0], b = m[1];
+    if (a.find_first_of("qz") == std::string::npos && b.find_first_of("qz") == std::string::npos)
+      kept.push_back(m);
+  }
+  j["model"]["merges"] = kept;
+  const Tokenizer dropped = Tokenizer::from_json(j.dump(), "drop.json");
+  EXPECT_EQ(dropped.decode(dropped.encode("aqzb")), "ab");
+  j["model"]["vocab"]["<unk>"] = unk_id;  // reuse the free id
+  j["model"]["unk_token"] = "<unk>";
+  const Tokenizer unk = Tokenizer::from_json(j.dump(), "unk.json");
+  const auto ids = unk.encode("xqzy");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), unk_id), 2);
+  j["model"]["fuse_unk"] = true;
+  const Tokenizer fused = Tokenizer::from_json(j.dump(), "fuse.json");
+  const auto fids = fused.encode("xqzy");
+  EXPECT_EQ(std::count(fids.begin(), fids.end(), unk_id), 1);
+}
+
 TEST(Tokenizer, LoadsFromFolder) {
   const fs::path dir = fs::temp_directory_path() / "hybrid_tokenizer_folder";
   fs::create_directories(dir);
@@ -277,13 +313,6 @@ TEST(Tokenizer, LoadsFromFolder) {
 }
 
 // ---- errors -----------------------------------------------------------------------------------
-
-json qwen2_json() {
-  std::ifstream f(data_dir() / "qwen2.json");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return json::parse(ss.str());
-}
 
 TEST(TokenizerErrors, MissingFile) {
   EXPECT_HYBRID_ERROR(Tokenizer::from_file("/nonexistent/tokenizer.json"),
@@ -323,6 +352,12 @@ TEST(TokenizerErrors, UnsupportedPipeline) {
   j = qwen2_json();
   j["pre_tokenizer"] = nullptr;
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "p.json"), "has no ByteLevel step");
+  j = qwen2_json();
+  j["model"]["byte_fallback"] = true;
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "f.json"), "byte_fallback is not supported");
+  j = qwen2_json();
+  j["model"]["dropout"] = 0.1;
+  EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "o.json"), "dropout is not supported");
   j = qwen2_json();
   j["decoder"] = {{"type", "WordPiece"}};
   EXPECT_HYBRID_ERROR(Tokenizer::from_json(j.dump(), "d.json"),

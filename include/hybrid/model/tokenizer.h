@@ -8,8 +8,8 @@
 //   3. the pre-tokenizer cuts each piece into words: a Split regex (Qwen2, Llama-3, Mistral-tekken
 //      patterns, matched by hand over code points) and/or ByteLevel (GPT-2 regex when use_regex,
 //      add_prefix_space), then maps the word's bytes to GPT-2's bytes_to_unicode characters;
-//   4. BPE merges each word by merge rank; characters missing from the vocab become byte-fallback
-//      tokens <0xXX>, the unk token, or are dropped (as `tokenizers` does).
+//   4. BPE merges each word by merge rank; a byte whose character is missing from the vocab becomes
+//      the unk token (fused when fuse_unk) or, without one, is dropped (as `tokenizers` does).
 // encode() adds no BOS/EOS: the post_processor is not applied (Qwen/NeoX files add nothing).
 // Decode: ids -> token strings -> ByteLevel decoder -> bytes; invalid UTF-8 becomes U+FFFD, one per
 // maximal invalid subpart (Rust's String::from_utf8_lossy). Ids without a token are skipped.
