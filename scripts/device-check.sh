@@ -13,7 +13,11 @@ if [ ! -f build-cuda/build.ninja ]; then
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a 2>&1 | tail -3
 fi
-cmake --build build-cuda --parallel "$(nproc)" 2>&1 | tail -5 | tee "$LOGS/build.txt"
+if ! cmake --build build-cuda --parallel "$(nproc)" > "$LOGS/build.txt" 2>&1; then
+  grep -E "error" -A3 "$LOGS/build.txt" | head -40
+  echo "device-check: the build failed (full log: build.txt)"
+  exit 1
+fi
 status=0
 ctest --test-dir build-cuda --output-on-failure 2>&1 | tee "$LOGS/ctest.txt" || status=1
 build-cuda/tools/hybrid-ops/hybrid-ops test -b cuda -v 2>&1 | tee "$LOGS/ops-cuda.txt" || status=1
