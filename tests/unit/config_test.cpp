@@ -27,7 +27,7 @@ const char* kMinimalQwen3Next =
 }  // namespace
 
 TEST(Config, Qwen3Next80B) {
-  Config c = load_config(data("qwen3_next_80b.json"));
+  Config c = load_config(data("../models/qwen3_next_80b/config.json"));
   EXPECT_EQ(c.arch, Arch::qwen3_next);
   EXPECT_EQ(c.hidden_size, 2048);
   EXPECT_EQ(c.num_layers, 48);

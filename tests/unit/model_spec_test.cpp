@@ -107,7 +107,7 @@ const TensorSpec& get(const ModelSpec& spec, const std::string& name) {
 }  // namespace
 
 TEST(ModelSpec, Qwen3Next80BNumbers) {
-  ModelSpec s = describe_model(load_config(data("qwen3_next_80b.json")));
+  ModelSpec s = describe_model(load_config(data("../models/qwen3_next_80b/config.json")));
   // Embedding + lm_head 2·151936·2048, 36 GDN + 12 attention mixers, 48 MoE blocks of 512
   // experts: 79.67 B (HF's count for Qwen3-Next-80B-A3B).
   EXPECT_EQ(s.parameters(), 79674391296);
