@@ -29,7 +29,8 @@ namespace {
 thread_local std::string last_error;
 
 DType parse_dtype(const std::string& s) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::u32})
+  for (DType t :
+       {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::u32})
     if (s == dtype_name(t)) return t;
   fail("[c_api] unknown dtype '", s, "'");
 }
@@ -39,7 +40,8 @@ void read(const json& j, const char* name, Tensor& t, Device dev) {
   if (!j.contains(name) || j[name].is_null()) return;
   const json& d = j[name];
   t = Tensor(reinterpret_cast<void*>(d.at("ptr").get<uintptr_t>()), parse_dtype(d.at("dtype")), dev,
-             d.at("shape").get<std::vector<int64_t>>(), d.at("strides").get<std::vector<int64_t>>());
+             d.at("shape").get<std::vector<int64_t>>(),
+             d.at("strides").get<std::vector<int64_t>>());
 }
 template <class T>
 void read(const json& j, const char* name, T& v, Device) {
@@ -138,7 +140,9 @@ hybrid_context* hybrid_context_create(const char* device) {
   return c;
 }
 
-void hybrid_context_destroy(hybrid_context* ctx) { delete ctx; }
+void hybrid_context_destroy(hybrid_context* ctx) {
+  delete ctx;
+}
 
 int hybrid_context_set_stream(hybrid_context* ctx, void* stream) {
   return guarded([&] { ctx->ctx.set_stream(stream); });
@@ -167,6 +171,8 @@ const char* hybrid_ops(void) {
   return names.c_str();
 }
 
-const char* hybrid_last_error(void) { return last_error.c_str(); }
+const char* hybrid_last_error(void) {
+  return last_error.c_str();
+}
 
 }  // extern "C"

@@ -12,17 +12,19 @@ namespace hybrid::cuda {
        cudaGetErrorString(e));
 }
 
-inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+inline cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 }  // namespace hybrid::cuda
 
 // Every CUDA runtime call goes through this; a failure throws hybrid::Error with the statement,
 // file and line.
-#define HYBRID_CUDA_CHECK(stmt)                                                 \
-  do {                                                                          \
-    cudaError_t hybrid_err_ = (stmt);                                           \
-    if (hybrid_err_ != cudaSuccess)                                             \
-      ::hybrid::cuda::cuda_error(#stmt, __FILE__, __LINE__, hybrid_err_);       \
+#define HYBRID_CUDA_CHECK(stmt)                                           \
+  do {                                                                    \
+    cudaError_t hybrid_err_ = (stmt);                                     \
+    if (hybrid_err_ != cudaSuccess)                                       \
+      ::hybrid::cuda::cuda_error(#stmt, __FILE__, __LINE__, hybrid_err_); \
   } while (0)
 
 // After every kernel launch.

@@ -9,9 +9,15 @@
 
 namespace hybrid::cuda {
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f32(__half v) {
+  return __half2float(v);
+}
 
 template <class T>
 __device__ __forceinline__ T from_f32(float v);
@@ -32,10 +38,17 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
 template <class Body>
 void dispatch_float(DType t, const char* op, Body&& body) {
   switch (t) {
-    case DType::f32: body(float{}); return;
-    case DType::bf16: body(__nv_bfloat16{}); return;
-    case DType::f16: body(__half{}); return;
-    default: fail("[", op, "] dtype ", dtype_name(t), " is not a float type");
+    case DType::f32:
+      body(float{});
+      return;
+    case DType::bf16:
+      body(__nv_bfloat16{});
+      return;
+    case DType::f16:
+      body(__half{});
+      return;
+    default:
+      fail("[", op, "] dtype ", dtype_name(t), " is not a float type");
   }
 }
 

@@ -18,5 +18,4 @@ void register_moe(Registry& r);
 void register_ssm(Registry& r);
 void register_gdn_chunk(Registry& r);
 
-
 }  // namespace hybrid::cuda

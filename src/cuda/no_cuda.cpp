@@ -16,26 +16,58 @@ namespace {
 }
 }  // namespace
 
-bool compiled() { return false; }
-int device_count() { return 0; }
-void set_device(int) { no_cuda("set_device"); }
-void* malloc_device(size_t, int) { no_cuda("device allocation"); }
+bool compiled() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+void set_device(int) {
+  no_cuda("set_device");
+}
+void* malloc_device(size_t, int) {
+  no_cuda("device allocation");
+}
 void free_device(void*, int) noexcept {}
-void copy_async(void*, const void*, size_t, CopyKind, void*) { no_cuda("device copy"); }
-void* stream_create(int) { no_cuda("stream creation"); }
+void copy_async(void*, const void*, size_t, CopyKind, void*) {
+  no_cuda("device copy");
+}
+void* stream_create(int) {
+  no_cuda("stream creation");
+}
 void stream_destroy(void*) noexcept {}
-void stream_synchronize(void*) { no_cuda("stream synchronize"); }
-void* blas_create(int) { no_cuda("cuBLASLt handle"); }
+void stream_synchronize(void*) {
+  no_cuda("stream synchronize");
+}
+void* blas_create(int) {
+  no_cuda("cuBLASLt handle");
+}
 void blas_destroy(void*) noexcept {}
-void memset_async(void*, int, size_t, void*) { no_cuda("device memset"); }
-void device_name(int, char*, size_t) { no_cuda("device name"); }
-size_t device_memory_bytes(int, size_t*) { no_cuda("device memory"); }
-void* event_create() { no_cuda("event creation"); }
+void memset_async(void*, int, size_t, void*) {
+  no_cuda("device memset");
+}
+void device_name(int, char*, size_t) {
+  no_cuda("device name");
+}
+size_t device_memory_bytes(int, size_t*) {
+  no_cuda("device memory");
+}
+void* event_create() {
+  no_cuda("event creation");
+}
 void event_destroy(void*) noexcept {}
-void event_record(void*, void*) { no_cuda("event record"); }
-float event_elapsed_ms(void*, void*) { no_cuda("event timing"); }
-double measure_copy_gbps(int, void*) { no_cuda("copy ceiling"); }
-double measure_gemm_tflops(int, void*) { no_cuda("GEMM ceiling"); }
+void event_record(void*, void*) {
+  no_cuda("event record");
+}
+float event_elapsed_ms(void*, void*) {
+  no_cuda("event timing");
+}
+double measure_copy_gbps(int, void*) {
+  no_cuda("copy ceiling");
+}
+double measure_gemm_tflops(int, void*) {
+  no_cuda("GEMM ceiling");
+}
 
 }  // namespace cuda_api
 }  // namespace hybrid

@@ -88,7 +88,9 @@ void* blas_create(int device) {
   return h;
 }
 
-void blas_destroy(void* handle) noexcept { cublasLtDestroy(static_cast<cublasLtHandle_t>(handle)); }
+void blas_destroy(void* handle) noexcept {
+  cublasLtDestroy(static_cast<cublasLtHandle_t>(handle));
+}
 
 void memset_async(void* dst, int value, size_t bytes, void* stream) {
   HYBRID_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cuda::as_stream(stream)));
