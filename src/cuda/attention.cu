@@ -30,6 +30,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/attention.h"
 
 namespace hybrid::cuda {
@@ -59,15 +60,6 @@ struct AttnParams {
   float* part_o = nullptr;   // [rows, Hq, splits, D] unnormalised Σ 2^(s−m) v
   float* part_ml = nullptr;  // [rows, Hq, splits, 2] (m, l)
 };
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Weight 2^(m − M) of a partial state with max m in a merge of max M (0 for an empty state).
 __device__ __forceinline__ float merge_weight(float m, float M) {

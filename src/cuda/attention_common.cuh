@@ -52,31 +52,6 @@ __device__ __forceinline__ int find_sequence(const int* cu, int N, int t) {
   return lo;
 }
 
-__device__ __forceinline__ float load_any(const void* p, DType dt, int64_t i) {
-  switch (dt) {
-    case DType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::f16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_any(void* p, DType dt, int64_t i, float v) {
-  switch (dt) {
-    case DType::bf16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      return;
-    case DType::f16:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-      return;
-    default:
-      static_cast<float*>(p)[i] = v;
-      return;
-  }
-}
-
 // v rounded to dtype dt (as a tensor of that dtype would store it), back in f32.
 __device__ __forceinline__ float round_to(DType dt, float v) {
   switch (dt) {

@@ -34,6 +34,21 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
   return __float2half_rn(v);
 }
 
+// p[i] of a float tensor whose dtype is known only at run time (a uniform branch per warp).
+__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
+  if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  if (t == DType::f16) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_any(void* p, DType t, int64_t i, float v) {
+  if (t == DType::bf16)
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else if (t == DType::f16)
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+
 // Calls body(T{}) with T the device type of a float dtype: float, __nv_bfloat16 or __half.
 template <class Body>
 void dispatch_float(DType t, const char* op, Body&& body) {

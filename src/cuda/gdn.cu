@@ -20,6 +20,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/gdn.h"
 
 namespace hybrid::cuda {
@@ -38,15 +39,7 @@ struct Scalars {
   DType dtype = DType::f32;
   int64_t s0 = 0, s1 = 0;  // strides (elements) of dims 0 and 1
   __device__ __forceinline__ float at(int64_t i, int64_t j = 0) const {
-    const int64_t o = i * s0 + j * s1;
-    switch (dtype) {
-      case DType::bf16:
-        return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[o]);
-      case DType::f16:
-        return __half2float(static_cast<const __half*>(p)[o]);
-      default:
-        return static_cast<const float*>(p)[o];
-    }
+    return load_any(p, dtype, i * s0 + j * s1);
   }
 };
 
@@ -80,11 +73,6 @@ struct GdnParams {
   float scale = 1.0f;
   bool l2norm = false;
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 template <int KC, class S>
 __device__ __forceinline__ void load_row(const S* p, float (&r)[KC]) {

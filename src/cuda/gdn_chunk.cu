@@ -16,6 +16,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 
 namespace hybrid::cuda {
 
@@ -120,11 +121,6 @@ void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx) {
 }
 
 namespace {
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // The chunk of block (c = blockIdx.x): sequence, first token, length, tokens done at its end.
 struct ChunkPos {

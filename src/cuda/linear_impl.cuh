@@ -11,21 +11,6 @@
 
 namespace hybrid::cuda {
 
-// p[i] of a float tensor whose dtype is only known at run time (uniform branch per warp).
-__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
-  if (t == DType::f32) return static_cast<const float*>(p)[i];
-  if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  return __half2float(static_cast<const __half*>(p)[i]);
-}
-__device__ __forceinline__ void store_any(void* p, DType t, int64_t i, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == DType::bf16)
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-  else
-    static_cast<__half*>(p)[i] = __float2half_rn(v);
-}
-
 // Bytes of cuBLASLt workspace the GEMM paths ask for.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 

@@ -24,6 +24,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/moe.h"
 
 namespace hybrid::cuda {
@@ -364,11 +365,6 @@ __device__ __forceinline__ void row_dot(const Tw* __restrict__ w, const float* c
     }
   }
   (void)w;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
 }
 
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.

@@ -44,6 +44,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/ssm.h"
 
 namespace hybrid::cuda {
@@ -51,30 +52,6 @@ namespace hybrid::cuda {
 namespace {
 
 // ---- element access with a run-time dtype (token tensors, parameters, tape, outputs) ----------
-
-__device__ __forceinline__ float ldf(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::f16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void stf(void* p, DType t, int64_t i, float v) {
-  switch (t) {
-    case DType::bf16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      return;
-    case DType::f16:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-      return;
-    default:
-      static_cast<float*>(p)[i] = v;
-  }
-}
 
 // A tensor argument: data, dtype and up to four strides (elements).
 struct Arg {
@@ -103,33 +80,33 @@ struct SsmIn {
 
   __device__ __forceinline__ int group(int h) const { return h / (H / G); }
   __device__ __forceinline__ float A(int h) const {
-    return -expf(ldf(A_log.p, A_log.dt, h * A_log.s0));
+    return -expf(load_any(A_log.p, A_log.dt, h * A_log.s0));
   }
   __device__ __forceinline__ float D_skip(int h) const {
-    return D.p ? ldf(D.p, D.dt, h * D.s0) : 0.0f;
+    return D.p ? load_any(D.p, D.dt, h * D.s0) : 0.0f;
   }
   // dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max)   (as the CPU reference)
   __device__ __forceinline__ float dt_eff(int64_t t, int h) const {
-    float v = ldf(dt.p, dt.dt, t * dt.s0 + h);
-    if (dt_bias.p) v += ldf(dt_bias.p, dt_bias.dt, h * dt_bias.s0);
+    float v = load_any(dt.p, dt.dt, t * dt.s0 + h);
+    if (dt_bias.p) v += load_any(dt_bias.p, dt_bias.dt, h * dt_bias.s0);
     if (softplus) v = v > 20.0f ? v : log1pf(expf(v));
     return fminf(fmaxf(v, dt_min), dt_max);
   }
   __device__ __forceinline__ float x_at(int64_t t, int h, int p) const {
-    return ldf(x.p, x.dt, t * x.s0 + h * x.s1 + p);
+    return load_any(x.p, x.dt, t * x.s0 + h * x.s1 + p);
   }
   // (acc + D·x) · silu(z)
   __device__ __forceinline__ float finish(float acc, float D_h, float xv, int64_t t, int h,
                                           int p) const {
     float v = acc + D_h * xv;
     if (z.p) {
-      const float zv = ldf(z.p, z.dt, t * z.s0 + h * z.s1 + p);
+      const float zv = load_any(z.p, z.dt, t * z.s0 + h * z.s1 + p);
       v *= zv / (1.0f + expf(-zv));
     }
     return v;
   }
   __device__ __forceinline__ void store_y(int64_t t, int h, int p, float v) const {
-    stf(const_cast<void*>(y.p), y.dt, t * y.s0 + h * y.s1 + p, v);
+    store_any(const_cast<void*>(y.p), y.dt, t * y.s0 + h * y.s1 + p, v);
   }
 };
 
@@ -154,11 +131,6 @@ __device__ __forceinline__ bool flag_at(const void* p, DType t, int64_t i) {
     default:
       return static_cast<const int32_t*>(p)[i] != 0;
   }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // ---- recurrent kernels -----------------------------------------------------------------------
@@ -274,7 +246,7 @@ __device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     const int n = col<NC, VEC>(lane, c);
-    if (n < N) stf(const_cast<void*>(a.p), a.dt, base + n, r[c]);
+    if (n < N) store_any(const_cast<void*>(a.p), a.dt, base + n, r[c]);
   }
 }
 
@@ -292,7 +264,8 @@ __device__ void pad_outputs(const RecParams& p, int seq, int bos, int eos, int h
     if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, 0.0f);
     if constexpr (mode == Mode::record) {
       if (blockIdx.x == 0 && threadIdx.x == 0)
-        stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, 1.0f);
+        store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
+                  1.0f);
       for (int r = 0; r < kRowsPerWarp; ++r)
         if (row0 + r < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, row0 + r, lane, N, zero);
     }
@@ -341,7 +314,7 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
     const int end = bos + p.num_steps[seq];
     for (int t = bos; t < end; ++t) {
       if (p.mask && !flag_at(p.mask, p.mask_dt, t)) continue;
-      const float dA = ldf(p.dA_log.p, p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1);
+      const float dA = load_any(p.dA_log.p, p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         if (row0 + r >= P) continue;
@@ -349,7 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
           const int n = col<NC, VEC>(lane, c);
-          if (n < N) s[r][c] = dA * s[r][c] + ldf(p.dBx_log.p, p.dBx_log.dt, base + n);
+          if (n < N) s[r][c] = dA * s[r][c] + load_any(p.dBx_log.p, p.dBx_log.dt, base + n);
         }
       }
     }
@@ -365,12 +338,13 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
         const int n = col<NC, VEC>(lane, c);
-        Bv[c] = n < N ? ldf(in.B.p, in.B.dt, b_base + n) : 0.0f;
-        Cv[c] = n < N ? ldf(in.C.p, in.C.dt, c_base + n) : 0.0f;
+        Bv[c] = n < N ? load_any(in.B.p, in.B.dt, b_base + n) : 0.0f;
+        Cv[c] = n < N ? load_any(in.C.p, in.C.dt, c_base + n) : 0.0f;
       }
       if constexpr (mode == Mode::record)
         if (blockIdx.x == 0 && threadIdx.x == 0)
-          stf(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1, dA);
+          store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
+                    dA);
       float my_y = 0.0f;  // lane r keeps row r's y
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -521,7 +495,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_chunk_state_kernel(const Sc
       }
       for (int e = tid; e < kTile * N; e += kScanThreads) {
         const int jj = e / N, n = e % N, j = j0 + jj;
-        Bs[jj][n] = j < L ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
+        Bs[jj][n] =
+            j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
       }
       __syncthreads();
 #pragma unroll
@@ -558,7 +533,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_state_pass_kernel(const Sca
   if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
     if (p.chunk_states.p)
       for (int c = c0; c < c1; ++c)
-        stf(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), 0.0f);
+        store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), 0.0f);
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h + pp * p.st_p + n;
@@ -574,7 +549,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_state_pass_kernel(const Sca
     *w = S;  // the state entering chunk c
     S = expf(cs_last) * S + sc;
     if (p.chunk_states.p)
-      stf(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), S);
+      store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), S);
   }
   *pool = from_f32<St>(S);
 }
@@ -616,7 +591,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_output_kernel(const ScanPar
   for (int e = tid; e < kTile * N; e += kScanThreads) {
     const int ii = e / N, n = e % N;
     Cs[ii * ldn + n] =
-        ii < rows ? ldf(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + n) : 0.0f;
+        ii < rows ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + n)
+                  : 0.0f;
   }
   float acc[kAccOut];
 #pragma unroll
@@ -654,7 +630,7 @@ __global__ void __launch_bounds__(kScanThreads) scan_output_kernel(const ScanPar
     for (int e = tid; e < kTile * N; e += kScanThreads) {
       const int jj = e / N, n = e % N, j = j0 + jj;
       Bs[jj * ldn + n] =
-          j < jmax ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
+          j < jmax ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
     }
     for (int e = tid; e < kTile * P; e += kScanThreads) {
       const int jj = e / P, pp = e % P, j = j0 + jj;
@@ -800,11 +776,13 @@ __global__ void __launch_bounds__(kScanThreads) scan_cb_kernel(const ScanParams 
     __syncthreads();
     stage(s.a, true, [&](int kk, int ii) {
       const int i = i0 + ii;
-      return i < L ? ldf(in.C.p, in.C.dt, (loc.t0 + i) * in.C.s0 + g * in.C.s1 + k0 + kk) : 0.0f;
+      return i < L ? load_any(in.C.p, in.C.dt, (loc.t0 + i) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                   : 0.0f;
     });
     stage(s.b, true, [&](int kk, int jj) {
       const int j = j0 + jj;
-      return j < L ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + k0 + kk) : 0.0f;
+      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + k0 + kk)
+                   : 0.0f;
     });
     __syncthreads();
     tile_fma(s, acc, tx, ty);
@@ -840,7 +818,8 @@ __global__ void __launch_bounds__(kScanThreads) scan_state_t_kernel(const ScanPa
     });
     stage(s.b, false, [&](int kk, int nn) {
       const int j = j0 + kk;
-      return j < L ? ldf(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n0 + nn) : 0.0f;
+      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n0 + nn)
+                   : 0.0f;
     });
     __syncthreads();
     tile_fma(s, acc, tx, ty);
@@ -881,8 +860,9 @@ __global__ void __launch_bounds__(kScanThreads)
   for (int k0 = 0; k0 < N; k0 += kFK) {
     __syncthreads();
     stage(s.a, true, [&](int kk, int ii) {
-      return ii < rows ? ldf(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
-                       : 0.0f;
+      return ii < rows
+                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                 : 0.0f;
     });
     stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
     __syncthreads();
@@ -990,8 +970,9 @@ __global__ void __launch_bounds__(kScanThreads)
   for (int k0 = 0; k0 < N; k0 += kFK) {
     __syncthreads();
     stage(s.a, true, [&](int kk, int ii) {
-      return ii < rows ? ldf(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
-                       : 0.0f;
+      return ii < rows
+                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                 : 0.0f;
     });
     stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
     __syncthreads();
