@@ -21,6 +21,7 @@
 #include "hybrid/ops/linear.h"
 #include "hybrid/ops/moe.h"
 #include "hybrid/ops/norm.h"
+#include "hybrid/ops/quant.h"
 #include "hybrid/ops/rope.h"
 #include "hybrid/ops/ssm.h"
 
@@ -106,10 +107,6 @@ Runner::Runner(const std::string& dir, Device device) : device_(device) {
   cfg_ = load_config(dir);
   Checkpoint ckpt(dir);
   const ModelSpec spec = describe_model(cfg_, detect_layout(cfg_, ckpt));
-  for (const TensorSpec& t : spec.tensors)
-    if (t.bits > 0)
-      fail("[model] ", t.name, ": MLX-quantized weights (", t.bits, "-bit, group ", t.group_size,
-           ") are not supported by the engine yet; use a float (bf16/f16/f32) checkpoint");
   check_weights(spec, ckpt);
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
@@ -165,6 +162,33 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
   Context& ctx = *ctx_;
   const Device dev = device_;
 
+  // MLX-quantized weights are dequantized once here (into their scales' dtype) and then take the
+  // float path: the packed, regrouped layouts above are built from float rows.
+  Context host_ctx(Device::cpu());
+  std::vector<std::unique_ptr<OwnedTensor>> dequantized;  // alive until the uploads are done
+  auto view = [&](const std::string& name) -> Tensor {
+    const Tensor v = ckpt.view(name);
+    const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
+                                 [&](const TensorSpec& t) { return t.name == name; });
+    if (it == spec.tensors.end() || it->bits == 0) return v;
+    const TensorSpec& scales = *(it + 1);
+    const TensorSpec& biases = *(it + 2);
+    const Tensor sc = ckpt.view(scales.name), bi = ckpt.view(biases.name);
+    std::vector<int64_t> shape = v.shape();
+    const int64_t in = shape.back() * 32 / it->bits;
+    shape.back() = in;
+    const int64_t rows = v.numel() / v.size(-1);
+    auto w = std::make_unique<OwnedTensor>(Device::cpu(), sc.dtype(), shape);
+    dequantize({.q = {.weight = v.reshape({rows, v.size(-1)}),
+                      .scales = sc.reshape({rows, sc.size(-1)}),
+                      .biases = bi.reshape({rows, bi.size(-1)}),
+                      .bits = static_cast<int>(it->bits),
+                      .group_size = static_cast<int>(it->group_size)},
+                .w = w->view().reshape({rows, in})},
+               host_ctx);
+    dequantized.push_back(std::move(w));
+    return dequantized.back()->view();
+  };
   auto upload = [&](const HostMatrix& m, const std::vector<int64_t>& shape) {
     OwnedTensor t(dev, m.dtype(), shape);
     copy_bytes(t.data(), dev, m.data(), Device::cpu(), m.bytes(), ctx);
@@ -173,18 +197,18 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
   };
   // A tensor as stored (its float dtype), reshaped to `shape` (same element count).
   auto as_stored = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    const Tensor v = ckpt.view(name);
+    const Tensor v = view(name);
     HostMatrix m(v.dtype(), v.size(-1));
     m.append(v);
     return upload(m, shape);
   };
   auto matrix = [&](const std::string& name) {
-    const Tensor v = ckpt.view(name);
+    const Tensor v = view(name);
     return as_stored(name, v.shape());
   };
   // A small tensor converted to f32.
   auto vec = [&](const std::string& name, std::vector<int64_t> shape = {}) {
-    const Tensor v = ckpt.view(name);
+    const Tensor v = view(name);
     if (shape.empty()) shape = {v.numel()};
     return floats(host_f32(v), shape);
   };
@@ -193,9 +217,9 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
   };
   // Rows of several tensors stacked into one matrix in the first one's dtype.
   auto stack = [&](const std::vector<std::string>& names, const std::vector<int64_t>& shape) {
-    const Tensor first = ckpt.view(names.front());
+    const Tensor first = view(names.front());
     HostMatrix m(first.dtype(), first.size(-1));
-    for (const std::string& n : names) m.append(ckpt.view(n));
+    for (const std::string& n : names) m.append(view(n));
     return upload(m, shape);
   };
 
@@ -225,7 +249,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
       const int64_t r = Hv / Hk;
       if (c.arch == Arch::qwen3_next) {
         // in_proj_qkvz rows per key head g: [q (K) | k (K) | v (r·V) | z (r·V)] -> q|k|v|z.
-        const Tensor qkvz = ckpt.view(p + "in_proj_qkvz.weight");
+        const Tensor qkvz = view(p + "in_proj_qkvz.weight");
         const int64_t grp = 2 * K + 2 * r * V;
         HostMatrix m(qkvz.dtype(), H);
         for (int64_t part = 0; part < 4; ++part) {
@@ -235,7 +259,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
         }
         w.gdn_in = upload(m, {g.conv_dim() + g.value_dim(), H});
         // in_proj_ba rows per key head: [b (r) | a (r)] -> b | a.
-        const Tensor ba = ckpt.view(p + "in_proj_ba.weight");
+        const Tensor ba = view(p + "in_proj_ba.weight");
         HostMatrix mb(ba.dtype(), H);
         for (int64_t part = 0; part < 2; ++part)
           for (int64_t gi = 0; gi < Hk; ++gi) mb.append(ba, gi * 2 * r + part * r, r);
@@ -246,8 +270,8 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
         w.gdn_ba = stack({p + "in_proj_b.weight", p + "in_proj_a.weight"}, {2 * Hv, H});
       }
       w.conv_w = vec(p + "conv1d.weight", {g.conv_dim(), g.conv_kernel});
-      w.A_log_host = host_f32(ckpt.view(p + "A_log"));
-      w.dt_bias_host = host_f32(ckpt.view(p + "dt_bias"));
+      w.A_log_host = host_f32(view(p + "A_log"));
+      w.dt_bias_host = host_f32(view(p + "dt_bias"));
       w.gdn_norm = vec(p + "norm.weight");
       w.out_proj = matrix(p + "out_proj.weight");
     } else if (w.spec.mixer == Mixer::attention) {
@@ -320,8 +344,8 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
       }
       if (L.experts == ExpertLayout::mlx_switch && !nemotron) {
         // [E, I, H] gate and up stacks -> per expert [gate_e ; up_e].
-        const Tensor gs = ckpt.view(f + "switch_mlp.gate_proj.weight");
-        const Tensor us = ckpt.view(f + "switch_mlp.up_proj.weight");
+        const Tensor gs = view(f + "switch_mlp.gate_proj.weight");
+        const Tensor us = view(f + "switch_mlp.up_proj.weight");
         HostMatrix hm(gs.dtype(), H);
         for (int64_t e = 0; e < E; ++e) {
           hm.append(gs, e * I, I);

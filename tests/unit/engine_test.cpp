@@ -18,6 +18,7 @@
 #include "hybrid/engine/model.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
+#include "hybrid/ops/quant.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
@@ -77,6 +78,49 @@ std::vector<float> random_values(const TensorSpec& t, bool zero_centered, std::m
   return v;
 }
 
+struct StTensor {
+  std::string name, dtype;  // dtype as safetensors spells it: F32, BF16, U32
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+};
+
+template <class T>
+std::vector<char> as_bytes(const std::vector<T>& v) {
+  return std::vector<char>(reinterpret_cast<const char*>(v.data()),
+                           reinterpret_cast<const char*>(v.data() + v.size()));
+}
+
+StTensor float_tensor(const std::string& name, const std::vector<int64_t>& shape,
+                      const std::vector<float>& v, bool bf16) {
+  if (!bf16) return {name, "F32", shape, as_bytes(v)};
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_from_f32(v[i]);
+  return {name, "BF16", shape, as_bytes(h)};
+}
+
+void write_safetensors(const fs::path& file, const std::vector<StTensor>& tensors) {
+  std::string header = "{";
+  std::vector<char> data;
+  for (const StTensor& t : tensors) {
+    const size_t begin = data.size();
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+    std::string shape;
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    if (header.size() > 1) header += ",";
+    header += "\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape +
+              "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
+              "]}";
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::ofstream out(file, std::ios::binary);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header;
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
 // A checkpoint folder for `config_name`: config.json copied, model.safetensors with every tensor
 // of the weight table (f32, or bf16 when asked), minus `skip` (to test a missing tensor).
 // round_to_bf16 stores f32 values that bf16 represents exactly.
@@ -87,39 +131,69 @@ void write_model(const fs::path& dir, const std::string& config_name, bool bf16 
   const Config cfg = load_config(dir.string());
   const ModelSpec spec = describe_model(cfg);
   std::mt19937 rng(1234);
-  std::string header = "{";
-  std::vector<char> data;
+  std::vector<StTensor> tensors;
   for (const TensorSpec& t : spec.tensors) {
     std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
     if (round_to_bf16)
       for (float& x : v) x = f32_from_bf16(bf16_from_f32(x));
-    if (t.name == skip) continue;
-    const size_t begin = data.size();
-    if (bf16) {
-      for (float x : v) {
-        const uint16_t h = bf16_from_f32(x);
-        data.insert(data.end(), reinterpret_cast<const char*>(&h),
-                    reinterpret_cast<const char*>(&h) + 2);
-      }
-    } else {
-      data.insert(data.end(), reinterpret_cast<const char*>(v.data()),
-                  reinterpret_cast<const char*>(v.data() + v.size()));
-    }
-    std::string shape;
-    for (size_t i = 0; i < t.shape.size(); ++i)
-      shape += (i ? "," : "") + std::to_string(t.shape[i]);
-    if (header.size() > 1) header += ",";
-    header += "\"" + t.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") + "\",\"shape\":[" +
-              shape + "],\"data_offsets\":[" + std::to_string(begin) + "," +
-              std::to_string(data.size()) + "]}";
+    if (t.name != skip) tensors.push_back(float_tensor(t.name, t.shape, v, bf16));
   }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  std::ofstream out(dir / "model.safetensors", std::ios::binary);
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  out << header;
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
+// An MLX-quantized checkpoint of `config_name` (its "quantization" entry) in `qdir`, and its float
+// twin in `fdir`: the same config without "quantization" and the dequantized weights under the
+// same names.
+void write_mlx_pair(const fs::path& qdir, const fs::path& fdir, const std::string& config_name) {
+  fs::copy_file(config_path(config_name), qdir / "config.json");
+  std::ifstream in(config_path(config_name));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"quantization\"");
+  size_t depth = 0, end = text.find('{', at);
+  for (; end < text.size(); ++end) {
+    if (text[end] == '{') ++depth;
+    if (text[end] == '}' && --depth == 0) break;
+  }
+  end = text.find(',', end) + 1;
+  std::ofstream(fdir / "config.json") << text.substr(0, at) + text.substr(end);
+
+  const Config cfg = load_config(qdir.string());
+  const ModelSpec spec = describe_model(cfg);
+  std::mt19937 rng(99);
+  Context ctx;
+  std::vector<StTensor> qt, ft;
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    TensorSpec t = spec.tensors[i];
+    if (t.bits == 0) {
+      const std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
+      qt.push_back(float_tensor(t.name, t.shape, v, false));
+      ft.push_back(float_tensor(t.name, t.shape, v, false));
+      continue;
+    }
+    const std::vector<int64_t> packed = t.shape;
+    t.shape.back() = packed.back() * 32 / t.bits;  // logical [.., out, in]
+    std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
+    const int64_t in_dim = t.shape.back(), rows = static_cast<int64_t>(v.size()) / in_dim;
+    std::vector<uint32_t> codes(static_cast<size_t>(rows * packed.back()));
+    std::vector<float> scales(static_cast<size_t>(rows * in_dim / t.group_size)),
+        biases(scales.size()), deq(v.size());
+    const QuantizedWeight q{
+        .weight = Tensor(codes.data(), DType::u32, Device::cpu(), {rows, packed.back()}),
+        .scales = Tensor(scales.data(), DType::f32, Device::cpu(), {rows, in_dim / t.group_size}),
+        .biases = Tensor(biases.data(), DType::f32, Device::cpu(), {rows, in_dim / t.group_size}),
+        .bits = static_cast<int>(t.bits),
+        .group_size = static_cast<int>(t.group_size)};
+    quantize({.w = Tensor(v.data(), DType::f32, Device::cpu(), {rows, in_dim}), .q = q}, ctx);
+    dequantize({.q = q, .w = Tensor(deq.data(), DType::f32, Device::cpu(), {rows, in_dim})}, ctx);
+    std::vector<int64_t> sshape = spec.tensors[i + 1].shape;
+    qt.push_back({t.name, "U32", packed, as_bytes(codes)});
+    qt.push_back({spec.tensors[i + 1].name, "F32", sshape, as_bytes(scales)});
+    qt.push_back({spec.tensors[i + 2].name, "F32", sshape, as_bytes(biases)});
+    ft.push_back(float_tensor(t.name, t.shape, deq, false));
+    i += 2;
+  }
+  write_safetensors(qdir / "model.safetensors", qt);
+  write_safetensors(fdir / "model.safetensors", ft);
 }
 
 std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
@@ -223,6 +297,18 @@ TEST_P(EngineTest, Bf16WeightsEqualTheirF32Values) {
   const std::vector<float> l16 = m16->logits(ids), l32 = m32->logits(ids);
   ASSERT_EQ(l16.size(), l32.size());
   EXPECT_LE(nmse(l16.data(), l32.data(), static_cast<int64_t>(l32.size())), 1e-10);
+}
+
+// An MLX 4/8-bit checkpoint (mixed per-module overrides) runs like its dequantized float twin.
+TEST(Engine, MlxQuantizedEqualsDequantizedFloats) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  auto mq = Model::load(q.path.string(), Device::cpu());
+  auto mf = Model::load(f.path.string(), Device::cpu());
+  const std::vector<int32_t> ids = random_ids(40, mq->vocab_size(), 8);
+  const std::vector<float> lq = mq->logits(ids), lf = mf->logits(ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-10);
 }
 
 TEST(EngineErrors, LoadErrorsNameTheProblem) {
