@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <unistd.h>
+
 #include "core/cuda_api.h"
 #include "hybrid/core/error.h"
 #include "hybrid/model/safetensors.h"
@@ -111,15 +113,21 @@ Runner::Runner(const std::string& dir, Device device) : device_(device) {
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
          arch_name(cfg_.arch));
-  if (device.is_cuda()) {
-    size_t free_bytes = 0;
-    cuda_api::device_memory_bytes(device.index, &free_bytes);
+  {
     size_t need = 0;
     for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
       need += static_cast<size_t>(bytes);
+    size_t free_bytes = 0;
+    if (device.is_cuda()) {
+      cuda_api::device_memory_bytes(device.index, &free_bytes);
+    } else {
+      free_bytes = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
+                   static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+    }
     if (need > free_bytes)
       fail("[model] the weights need ", format_bytes(static_cast<int64_t>(need)), " but ",
-           to_string(device), " has ", format_bytes(static_cast<int64_t>(free_bytes)), " free");
+           to_string(device), " has ", format_bytes(static_cast<int64_t>(free_bytes)),
+           device.is_cuda() ? " free" : " of memory");
   }
   ctx_ = std::make_unique<Context>(device);
   load_weights(ckpt, spec);
@@ -319,6 +327,10 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
       const int64_t E = m.num_experts, I = m.intermediate_size;
       if (nemotron && c.mlp_bias)
         fail("[model] ", cfg_.path, ": MoE experts with biases (mlp_bias) are not supported");
+      if (ckpt.has(f + "fc1_latent_proj.weight"))
+        fail("[model] ", f,
+             "fc1_latent_proj: Nemotron-H MoE latent projections (moe_latent_size) "
+             "are not supported");
       w.router = matrix(f + "gate.weight");
       if (nemotron) w.router_bias = vec(f + "gate.e_score_correction_bias");
       std::vector<std::string> gu, down;
