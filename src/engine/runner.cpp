@@ -170,10 +170,11 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
   Context& ctx = *ctx_;
   const Device dev = device_;
 
-  // MLX-quantized weights are dequantized once here (into their scales' dtype) and then take the
-  // float path: the packed, regrouped layouts above are built from float rows.
+  // MLX-quantized weights are dequantized here (into their scales' dtype) and then take the float
+  // path: the packed, regrouped layouts below are built from float rows. A dequantized host copy
+  // lives until the next upload (its rows are copied into a HostMatrix before that).
   Context host_ctx(Device::cpu());
-  std::vector<std::unique_ptr<OwnedTensor>> dequantized;  // alive until the uploads are done
+  std::vector<std::unique_ptr<OwnedTensor>> dequantized;
   auto view = [&](const std::string& name) -> Tensor {
     const Tensor v = ckpt.view(name);
     const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
@@ -201,19 +202,18 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
     OwnedTensor t(dev, m.dtype(), shape);
     copy_bytes(t.data(), dev, m.data(), Device::cpu(), m.bytes(), ctx);
     ctx.synchronize();
+    dequantized.clear();
     return t;
   };
   // A tensor as stored (its float dtype), reshaped to `shape` (same element count).
+  // (An empty shape keeps the stored one.)
   auto as_stored = [&](const std::string& name, const std::vector<int64_t>& shape) {
     const Tensor v = view(name);
     HostMatrix m(v.dtype(), v.size(-1));
     m.append(v);
-    return upload(m, shape);
+    return upload(m, shape.empty() ? v.shape() : shape);
   };
-  auto matrix = [&](const std::string& name) {
-    const Tensor v = view(name);
-    return as_stored(name, v.shape());
-  };
+  auto matrix = [&](const std::string& name) { return as_stored(name, {}); };
   // A small tensor converted to f32.
   auto vec = [&](const std::string& name, std::vector<int64_t> shape = {}) {
     const Tensor v = view(name);

@@ -316,6 +316,9 @@ TEST(EngineErrors, LoadErrorsNameTheProblem) {
   EXPECT_HYBRID_ERROR(Model::load((dir.path / "nope").string(), Device::cpu()),
                       "no such file or directory");
   EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()), "no config.json");
+  fs::copy_file(config_path("mamba2_tiny.json"), dir.path / "config.json");
+  EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()), "no model.safetensors");
+  fs::remove(dir.path / "config.json");
   {
     std::ofstream(dir.path / "config.json") << R"({"model_type": "llama", "hidden_size": 8,
         "num_hidden_layers": 1, "vocab_size": 8})";
