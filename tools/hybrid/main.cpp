@@ -2,17 +2,25 @@
 //   hybrid info -m DIR      architecture, layer pattern, parameters, per-sequence state, KV bytes
 //                           per token, weight memory per device; checks DIR's safetensors (when
 //                           present) against the architecture's weight table.
+//   hybrid logits -m DIR --ids 1,2,3 --out FILE.npy [--device cpu|cuda]
+//                           f32 logits [T, vocab] of every position, as a NumPy .npy file
+//   hybrid run -m DIR --ids 1,2,3 -n N --print-ids [--device cpu|cuda]
+//                           greedy continuation; prints prompt + new ids on one line
 // Errors (no such path, a folder without config.json, an unknown model_type, a missing or
-// wrong-shaped tensor) print one line each and exit 1; usage errors exit 2.
+// wrong-shaped tensor, ids out of range) print one line each and exit 1; usage errors exit 2.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hybrid/core/error.h"
+#include "hybrid/engine/model.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
 #include "hybrid/model/safetensors.h"
@@ -26,6 +34,10 @@ const char* kUsage =
     "usage: hybrid <command> [options]\n"
     "commands:\n"
     "  info -m DIR [--kv-dtype bf16|f16|f32]   describe the model in DIR and check its weights\n"
+    "  logits -m DIR --ids 1,2,3 --out FILE.npy [--device cpu|cuda]\n"
+    "                                           f32 logits [T, vocab] of every position (.npy)\n"
+    "  run -m DIR --ids 1,2,3 -n N --print-ids [--device cpu|cuda] [--prefill-chunk C]\n"
+    "                                           greedy continuation; prompt + N ids, one line\n"
     "options:\n"
     "  -h, --help                               this text\n";
 
@@ -198,6 +210,50 @@ int info(const std::string& dir, int64_t kv_dtype_bytes, const std::string& kv_d
   return 0;
 }
 
+// "1,2,3" -> {1, 2, 3}; nullopt when it is not a comma-separated list of integers.
+std::optional<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= text.size()) {
+    const size_t comma = std::min(text.find(',', i), text.size());
+    const std::string item = text.substr(i, comma - i);
+    if (item.empty()) return std::nullopt;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    if (used != item.size() || v < INT32_MIN || v > INT32_MAX) return std::nullopt;
+    ids.push_back(static_cast<int32_t>(v));
+    i = comma + 1;
+  }
+  return ids;
+}
+
+// NumPy .npy version 1.0: magic, version, u16 header length, a dict padded with spaces to a
+// multiple of 64 bytes (ending in '\n'), then the data (little-endian f32, C order).
+void write_npy(const std::string& path, const std::vector<float>& data, int64_t rows,
+               int64_t cols) {
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) +
+                     ", " + std::to_string(cols) + "), }";
+  const size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(path + ": cannot open for writing");
+  const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  const uint16_t len = static_cast<uint16_t>(dict.size());
+  const unsigned char len_le[2] = {static_cast<unsigned char>(len & 0xff),
+                                   static_cast<unsigned char>(len >> 8)};
+  bool ok = std::fwrite(magic, 1, 8, f) == 8 && std::fwrite(len_le, 1, 2, f) == 2 &&
+            std::fwrite(dict.data(), 1, dict.size(), f) == dict.size() &&
+            std::fwrite(data.data(), sizeof(float), data.size(), f) == data.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) throw Error(path + ": write failed");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,15 +263,29 @@ int main(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
-  if (args[0] != "info") return usage_error("unknown command '" + args[0] + "'");
-  std::string model;
-  std::string kv_dtype = "bf16";
+  const std::string cmd = args[0];
+  if (cmd != "info" && cmd != "logits" && cmd != "run")
+    return usage_error("unknown command '" + cmd + "'");
+  std::string model, kv_dtype = "bf16", out, device_name = "cpu";
+  std::optional<std::vector<int32_t>> ids;
+  int64_t n = -1, prefill_chunk = 512;
+  bool print_ids = false;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     // The value of an option that takes one, or nullptr at the end of the arguments.
     auto value = [&]() -> const std::string* {
       if (i + 1 >= args.size()) return nullptr;
       return &args[++i];
+    };
+    auto integer = [&](const std::string* v, int64_t& dst) {
+      if (!v) return false;
+      try {
+        size_t used = 0;
+        dst = std::stoll(*v, &used);
+        return used == v->size() && dst >= 0;
+      } catch (const std::exception&) {
+        return false;
+      }
     };
     if (a == "-h" || a == "--help") {
       std::printf("%s", kUsage);
@@ -224,25 +294,69 @@ int main(int argc, char** argv) {
       const std::string* v = value();
       if (!v) return usage_error(a + " needs a folder");
       model = *v;
-    } else if (a == "--kv-dtype") {
+    } else if (a == "--kv-dtype" && cmd == "info") {
       const std::string* v = value();
       if (!v) return usage_error("--kv-dtype needs bf16, f16 or f32");
       kv_dtype = *v;
+    } else if (a == "--ids" && cmd != "info") {
+      const std::string* v = value();
+      if (!v) return usage_error("--ids needs a list like 1,2,3");
+      ids = parse_ids(*v);
+      if (!ids) return usage_error("--ids must be comma-separated integers, got '" + *v + "'");
+    } else if (a == "--out" && cmd == "logits") {
+      const std::string* v = value();
+      if (!v) return usage_error("--out needs a file name");
+      out = *v;
+    } else if (a == "--device" && cmd != "info") {
+      const std::string* v = value();
+      if (!v) return usage_error("--device needs cpu or cuda");
+      device_name = *v;
+    } else if (a == "-n" && cmd == "run") {
+      if (!integer(value(), n)) return usage_error("-n needs a count >= 0");
+    } else if (a == "--prefill-chunk" && cmd == "run") {
+      if (!integer(value(), prefill_chunk) || prefill_chunk == 0)
+        return usage_error("--prefill-chunk needs a positive count");
+    } else if (a == "--print-ids" && cmd == "run") {
+      print_ids = true;
     } else {
-      return usage_error("unknown option '" + a + "'");
+      return usage_error("unknown option '" + a + "' for " + cmd);
     }
   }
-  if (model.empty()) return usage_error("info needs -m DIR");
-  int64_t kv_bytes = 0;
-  if (kv_dtype == "bf16" || kv_dtype == "f16") {
-    kv_bytes = 2;
-  } else if (kv_dtype == "f32") {
-    kv_bytes = 4;
-  } else {
-    return usage_error("--kv-dtype must be bf16, f16 or f32, got '" + kv_dtype + "'");
+  if (model.empty()) return usage_error(cmd + " needs -m DIR");
+  if (cmd == "info") {
+    int64_t kv_bytes = 0;
+    if (kv_dtype == "bf16" || kv_dtype == "f16") {
+      kv_bytes = 2;
+    } else if (kv_dtype == "f32") {
+      kv_bytes = 4;
+    } else {
+      return usage_error("--kv-dtype must be bf16, f16 or f32, got '" + kv_dtype + "'");
+    }
+    try {
+      return info(model, kv_bytes, kv_dtype);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
   }
+  if (!ids) return usage_error(cmd + " needs --ids 1,2,3");
+  if (cmd == "logits" && out.empty()) return usage_error("logits needs --out FILE.npy");
+  if (cmd == "run" && n < 0) return usage_error("run needs -n N");
+  if (cmd == "run" && !print_ids)
+    return usage_error("run prints ids only for now: pass --print-ids");
   try {
-    return info(model, kv_bytes, kv_dtype);
+    const Device device = parse_device(device_name);
+    std::unique_ptr<Model> m = Model::load(model, device);
+    if (cmd == "logits") {
+      const std::vector<float> l = m->logits(*ids);
+      write_npy(out, l, static_cast<int64_t>(ids->size()), m->vocab_size());
+      return 0;
+    }
+    const std::vector<int32_t> result = m->generate_greedy(*ids, n, prefill_chunk);
+    std::string line;
+    for (size_t i = 0; i < result.size(); ++i) line += (i ? "," : "") + std::to_string(result[i]);
+    std::printf("%s\n", line.c_str());
+    return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

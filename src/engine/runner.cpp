@@ -1,0 +1,858 @@
+// The forward pass of Qwen3-Next / Qwen3.5 (dense, MoE), Mamba2 and Nemotron-H over one sequence,
+// as transformers computes it (modeling_qwen3_next.py, modeling_qwen3_5.py, modeling_mamba2.py,
+// modeling_nemotron_h.py), built from the public ops. See runner.h for the weight layouts.
+#include "engine/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include <unistd.h>
+
+#include "core/cuda_api.h"
+#include "hybrid/core/error.h"
+#include "hybrid/model/safetensors.h"
+#include "hybrid/ops/attention.h"
+#include "hybrid/ops/conv.h"
+#include "hybrid/ops/elementwise.h"
+#include "hybrid/ops/embed.h"
+#include "hybrid/ops/gdn.h"
+#include "hybrid/ops/gdn_chunk.h"
+#include "hybrid/ops/linear.h"
+#include "hybrid/ops/moe.h"
+#include "hybrid/ops/norm.h"
+#include "hybrid/ops/quant.h"
+#include "hybrid/ops/rope.h"
+#include "hybrid/ops/ssm.h"
+
+// Op arguments are written as designated initializers that leave the optional fields out (they
+// default to "not given"); -Wextra would warn about every one of them.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace hybrid::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Rows of host tensors gathered into one host matrix of a fixed dtype and row length (the packed
+// and regrouped projection / expert weights), then uploaded once.
+class HostMatrix {
+ public:
+  HostMatrix(DType dtype, int64_t cols) : dtype_(dtype), cols_(cols) {}
+  DType dtype() const { return dtype_; }
+  int64_t rows() const { return rows_; }
+  // Appends rows [r0, r0 + n) of `src` (a contiguous host tensor read as [rows, cols]).
+  void append(const Tensor& src, int64_t r0, int64_t n) {
+    if (src.size(-1) != cols_)
+      fail("[model] cannot pack ", src.describe(), ": rows of ", cols_, " expected");
+    const size_t es = dtype_size(dtype_);
+    const size_t at = bytes_.size();
+    bytes_.resize(at + static_cast<size_t>(n * cols_) * es);
+    if (src.dtype() == dtype_) {
+      std::memcpy(bytes_.data() + at, static_cast<const char*>(src.data()) + r0 * cols_ * es,
+                  static_cast<size_t>(n * cols_) * es);
+    } else {
+      for (int64_t i = 0; i < n * cols_; ++i)
+        store_element(bytes_.data() + at, dtype_, i,
+                      load_element(src.data(), src.dtype(), r0 * cols_ + i));
+    }
+    rows_ += n;
+  }
+  void append(const Tensor& src) { append(src, 0, src.numel() / cols_); }
+  const void* data() const { return bytes_.data(); }
+  size_t bytes() const { return bytes_.size(); }
+
+ private:
+  DType dtype_;
+  int64_t cols_;
+  int64_t rows_ = 0;
+  std::vector<char> bytes_;
+};
+
+std::vector<float> host_f32(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>(load_element(t.data(), t.dtype(), i));
+  return v;
+}
+
+// HF's F.softplus (beta 1, threshold 20).
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+// A [T, H, D] view of columns [c0, c0 + H·D) of a [T, cols] f32 matrix.
+Tensor heads(const Tensor& m, int64_t c0, int64_t H, int64_t D) {
+  return Tensor(m.data_as<float>() + c0, DType::f32, m.device(), {m.size(0), H, D},
+                {m.stride(0), D, 1});
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+// ---- loading ----------------------------------------------------------------------------------
+
+Runner::Runner(const std::string& dir, Device device) : device_(device) {
+  if (!fs::exists(dir)) fail("[model] ", dir, ": no such file or directory");
+  if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a folder (pass the model's folder)");
+  if (!fs::exists(fs::path(dir) / "config.json"))
+    fail("[model] ", dir, ": not a model folder (no config.json)");
+  if (device.is_cuda() && device.index >= cuda_device_count())
+    fail("[model] device ", to_string(device), " is not available (", cuda_device_count(),
+         " CUDA devices)");
+  cfg_ = load_config(dir);
+  Checkpoint ckpt(dir);
+  const ModelSpec spec = describe_model(cfg_, detect_layout(cfg_, ckpt));
+  check_weights(spec, ckpt);
+  if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
+    fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
+         arch_name(cfg_.arch));
+  {
+    size_t need = 0;
+    for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
+      need += static_cast<size_t>(bytes);
+    size_t free_bytes = 0;
+    if (device.is_cuda()) {
+      cuda_api::device_memory_bytes(device.index, &free_bytes);
+    } else {
+      free_bytes = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
+                   static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+    }
+    if (need > free_bytes)
+      fail("[model] the weights need ", format_bytes(static_cast<int64_t>(need)), " but ",
+           to_string(device), " has ", format_bytes(static_cast<int64_t>(free_bytes)),
+           device.is_cuda() ? " free" : " of memory");
+  }
+  ctx_ = std::make_unique<Context>(device);
+  load_weights(ckpt, spec);
+}
+
+Runner::~Runner() = default;
+
+OwnedTensor Runner::empty(DType dtype, const std::vector<int64_t>& shape) const {
+  return OwnedTensor(device_, dtype, shape);
+}
+
+OwnedTensor Runner::ints(const std::vector<int32_t>& values) const {
+  OwnedTensor t(device_, DType::i32, {static_cast<int64_t>(values.size())});
+  copy_bytes(t.data(), device_, values.data(), Device::cpu(), values.size() * sizeof(int32_t),
+             *ctx_);
+  ctx_->synchronize();  // `values` is the caller's temporary
+  return t;
+}
+
+OwnedTensor Runner::floats(const std::vector<float>& values,
+                           const std::vector<int64_t>& shape) const {
+  OwnedTensor t(device_, DType::f32, shape);
+  copy_bytes(t.data(), device_, values.data(), Device::cpu(), values.size() * sizeof(float), *ctx_);
+  ctx_->synchronize();
+  return t;
+}
+
+std::vector<float> Runner::download(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  ctx_->synchronize();
+  copy_bytes(v.data(), Device::cpu(), t.data(), device_, v.size() * sizeof(float), *ctx_);
+  ctx_->synchronize();
+  return v;
+}
+
+void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
+  const Config& c = cfg_;
+  const WeightLayout& L = spec.layout;
+  const std::string& P = L.prefix;
+  Context& ctx = *ctx_;
+  const Device dev = device_;
+
+  // MLX-quantized weights are dequantized here (into their scales' dtype) and then take the float
+  // path: the packed, regrouped layouts below are built from float rows. A dequantized host copy
+  // lives until the next upload (its rows are copied into a HostMatrix before that).
+  Context host_ctx(Device::cpu());
+  std::vector<std::unique_ptr<OwnedTensor>> dequantized;
+  auto view = [&](const std::string& name) -> Tensor {
+    const Tensor v = ckpt.view(name);
+    const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
+                                 [&](const TensorSpec& t) { return t.name == name; });
+    if (it == spec.tensors.end() || it->bits == 0) return v;
+    const TensorSpec& scales = *(it + 1);
+    const TensorSpec& biases = *(it + 2);
+    const Tensor sc = ckpt.view(scales.name), bi = ckpt.view(biases.name);
+    std::vector<int64_t> shape = v.shape();
+    const int64_t in = shape.back() * 32 / it->bits;
+    shape.back() = in;
+    const int64_t rows = v.numel() / v.size(-1);
+    auto w = std::make_unique<OwnedTensor>(Device::cpu(), sc.dtype(), shape);
+    dequantize({.q = {.weight = v.reshape({rows, v.size(-1)}),
+                      .scales = sc.reshape({rows, sc.size(-1)}),
+                      .biases = bi.reshape({rows, bi.size(-1)}),
+                      .bits = static_cast<int>(it->bits),
+                      .group_size = static_cast<int>(it->group_size)},
+                .w = w->view().reshape({rows, in})},
+               host_ctx);
+    dequantized.push_back(std::move(w));
+    return dequantized.back()->view();
+  };
+  auto upload = [&](const HostMatrix& m, const std::vector<int64_t>& shape) {
+    OwnedTensor t(dev, m.dtype(), shape);
+    copy_bytes(t.data(), dev, m.data(), Device::cpu(), m.bytes(), ctx);
+    ctx.synchronize();
+    dequantized.clear();
+    return t;
+  };
+  // A tensor as stored (its float dtype), reshaped to `shape` (same element count).
+  // (An empty shape keeps the stored one.)
+  auto as_stored = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    const Tensor v = view(name);
+    HostMatrix m(v.dtype(), v.size(-1));
+    m.append(v);
+    return upload(m, shape.empty() ? v.shape() : shape);
+  };
+  auto matrix = [&](const std::string& name) { return as_stored(name, {}); };
+  // A small tensor converted to f32.
+  auto vec = [&](const std::string& name, std::vector<int64_t> shape = {}) {
+    const Tensor v = view(name);
+    if (shape.empty()) shape = {v.numel()};
+    return floats(host_f32(v), shape);
+  };
+  auto opt_vec = [&](const std::string& name) {
+    return ckpt.has(name) ? vec(name) : OwnedTensor();
+  };
+  // Rows of several tensors stacked into one matrix in the first one's dtype.
+  auto stack = [&](const std::vector<std::string>& names, const std::vector<int64_t>& shape) {
+    const Tensor first = view(names.front());
+    HostMatrix m(first.dtype(), first.size(-1));
+    for (const std::string& n : names) m.append(view(n));
+    return upload(m, shape);
+  };
+
+  const bool nemotron = c.arch == Arch::nemotron_h;
+  const bool qwen = !nemotron && c.arch != Arch::mamba2;
+  const int64_t H = c.hidden_size;
+
+  embed_ = matrix(qwen ? P + "embed_tokens.weight" : P + "embeddings.weight");
+  final_norm_ = vec(qwen ? P + "norm.weight" : P + "norm_f.weight");
+  tied_ = c.tie_word_embeddings;
+  if (!tied_) lm_head_ = matrix(L.lm_head + ".weight");
+
+  int64_t n_attn = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights w;
+    w.spec = c.layers[static_cast<size_t>(i)];
+    const std::string l = P + "layers." + std::to_string(i) + ".";
+    attn_index_.push_back(w.spec.mixer == Mixer::attention ? n_attn++ : -1);
+    w.norm1 = vec(l + (qwen ? "input_layernorm.weight" : "norm.weight"));
+    if (qwen) w.norm2 = vec(l + "post_attention_layernorm.weight");
+    const std::string mx = l + (qwen ? "" : "mixer.");
+
+    if (w.spec.mixer == Mixer::gdn) {
+      const GdnConfig& g = c.gdn;
+      const std::string p = l + "linear_attn.";
+      const int64_t Hk = g.num_k_heads, Hv = g.num_v_heads, K = g.k_head_dim, V = g.v_head_dim;
+      const int64_t r = Hv / Hk;
+      if (c.arch == Arch::qwen3_next) {
+        // in_proj_qkvz rows per key head g: [q (K) | k (K) | v (r·V) | z (r·V)] -> q|k|v|z.
+        const Tensor qkvz = view(p + "in_proj_qkvz.weight");
+        const int64_t grp = 2 * K + 2 * r * V;
+        HostMatrix m(qkvz.dtype(), H);
+        for (int64_t part = 0; part < 4; ++part) {
+          const int64_t off = part == 0 ? 0 : part == 1 ? K : part == 2 ? 2 * K : 2 * K + r * V;
+          const int64_t n = part < 2 ? K : r * V;
+          for (int64_t gi = 0; gi < Hk; ++gi) m.append(qkvz, gi * grp + off, n);
+        }
+        w.gdn_in = upload(m, {g.conv_dim() + g.value_dim(), H});
+        // in_proj_ba rows per key head: [b (r) | a (r)] -> b | a.
+        const Tensor ba = view(p + "in_proj_ba.weight");
+        HostMatrix mb(ba.dtype(), H);
+        for (int64_t part = 0; part < 2; ++part)
+          for (int64_t gi = 0; gi < Hk; ++gi) mb.append(ba, gi * 2 * r + part * r, r);
+        w.gdn_ba = upload(mb, {2 * Hv, H});
+      } else {
+        w.gdn_in = stack({p + "in_proj_qkv.weight", p + "in_proj_z.weight"},
+                         {g.conv_dim() + g.value_dim(), H});
+        w.gdn_ba = stack({p + "in_proj_b.weight", p + "in_proj_a.weight"}, {2 * Hv, H});
+      }
+      w.conv_w = vec(p + "conv1d.weight", {g.conv_dim(), g.conv_kernel});
+      w.A_log_host = host_f32(view(p + "A_log"));
+      w.dt_bias_host = host_f32(view(p + "dt_bias"));
+      w.gdn_norm = vec(p + "norm.weight");
+      w.out_proj = matrix(p + "out_proj.weight");
+    } else if (w.spec.mixer == Mixer::attention) {
+      const std::string p = qwen ? l + "self_attn." : mx;
+      w.q_proj = matrix(p + "q_proj.weight");
+      w.k_proj = matrix(p + "k_proj.weight");
+      w.v_proj = matrix(p + "v_proj.weight");
+      w.o_proj = matrix(p + "o_proj.weight");
+      w.q_b = opt_vec(p + "q_proj.bias");
+      w.k_b = opt_vec(p + "k_proj.bias");
+      w.v_b = opt_vec(p + "v_proj.bias");
+      w.o_b = opt_vec(p + "o_proj.bias");
+      if (c.attention.qk_norm) {
+        w.q_norm = vec(p + "q_norm.weight");
+        w.k_norm = vec(p + "k_norm.weight");
+      }
+    } else if (w.spec.mixer == Mixer::mamba) {
+      const MambaConfig& m = c.mamba;
+      const std::string p = l + "mixer.";
+      w.in_proj = matrix(p + "in_proj.weight");
+      w.in_proj_b = opt_vec(p + "in_proj.bias");
+      w.conv_w = vec(p + "conv1d.weight", {m.conv_dim(), m.conv_kernel});
+      w.conv_b = opt_vec(p + "conv1d.bias");
+      w.A_log = vec(p + "A_log");
+      w.D = vec(p + "D");
+      w.dt_bias = vec(p + "dt_bias");
+      w.gated_norm = vec(p + "norm.weight");
+      w.out_proj = matrix(p + "out_proj.weight");
+      w.out_proj_b = opt_vec(p + "out_proj.bias");
+    }
+
+    const std::string f = qwen ? l + "mlp." : mx;
+    if (w.spec.ffn == Ffn::dense) {
+      if (nemotron) {
+        w.mlp_up = matrix(f + "up_proj.weight");
+        w.mlp_up_b = opt_vec(f + "up_proj.bias");
+        w.mlp_down_b = opt_vec(f + "down_proj.bias");
+      } else {
+        w.mlp_gate_up =
+            stack({f + "gate_proj.weight", f + "up_proj.weight"}, {2 * c.intermediate_size, H});
+      }
+      w.mlp_down = matrix(f + "down_proj.weight");
+    } else if (w.spec.ffn == Ffn::moe) {
+      const MoeConfig& m = c.moe;
+      const int64_t E = m.num_experts, I = m.intermediate_size;
+      if (nemotron && c.mlp_bias)
+        fail("[model] ", cfg_.path, ": MoE experts with biases (mlp_bias) are not supported");
+      if (ckpt.has(f + "fc1_latent_proj.weight"))
+        fail("[model] ", f,
+             "fc1_latent_proj: Nemotron-H MoE latent projections (moe_latent_size) "
+             "are not supported");
+      w.router = matrix(f + "gate.weight");
+      if (nemotron) w.router_bias = vec(f + "gate.e_score_correction_bias");
+      std::vector<std::string> gu, down;
+      switch (L.experts) {
+        case ExpertLayout::per_expert:
+          for (int64_t e = 0; e < E; ++e) {
+            const std::string x = f + "experts." + std::to_string(e) + ".";
+            if (!nemotron) gu.push_back(x + "gate_proj.weight");
+            gu.push_back(x + "up_proj.weight");
+            down.push_back(x + "down_proj.weight");
+          }
+          break;
+        case ExpertLayout::fused:
+          gu.push_back(f + (nemotron ? "experts.up_proj" : "experts.gate_up_proj"));
+          down.push_back(f + "experts.down_proj");
+          break;
+        case ExpertLayout::mlx_switch:
+          if (nemotron) {
+            gu.push_back(f + "switch_mlp.fc1.weight");
+            down.push_back(f + "switch_mlp.fc2.weight");
+          }
+          break;
+      }
+      if (L.experts == ExpertLayout::mlx_switch && !nemotron) {
+        // [E, I, H] gate and up stacks -> per expert [gate_e ; up_e].
+        const Tensor gs = view(f + "switch_mlp.gate_proj.weight");
+        const Tensor us = view(f + "switch_mlp.up_proj.weight");
+        HostMatrix hm(gs.dtype(), H);
+        for (int64_t e = 0; e < E; ++e) {
+          hm.append(gs, e * I, I);
+          hm.append(us, e * I, I);
+        }
+        w.experts_gate_up = upload(hm, {E, 2 * I, H});
+        down.push_back(f + "switch_mlp.down_proj.weight");
+      } else {
+        w.experts_gate_up = stack(gu, {E, nemotron ? I : 2 * I, H});
+      }
+      w.experts_down = stack(down, {E, H, I});
+      if (m.shared_intermediate_size > 0) {
+        const int64_t S = m.shared_intermediate_size;
+        if (nemotron) {
+          w.shared_gate_up = as_stored(f + "shared_experts.up_proj.weight", {1, S, H});
+          w.shared_down = as_stored(f + "shared_experts.down_proj.weight", {1, H, S});
+        } else {
+          w.shared_gate_up =
+              stack({f + "shared_expert.gate_proj.weight", f + "shared_expert.up_proj.weight"},
+                    {1, 2 * S, H});
+          w.shared_down = as_stored(f + "shared_expert.down_proj.weight", {1, H, S});
+          if (m.shared_expert_gate) w.shared_gate = matrix(f + "shared_expert_gate.weight");
+        }
+      }
+    }
+    layers_.push_back(std::move(w));
+  }
+}
+
+// ---- caches -----------------------------------------------------------------------------------
+
+Sequence Runner::new_sequence(int64_t capacity) {
+  if (capacity <= 0) fail("[model] a sequence needs room for at least one token");
+  const Config& c = cfg_;
+  Sequence s;
+  s.capacity = capacity;
+  const int64_t pages = ceil_div(capacity, kPageSize);
+  std::vector<int32_t> table(static_cast<size_t>(pages));
+  for (int64_t p = 0; p < pages; ++p) table[static_cast<size_t>(p)] = static_cast<int32_t>(p);
+  {
+    OwnedTensor pt(device_, DType::i32, {1, pages});
+    copy_bytes(pt.data(), device_, table.data(), Device::cpu(), table.size() * sizeof(int32_t),
+               *ctx_);
+    ctx_->synchronize();
+    s.page_table = std::move(pt);
+  }
+  auto zeros = [&](const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return floats(std::vector<float>(static_cast<size_t>(n), 0.0f), shape);
+  };
+  for (const LayerWeights& w : layers_) {
+    OwnedTensor state, conv;
+    if (w.spec.mixer == Mixer::gdn) {
+      const GdnConfig& g = c.gdn;
+      state = zeros({1, g.num_v_heads, g.v_head_dim, g.k_head_dim});
+      conv = zeros({1, g.conv_dim(), g.conv_kernel - 1});
+    } else if (w.spec.mixer == Mixer::mamba) {
+      const MambaConfig& m = c.mamba;
+      state = zeros({1, m.num_heads, m.head_dim, m.state_size});
+      conv = zeros({1, m.conv_dim(), m.conv_kernel - 1});
+    } else if (w.spec.mixer == Mixer::attention) {
+      const AttentionConfig& a = c.attention;
+      s.k_cache.push_back(empty(DType::f32, {pages, kPageSize, a.num_kv_heads, a.head_dim}));
+      s.v_cache.push_back(empty(DType::f32, {pages, kPageSize, a.num_kv_heads, a.head_dim}));
+    }
+    s.ssm_state.push_back(std::move(state));
+    s.conv_state.push_back(std::move(conv));
+  }
+  return s;
+}
+
+// ---- layers -----------------------------------------------------------------------------------
+
+// Gated DeltaNet (Qwen3NextGatedDeltaNet):
+//   [q|k|v], z = in_proj(x);  b, a = in_proj_ba(x)
+//   q|k|v = silu(causal_conv1d([q|k|v]))
+//   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)
+//   o = gated_delta_rule(L2(q), L2(k), v, g, β)   (scale 1/sqrt(K), state resumed from the pool)
+//   out = out_proj(rmsnorm_per_head(o) · w · silu(z))
+void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+                       const Tensor& out, int64_t T, bool decode) {
+  Context& ctx = *ctx_;
+  const GdnConfig& g = cfg_.gdn;
+  const int64_t Hk = g.num_k_heads, Hv = g.num_v_heads, K = g.k_head_dim, V = g.v_head_dim;
+  const int64_t C = g.conv_dim(), Vd = g.value_dim();
+
+  OwnedTensor proj = empty(DType::f32, {T, C + Vd});
+  linear({.x = x, .weight = w.gdn_in, .y = proj}, ctx);
+  OwnedTensor ba = empty(DType::f32, {T, 2 * Hv});
+  linear({.x = x, .weight = w.gdn_ba, .y = ba}, ctx);
+
+  // The gates, on the host (T · Hv values).
+  const std::vector<float> bah = download(ba);
+  std::vector<float> gh(static_cast<size_t>(T * Hv)), betah(gh.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hv; ++h) {
+      const size_t i = static_cast<size_t>(t * Hv + h);
+      const float b = bah[static_cast<size_t>(t * 2 * Hv + h)];
+      const float a = bah[static_cast<size_t>(t * 2 * Hv + Hv + h)];
+      betah[i] = 1.0f / (1.0f + std::exp(-b));
+      gh[i] = -std::exp(w.A_log_host[static_cast<size_t>(h)]) *
+              softplus(a + w.dt_bias_host[static_cast<size_t>(h)]);
+    }
+  OwnedTensor gt = floats(gh, {T, Hv}), bt = floats(betah, {T, Hv});
+
+  const OwnedTensor slots = ints({0});
+  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
+  const OwnedTensor has_init = ints({seq.length > 0 ? 1 : 0});
+  const Tensor& conv_state = seq.conv_state[layer];
+  const Tensor& state = seq.ssm_state[layer];
+  OwnedTensor co = empty(DType::f32, {T, C});
+  const Tensor xqkv = proj.view().slice(1, 0, C);
+  if (decode) {
+    conv1d_update({.x = xqkv,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = co,
+                   .conv_state = conv_state,
+                   .state_slots = slots,
+                   .silu = true},
+                  ctx);
+  } else {
+    conv1d_causal({.x = xqkv,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = co,
+                   .conv_state = conv_state,
+                   .cu_seqlens = cu,
+                   .state_slots = slots,
+                   .has_initial_state = has_init,
+                   .silu = true},
+                  ctx);
+  }
+  const Tensor q = heads(co, 0, Hk, K), k = heads(co, Hk * K, Hk, K),
+               v = heads(co, 2 * Hk * K, Hv, V);
+  OwnedTensor o = empty(DType::f32, {T, Hv, V});
+  if (decode) {
+    gdn_recurrent({.q = q,
+                   .k = k,
+                   .v = v,
+                   .g = gt,
+                   .beta = bt,
+                   .state = state,
+                   .cu_seqlens = cu,
+                   .state_slots = slots,
+                   .out = o,
+                   .use_qk_l2norm = true},
+                  ctx);
+  } else {
+    gdn_chunk_prefill({.q = q,
+                       .k = k,
+                       .v = v,
+                       .g = gt,
+                       .beta = bt,
+                       .cu_seqlens = cu,
+                       .state_slots = slots,
+                       .has_initial_state = has_init,
+                       .state = state,
+                       .out = o,
+                       .use_qk_l2norm = true},
+                      ctx);
+  }
+  OwnedTensor normed = empty(DType::f32, {T, Vd});
+  rms_norm_gated({.x = o.view().reshape({T, Vd}),
+                  .z = proj.view().slice(1, C, Vd),
+                  .weight = w.gdn_norm,
+                  .out = normed,
+                  .group_size = V,
+                  .eps = static_cast<float>(cfg_.norm_eps),
+                  .norm_before_gate = true},
+                 ctx);
+  linear({.x = normed, .weight = w.out_proj, .bias = w.out_proj_b.view(), .y = out}, ctx);
+}
+
+// Softmax attention. Qwen (Qwen3NextAttention, gated): q_proj emits [q_h | gate_h] per head;
+// q, k = zero-centred RMSNorm per head, partial NeoX RoPE; out = o_proj(attn · sigmoid(gate)).
+// Nemotron-H: plain GQA, no norm, no positional encoding.
+void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+                             const Tensor& out, int64_t T, bool decode) {
+  Context& ctx = *ctx_;
+  const AttentionConfig& a = cfg_.attention;
+  const int64_t Hq = a.num_heads, Hkv = a.num_kv_heads, D = a.head_dim;
+  const int64_t qw = a.output_gate ? 2 * D : D;  // per-head width of q_proj's output
+  OwnedTensor qp = empty(DType::f32, {T, Hq * qw});
+  OwnedTensor kp = empty(DType::f32, {T, Hkv * D}), vp = empty(DType::f32, {T, Hkv * D});
+  linear({.x = x, .weight = w.q_proj, .bias = w.q_b.view(), .y = qp}, ctx);
+  linear({.x = x, .weight = w.k_proj, .bias = w.k_b.view(), .y = kp}, ctx);
+  linear({.x = x, .weight = w.v_proj, .bias = w.v_b.view(), .y = vp}, ctx);
+
+  const Tensor q_raw(qp.data(), DType::f32, device_, {T, Hq, D}, {Hq * qw, qw, 1});
+  OwnedTensor qn;
+  Tensor q = q_raw;
+  const Tensor k = kp.view().reshape({T, Hkv, D}), v = vp.view().reshape({T, Hkv, D});
+  if (a.qk_norm) {
+    qn = empty(DType::f32, {T, Hq, D});
+    const float eps = static_cast<float>(cfg_.norm_eps);
+    rms_norm({.x = Tensor(qp.data(), DType::f32, device_, {T * Hq, D}, {qw, 1}),
+              .weight = w.q_norm,
+              .out = qn.view().reshape({T * Hq, D}),
+              .eps = eps,
+              .zero_centered = cfg_.zero_centered_norm},
+             ctx);
+    rms_norm({.x = kp.view().reshape({T * Hkv, D}),
+              .weight = w.k_norm,
+              .out = kp.view().reshape({T * Hkv, D}),
+              .eps = eps,
+              .zero_centered = cfg_.zero_centered_norm},
+             ctx);
+    q = qn;
+  }
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    pos[static_cast<size_t>(t)] = static_cast<int32_t>(seq.length + t);
+  const OwnedTensor positions = ints(pos);
+  if (a.rotary_dim > 0) {
+    const float theta = static_cast<float>(a.rope_theta);
+    rope({.x = q, .out = q, .positions = positions, .rotary_dim = a.rotary_dim, .theta = theta},
+         ctx);
+    rope({.x = k, .out = k, .positions = positions, .rotary_dim = a.rotary_dim, .theta = theta},
+         ctx);
+  }
+  const size_t ai = static_cast<size_t>(attn_index_[layer]);
+  const Tensor& kc = seq.k_cache[ai];
+  const Tensor& vc = seq.v_cache[ai];
+  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
+  const OwnedTensor seq_lens = ints({static_cast<int32_t>(seq.length + T)});
+  OwnedTensor ao = empty(DType::f32, {T, Hq, D});
+  if (decode) {
+    kv_append({.k = k,
+               .v = v,
+               .k_cache = kc,
+               .v_cache = vc,
+               .page_table = seq.page_table,
+               .positions = positions},
+              ctx);
+    attn_decode({.q = q,
+                 .k_cache = kc,
+                 .v_cache = vc,
+                 .page_table = seq.page_table,
+                 .seq_lens = seq_lens,
+                 .out = ao},
+                ctx);
+  } else {
+    kv_append({.k = k,
+               .v = v,
+               .k_cache = kc,
+               .v_cache = vc,
+               .page_table = seq.page_table,
+               .cu_seqlens = cu,
+               .positions = positions},
+              ctx);
+    attn_prefill({.q = q,
+                  .k_cache = kc,
+                  .v_cache = vc,
+                  .page_table = seq.page_table,
+                  .cu_seqlens = cu,
+                  .seq_lens = seq_lens,
+                  .out = ao},
+                 ctx);
+  }
+  if (a.output_gate) {
+    const Tensor gate(qp.data_as<float>() + D, DType::f32, device_, {T, Hq, D}, {Hq * qw, qw, 1});
+    sigmoid_mul({.x = ao, .gate = gate, .out = ao}, ctx);
+  }
+  linear({.x = ao.view().reshape({T, Hq * D}), .weight = w.o_proj, .bias = w.o_b.view(), .y = out},
+         ctx);
+}
+
+// Mamba-2 mixer (Mamba2Mixer / NemotronHMamba2Mixer):
+//   z | xBC | dt = in_proj(x);  x | B | C = silu(causal_conv1d(xBC))
+//   y = SSD(x, dt, A = −exp(A_log), B, C, D, dt_bias, softplus, time_step_limit)
+//   out = out_proj(rmsnorm_groups(y · silu(z)) · w)      groups of d_inner / n_groups channels
+void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+                         const Tensor& out, int64_t T, bool decode) {
+  Context& ctx = *ctx_;
+  const MambaConfig& m = cfg_.mamba;
+  const int64_t Hh = m.num_heads, Pd = m.head_dim, N = m.state_size, G = m.n_groups;
+  const int64_t di = m.d_inner(), C = m.conv_dim();
+  OwnedTensor proj = empty(DType::f32, {T, m.in_proj_dim()});
+  linear({.x = x, .weight = w.in_proj, .bias = w.in_proj_b.view(), .y = proj}, ctx);
+  const Tensor z = proj.view().slice(1, 0, di);
+  const Tensor xbc = proj.view().slice(1, di, C);
+  const Tensor dt = proj.view().slice(1, di + C, Hh);
+
+  const OwnedTensor slots = ints({0});
+  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
+  const OwnedTensor has_init = ints({seq.length > 0 ? 1 : 0});
+  const Tensor& conv_state = seq.conv_state[layer];
+  const Tensor& state = seq.ssm_state[layer];
+  OwnedTensor co = empty(DType::f32, {T, C});
+  if (decode) {
+    conv1d_update({.x = xbc,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = co,
+                   .conv_state = conv_state,
+                   .state_slots = slots,
+                   .silu = true},
+                  ctx);
+  } else {
+    conv1d_causal({.x = xbc,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = co,
+                   .conv_state = conv_state,
+                   .cu_seqlens = cu,
+                   .state_slots = slots,
+                   .has_initial_state = has_init,
+                   .silu = true},
+                  ctx);
+  }
+  const Tensor xs = heads(co, 0, Hh, Pd), B = heads(co, di, G, N), Cm = heads(co, di + G * N, G, N);
+  OwnedTensor y = empty(DType::f32, {T, Hh, Pd});
+  const float dt_min = static_cast<float>(m.dt_min), dt_max = static_cast<float>(m.dt_max);
+  if (decode) {
+    ssm_step({.x = xs,
+              .dt = dt,
+              .A_log = w.A_log,
+              .B = B,
+              .C = Cm,
+              .D = w.D,
+              .dt_bias = w.dt_bias,
+              .state = state,
+              .state_slots = slots,
+              .y = y,
+              .dt_softplus = true,
+              .dt_min = dt_min,
+              .dt_max = dt_max},
+             ctx);
+  } else {
+    // The chunk length does not change the result; the scan takes 64, 128 or 256.
+    const int64_t Q =
+        (m.chunk_size == 64 || m.chunk_size == 128 || m.chunk_size == 256) ? m.chunk_size : 64;
+    ssm_chunk_scan({.x = xs,
+                    .dt = dt,
+                    .A_log = w.A_log,
+                    .B = B,
+                    .C = Cm,
+                    .D = w.D,
+                    .dt_bias = w.dt_bias,
+                    .cu_seqlens = cu,
+                    .state_slots = slots,
+                    .has_initial_state = has_init,
+                    .state = state,
+                    .y = y,
+                    .chunk_size = Q,
+                    .dt_softplus = true,
+                    .dt_min = dt_min,
+                    .dt_max = dt_max},
+                   ctx);
+  }
+  OwnedTensor yn = empty(DType::f32, {T, di});
+  rms_norm_gated({.x = y.view().reshape({T, di}),
+                  .z = z,
+                  .weight = w.gated_norm,
+                  .out = yn,
+                  .group_size = m.norm_group_size(),
+                  .eps = static_cast<float>(cfg_.norm_eps),
+                  .norm_before_gate = false},
+                 ctx);
+  linear({.x = yn, .weight = w.out_proj, .bias = w.out_proj_b.view(), .y = out}, ctx);
+}
+
+// Dense MLP: SwiGLU down(silu(gate(x)) · up(x)) (Qwen), relu² down(relu(up(x))²) (Nemotron-H).
+void Runner::mlp(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T) {
+  Context& ctx = *ctx_;
+  const int64_t I = cfg_.intermediate_size;
+  if (w.mlp_gate_up.view().defined()) {
+    OwnedTensor gu = empty(DType::f32, {T, 2 * I}), h = empty(DType::f32, {T, I});
+    linear({.x = x, .weight = w.mlp_gate_up, .y = gu}, ctx);
+    silu_mul({.gate_up = gu, .out = h}, ctx);
+    linear({.x = h, .weight = w.mlp_down, .y = out}, ctx);
+  } else {
+    OwnedTensor h = empty(DType::f32, {T, I});
+    linear({.x = x, .weight = w.mlp_up, .bias = w.mlp_up_b.view(), .y = h}, ctx);
+    relu2({.x = h, .out = h}, ctx);
+    linear({.x = h, .weight = w.mlp_down, .bias = w.mlp_down_b.view(), .y = out}, ctx);
+  }
+}
+
+// Sparse MoE. Qwen: softmax top-k (renormalised when norm_topk_prob) SwiGLU experts, plus the
+// shared expert scaled by sigmoid(shared_expert_gate(x)). Nemotron-H: sigmoid scores with
+// e_score_correction_bias for selection, grouped top-k, routed_scaling_factor, relu² experts,
+// plus the shared experts.
+void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T) {
+  Context& ctx = *ctx_;
+  const MoeConfig& m = cfg_.moe;
+  const bool nemotron = cfg_.arch == Arch::nemotron_h;
+  const MoeActivation act = nemotron ? MoeActivation::relu2 : MoeActivation::swiglu;
+  OwnedTensor logits = empty(DType::f32, {T, m.num_experts});
+  linear({.x = x, .weight = w.router, .y = logits}, ctx);
+  OwnedTensor ids = empty(DType::i32, {T, m.top_k}), weights = empty(DType::f32, {T, m.top_k});
+  moe_route({.logits = logits,
+             .bias = w.router_bias.view(),
+             .ids = ids,
+             .weights = weights,
+             .top_k = m.top_k,
+             .score = m.sigmoid_router ? MoeScore::sigmoid : MoeScore::softmax,
+             .renormalize = m.norm_topk_prob,
+             .n_group = m.n_group,
+             .topk_group = m.topk_group,
+             .scaling = static_cast<float>(m.routed_scaling_factor)},
+            ctx);
+  moe_experts({.x = x,
+               .gate_up = w.experts_gate_up,
+               .down = w.experts_down,
+               .ids = ids,
+               .weights = weights,
+               .out = out,
+               .activation = act},
+              ctx);
+  if (!w.shared_gate_up.view().defined()) return;
+  const OwnedTensor sids = ints(std::vector<int32_t>(static_cast<size_t>(T), 0));
+  OwnedTensor sw = floats(std::vector<float>(static_cast<size_t>(T), 1.0f), {T, 1});
+  if (w.shared_gate.view().defined()) {
+    OwnedTensor gl = empty(DType::f32, {T, 1});
+    linear({.x = x, .weight = w.shared_gate, .y = gl}, ctx);
+    sigmoid_mul({.x = sw, .gate = gl, .out = sw}, ctx);  // 1 · sigmoid(gate(x))
+  }
+  moe_experts({.x = x,
+               .gate_up = w.shared_gate_up,
+               .down = w.shared_down,
+               .ids = sids.view().reshape({T, 1}),
+               .weights = sw,
+               .out = out,
+               .activation = act,
+               .accumulate = true},
+              ctx);
+}
+
+// ---- the model --------------------------------------------------------------------------------
+
+std::vector<float> Runner::forward(Sequence& seq, const std::vector<int32_t>& ids,
+                                   bool all_logits) {
+  Context& ctx = *ctx_;
+  const Config& c = cfg_;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) fail("[model] no tokens to run");
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = ids[static_cast<size_t>(t)];
+    if (id < 0 || id >= c.vocab_size)
+      fail("[model] token id ", id, " at position ", seq.length + t, " is out of range [0, ",
+           c.vocab_size, ")");
+  }
+  if (seq.length + T > seq.capacity)
+    fail("[model] the sequence holds ", seq.capacity, " tokens; ", seq.length, " + ", T,
+         " do not fit");
+  const bool decode = seq.length > 0 && T == 1;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.norm_eps);
+  const bool zc = c.zero_centered_norm;
+
+  const OwnedTensor id_t = ints(ids);
+  OwnedTensor h = empty(DType::f32, {T, H}), xn = empty(DType::f32, {T, H}),
+              mix = empty(DType::f32, {T, H});
+  embed_gather({.table = embed_, .ids = id_t, .out = h}, ctx);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerWeights& w = layers_[i];
+    if (w.spec.mixer != Mixer::none) {
+      rms_norm({.x = h, .weight = w.norm1, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
+      switch (w.spec.mixer) {
+        case Mixer::gdn:
+          gdn_layer(w, seq, i, xn, mix, T, decode);
+          break;
+        case Mixer::attention:
+          attention_layer(w, seq, i, xn, mix, T, decode);
+          break;
+        case Mixer::mamba:
+          mamba_layer(w, seq, i, xn, mix, T, decode);
+          break;
+        case Mixer::none:
+          break;
+      }
+      residual_add({.a = h, .b = mix, .out = h}, ctx);
+    }
+    if (w.spec.ffn != Ffn::none) {
+      const Tensor& nw = w.spec.mixer != Mixer::none ? w.norm2 : w.norm1;
+      rms_norm({.x = h, .weight = nw, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
+      if (w.spec.ffn == Ffn::dense) {
+        mlp(w, xn, mix, T);
+      } else {
+        moe(w, xn, mix, T);
+      }
+      residual_add({.a = h, .b = mix, .out = h}, ctx);
+    }
+  }
+  const int64_t rows = all_logits ? T : 1;
+  const Tensor last = h.view().slice(0, T - rows, rows);
+  const Tensor xl = xn.view().slice(0, 0, rows);
+  rms_norm({.x = last, .weight = final_norm_, .out = xl, .eps = eps, .zero_centered = zc}, ctx);
+  OwnedTensor logits = empty(DType::f32, {rows, c.vocab_size});
+  linear({.x = xl, .weight = tied_ ? embed_.view() : lm_head_.view(), .y = logits}, ctx);
+  seq.length += T;
+  return download(logits);
+}
+
+}  // namespace hybrid::engine

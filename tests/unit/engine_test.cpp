@@ -1,0 +1,344 @@
+// The engine's forward pass on tiny random checkpoints of every architecture (written here from
+// describe_model's weight table): whole-prompt logits equal chunked prefill, decode after prefill
+// equals prefill of the longer sequence, greedy generation follows the logits, and load / input
+// errors name what was wrong.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/runner.h"
+#include "expect_error.h"
+#include "hybrid/engine/model.h"
+#include "hybrid/model/config.h"
+#include "hybrid/model/model.h"
+#include "hybrid/ops/quant.h"
+
+using namespace hybrid;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string config_path(const std::string& name) {
+  return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("hybrid_engine_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Values in each tensor's valid, well-conditioned domain.
+std::vector<float> random_values(const TensorSpec& t, bool zero_centered, std::mt19937& rng) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  const std::string& s = t.name;
+  const bool norm = ends_with(s, "norm.weight") || ends_with(s, "layernorm.weight") ||
+                    ends_with(s, "norm_f.weight");
+  const bool plain_norm = ends_with(s, "linear_attn.norm.weight") || !zero_centered;
+  const float fan_in = static_cast<float>(t.shape.back());
+  for (float& x : v) {
+    const float r = u(rng);
+    if (ends_with(s, "A_log")) {
+      x = 0.75f + 0.75f * r;
+    } else if (ends_with(s, "dt_bias")) {
+      x = -0.75f + 1.25f * r;
+    } else if (ends_with(s, ".D")) {
+      x = 1.0f + 0.5f * r;
+    } else if (ends_with(s, "conv1d.weight")) {
+      x = 0.5f * r;
+    } else if (norm) {
+      x = (plain_norm ? 1.0f : 0.0f) + 0.1f * r;
+    } else if (ends_with(s, "bias")) {
+      x = 0.1f * r;
+    } else if (s.find("embed") != std::string::npos) {
+      x = r;
+    } else {
+      x = r / std::sqrt(fan_in);
+    }
+  }
+  return v;
+}
+
+struct StTensor {
+  std::string name, dtype;  // dtype as safetensors spells it: F32, BF16, U32
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+};
+
+template <class T>
+std::vector<char> as_bytes(const std::vector<T>& v) {
+  return std::vector<char>(reinterpret_cast<const char*>(v.data()),
+                           reinterpret_cast<const char*>(v.data() + v.size()));
+}
+
+StTensor float_tensor(const std::string& name, const std::vector<int64_t>& shape,
+                      const std::vector<float>& v, bool bf16) {
+  if (!bf16) return {name, "F32", shape, as_bytes(v)};
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_from_f32(v[i]);
+  return {name, "BF16", shape, as_bytes(h)};
+}
+
+void write_safetensors(const fs::path& file, const std::vector<StTensor>& tensors) {
+  std::string header = "{";
+  std::vector<char> data;
+  for (const StTensor& t : tensors) {
+    const size_t begin = data.size();
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+    std::string shape;
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    if (header.size() > 1) header += ",";
+    header += "\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape +
+              "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
+              "]}";
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::ofstream out(file, std::ios::binary);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header;
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// A checkpoint folder for `config_name`: config.json copied, model.safetensors with every tensor
+// of the weight table (f32, or bf16 when asked), minus `skip` (to test a missing tensor).
+// round_to_bf16 stores f32 values that bf16 represents exactly.
+void write_model(const fs::path& dir, const std::string& config_name, bool bf16 = false,
+                 const std::string& skip = "", bool round_to_bf16 = false) {
+  fs::copy_file(config_path(config_name), dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const Config cfg = load_config(dir.string());
+  const ModelSpec spec = describe_model(cfg);
+  std::mt19937 rng(1234);
+  std::vector<StTensor> tensors;
+  for (const TensorSpec& t : spec.tensors) {
+    std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
+    if (round_to_bf16)
+      for (float& x : v) x = f32_from_bf16(bf16_from_f32(x));
+    if (t.name != skip) tensors.push_back(float_tensor(t.name, t.shape, v, bf16));
+  }
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
+// An MLX-quantized checkpoint of `config_name` (its "quantization" entry) in `qdir`, and its float
+// twin in `fdir`: the same config without "quantization" and the dequantized weights under the
+// same names.
+void write_mlx_pair(const fs::path& qdir, const fs::path& fdir, const std::string& config_name) {
+  fs::copy_file(config_path(config_name), qdir / "config.json");
+  std::ifstream in(config_path(config_name));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"quantization\"");
+  size_t depth = 0, end = text.find('{', at);
+  for (; end < text.size(); ++end) {
+    if (text[end] == '{') ++depth;
+    if (text[end] == '}' && --depth == 0) break;
+  }
+  end = text.find(',', end) + 1;
+  std::ofstream(fdir / "config.json") << text.substr(0, at) + text.substr(end);
+
+  const Config cfg = load_config(qdir.string());
+  const ModelSpec spec = describe_model(cfg);
+  std::mt19937 rng(99);
+  Context ctx;
+  std::vector<StTensor> qt, ft;
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    TensorSpec t = spec.tensors[i];
+    if (t.bits == 0) {
+      const std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
+      qt.push_back(float_tensor(t.name, t.shape, v, false));
+      ft.push_back(float_tensor(t.name, t.shape, v, false));
+      continue;
+    }
+    const std::vector<int64_t> packed = t.shape;
+    t.shape.back() = packed.back() * 32 / t.bits;  // logical [.., out, in]
+    std::vector<float> v = random_values(t, cfg.zero_centered_norm, rng);
+    const int64_t in_dim = t.shape.back(), rows = static_cast<int64_t>(v.size()) / in_dim;
+    std::vector<uint32_t> codes(static_cast<size_t>(rows * packed.back()));
+    std::vector<float> scales(static_cast<size_t>(rows * in_dim / t.group_size)),
+        biases(scales.size()), deq(v.size());
+    const QuantizedWeight q{
+        .weight = Tensor(codes.data(), DType::u32, Device::cpu(), {rows, packed.back()}),
+        .scales = Tensor(scales.data(), DType::f32, Device::cpu(), {rows, in_dim / t.group_size}),
+        .biases = Tensor(biases.data(), DType::f32, Device::cpu(), {rows, in_dim / t.group_size}),
+        .bits = static_cast<int>(t.bits),
+        .group_size = static_cast<int>(t.group_size)};
+    quantize({.w = Tensor(v.data(), DType::f32, Device::cpu(), {rows, in_dim}), .q = q}, ctx);
+    dequantize({.q = q, .w = Tensor(deq.data(), DType::f32, Device::cpu(), {rows, in_dim})}, ctx);
+    std::vector<int64_t> sshape = spec.tensors[i + 1].shape;
+    qt.push_back({t.name, "U32", packed, as_bytes(codes)});
+    qt.push_back({spec.tensors[i + 1].name, "F32", sshape, as_bytes(scales)});
+    qt.push_back({spec.tensors[i + 2].name, "F32", sshape, as_bytes(biases)});
+    ft.push_back(float_tensor(t.name, t.shape, deq, false));
+    i += 2;
+  }
+  write_safetensors(qdir / "model.safetensors", qt);
+  write_safetensors(fdir / "model.safetensors", ft);
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& x : ids) x = u(rng);
+  return ids;
+}
+
+// Σ(a − b)² / Σb² over one row of `vocab` logits.
+double nmse(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return num / den;
+}
+
+class EngineTest : public ::testing::TestWithParam<std::string> {};
+
+// Prefill of the whole 80-token prompt against the same prompt run in pieces (64 + 16, and
+// 1 + 2 + 30 + 47: a piece shorter than the conv window, a decode-sized piece, chunk tails).
+TEST_P(EngineTest, ChunkedPrefillEqualsWholePrompt) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  const std::vector<int32_t> prompt = random_ids(80, V, 7);
+  const std::vector<float> full = model->logits(prompt);
+  ASSERT_EQ(static_cast<int64_t>(full.size()), 80 * V);
+  for (float x : full) ASSERT_TRUE(std::isfinite(x));
+  for (const std::vector<int64_t>& pieces :
+       {std::vector<int64_t>{64, 16}, std::vector<int64_t>{1, 2, 30, 47}}) {
+    engine::Sequence seq = model->runner().new_sequence(80);
+    int64_t off = 0;
+    for (int64_t len : pieces) {
+      const std::vector<float> last = model->runner().forward(
+          seq, std::vector<int32_t>(prompt.begin() + off, prompt.begin() + off + len), false);
+      off += len;
+      EXPECT_LE(nmse(last.data(), full.data() + (off - 1) * V, V), 1e-6)
+          << "piece ending at token " << off;
+    }
+  }
+}
+
+// Decode steps after a prefill against prefill of the longer sequence (last position).
+TEST_P(EngineTest, DecodeAfterPrefillEqualsLongerPrefill) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  const std::vector<int32_t> ids = random_ids(86, V, 11);
+  engine::Sequence seq = model->runner().new_sequence(86);
+  model->runner().forward(seq, std::vector<int32_t>(ids.begin(), ids.begin() + 80), false);
+  for (int64_t t = 80; t < 86; ++t) {
+    const std::vector<float> step =
+        model->runner().forward(seq, {ids[static_cast<size_t>(t)]}, false);
+    const std::vector<float> ref =
+        model->logits(std::vector<int32_t>(ids.begin(), ids.begin() + t + 1));
+    EXPECT_LE(nmse(step.data(), ref.data() + t * V, V), 1e-6) << "decode of token " << t;
+  }
+}
+
+// Greedy generation picks the argmax of the logits of the sequence so far.
+TEST_P(EngineTest, GreedyFollowsTheLogits) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  const std::vector<int32_t> prompt = random_ids(70, V, 3);
+  const std::vector<int32_t> out = model->generate_greedy(prompt, 4, 64);
+  ASSERT_EQ(out.size(), prompt.size() + 4);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), out.begin()));
+  for (size_t t = prompt.size(); t < out.size(); ++t) {
+    const std::vector<float> l = model->logits(std::vector<int32_t>(out.begin(), out.begin() + t));
+    const float* row = l.data() + (t - 1) * V;
+    EXPECT_EQ(out[t], std::max_element(row, row + V) - row) << "token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, EngineTest,
+                         ::testing::Values("qwen3_next_tiny.json", "qwen3_5_tiny.json",
+                                           "qwen3_5_moe_vl_tiny.json", "mamba2_tiny.json",
+                                           "nemotron_h_tiny.json"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param.substr(0, info.param.size() - 10);
+                           return n;
+                         });
+
+// bf16 weights (the published dtype) load and run: the logits equal those of the same values
+// stored in f32 (the engine computes in f32 either way).
+TEST_P(EngineTest, Bf16WeightsEqualTheirF32Values) {
+  TempDir a, b;
+  write_model(a.path, GetParam(), /*bf16=*/true);
+  write_model(b.path, GetParam(), /*bf16=*/false, "", /*round_to_bf16=*/true);
+  auto m16 = Model::load(a.path.string(), Device::cpu());
+  auto m32 = Model::load(b.path.string(), Device::cpu());
+  const std::vector<int32_t> ids = random_ids(20, m16->vocab_size(), 5);
+  const std::vector<float> l16 = m16->logits(ids), l32 = m32->logits(ids);
+  ASSERT_EQ(l16.size(), l32.size());
+  EXPECT_LE(nmse(l16.data(), l32.data(), static_cast<int64_t>(l32.size())), 1e-10);
+}
+
+// An MLX 4/8-bit checkpoint (mixed per-module overrides) runs like its dequantized float twin.
+TEST(Engine, MlxQuantizedEqualsDequantizedFloats) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  auto mq = Model::load(q.path.string(), Device::cpu());
+  auto mf = Model::load(f.path.string(), Device::cpu());
+  const std::vector<int32_t> ids = random_ids(40, mq->vocab_size(), 8);
+  const std::vector<float> lq = mq->logits(ids), lf = mf->logits(ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-10);
+}
+
+TEST(EngineErrors, LoadErrorsNameTheProblem) {
+  TempDir dir;
+  EXPECT_HYBRID_ERROR(Model::load((dir.path / "nope").string(), Device::cpu()),
+                      "no such file or directory");
+  EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()), "no config.json");
+  fs::copy_file(config_path("mamba2_tiny.json"), dir.path / "config.json");
+  EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()), "no model.safetensors");
+  fs::remove(dir.path / "config.json");
+  {
+    std::ofstream(dir.path / "config.json") << R"({"model_type": "llama", "hidden_size": 8,
+        "num_hidden_layers": 1, "vocab_size": 8})";
+  }
+  EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()), "llama");
+  TempDir missing;
+  write_model(missing.path, "mamba2_tiny.json", false, "backbone.layers.1.mixer.A_log");
+  EXPECT_HYBRID_ERROR(Model::load(missing.path.string(), Device::cpu()),
+                      "backbone.layers.1.mixer.A_log");
+}
+
+TEST(EngineErrors, IdsOutOfRangeNameThePosition) {
+  TempDir dir;
+  write_model(dir.path, "mamba2_tiny.json");
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  EXPECT_HYBRID_ERROR(model->logits({1, 2, 100}), "token id 100 at position 2 is out of range");
+  EXPECT_HYBRID_ERROR(model->logits({-1}), "token id -1 at position 0");
+  EXPECT_HYBRID_ERROR(model->generate_greedy({1, 500}, 2), "token id 500 at position 1");
+  EXPECT_HYBRID_ERROR(model->logits({}), "no token ids");
+  EXPECT_HYBRID_ERROR(model->generate_greedy({}, 2), "prompt is empty");
+}
+
+}  // namespace
