@@ -38,7 +38,9 @@ uint64_t Xoshiro256::next() {
   return result;
 }
 
-double Xoshiro256::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+double Xoshiro256::uniform() {
+  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+}
 
 // ---- sampler ----------------------------------------------------------------------------------
 
@@ -53,7 +55,9 @@ struct Item {
 };
 
 // The sampler's total order: larger logit first, lower id first among equal logits.
-bool more_probable(const Item& a, const Item& b) { return a.z > b.z || (a.z == b.z && a.id < b.id); }
+bool more_probable(const Item& a, const Item& b) {
+  return a.z > b.z || (a.z == b.z && a.id < b.id);
+}
 
 void validate(const SamplingParams& p) {
   if (!(std::isfinite(p.temperature) && p.temperature >= 0))

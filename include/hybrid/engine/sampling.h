@@ -97,9 +97,9 @@ const char* finish_reason(StopReason reason);
 const char* to_string(StopReason reason);
 
 struct StopParams {
-  std::vector<int32_t> eos_ids;            // any of these ids ends generation; its text is dropped
-  std::vector<std::string> stop_strings;   // non-empty UTF-8; matched on the decoded text
-  int64_t max_tokens = 0;                  // >= 0; 0 = no limit
+  std::vector<int32_t> eos_ids = {};  // any of these ids ends generation; its text is dropped
+  std::vector<std::string> stop_strings = {};  // non-empty UTF-8; matched on the decoded text
+  int64_t max_tokens = 0;                      // >= 0; 0 = no limit
 };
 
 // Fed each generated id with its decoded text piece (hybrid::IncrementalDecoder::push), returns
