@@ -116,19 +116,15 @@ std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t
     return {{static_cast<int32_t>(best - z.begin()), 1.0}};
   }
 
-  // Temperature: w = exp((z - max z) / T), the softmax of z / T up to its normaliser. Ids whose
-  // weight is 0 (masked, or underflowed) can never be drawn and leave the running here.
-  const double zmax = *std::max_element(z.begin(), z.end());
-  const double temperature = params_.temperature;
+  // Every id with a finite logit is in the running; -inf ids (masked) never are.
   std::vector<Item> items;
   items.reserve(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) {
-    const double w = std::exp((static_cast<double>(z[i]) - zmax) / temperature);
-    if (w > 0) items.push_back({z[i], static_cast<int32_t>(i), w});
-  }
+  for (int64_t i = 0; i < vocab; ++i)
+    if (std::isfinite(z[i])) items.push_back({z[i], static_cast<int32_t>(i), 0.0});
 
   // Top-k: exactly the k most probable (llama.cpp keeps k; HF and vLLM also keep ids tied with the
-  // k-th, this keeps the lower ids among them, so top_k = 1 is the greedy choice).
+  // k-th, this keeps the lower ids among them, so top_k = 1 is the greedy choice). Temperature
+  // does not change the order, so this runs on the logits, before any exp.
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < items.size()) {
     std::nth_element(items.begin(), items.begin() + (params_.top_k - 1), items.end(),
                      more_probable);
@@ -136,6 +132,14 @@ std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t
     // Back to id order: the sums below run in one order on every standard library.
     std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.id < b.id; });
   }
+
+  // Temperature: w = exp((z - max z) / T), the softmax of z / T up to its normaliser (the max
+  // survives top-k, so it has w = 1). Ids whose weight underflows to 0 can never be drawn and
+  // leave the running.
+  const double zmax = *std::max_element(z.begin(), z.end());
+  const double temperature = params_.temperature;
+  for (Item& it : items) it.w = std::exp((static_cast<double>(it.z) - zmax) / temperature);
+  std::erase_if(items, [](const Item& it) { return !(it.w > 0); });
 
   // Top-p over the top-k distribution renormalised (HF, vLLM, llama.cpp all renormalise first):
   // walking ids from the most probable, keep an id while the mass before it is < p · Σw. The first
