@@ -106,11 +106,12 @@ MODELS = {
         state_size=16, n_groups=2, expand=2, conv_kernel=4, chunk_size=64, use_bias=False,
         use_conv_bias=True, layer_norm_epsilon=1e-5, rms_norm=True, residual_in_fp32=True,
         tie_word_embeddings=True)),
-    # Nemotron-H: every block kind (M Mamba-2, * attention without RoPE, - relu2 MLP, E MoE with
+    # Nemotron-H: every block kind (M Mamba-2, * attention without RoPE (head_dim 64: a head dim the
+    # CUDA attention kernels are built for), - relu2 MLP, E MoE with
     # sigmoid router + correction bias, shared expert, routed_scaling_factor).
     "nemotron_h_all": ("nemotron_h", dict(
         hidden_size=64, vocab_size=VOCAB, hybrid_override_pattern="ME*M-E",
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=96,
         mlp_hidden_act="relu2", mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16,
         n_groups=2, expand=2, conv_kernel=4, chunk_size=64, use_conv_bias=True,
         mamba_proj_bias=False, n_routed_experts=8, num_experts_per_tok=2,
