@@ -438,9 +438,51 @@ Sequence Runner::new_sequence(int64_t capacity) {
 //   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)
 //   o = gated_delta_rule(L2(q), L2(k), v, g, β)   (scale 1/sqrt(K), state resumed from the pool)
 //   out = out_proj(rmsnorm_per_head(o) · w · silu(z))
+Runner::Step Runner::make_step(const Sequence& seq, int64_t T) const {
+  Step s;
+  s.T = T;
+  s.decode = seq.length > 0 && T == 1;
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    pos[static_cast<size_t>(t)] = static_cast<int32_t>(seq.length + t);
+  s.slots = ints({0});
+  s.cu = ints({0, static_cast<int32_t>(T)});
+  s.has_init = ints({seq.length > 0 ? 1 : 0});
+  s.positions = ints(pos);
+  s.seq_lens = ints({static_cast<int32_t>(seq.length + T)});
+  return s;
+}
+
+void Runner::conv_silu(const LayerWeights& w, const Tensor& x, const Tensor& conv_state,
+                       const Step& s, const Tensor& out) {
+  if (s.decode) {
+    conv1d_update({.x = x,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = out,
+                   .conv_state = conv_state,
+                   .state_slots = s.slots,
+                   .silu = true},
+                  *ctx_);
+  } else {
+    conv1d_causal({.x = x,
+                   .weight = w.conv_w,
+                   .bias = w.conv_b.view(),
+                   .out = out,
+                   .conv_state = conv_state,
+                   .cu_seqlens = s.cu,
+                   .state_slots = s.slots,
+                   .has_initial_state = s.has_init,
+                   .silu = true},
+                  *ctx_);
+  }
+}
+
 void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                       const Tensor& out, int64_t T, bool decode) {
+                       const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const int64_t T = s.T;
+  const bool decode = s.decode;
   const GdnConfig& g = cfg_.gdn;
   const int64_t Hk = g.num_k_heads, Hv = g.num_v_heads, K = g.k_head_dim, V = g.v_head_dim;
   const int64_t C = g.conv_dim(), Vd = g.value_dim();
@@ -464,34 +506,14 @@ void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const
     }
   OwnedTensor gt = floats(gh, {T, Hv}), bt = floats(betah, {T, Hv});
 
-  const OwnedTensor slots = ints({0});
-  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
-  const OwnedTensor has_init = ints({seq.length > 0 ? 1 : 0});
+  const Tensor& slots = s.slots;
+  const Tensor& cu = s.cu;
+  const Tensor& has_init = s.has_init;
   const Tensor& conv_state = seq.conv_state[layer];
   const Tensor& state = seq.ssm_state[layer];
   OwnedTensor co = empty(DType::f32, {T, C});
   const Tensor xqkv = proj.view().slice(1, 0, C);
-  if (decode) {
-    conv1d_update({.x = xqkv,
-                   .weight = w.conv_w,
-                   .bias = w.conv_b.view(),
-                   .out = co,
-                   .conv_state = conv_state,
-                   .state_slots = slots,
-                   .silu = true},
-                  ctx);
-  } else {
-    conv1d_causal({.x = xqkv,
-                   .weight = w.conv_w,
-                   .bias = w.conv_b.view(),
-                   .out = co,
-                   .conv_state = conv_state,
-                   .cu_seqlens = cu,
-                   .state_slots = slots,
-                   .has_initial_state = has_init,
-                   .silu = true},
-                  ctx);
-  }
+  conv_silu(w, xqkv, conv_state, s, co);
   const Tensor q = heads(co, 0, Hk, K), k = heads(co, Hk * K, Hk, K),
                v = heads(co, 2 * Hk * K, Hv, V);
   OwnedTensor o = empty(DType::f32, {T, Hv, V});
@@ -537,8 +559,10 @@ void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const
 // q, k = zero-centred RMSNorm per head, partial NeoX RoPE; out = o_proj(attn · sigmoid(gate)).
 // Nemotron-H: plain GQA, no norm, no positional encoding.
 void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                             const Tensor& out, int64_t T, bool decode) {
+                             const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const int64_t T = s.T;
+  const bool decode = s.decode;
   const AttentionConfig& a = cfg_.attention;
   const int64_t Hq = a.num_heads, Hkv = a.num_kv_heads, D = a.head_dim;
   const int64_t qw = a.output_gate ? 2 * D : D;  // per-head width of q_proj's output
@@ -569,10 +593,7 @@ void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer,
              ctx);
     q = qn;
   }
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t)
-    pos[static_cast<size_t>(t)] = static_cast<int32_t>(seq.length + t);
-  const OwnedTensor positions = ints(pos);
+  const Tensor& positions = s.positions;
   if (a.rotary_dim > 0) {
     const float theta = static_cast<float>(a.rope_theta);
     rope({.x = q, .out = q, .positions = positions, .rotary_dim = a.rotary_dim, .theta = theta},
@@ -583,8 +604,8 @@ void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer,
   const size_t ai = static_cast<size_t>(attn_index_[layer]);
   const Tensor& kc = seq.k_cache[ai];
   const Tensor& vc = seq.v_cache[ai];
-  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
-  const OwnedTensor seq_lens = ints({static_cast<int32_t>(seq.length + T)});
+  const Tensor& cu = s.cu;
+  const Tensor& seq_lens = s.seq_lens;
   OwnedTensor ao = empty(DType::f32, {T, Hq, D});
   if (decode) {
     kv_append({.k = k,
@@ -632,8 +653,10 @@ void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer,
 //   y = SSD(x, dt, A = −exp(A_log), B, C, D, dt_bias, softplus, time_step_limit)
 //   out = out_proj(rmsnorm_groups(y · silu(z)) · w)      groups of d_inner / n_groups channels
 void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                         const Tensor& out, int64_t T, bool decode) {
+                         const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const int64_t T = s.T;
+  const bool decode = s.decode;
   const MambaConfig& m = cfg_.mamba;
   const int64_t Hh = m.num_heads, Pd = m.head_dim, N = m.state_size, G = m.n_groups;
   const int64_t di = m.d_inner(), C = m.conv_dim();
@@ -643,33 +666,13 @@ void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, con
   const Tensor xbc = proj.view().slice(1, di, C);
   const Tensor dt = proj.view().slice(1, di + C, Hh);
 
-  const OwnedTensor slots = ints({0});
-  const OwnedTensor cu = ints({0, static_cast<int32_t>(T)});
-  const OwnedTensor has_init = ints({seq.length > 0 ? 1 : 0});
+  const Tensor& slots = s.slots;
+  const Tensor& cu = s.cu;
+  const Tensor& has_init = s.has_init;
   const Tensor& conv_state = seq.conv_state[layer];
   const Tensor& state = seq.ssm_state[layer];
   OwnedTensor co = empty(DType::f32, {T, C});
-  if (decode) {
-    conv1d_update({.x = xbc,
-                   .weight = w.conv_w,
-                   .bias = w.conv_b.view(),
-                   .out = co,
-                   .conv_state = conv_state,
-                   .state_slots = slots,
-                   .silu = true},
-                  ctx);
-  } else {
-    conv1d_causal({.x = xbc,
-                   .weight = w.conv_w,
-                   .bias = w.conv_b.view(),
-                   .out = co,
-                   .conv_state = conv_state,
-                   .cu_seqlens = cu,
-                   .state_slots = slots,
-                   .has_initial_state = has_init,
-                   .silu = true},
-                  ctx);
-  }
+  conv_silu(w, xbc, conv_state, s, co);
   const Tensor xs = heads(co, 0, Hh, Pd), B = heads(co, di, G, N), Cm = heads(co, di + G * N, G, N);
   OwnedTensor y = empty(DType::f32, {T, Hh, Pd});
   const float dt_min = static_cast<float>(m.dt_min), dt_max = static_cast<float>(m.dt_max);
@@ -806,7 +809,7 @@ std::vector<float> Runner::forward(Sequence& seq, const std::vector<int32_t>& id
   if (seq.length + T > seq.capacity)
     fail("[model] the sequence holds ", seq.capacity, " tokens; ", seq.length, " + ", T,
          " do not fit");
-  const bool decode = seq.length > 0 && T == 1;
+  const Step step = make_step(seq, T);
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps);
   const bool zc = c.zero_centered_norm;
@@ -821,13 +824,13 @@ std::vector<float> Runner::forward(Sequence& seq, const std::vector<int32_t>& id
       rms_norm({.x = h, .weight = w.norm1, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
       switch (w.spec.mixer) {
         case Mixer::gdn:
-          gdn_layer(w, seq, i, xn, mix, T, decode);
+          gdn_layer(w, seq, i, xn, mix, step);
           break;
         case Mixer::attention:
-          attention_layer(w, seq, i, xn, mix, T, decode);
+          attention_layer(w, seq, i, xn, mix, step);
           break;
         case Mixer::mamba:
-          mamba_layer(w, seq, i, xn, mix, T, decode);
+          mamba_layer(w, seq, i, xn, mix, step);
           break;
         case Mixer::none:
           break;

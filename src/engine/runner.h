@@ -75,12 +75,27 @@ class Runner {
 
  private:
   void load_weights(const Checkpoint& ckpt, const ModelSpec& spec);
+  // The varlen arguments of one forward call (one sequence in pool slot 0), made once for all
+  // layers: T new tokens, decode = one token after a prefix.
+  struct Step {
+    int64_t T = 0;
+    bool decode = false;
+    OwnedTensor slots;      // i32 [1] = {0}
+    OwnedTensor cu;         // i32 [2] = {0, T}
+    OwnedTensor has_init;   // i32 [1]: 1 when the sequence has a prefix
+    OwnedTensor positions;  // i32 [T]: length .. length + T - 1
+    OwnedTensor seq_lens;   // i32 [1] = {length + T}
+  };
+  Step make_step(const Sequence& seq, int64_t T) const;
+  // The depthwise causal conv + SiLU of the GDN and Mamba-2 mixers, resuming from conv_state.
+  void conv_silu(const LayerWeights& w, const Tensor& x, const Tensor& conv_state, const Step& s,
+                 const Tensor& out);
   void gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                 const Tensor& out, int64_t T, bool decode);
+                 const Tensor& out, const Step& s);
   void attention_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                       const Tensor& out, int64_t T, bool decode);
+                       const Tensor& out, const Step& s);
   void mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
-                   const Tensor& out, int64_t T, bool decode);
+                   const Tensor& out, const Step& s);
   void mlp(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T);
   void moe(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T);
 
