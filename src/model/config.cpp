@@ -115,8 +115,10 @@ class Fields {
   }
   double to_double(const std::string& key, const json& v) const {
     if (v.is_number()) return v.get<double>();
-    if (v.is_string()) {
-      const std::string s = v.get<std::string>();
+    // transformers 5 writes non-finite floats as {"__float__": "Infinity"}.
+    const json& s_v = v.is_object() && v.contains("__float__") ? v.at("__float__") : v;
+    if (s_v.is_string()) {
+      const std::string s = s_v.get<std::string>();
       if (s == "Infinity") return kInf;
       if (s == "-Infinity") return -kInf;
     }
@@ -483,16 +485,19 @@ void read_nemotron_h(const json& j, const Fields& f, Config& c) {
     std::vector<std::string> types = f.string_list(key);
     for (size_t i = 0; i < types.size(); ++i) {
       const std::string& t = types[i];
-      if (t == "mamba") {
+      // transformers 5 writes the mixers as linear_attention / full_attention.
+      if (t == "mamba" || t == "linear_attention") {
         c.layers.push_back({Mixer::mamba, Ffn::none});
-      } else if (t == "attention") {
+      } else if (t == "attention" || t == "full_attention") {
         c.layers.push_back({Mixer::attention, Ffn::none});
       } else if (t == "mlp") {
         c.layers.push_back({Mixer::none, Ffn::dense});
       } else if (t == "moe") {
         c.layers.push_back({Mixer::none, Ffn::moe});
       } else {
-        f.bad(key, str("entry ", i, " is '", t, "' (expected mamba, attention, mlp or moe)"));
+        f.bad(key,
+              str("entry ", i, " is '", t,
+                  "' (expected mamba | linear_attention, attention | full_attention, mlp or moe)"));
       }
     }
   } else {

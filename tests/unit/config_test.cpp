@@ -206,6 +206,19 @@ TEST(Config, NemotronHLayersBlockType) {
   EXPECT_EQ(c.layer_pattern(), "MEA-");
 }
 
+// As transformers 5 saves configs: the mixers named linear_attention / full_attention, and
+// non-finite floats as {"__float__": "Infinity"}.
+TEST(Config, Transformers5Spellings) {
+  Config c = parse_config(
+      R"({"model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 10,
+          "mamba_num_heads": 8, "mamba_head_dim": 8, "n_groups": 2,
+          "time_step_limit": [0.0, {"__float__": "Infinity"}],
+          "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"]})",
+      "n.json");
+  EXPECT_EQ(c.layer_pattern(), "MEA-");
+  EXPECT_TRUE(std::isinf(c.mamba.dt_max));
+}
+
 TEST(Config, QuantizationOverrides) {
   Config c = load_config(data("qwen3_next_tiny_mlx4.json"));
   ASSERT_TRUE(c.quantization.has_value());
