@@ -172,6 +172,35 @@ TEST(Cli, PromptTextStreamsAndStopsAtAStopString) {
   fs::remove_all(dir);
 }
 
+// The ids of `greedy` up to and including the first occurrence of `eos`.
+std::vector<int32_t> until(const std::vector<int32_t>& greedy, int32_t eos) {
+  auto it = std::find(greedy.begin(), greedy.end(), eos);
+  return std::vector<int32_t>(greedy.begin(), it + 1);
+}
+
+TEST(Cli, GenerationStopsAtTheConfigsEosIds) {
+  const Golden g = golden("qwen3_5_dense");
+  ASSERT_GE(g.greedy.size(), 8u);
+  const fs::path dir = model_with_tokenizer("qwen3_5_dense");
+  const std::string args =
+      "run -m '" + dir.string() + "' --ids " + join(g.prompt, ",") + " -n 16 --print-ids";
+  // config.json eos_token_id as an int
+  json cfg = json::parse(read_text(dir / "config.json"));
+  cfg["eos_token_id"] = g.greedy[3];
+  std::ofstream(dir / "config.json") << cfg.dump();
+  CliResult r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(until(g.greedy, g.greedy[3]), " "));
+  EXPECT_NE(r.err.find("stop: eos"), std::string::npos) << r.err;
+  // generation_config.json eos_token_id as a list, merged with config.json's
+  std::ofstream(dir / "generation_config.json")
+      << json{{"eos_token_id", json::array({g.greedy[1], 100000})}}.dump();
+  r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(until(g.greedy, g.greedy[1]), " "));
+  fs::remove_all(dir);
+}
+
 TEST(Cli, PromptLongerThanTheContextIsAnError) {
   const Golden g = golden("nemotron_h_all");  // max_position_embeddings 4096
   std::vector<int32_t> long_prompt(4097, 5);

@@ -54,7 +54,7 @@ const char* kUsage =
     "      --top-k K --top-p P --min-p M --repeat-penalty R --seed S\n"
     "                           sampling filters (off by default), generator seed (default 0)\n"
     "      --chat               wrap the prompt in ChatML (<|im_start|>user ...)\n"
-    "      --stop STR           stop at this text (repeatable)\n"
+    "      --stop STR           stop at this text (repeatable; \\n \\t escapes)\n"
     "      --print-ids          print only the generated ids, space-separated, on one line\n"
     "      --prefill-chunk C    prompt tokens per prefill step (default 512)\n"
     "      --device cpu|cuda    (default cpu)\n"
@@ -276,6 +276,23 @@ void write_npy(const std::string& path, const std::vector<float>& data, int64_t 
   if (!ok) throw Error(path + ": write failed");
 }
 
+// The escapes of llama.cpp's --escape: backslash + n, t, r, backslash or quote become newline, tab,
+// carriage return, backslash, quote; other backslashes stay as they are.
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char next = i + 1 < s.size() ? s[i + 1] : '\0';
+    if (s[i] == '\\' &&
+        (next == 'n' || next == 't' || next == 'r' || next == '\\' || next == '"')) {
+      out += next == 'n' ? '\n' : next == 't' ? '\t' : next == 'r' ? '\r' : next;
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 struct RunOptions {
   std::string model;
   std::optional<std::string> prompt;
@@ -401,7 +418,7 @@ int run(const RunOptions& o) {
   std::fflush(stdout);
 
   const char* reason = res.context_full ? "context full" : to_string(stop.reason());
-  if (!res.context_full && stop.reason() == StopReason::none) reason = "max tokens";
+  if (!res.context_full && stop.reason() == StopReason::none) reason = "max_tokens";
   std::fprintf(stderr, "\nhybrid: %lld prompt tokens, %lld generated, stop: %s\n",
                static_cast<long long>(P), static_cast<long long>(res.ids.size()), reason);
   print_timing("prompt eval time", res.prefill_seconds, P, "tokens");
@@ -602,7 +619,7 @@ int main(int argc, char** argv) {
     } else if (a == "--stop" && gen) {
       const std::string* v = value();
       if (!v || v->empty()) return usage_error("--stop needs a non-empty text");
-      ro.stops.push_back(*v);
+      ro.stops.push_back(unescape(*v));
     } else if (a == "--print-ids" && gen) {
       ro.print_ids = true;
     } else {
