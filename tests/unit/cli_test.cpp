@@ -248,6 +248,11 @@ TEST(Cli, UserErrorsExitOneWithOneLine) {
                m + ": no tokenizer.json (needed for -p; pass token ids with --ids)");
   expect_error(cli("run -m '" + m + "' --ids 1,2 -n 2 --temp -1"),
                "[sampling] temperature: expected >= 0 (0 = greedy), got -1");
+  const fs::path empty = fs::temp_directory_path() / "hybrid_cli_test_empty";
+  fs::create_directories(empty);
+  expect_error(cli("run -m '" + empty.string() + "' --ids 1,2 -n 2"),
+               "[config] " + empty.string() + ": not a model folder (no config.json)");
+  fs::remove_all(empty);
   expect_error(cli("bench -m /nonexistent/model -p 8 -n 2 -r 1"),
                "[model] /nonexistent/model: no such file or directory");
   // usage errors: 2

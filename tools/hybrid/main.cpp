@@ -345,13 +345,14 @@ int run(const RunOptions& o) {
     if (prompt.empty()) throw Error("--ids gives no token ids");
   }
 
-  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  // The prompt is checked against the config before the (possibly large) weights are loaded.
+  const Config cfg = load_config(o.model);
   const int64_t P = static_cast<int64_t>(prompt.size());
   for (size_t t = 0; t < prompt.size(); ++t)
-    if (prompt[t] < 0 || prompt[t] >= m->vocab_size())
+    if (prompt[t] < 0 || prompt[t] >= cfg.vocab_size)
       throw Error("token id " + std::to_string(prompt[t]) + " at position " + std::to_string(t) +
-                  " is out of range [0, " + std::to_string(m->vocab_size()) + ")");
-  const int64_t ctx = o.ctx > 0 ? o.ctx : m->max_context();
+                  " is out of range [0, " + std::to_string(cfg.vocab_size) + ")");
+  const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.max_position_embeddings;
   if (ctx > 0 && P > ctx) {
     const std::string which =
         o.ctx > 0 ? "the context size (-c " + std::to_string(o.ctx) + ")"
@@ -384,6 +385,7 @@ int run(const RunOptions& o) {
     std::fprintf(stderr, "hybrid: %s has no tokenizer.json: printing the generated ids\n",
                  o.model.c_str());
 
+  std::unique_ptr<Model> m = Model::load(o.model, o.device);
   GenerateOptions g;
   g.max_new_tokens = o.n;
   g.capacity = ctx > 0 ? std::min(ctx, P + std::max<int64_t>(o.n, 1)) : 0;
