@@ -4,15 +4,22 @@
 //                           present) against the architecture's weight table.
 //   hybrid logits -m DIR --ids 1,2,3 --out FILE.npy [--device cpu|cuda]
 //                           f32 logits [T, vocab] of every position, as a NumPy .npy file
-//   hybrid run -m DIR --ids 1,2,3 -n N --print-ids [--device cpu|cuda]
-//                           greedy continuation; prints prompt + new ids on one line
+//   hybrid run -m DIR -p TEXT | --ids 1,2,3 [-n N] [sampling] [--chat] [--stop S]... [--print-ids]
+//                           generation: the text streamed to stdout (or, with --print-ids, the
+//                           generated ids on one line), llama.cpp-style timings on stderr
+//   hybrid bench -m DIR [-p 512] [-n 128] [-r 3]
+//                           prompt processing and generation tokens/s, llama-bench's table
 // Errors (no such path, a folder without config.json, an unknown model_type, a missing or
-// wrong-shaped tensor, ids out of range) print one line each and exit 1; usage errors exit 2.
+// wrong-shaped tensor, ids out of range, a prompt longer than the context, no tokenizer.json for
+// -p) print one line each and exit 1; usage errors exit 2.
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,9 +28,11 @@
 
 #include "hybrid/core/error.h"
 #include "hybrid/engine/model.h"
+#include "hybrid/engine/sampling.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
 #include "hybrid/model/safetensors.h"
+#include "hybrid/model/tokenizer.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
@@ -36,8 +45,21 @@ const char* kUsage =
     "  info -m DIR [--kv-dtype bf16|f16|f32]   describe the model in DIR and check its weights\n"
     "  logits -m DIR --ids 1,2,3 --out FILE.npy [--device cpu|cuda]\n"
     "                                           f32 logits [T, vocab] of every position (.npy)\n"
-    "  run -m DIR --ids 1,2,3 -n N --print-ids [--device cpu|cuda] [--prefill-chunk C]\n"
-    "                                           greedy continuation; prompt + N ids, one line\n"
+    "  run -m DIR (-p TEXT | --ids 1,2,3) [options]\n"
+    "                                           generate; text to stdout, timings to stderr\n"
+    "      -n N                 new tokens at most (default 256)\n"
+    "      -c N, --ctx-size N   tokens the sequence holds, prompt included (default: the\n"
+    "                           model's max_position_embeddings)\n"
+    "      --temp T             temperature (default 0 = greedy)\n"
+    "      --top-k K --top-p P --min-p M --repeat-penalty R --seed S\n"
+    "                           sampling filters (off by default), generator seed (default 0)\n"
+    "      --chat               wrap the prompt in ChatML (<|im_start|>user ...)\n"
+    "      --stop STR           stop at this text (repeatable; \\n \\t escapes)\n"
+    "      --print-ids          print only the generated ids, space-separated, on one line\n"
+    "      --prefill-chunk C    prompt tokens per prefill step (default 512)\n"
+    "      --device cpu|cuda    (default cpu)\n"
+    "  bench -m DIR [-p 512] [-n 128] [-r 3] [--device cpu|cuda] [--prefill-chunk C]\n"
+    "                                           pp/tg tokens/s (mean +- stddev), markdown table\n"
     "options:\n"
     "  -h, --help                               this text\n";
 
@@ -254,6 +276,239 @@ void write_npy(const std::string& path, const std::vector<float>& data, int64_t 
   if (!ok) throw Error(path + ": write failed");
 }
 
+// The escapes of llama.cpp's --escape: backslash + n, t, r, backslash or quote become newline, tab,
+// carriage return, backslash, quote; other backslashes stay as they are.
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char next = i + 1 < s.size() ? s[i + 1] : '\0';
+    if (s[i] == '\\' &&
+        (next == 'n' || next == 't' || next == 'r' || next == '\\' || next == '"')) {
+      out += next == 'n' ? '\n' : next == 't' ? '\t' : next == 'r' ? '\r' : next;
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+struct RunOptions {
+  std::string model;
+  std::optional<std::string> prompt;
+  std::optional<std::vector<int32_t>> ids;
+  int64_t n = 256;
+  int64_t ctx = 0;  // 0: the model's max_position_embeddings
+  int64_t prefill_chunk = 512;
+  SamplingParams sampling;
+  bool chat = false;
+  bool print_ids = false;
+  std::vector<std::string> stops;
+  Device device = Device::cpu();
+};
+
+// The folder checks of Model::load, made before the tokenizer is looked for.
+void check_model_folder(const std::string& dir) {
+  if (!fs::exists(dir)) throw Error("[model] " + dir + ": no such file or directory");
+  if (!fs::is_directory(dir))
+    throw Error("[model] " + dir + ": not a folder (pass the model's folder)");
+}
+
+// "prompt eval time =    12.34 ms /    80 tokens (    0.15 ms per token,  6481.20 tokens per
+// second)", llama.cpp's llama_perf_context_print line.
+void print_timing(const char* what, double seconds, int64_t count, const char* unit) {
+  const double ms = seconds * 1e3;
+  std::fprintf(
+      stderr,
+      "hybrid: %16s = %10.2f ms / %5lld %-6s (%8.2f ms per token, %8.2f tokens per second)\n", what,
+      ms, static_cast<long long>(count), unit, count > 0 ? ms / count : 0.0,
+      seconds > 0 ? count / seconds : 0.0);
+}
+
+int run(const RunOptions& o) {
+  const Sampler checked(o.sampling);  // bad sampling parameters fail before the model loads
+  check_model_folder(o.model);
+  const bool has_tokenizer = fs::exists(fs::path(o.model) / "tokenizer.json");
+  if (o.prompt && !has_tokenizer)
+    throw Error(o.model + ": no tokenizer.json (needed for -p; pass token ids with --ids)");
+  if (!o.stops.empty() && !has_tokenizer)
+    throw Error(o.model + ": no tokenizer.json (needed for --stop)");
+  std::optional<Tokenizer> tok;
+  if (has_tokenizer) tok.emplace(Tokenizer::from_file(o.model));
+
+  std::vector<int32_t> prompt;
+  if (o.prompt) {
+    prompt = tok->encode(o.chat ? chatml_prompt(*o.prompt) : *o.prompt);
+    if (prompt.empty()) throw Error("the prompt is empty (it encodes to no tokens)");
+  } else {
+    prompt = *o.ids;
+    if (prompt.empty()) throw Error("--ids gives no token ids");
+  }
+
+  // The prompt is checked against the config before the (possibly large) weights are loaded.
+  const Config cfg = load_config(o.model);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  for (size_t t = 0; t < prompt.size(); ++t)
+    if (prompt[t] < 0 || prompt[t] >= cfg.vocab_size)
+      throw Error("token id " + std::to_string(prompt[t]) + " at position " + std::to_string(t) +
+                  " is out of range [0, " + std::to_string(cfg.vocab_size) + ")");
+  const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.max_position_embeddings;
+  if (ctx > 0 && P > ctx) {
+    const std::string which =
+        o.ctx > 0 ? "the context size (-c " + std::to_string(o.ctx) + ")"
+                  : "the model's context (max_position_embeddings " + std::to_string(ctx) + ")";
+    throw Error("the prompt has " + std::to_string(P) + " tokens, more than " + which);
+  }
+
+  // EOS: config.json / generation_config.json; ChatML's end of turn with --chat; else the
+  // tokenizer's end-of-text token when the config names none.
+  std::vector<int32_t> eos = eos_token_ids(o.model);
+  auto add_eos_token = [&](const char* name) {
+    if (!tok) return;
+    std::optional<int32_t> id = tok->token_to_id(name);
+    if (id && std::find(eos.begin(), eos.end(), *id) == eos.end()) eos.push_back(*id);
+  };
+  if (o.chat) add_eos_token("<|im_end|>");
+  if (eos.empty()) {
+    add_eos_token("<|endoftext|>");
+    add_eos_token("</s>");
+  }
+
+  StopChecker stop({.eos_ids = eos, .stop_strings = o.stops, .max_tokens = o.n});
+  // The text is decoded whenever there is a tokenizer (stop strings match it); it is printed
+  // unless --print-ids.
+  std::optional<IncrementalDecoder> text;
+  if (tok) text.emplace(*tok, true);
+  const bool show_text = tok && !o.print_ids;
+  const bool show_ids = o.print_ids || !tok;
+  if (!tok && !o.print_ids)
+    std::fprintf(stderr, "hybrid: %s has no tokenizer.json: printing the generated ids\n",
+                 o.model.c_str());
+
+  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  GenerateOptions g;
+  g.max_new_tokens = o.n;
+  g.capacity = ctx > 0 ? std::min(ctx, P + std::max<int64_t>(o.n, 1)) : 0;
+  g.prefill_chunk = o.prefill_chunk;
+  g.sampling = o.sampling;
+  if (P > o.prefill_chunk)
+    g.on_prefill = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "hybrid: prefill %lld / %lld tokens\n", static_cast<long long>(done),
+                   static_cast<long long>(total));
+    };
+  g.on_token = [&](int32_t id) {
+    StopChecker::Result r = stop.push(id, text ? text->push(id) : std::string());
+    if (show_text && !r.emit.empty()) {
+      std::fwrite(r.emit.data(), 1, r.emit.size(), stdout);
+      std::fflush(stdout);
+    }
+    return !r.stop;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  GenerateResult res = m->generate(prompt, g);
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string tail = stop.finish(text ? text->flush() : std::string());
+  if (show_text) {
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::printf("\n");
+  }
+  if (show_ids) {
+    std::string line;
+    for (size_t i = 0; i < res.ids.size(); ++i) line += (i ? " " : "") + std::to_string(res.ids[i]);
+    std::printf("%s\n", line.c_str());
+  }
+  std::fflush(stdout);
+
+  const char* reason = res.context_full ? "context full" : to_string(stop.reason());
+  if (!res.context_full && stop.reason() == StopReason::none) reason = "max_tokens";
+  std::fprintf(stderr, "\nhybrid: %lld prompt tokens, %lld generated, stop: %s\n",
+               static_cast<long long>(P), static_cast<long long>(res.ids.size()), reason);
+  print_timing("prompt eval time", res.prefill_seconds, P, "tokens");
+  print_timing("eval time", res.decode_seconds, res.decode_steps, "runs");
+  std::fprintf(stderr, "hybrid: %16s = %10.2f ms / %5lld tokens\n", "total time", total * 1e3,
+               static_cast<long long>(P + static_cast<int64_t>(res.ids.size())));
+  return 0;
+}
+
+struct BenchOptions {
+  std::string model;
+  int64_t pp = 512, tg = 128, reps = 3, prefill_chunk = 512;
+  Device device = Device::cpu();
+};
+
+// mean and sample standard deviation (n - 1; 0 for one value), as llama-bench reports them.
+std::pair<double, double> mean_stddev(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  double var = 0;
+  for (double x : v) var += (x - mean) * (x - mean);
+  const double sd = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0.0;
+  return {mean, sd};
+}
+
+int bench(const BenchOptions& o) {
+  check_model_folder(o.model);
+  const Config cfg = load_config(o.model);
+  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  const Checkpoint ckpt(o.model);
+  const ModelSpec spec = describe_model(cfg, detect_layout(cfg, ckpt));
+  int64_t bytes = 0;
+  for (const auto& [t, b] : checkpoint_weight_bytes(spec, ckpt)) bytes += b;
+  const int64_t ctx = m->max_context();
+  for (int64_t len : {o.pp, o.tg + 1})
+    if (ctx > 0 && len > ctx)
+      throw Error("bench: " + std::to_string(len) + " tokens exceed the model's context " +
+                  "(max_position_embeddings " + std::to_string(ctx) + ")");
+
+  // Random token ids from a fixed seed (the same prompt on every run and machine).
+  Xoshiro256 rng(1234);
+  auto random_ids = [&](int64_t count) {
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    for (int32_t& id : ids)
+      id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(m->vocab_size()));
+    return ids;
+  };
+  const std::vector<int32_t> pp_ids = random_ids(std::max<int64_t>(o.pp, 1));
+  const std::vector<int32_t> tg_ids = random_ids(1);
+
+  // pp: the prompt's prefill forward calls; tg: o.tg decode steps after a one-token prompt (greedy
+  // ids, so every step is a real decode; the argmax is included, sampling filters are not).
+  auto pp_run = [&]() {
+    GenerateOptions g;
+    g.max_new_tokens = 0;
+    g.prefill_chunk = o.prefill_chunk;
+    GenerateResult r = m->generate(pp_ids, g);
+    return static_cast<double>(o.pp) / r.prefill_seconds;
+  };
+  auto tg_run = [&]() {
+    GenerateOptions g;
+    g.max_new_tokens = o.tg + 1;
+    GenerateResult r = m->generate(tg_ids, g);
+    return static_cast<double>(r.decode_steps) / r.decode_seconds;
+  };
+
+  const std::string backend = o.device.is_cpu() ? "CPU" : "CUDA";
+  // "mamba2 123.9K": the architecture and its size, as llama-bench's model column
+  std::string name = std::string(arch_name(cfg.arch)) + " " + human_count(spec.parameters());
+  name.erase(name.rfind(' '), 1);
+  std::printf("| model | size | params | backend | test | t/s |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | ---: |\n");
+  auto row = [&](const std::string& test, const std::function<double()>& once) {
+    once();  // warm-up (first-touch of the weights, allocator, kernel caches)
+    std::vector<double> tps;
+    for (int64_t r = 0; r < o.reps; ++r) tps.push_back(once());
+    const auto [mean, sd] = mean_stddev(tps);
+    std::printf("| %s | %s | %s | %s | %s | %.2f ± %.2f |\n", name.c_str(),
+                format_bytes(bytes).c_str(), human_count(spec.parameters()).c_str(),
+                backend.c_str(), test.c_str(), mean, sd);
+    std::fflush(stdout);
+  };
+  if (o.pp > 0) row("pp" + std::to_string(o.pp), pp_run);
+  if (o.tg > 0) row("tg" + std::to_string(o.tg), tg_run);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -264,12 +519,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string cmd = args[0];
-  if (cmd != "info" && cmd != "logits" && cmd != "run")
+  if (cmd != "info" && cmd != "logits" && cmd != "run" && cmd != "bench")
     return usage_error("unknown command '" + cmd + "'");
   std::string model, kv_dtype = "bf16", out, device_name = "cpu";
   std::optional<std::vector<int32_t>> ids;
-  int64_t n = -1, prefill_chunk = 512;
-  bool print_ids = false;
+  std::optional<std::string> prompt;
+  RunOptions ro;
+  BenchOptions bo;
+  const bool gen = cmd == "run";
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     // The value of an option that takes one, or nullptr at the end of the arguments.
@@ -287,6 +544,16 @@ int main(int argc, char** argv) {
         return false;
       }
     };
+    auto real = [&](const std::string* v, float& dst) {
+      if (!v) return false;
+      try {
+        size_t used = 0;
+        dst = std::stof(*v, &used);
+        return used == v->size() && std::isfinite(dst);
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
     if (a == "-h" || a == "--help") {
       std::printf("%s", kUsage);
       return 0;
@@ -298,11 +565,17 @@ int main(int argc, char** argv) {
       const std::string* v = value();
       if (!v) return usage_error("--kv-dtype needs bf16, f16 or f32");
       kv_dtype = *v;
-    } else if (a == "--ids" && cmd != "info") {
+    } else if (a == "--ids" && (cmd == "logits" || gen)) {
       const std::string* v = value();
       if (!v) return usage_error("--ids needs a list like 1,2,3");
       ids = parse_ids(*v);
       if (!ids) return usage_error("--ids must be comma-separated integers, got '" + *v + "'");
+    } else if ((a == "-p" || a == "--prompt") && gen) {
+      const std::string* v = value();
+      if (!v) return usage_error(a + " needs a text");
+      prompt = *v;
+    } else if ((a == "-p" || a == "--n-prompt") && cmd == "bench") {
+      if (!integer(value(), bo.pp)) return usage_error(a + " needs a count >= 0");
     } else if (a == "--out" && cmd == "logits") {
       const std::string* v = value();
       if (!v) return usage_error("--out needs a file name");
@@ -311,13 +584,46 @@ int main(int argc, char** argv) {
       const std::string* v = value();
       if (!v) return usage_error("--device needs cpu or cuda");
       device_name = *v;
-    } else if (a == "-n" && cmd == "run") {
-      if (!integer(value(), n)) return usage_error("-n needs a count >= 0");
-    } else if (a == "--prefill-chunk" && cmd == "run") {
-      if (!integer(value(), prefill_chunk) || prefill_chunk == 0)
+    } else if ((a == "-n" || a == "--n-predict") && gen) {
+      if (!integer(value(), ro.n)) return usage_error(a + " needs a count >= 0");
+    } else if ((a == "-n" || a == "--n-gen") && cmd == "bench") {
+      if (!integer(value(), bo.tg)) return usage_error(a + " needs a count >= 0");
+    } else if ((a == "-r" || a == "--repetitions") && cmd == "bench") {
+      if (!integer(value(), bo.reps) || bo.reps == 0)
+        return usage_error(a + " needs a positive count");
+    } else if ((a == "-c" || a == "--ctx-size") && gen) {
+      if (!integer(value(), ro.ctx) || ro.ctx == 0)
+        return usage_error(a + " needs a positive count");
+    } else if (a == "--prefill-chunk" && (gen || cmd == "bench")) {
+      int64_t c = 0;
+      if (!integer(value(), c) || c == 0)
         return usage_error("--prefill-chunk needs a positive count");
-    } else if (a == "--print-ids" && cmd == "run") {
-      print_ids = true;
+      ro.prefill_chunk = bo.prefill_chunk = c;
+    } else if (a == "--temp" && gen) {
+      if (!real(value(), ro.sampling.temperature)) return usage_error("--temp needs a number");
+    } else if (a == "--top-k" && gen) {
+      int64_t k = 0;
+      if (!integer(value(), k) || k > INT32_MAX) return usage_error("--top-k needs a count >= 0");
+      ro.sampling.top_k = static_cast<int>(k);
+    } else if (a == "--top-p" && gen) {
+      if (!real(value(), ro.sampling.top_p)) return usage_error("--top-p needs a number");
+    } else if (a == "--min-p" && gen) {
+      if (!real(value(), ro.sampling.min_p)) return usage_error("--min-p needs a number");
+    } else if (a == "--repeat-penalty" && gen) {
+      if (!real(value(), ro.sampling.repetition_penalty))
+        return usage_error("--repeat-penalty needs a number");
+    } else if (a == "--seed" && gen) {
+      int64_t seed = 0;
+      if (!integer(value(), seed)) return usage_error("--seed needs an integer >= 0");
+      ro.sampling.seed = static_cast<uint64_t>(seed);
+    } else if (a == "--chat" && gen) {
+      ro.chat = true;
+    } else if (a == "--stop" && gen) {
+      const std::string* v = value();
+      if (!v || v->empty()) return usage_error("--stop needs a non-empty text");
+      ro.stops.push_back(unescape(*v));
+    } else if (a == "--print-ids" && gen) {
+      ro.print_ids = true;
     } else {
       return usage_error("unknown option '" + a + "' for " + cmd);
     }
@@ -339,23 +645,28 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (!ids) return usage_error(cmd + " needs --ids 1,2,3");
+  if (cmd == "logits" && !ids) return usage_error("logits needs --ids 1,2,3");
   if (cmd == "logits" && out.empty()) return usage_error("logits needs --out FILE.npy");
-  if (cmd == "run" && n < 0) return usage_error("run needs -n N");
-  if (cmd == "run" && !print_ids)
-    return usage_error("run prints ids only for now: pass --print-ids");
+  if (gen && ids.has_value() == prompt.has_value())
+    return usage_error("run needs either -p TEXT or --ids 1,2,3");
+  if (gen && ro.chat && !prompt) return usage_error("--chat needs -p TEXT");
   try {
     const Device device = parse_device(device_name);
-    std::unique_ptr<Model> m = Model::load(model, device);
-    if (cmd == "logits") {
-      const std::vector<float> l = m->logits(*ids);
-      write_npy(out, l, static_cast<int64_t>(ids->size()), m->vocab_size());
-      return 0;
+    if (gen) {
+      ro.model = model;
+      ro.prompt = prompt;
+      ro.ids = ids;
+      ro.device = device;
+      return run(ro);
     }
-    const std::vector<int32_t> result = m->generate_greedy(*ids, n, prefill_chunk);
-    std::string line;
-    for (size_t i = 0; i < result.size(); ++i) line += (i ? "," : "") + std::to_string(result[i]);
-    std::printf("%s\n", line.c_str());
+    if (cmd == "bench") {
+      bo.model = model;
+      bo.device = device;
+      return bench(bo);
+    }
+    std::unique_ptr<Model> m = Model::load(model, device);
+    const std::vector<float> l = m->logits(*ids);
+    write_npy(out, l, static_cast<int64_t>(ids->size()), m->vocab_size());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -9,17 +9,47 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "hybrid/core/device.h"
+#include "hybrid/engine/sampling.h"
 
 namespace hybrid {
 
 namespace engine {
 class Runner;
 }
+
+// Model::generate: prefill the prompt in pieces, then sample one token per decode step.
+struct GenerateOptions {
+  int64_t max_new_tokens = 16;  // >= 0: tokens sampled at most
+  // Tokens the sequence's KV cache holds (prompt + new); 0 = prompt + max_new_tokens. Generation
+  // stops early (context_full) when the sequence is full.
+  int64_t capacity = 0;
+  int64_t prefill_chunk = 512;   // > 0: prompt tokens per prefill forward call
+  SamplingParams sampling = {};  // temperature 0 = greedy (argmax, lowest id on ties)
+  // Called after each prefill piece with the prompt tokens done so far and the prompt length.
+  std::function<void(int64_t done, int64_t total)> on_prefill = {};
+  // Called with each sampled id, in order; returning false stops generation (EOS, stop string).
+  std::function<bool(int32_t id)> on_token = {};
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;  // the sampled ids (prompt not included)
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;  // the prefill forward calls (wall clock, device synchronised)
+  int64_t decode_steps = 0;    // decode forward calls (one per sampled id after the first)
+  double decode_seconds = 0;   // the decode forward calls and the sampling of their ids
+  bool context_full = false;   // stopped because the sequence held `capacity` tokens
+};
+
+// The end-of-sequence ids of the model folder `dir`: eos_token_id (an int or a list) of
+// config.json (or its text_config) and of generation_config.json, merged, in order, without
+// duplicates. Missing files or fields give no ids.
+std::vector<int32_t> eos_token_ids(const std::string& dir);
 
 class Model {
  public:
@@ -35,6 +65,12 @@ class Model {
   // prefill in pieces of at most `prefill_chunk` tokens and one decode step per new token.
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t n,
                                        int64_t prefill_chunk = 512);
+  // Sampled continuation of `prompt` (see GenerateOptions); the repetition penalty sees the prompt
+  // and the ids sampled so far. Errors: empty prompt, a prompt longer than the capacity, ids out of
+  // range, bad sampling parameters.
+  GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options);
+  // The model's context length (config.json max_position_embeddings); 0 when the config has none.
+  int64_t max_context() const;
   virtual ~Model();
 
   // The forward pass itself (src/engine/runner.h), for tests and tools that drive sequences.

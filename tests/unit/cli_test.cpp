@@ -1,0 +1,282 @@
+// The `hybrid` command line (tools/hybrid/main.cpp) run as a user runs it, on the golden tiny
+// models of tests/data/models (written by scripts/make_goldens.py with transformers):
+//   run --ids --print-ids   == golden.json greedy_ids (prompt_ids as the prompt)
+//   run with a seed         reproducible; another seed gives another continuation
+//   run -p / --stop         the text path, with tests/data/tokenizer/neox_vocab512.json (neox.json
+//                           cut to ids < 512, the goldens' vocab) copied next to the model
+//   errors                  prompt longer than the context, ids out of range, missing folder,
+//                           -p without tokenizer.json: one line "error: ...", exit code 1
+//   bench                   the llama-bench table with pp and tg rows
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef HYBRID_CLI_PATH
+#error "HYBRID_CLI_PATH (the built hybrid binary) must be defined by tests/CMakeLists.txt"
+#endif
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+fs::path data_dir() {
+  if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env);
+  return fs::path(__FILE__).parent_path().parent_path() / "data";
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `hybrid <args>` through the shell; stdout and stderr go to temporary files.
+CliResult cli(const std::string& args) {
+  const fs::path tmp = fs::temp_directory_path();
+  const std::string tag = std::to_string(::getpid());
+  const fs::path out = tmp / ("hybrid_cli_test_" + tag + ".out");
+  const fs::path err = tmp / ("hybrid_cli_test_" + tag + ".err");
+  const std::string cmd = std::string("'") + HYBRID_CLI_PATH + "' " + args + " >'" + out.string() +
+                          "' 2>'" + err.string() + "'";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+std::string join(const std::vector<int32_t>& ids, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? sep : "") + std::to_string(ids[i]);
+  return s;
+}
+
+struct Golden {
+  fs::path dir;
+  std::vector<int32_t> prompt, greedy;
+};
+
+Golden golden(const std::string& name) {
+  Golden g;
+  g.dir = data_dir() / "models" / name;
+  const json j = json::parse(read_text(g.dir / "golden.json"));
+  g.prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+  g.greedy = j.at("greedy_ids").get<std::vector<int32_t>>();
+  return g;
+}
+
+// A copy of a golden model's folder with the 512-token test tokenizer as tokenizer.json.
+fs::path model_with_tokenizer(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("hybrid_cli_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(data_dir() / "models" / name / f, dir / f);
+  fs::copy_file(data_dir() / "tokenizer" / "neox_vocab512.json", dir / "tokenizer.json");
+  return dir;
+}
+
+// The single line of stdout, without its newline.
+std::string line(const std::string& out) {
+  EXPECT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << "more than one line: " << out;
+  return out.substr(0, out.find('\n'));
+}
+
+class CliGreedy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliGreedy, PrintIdsIsTheGoldenGreedyContinuation) {
+  const Golden g = golden(GetParam());
+  const CliResult r = cli("run -m '" + g.dir.string() + "' --ids " + join(g.prompt, ",") + " -n " +
+                          std::to_string(g.greedy.size()) + " --print-ids --prefill-chunk 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(g.greedy, " "));
+  EXPECT_NE(r.err.find("prompt eval time"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(std::to_string(g.prompt.size()) + " tokens"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, CliGreedy,
+                         ::testing::Values("mamba2_g2", "nemotron_h_all", "qwen3_5_dense",
+                                           "qwen3_5_moe", "qwen3_next_gva2_k64",
+                                           "qwen3_next_gva3_k128_v64"));
+
+TEST(Cli, SamplingWithASeedIsReproducible) {
+  const Golden g = golden("qwen3_next_gva2_k64");
+  const std::string base = "run -m '" + g.dir.string() + "' --ids " + join(g.prompt, ",") +
+                           " -n 24 --print-ids --temp 1.5 --top-k 100 --top-p 0.95 ";
+  const CliResult a = cli(base + "--seed 7");
+  const CliResult b = cli(base + "--seed 7");
+  const CliResult c = cli(base + "--seed 8");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(line(a.out), line(b.out));
+  EXPECT_NE(line(a.out), line(c.out));
+  EXPECT_NE(line(a.out), join(std::vector<int32_t>(g.greedy.begin(), g.greedy.end()), " "));
+  // 24 ids, each in the vocab
+  std::istringstream s(line(a.out));
+  int count = 0;
+  for (int id = 0; s >> id; ++count) EXPECT_TRUE(id >= 0 && id < 512) << id;
+  EXPECT_EQ(count, 24);
+}
+
+TEST(Cli, PromptTextStreamsAndStopsAtAStopString) {
+  const fs::path dir = model_with_tokenizer("qwen3_next_gva2_k64");
+  const std::string base = "run -m '" + dir.string() + "' -p 'Hello world' -n 40 ";
+  const CliResult full = cli(base);
+  ASSERT_EQ(full.code, 0) << full.err;
+  ASSERT_GT(full.out.size(), 3u);
+  // A stop string taken from the second half of the free-running text (two ASCII letters, safe
+  // to quote): the output is cut just before its first occurrence.
+  const std::string text = full.out.substr(0, full.out.size() - 1);
+  size_t cut = text.size() / 2;
+  while (cut + 1 < text.size() && !(std::isalpha(static_cast<unsigned char>(text[cut])) &&
+                                    std::isalpha(static_cast<unsigned char>(text[cut + 1]))))
+    ++cut;
+  ASSERT_LT(cut + 1, text.size()) << "no two ASCII letters in a row in " << text;
+  const std::string stop = text.substr(cut, 2);
+  const size_t first = text.find(stop);
+  const CliResult stopped = cli(base + "--stop '" + stop + "'");
+  ASSERT_EQ(stopped.code, 0) << stopped.err;
+  EXPECT_EQ(stopped.out, text.substr(0, first) + "\n");
+  EXPECT_NE(stopped.err.find("stop: stop_string"), std::string::npos) << stopped.err;
+  // The ids of the same run stop at the token that completed the stop string.
+  const CliResult ids = cli(base + "--stop '" + stop + "' --print-ids");
+  ASSERT_EQ(ids.code, 0) << ids.err;
+  std::istringstream s(line(ids.out));
+  int count = 0;
+  for (int id = 0; s >> id;) ++count;
+  EXPECT_GT(count, 0);
+  EXPECT_LT(count, 40);
+  fs::remove_all(dir);
+}
+
+// The ids of `greedy` up to and including the first occurrence of `eos`.
+std::vector<int32_t> until(const std::vector<int32_t>& greedy, int32_t eos) {
+  auto it = std::find(greedy.begin(), greedy.end(), eos);
+  return std::vector<int32_t>(greedy.begin(), it + 1);
+}
+
+TEST(Cli, GenerationStopsAtTheConfigsEosIds) {
+  const Golden g = golden("qwen3_5_dense");
+  ASSERT_GE(g.greedy.size(), 8u);
+  const fs::path dir = model_with_tokenizer("qwen3_5_dense");
+  const std::string args =
+      "run -m '" + dir.string() + "' --ids " + join(g.prompt, ",") + " -n 16 --print-ids";
+  // config.json eos_token_id as an int
+  json cfg = json::parse(read_text(dir / "config.json"));
+  cfg["eos_token_id"] = g.greedy[3];
+  std::ofstream(dir / "config.json") << cfg.dump();
+  CliResult r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(until(g.greedy, g.greedy[3]), " "));
+  EXPECT_NE(r.err.find("stop: eos"), std::string::npos) << r.err;
+  // generation_config.json eos_token_id as a list, merged with config.json's
+  std::ofstream(dir / "generation_config.json")
+      << json{{"eos_token_id", json::array({g.greedy[1], 100000})}}.dump();
+  r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(until(g.greedy, g.greedy[1]), " "));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, PromptLongerThanTheContextIsAnError) {
+  const Golden g = golden("nemotron_h_all");  // max_position_embeddings 4096
+  std::vector<int32_t> long_prompt(4097, 5);
+  const CliResult r =
+      cli("run -m '" + g.dir.string() + "' --ids " + join(long_prompt, ",") + " -n 1 --print-ids");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("error: the prompt has 4097 tokens, more than the model's context "
+                       "(max_position_embeddings 4096)"),
+            std::string::npos)
+      << r.err;
+  const CliResult c = cli("run -m '" + g.dir.string() + "' --ids " + join(g.prompt, ",") +
+                          " -n 1 -c 16 --print-ids");
+  EXPECT_EQ(c.code, 1);
+  EXPECT_NE(c.err.find("error: the prompt has 80 tokens, more than the context size (-c 16)"),
+            std::string::npos)
+      << c.err;
+  EXPECT_TRUE(c.out.empty());
+}
+
+TEST(Cli, GenerationStopsWhenTheContextIsFull) {
+  const Golden g = golden("mamba2_g2");
+  const CliResult r = cli("run -m '" + g.dir.string() + "' --ids " + join(g.prompt, ",") +
+                          " -n 16 -c 84 --print-ids");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 80 prompt tokens + 4 fed back = 84; the 5th sampled id needs no room.
+  EXPECT_EQ(line(r.out), join(std::vector<int32_t>(g.greedy.begin(), g.greedy.begin() + 5), " "));
+  EXPECT_NE(r.err.find("stop: context full"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UserErrorsExitOneWithOneLine) {
+  const fs::path models = data_dir() / "models";
+  const std::string m = (models / "mamba2_g2").string();
+  auto expect_error = [](const CliResult& r, const std::string& message) {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("error: " + message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  };
+  expect_error(cli("run -m '" + m + "' --ids 1,512,3 -n 2 --print-ids"),
+               "token id 512 at position 1 is out of range [0, 512)");
+  expect_error(cli("run -m '" + m + "' --ids 1,-1 -n 2"),
+               "token id -1 at position 1 is out of range [0, 512)");
+  expect_error(cli("run -m /nonexistent/model --ids 1,2 -n 2"),
+               "[model] /nonexistent/model: no such file or directory");
+  expect_error(cli("run -m '" + m + "' -p hello -n 2"),
+               m + ": no tokenizer.json (needed for -p; pass token ids with --ids)");
+  expect_error(cli("run -m '" + m + "' --ids 1,2 -n 2 --temp -1"),
+               "[sampling] temperature: expected >= 0 (0 = greedy), got -1");
+  const fs::path empty = fs::temp_directory_path() / "hybrid_cli_test_empty";
+  fs::create_directories(empty);
+  expect_error(cli("run -m '" + empty.string() + "' --ids 1,2 -n 2"),
+               "[config] " + empty.string() + ": not a model folder (no config.json)");
+  fs::remove_all(empty);
+  expect_error(cli("bench -m /nonexistent/model -p 8 -n 2 -r 1"),
+               "[model] /nonexistent/model: no such file or directory");
+  // usage errors: 2
+  EXPECT_EQ(cli("run -m '" + m + "' -n 2").code, 2);
+  EXPECT_EQ(cli("run -m '" + m + "' --ids 1,x").code, 2);
+  EXPECT_EQ(cli("run -m '" + m + "' --ids 1 -p hi").code, 2);
+}
+
+TEST(Cli, BenchPrintsTheLlamaBenchTable) {
+  const CliResult r =
+      cli("bench -m '" + (data_dir() / "models" / "qwen3_5_moe").string() + "' -p 32 -n 8 -r 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream s(r.out);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(s, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  EXPECT_EQ(lines[0], "| model | size | params | backend | test | t/s |");
+  const std::regex row(
+      R"(\| qwen3_5_moe [0-9.]+[KMB]? \| [0-9.]+ \S+ \| \S+ \S+ \| CPU \| (pp32|tg8) \| )"
+      R"([0-9]+\.[0-9]{2} ± [0-9]+\.[0-9]{2} \|)");
+  EXPECT_TRUE(std::regex_match(lines[2], row)) << lines[2];
+  EXPECT_TRUE(std::regex_match(lines[3], row)) << lines[3];
+  EXPECT_NE(lines[2].find("pp32"), std::string::npos);
+  EXPECT_NE(lines[3].find("tg8"), std::string::npos);
+}
+
+}  // namespace
