@@ -19,26 +19,17 @@
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
 #include "hybrid/ops/quant.h"
+#include "test_files.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
+using namespace hybrid::test_files;
 
 namespace {
 
 std::string config_path(const std::string& name) {
   return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hybrid_engine_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -78,47 +69,12 @@ std::vector<float> random_values(const TensorSpec& t, bool zero_centered, std::m
   return v;
 }
 
-struct StTensor {
-  std::string name, dtype;  // dtype as safetensors spells it: F32, BF16, U32
-  std::vector<int64_t> shape;
-  std::vector<char> bytes;
-};
-
-template <class T>
-std::vector<char> as_bytes(const std::vector<T>& v) {
-  return std::vector<char>(reinterpret_cast<const char*>(v.data()),
-                           reinterpret_cast<const char*>(v.data() + v.size()));
-}
-
 StTensor float_tensor(const std::string& name, const std::vector<int64_t>& shape,
                       const std::vector<float>& v, bool bf16) {
-  if (!bf16) return {name, "F32", shape, as_bytes(v)};
+  if (!bf16) return {name, DType::f32, shape, as_bytes(v)};
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_from_f32(v[i]);
-  return {name, "BF16", shape, as_bytes(h)};
-}
-
-void write_safetensors(const fs::path& file, const std::vector<StTensor>& tensors) {
-  std::string header = "{";
-  std::vector<char> data;
-  for (const StTensor& t : tensors) {
-    const size_t begin = data.size();
-    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
-    std::string shape;
-    for (size_t i = 0; i < t.shape.size(); ++i)
-      shape += (i ? "," : "") + std::to_string(t.shape[i]);
-    if (header.size() > 1) header += ",";
-    header += "\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape +
-              "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) +
-              "]}";
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  out << header;
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  return {name, DType::bf16, shape, as_bytes(h)};
 }
 
 // A checkpoint folder for `config_name`: config.json copied, model.safetensors with every tensor
@@ -186,9 +142,9 @@ void write_mlx_pair(const fs::path& qdir, const fs::path& fdir, const std::strin
     quantize({.w = Tensor(v.data(), DType::f32, Device::cpu(), {rows, in_dim}), .q = q}, ctx);
     dequantize({.q = q, .w = Tensor(deq.data(), DType::f32, Device::cpu(), {rows, in_dim})}, ctx);
     std::vector<int64_t> sshape = spec.tensors[i + 1].shape;
-    qt.push_back({t.name, "U32", packed, as_bytes(codes)});
-    qt.push_back({spec.tensors[i + 1].name, "F32", sshape, as_bytes(scales)});
-    qt.push_back({spec.tensors[i + 2].name, "F32", sshape, as_bytes(biases)});
+    qt.push_back({t.name, DType::u32, packed, as_bytes(codes)});
+    qt.push_back({spec.tensors[i + 1].name, DType::f32, sshape, as_bytes(scales)});
+    qt.push_back({spec.tensors[i + 2].name, DType::f32, sshape, as_bytes(biases)});
     ft.push_back(float_tensor(t.name, t.shape, deq, false));
     i += 2;
   }

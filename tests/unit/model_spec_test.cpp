@@ -14,9 +14,11 @@
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
 #include "hybrid/model/safetensors.h"
+#include "test_files.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
+using namespace hybrid::test_files;
 
 namespace {
 
@@ -24,77 +26,10 @@ std::string data(const std::string& name) {
   return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hybrid_spec_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
-const char* file_dtype(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "F32";
-    case DType::f16:
-      return "F16";
-    case DType::bf16:
-      return "BF16";
-    case DType::i32:
-      return "I32";
-    case DType::i64:
-      return "I64";
-    case DType::u8:
-      return "U8";
-    case DType::u32:
-      return "U32";
-  }
-  return "?";
-}
-
-struct Entry {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-};
-
-// Writes a zero-filled model.safetensors holding `entries` (widest dtype first, so that every
-// tensor is aligned to its element size).
-void write_safetensors(const fs::path& file, std::vector<Entry> entries) {
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return dtype_size(a.dtype) > dtype_size(b.dtype);
-  });
-  std::string header = "{";
-  size_t offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    size_t n = dtype_size(e.dtype);
-    std::string shape;
-    for (size_t d = 0; d < e.shape.size(); ++d) {
-      n *= static_cast<size_t>(e.shape[d]);
-      shape += (d ? "," : "") + std::to_string(e.shape[d]);
-    }
-    header += (i ? "," : "") + std::string("\"") + e.name + "\":{\"dtype\":\"" +
-              file_dtype(e.dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-              std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
-    offset += n;
-  }
-  header += "}";
-  while ((8 + header.size()) % 8) header += ' ';
-  std::ofstream out(file, std::ios::binary);
-  uint64_t h = header.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((h >> (8 * i)) & 0xff));
-  out << header;
-  std::vector<char> zeros(offset, 0);
-  out.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
-}
-
-std::vector<Entry> entries_of(const ModelSpec& spec) {
-  std::vector<Entry> out;
-  for (const TensorSpec& t : spec.tensors) out.push_back({t.name, t.dtypes.front(), t.shape});
+// Every tensor of the weight table, zero-filled, in its published dtype.
+std::vector<StTensor> entries_of(const ModelSpec& spec) {
+  std::vector<StTensor> out;
+  for (const TensorSpec& t : spec.tensors) out.push_back(zeros(t.name, t.dtypes.front(), t.shape));
   return out;
 }
 
@@ -259,9 +194,9 @@ TEST(ModelSpec, CheckpointMatches) {
 TEST(ModelSpec, CheckpointMissingTensor) {
   TempDir d;
   ModelSpec s = describe_model(load_config(data("mamba2_tiny.json")));
-  std::vector<Entry> e = entries_of(s);
+  std::vector<StTensor> e = entries_of(s);
   e.erase(std::remove_if(e.begin(), e.end(),
-                         [](const Entry& x) { return x.name == "backbone.layers.1.mixer.D"; }),
+                         [](const StTensor& x) { return x.name == "backbone.layers.1.mixer.D"; }),
           e.end());
   write_safetensors(d.path / "model.safetensors", e);
   Checkpoint ckpt(d.path.string());
@@ -272,10 +207,10 @@ TEST(ModelSpec, CheckpointMissingTensor) {
 TEST(ModelSpec, CheckpointWrongShapeAndDtype) {
   TempDir d;
   ModelSpec s = describe_model(load_config(data("mamba2_tiny.json")));
-  std::vector<Entry> e = entries_of(s);
-  for (Entry& x : e) {
-    if (x.name == "backbone.layers.1.mixer.out_proj.weight") x.shape = {64, 64};
-    if (x.name == "backbone.norm_f.weight") x.dtype = DType::i32;
+  std::vector<StTensor> e = entries_of(s);
+  for (StTensor& x : e) {
+    if (x.name == "backbone.layers.1.mixer.out_proj.weight") x = zeros(x.name, x.dtype, {64, 64});
+    if (x.name == "backbone.norm_f.weight") x = zeros(x.name, DType::i32, x.shape);
   }
   write_safetensors(d.path / "model.safetensors", e);
   Checkpoint ckpt(d.path.string());
@@ -297,8 +232,8 @@ TEST(ModelSpec, DetectLayoutFromCheckpoint) {
   want.experts = ExpertLayout::per_expert;
   want.conv_channels_last = true;
   ModelSpec s = describe_model(c, want);
-  std::vector<Entry> e = entries_of(s);
-  e.push_back({"mtp.embed_tokens.weight", DType::bf16, {4}});
+  std::vector<StTensor> e = entries_of(s);
+  e.push_back(zeros("mtp.embed_tokens.weight", DType::bf16, {4}));
   TempDir d;
   write_safetensors(d.path / "model.safetensors", e);
   Checkpoint ckpt(d.path.string());

@@ -10,25 +10,13 @@
 
 #include "expect_error.h"
 #include "hybrid/model/safetensors.h"
+#include "test_files.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
+using hybrid::test_files::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("hybrid_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
 
 // Writes u64 header size | header | data. `header_size_override` >= 0 writes that size instead.
 void write_file(const fs::path& p, const std::string& header, const std::vector<uint8_t>& data,
