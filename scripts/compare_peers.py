@@ -53,7 +53,10 @@ def copy_ceiling_gbps():
     n = 1 << 28  # 1 GiB of f32 (torch's byte copy kernel is slower than its f32 one)
     src = torch.rand(n, device="cuda")
     dst = torch.empty_like(src)
-    ms = time_graph(lambda: dst.copy_(src), reps=10)
+    # copy_ of a same-dtype tensor is cudaMemcpyAsync, which measured 2.7 TB/s on the H200 where
+    # an elementwise kernel moves 4.1+; take the faster of the two.
+    ms = min(time_graph(lambda: dst.copy_(src), reps=10),
+             time_graph(lambda: torch.mul(src, 1.0, out=dst), reps=10))
     return 2 * 4 * n / (ms * 1e-3) / 1e9
 
 
