@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "test_files.h"
 
 #ifndef HYBRID_CLI_PATH
 #error "HYBRID_CLI_PATH (the built hybrid binary) must be defined by tests/CMakeLists.txt"
@@ -35,7 +36,7 @@ namespace {
 
 fs::path data_dir() {
   if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env);
-  return fs::path(__FILE__).parent_path().parent_path() / "data";
+  return hybrid::test_files::data_dir();
 }
 
 std::string read_text(const fs::path& p) {
