@@ -19,15 +19,21 @@
 // as KC / W vector chunks of W elements (one 16-byte access: 4 f32 or 8 bf16; 8 bytes for bf16 at
 // K = 32). Chunk j of lane `sub` holds columns [(j·LPR + sub)·W, +W): the LPR lanes of a group
 // read 128 contiguous bytes of a row per load instruction and a warp 32/LPR rows at once. Each
-// thread holds kRowsPerThread = 2 rows, so a block covers kRows = 4 · (32/LPR) · 2 rows (32 at
-// K ≤ 128: 4 blocks per head at V = 128; B = 1 with Hv 32 → 128 blocks for 132 SMs).
-// All of a thread's state loads are issued before any arithmetic (2 rows × KC·size bytes = 128 B
-// per thread f32 at K = 128; ~8 blocks of 128 threads per SM → ~100 KB in flight per SM). The dot
-// products S·k̂ and S·q̂ reduce over the row group in log2(LPR) = 3 xor-shuffle steps, the four
-// chains (2 rows × {sk, sq}) interleaved; q̂, k̂ and their norms are per-lane columns (the group's
-// lanes need exactly the columns they own; the norms reduce over the group too), so no shared
-// memory and no block barrier. The write-back is the same vector chunks. Rows past V (V = 96) are
-// computed on zeros and neither loaded nor stored; every lane takes part in every shuffle.
+// thread holds R rows, so a block covers kRows = 4 · (32/LPR) · R rows. R = 2 for small grids
+// (32 rows a block at K ≤ 128: 4 blocks per head at V = 128; B = 1 with Hv 32 → 128 blocks for
+// 132 SMs); R = 4 once the R = 2 grid reaches kBigGridBlocks (decode batches from B ≈ 8 at Hv 32)
+// so that more state bytes are in flight per SM: the registers (not the bytes) bound the blocks
+// per SM, and the overhead registers (q̂, k̂, addresses) are paid once per thread.
+// All of a thread's state loads are issued before any arithmetic (R × KC·size bytes per thread:
+// f32 K = 128: 128 B at R = 2, 256 B at R = 4). The dot products S·k̂ and S·q̂ reduce over the row
+// group in log2(LPR) = 3 xor-shuffle steps, the 2R + 1 chains (each row's sk and sq, and k̂·q̂)
+// interleaved; q̂, k̂ and their norms are per-lane columns (the group's lanes need exactly the
+// columns they own; the norms reduce over the group too), so no shared memory and no block
+// barrier. The write-back is the same vector chunks. Rows past V (V = 96) are computed on zeros
+// and neither loaded nor stored; every lane takes part in every shuffle.
+// Compiled for sm_90a at K = 128: R = 2: 110 (f32 q/k/v) / 128 (bf16) registers, 4 blocks per SM,
+// 64 KiB (f32 pool) / 32 KiB (bf16) of state loads in flight per SM; R = 4: ≤ 168 registers, 3
+// blocks per SM, 96 / 48 KiB. No spills (the build passes --warn-on-spills).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -46,16 +52,21 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerThread = 2;
-constexpr int kMinBlocks = 4;  // blocks per SM the register budget must allow (<= 128 registers)
+constexpr int kRowsPerThread = 2;     // small grids (B = 1: 128 blocks at Hv 32, V 128)
+constexpr int kRowsPerThreadBig = 4;  // large grids: more state bytes per thread
+constexpr int kBigGridBlocks = 1024;  // R = 2 blocks from which R = 4 is used (~8 per SM)
+// Blocks per SM the register budget must allow: 4 (<= 128 registers) at 2 rows a thread, 3
+// (<= 168) at 4 rows a thread (64 f32 state registers).
+template <int R>
+constexpr int kMinBlocks = R <= 2 ? 4 : 3;
 
 // The lane ↔ column map of one row group (see the header). S = state element type.
-template <int LPR, int KC, class S>
+template <int LPR, int KC, class S, int R = kRowsPerThread>
 struct Layout {
   static constexpr int kVecElems = 16 / static_cast<int>(sizeof(S));
-  static constexpr int W = KC < kVecElems ? KC : kVecElems;           // elements per vector access
-  static constexpr int kGroupRows = 32 / LPR;                         // rows a warp covers at once
-  static constexpr int kRows = kWarps * kGroupRows * kRowsPerThread;  // rows per block
+  static constexpr int W = KC < kVecElems ? KC : kVecElems;  // elements per vector access
+  static constexpr int kGroupRows = 32 / LPR;                // rows a warp covers at once
+  static constexpr int kRows = kWarps * kGroupRows * R;      // rows per block
   static_assert(KC % W == 0 && 32 % LPR == 0, "bad row-group layout");
   // Column of the lane's element c (c < KC).
   __device__ static __forceinline__ int col(int sub, int c) {
@@ -179,11 +190,10 @@ struct GdnParams {
 };
 
 // One (row slice, hv, n). In = q/k/v/conv_out/out element type, S = state element type.
-template <int LPR, int KC, class In, class S>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <int LPR, int KC, int R, class In, class S>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<R>)
     gdn_recurrent_kernel(const GdnParams p, const Mode mode) {
-  using L = Layout<LPR, KC, S>;
-  constexpr int R = kRowsPerThread;
+  using L = Layout<LPR, KC, S, R>;
   const int n = blockIdx.z, hv = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPR;  // lane within the row group
@@ -467,12 +477,24 @@ void launch(const GdnParams& p, Mode mode, DType in, DType state, int64_t N, Con
     dispatch_in_state(in, state, [&](auto tin, auto ts) {
       constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
       using TS = decltype(ts);
-      constexpr int rows = Layout<LPR, KC, TS>::kRows;
-      const dim3 grid(static_cast<unsigned>((p.V + rows - 1) / rows), static_cast<unsigned>(p.Hv),
-                      static_cast<unsigned>(N));
-      gdn_recurrent_kernel<LPR, KC, decltype(tin), TS>
-          <<<grid, kThreads, 0, as_stream(ctx.stream())>>>(p, mode);
-      HYBRID_CUDA_CHECK_LAUNCH();
+      auto run = [&](auto rows_per_thread) {
+        constexpr int R = decltype(rows_per_thread)::value;
+        constexpr int rows = Layout<LPR, KC, TS, R>::kRows;
+        const dim3 grid(static_cast<unsigned>((p.V + rows - 1) / rows), static_cast<unsigned>(p.Hv),
+                        static_cast<unsigned>(N));
+        gdn_recurrent_kernel<LPR, KC, R, decltype(tin), TS>
+            <<<grid, kThreads, 0, as_stream(ctx.stream())>>>(p, mode);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      // 4 rows a thread when the grid at 2 rows would be large (decode batches of B >= ~32 at
+      // Hv 32): more state bytes in flight per SM; small grids keep 2 rows for more blocks.
+      // gdn_record keeps 2 rows (its tape stores add registers; not a decode hot path).
+      constexpr int rows2 = Layout<LPR, KC, TS>::kRows;
+      const int64_t blocks2 = N * p.Hv * ((p.V + rows2 - 1) / rows2);
+      if (mode != Mode::record && blocks2 >= kBigGridBlocks)
+        run(std::integral_constant<int, kRowsPerThreadBig>{});
+      else
+        run(std::integral_constant<int, kRowsPerThread>{});
     });
   });
 }

@@ -728,11 +728,12 @@ void add_gdn_cases(CaseList& cases) {
       std::nullopt, true, false));
   cases.push_back(make_unique<RecurrentCase>(gva3, Batch{{4, 6, 1}, {3, -1, 1}, {0, 1, 1}, 4}, bf16,
                                              bf16, true, std::nullopt, true, true));
-  // Decode v2 paths (src/cuda/gdn.cu): B = 1 at real shapes (f32 and bf16 pool); a B = 256 decode
-  // batch (real K = V = 128, 4 value heads to keep the f64 oracle small) with padding slots and a
-  // shuffled pool; T = 1..16 tokens per sequence with per-token states at K = 128 (GVA 2 with an
-  // f32 pool, GVA 4 with a bf16 pool, a padding sequence among them); K = 256 (16 lanes a row);
-  // K = 64 / V = 96 with a bf16 pool, per-token states and padding.
+  // Decode v2 paths (src/cuda/gdn.cu): B = 1 at real shapes (f32 and bf16 pool; 2 rows a thread);
+  // a B = 256 decode batch (4 rows a thread) (real K = V = 128, 4 value heads to keep the f64
+  // oracle small) with padding slots and a shuffled pool; T = 1..16 tokens per sequence with
+  // per-token states at K = 128 (GVA 2 with an f32 pool, GVA 4 with a bf16 pool, a padding sequence
+  // among them); K = 256 (16 lanes a row); K = 64 / V = 96 with a bf16 pool, per-token states and
+  // padding.
   const Heads k128g2{2, 4, 128, 128}, k128g4{1, 4, 128, 128};
   for (DType st : {f32, bf16})
     cases.push_back(make_unique<RecurrentCase>(next, Batch{{1}, {0}, {}, 1}, bf16, st, true,
@@ -759,6 +760,16 @@ void add_gdn_cases(CaseList& cases) {
                                              bf16, true, std::nullopt, false, false));
   cases.push_back(make_unique<RecurrentCase>(k64v96, Batch{{3, 0, 16, 2}, {0, -1, 2, -1}, {}, 3},
                                              bf16, bf16, true, std::nullopt, true, false));
+  // The 4-rows-a-thread variant (chosen from 1024 blocks of the 2-row grid) with rows past V:
+  // K = 64 / V = 96 over 96 sequences, padding slots, per-token states, both pools.
+  {
+    Batch b{std::vector<int>(96, 1), std::vector<int>(96), {}, 96};
+    for (int n = 0; n < 96; ++n) b.slots[n] = n % 13 == 6 ? -1 : (n * 35) % 96;
+    cases.push_back(
+        make_unique<RecurrentCase>(k64v96, b, bf16, bf16, true, std::nullopt, true, false));
+    cases.push_back(
+        make_unique<RecurrentCase>(k64v96, b, f32, f32, true, std::nullopt, false, true));
+  }
 
   // Split anywhere and resumed from the saved state == whole sequence.
   cases.push_back(
