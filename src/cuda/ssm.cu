@@ -7,15 +7,17 @@
 //   y[t,h,p] = (Σ_n S[p,n] · C[t,g,n] + D[h] · x[t,h,p]) · silu(z[t,h,p])
 //
 // ---- recurrent kernels (ssm_step, ssm_step_record, ssm_replay): ssm_rec_kernel ----
-// Block = (P-slice of kRows rows, head h, sequence); 4 warps, each owns kRowsPerWarp rows p of
-// the [P, N] state of (slot, h), held in f32 registers. Lane l owns NC = N/32 columns of each
-// row: contiguous [l·NC, l·NC + NC) when N = 32·NC and the pool rows are 16-byte aligned (one
-// vector load per lane per row: 16 B for f32 N = 128, 8 B for bf16), else interleaved columns
-// l + 32·c (any N ≤ 256, scalar loads, still coalesced). All rows of a warp are loaded before any
-// arithmetic, so kRowsPerWarp row loads are in flight per warp. y[p] = warp reduction of S·C.
-// Bytes: the pool is read once and written once per call (step), the tape is written once per
-// token (record) or read once per token (replay); the token tensors are a few KiB. Memory-bound:
-// decode at Mamba2-2.7B moves 2 · 80·64·128 · 4 B = 5.2 MB per sequence.
+// Memory-bound on the pool: every state element is read once and written once per call (the state
+// stays in f32 registers across the tokens of a sequence); the tape is written once per token
+// (record) or read once per token (replay); the token tensors are a few KiB. Bytes per sequence
+// at Mamba2-2.7B (H 80, P 64, N 128): 2 · 80·64·128 · 4 B = 5.24 MB f32, 2.62 MB bf16.
+// Work split (decode v2): block = (slice of rows p, head h, sequence), 4 warps. A state row [N] is
+// spread over LPR lanes (8; 4 at N = 32, 16 at N = 256), each owning NC = N / LPR columns as
+// 16-byte chunks (4 f32 / 8 bf16) interleaved over the group's lanes, so one load instruction
+// reads 128 contiguous bytes of a row; each thread holds 2 rows (a block: 32 rows at N = 128, so
+// 2 blocks per head at P = 64: B = 1 at H 80 is 160 blocks). All state loads of a thread are
+// issued before any arithmetic; y = S·C reduces over the group in log2(LPR) shuffle steps, the two
+// rows interleaved. Other N (≤ 256) or unaligned rows: 32 lanes a row, interleaved scalar columns.
 //
 // ---- chunked scan (ssm_chunk_scan), the SSD decomposition in four launches ----
 //   scan_offsets:  chunk_off[s] = Σ_{i<s} ceil(len_i / Q)                      (one thread)
@@ -136,8 +138,8 @@ __device__ __forceinline__ bool flag_at(const void* p, DType t, int64_t i) {
 // ---- recurrent kernels -----------------------------------------------------------------------
 
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRows = kWarps * kRowsPerWarp;  // P rows per block
+constexpr int kRecThreads = kWarps * 32;
+constexpr int kRowsPerThread = 2;
 
 enum class Mode : int { step, record, replay };
 
@@ -157,18 +159,28 @@ struct RecParams {
   int H = 0, P = 0, N = 0;
 };
 
-// A row of NC elements owned by one lane, contiguous (VEC) or interleaved by 32.
-template <int NC, bool VEC>
-__device__ __forceinline__ int col(int lane, int c) {
-  return VEC ? lane * NC + c : c * 32 + lane;
-}
+// The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
+// of W contiguous elements; chunk j of lane `sub` starts at column (j·LPR + sub)·W. VEC: N =
+// LPR·NC exactly with 16-byte aligned rows, W = one 16-byte access (4 f32, 8 bf16; 8 bytes for
+// bf16 at N = 32). Else W = 1 (interleaved columns j·LPR + sub, guarded by N).
+template <int LPR, int NC, bool VEC, class St>
+struct RecLayout {
+  static constexpr int kVecElems = 16 / static_cast<int>(sizeof(St));
+  static constexpr int W = !VEC ? 1 : (NC < kVecElems ? NC : kVecElems);
+  static constexpr int kGroupRows = 32 / LPR;                         // rows a warp covers at once
+  static constexpr int kRows = kWarps * kGroupRows * kRowsPerThread;  // rows per block
+  static_assert(NC % W == 0 && 32 % LPR == 0, "bad row-group layout");
+  __device__ static __forceinline__ int col(int sub, int c) {
+    return ((c / W) * LPR + sub) * W + c % W;
+  }
+};
 
-// Vector load / store of NC contiguous elements (16-byte chunks where the row allows it).
-template <int NC, class T>
-__device__ __forceinline__ void vload(const T* p, float (&r)[NC]) {
-  constexpr int kBytes = NC * static_cast<int>(sizeof(T));
+// Vector load / store of W contiguous elements (16-byte or 8-byte accesses where they fit).
+template <int W, class T>
+__device__ __forceinline__ void vload(const T* p, float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
   if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / sizeof(T);
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
 #pragma unroll
     for (int k = 0; k < kBytes / 16; ++k) {
       const uint4 u = reinterpret_cast<const uint4*>(p)[k];
@@ -180,18 +192,18 @@ __device__ __forceinline__ void vload(const T* p, float (&r)[NC]) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     const T* e = reinterpret_cast<const T*>(&u);
 #pragma unroll
-    for (int i = 0; i < NC; ++i) r[i] = to_f32(e[i]);
+    for (int i = 0; i < W; ++i) r[i] = to_f32(e[i]);
   } else {
 #pragma unroll
-    for (int i = 0; i < NC; ++i) r[i] = to_f32(p[i]);
+    for (int i = 0; i < W; ++i) r[i] = to_f32(p[i]);
   }
 }
 
-template <int NC, class T>
-__device__ __forceinline__ void vstore(T* p, const float (&r)[NC]) {
-  constexpr int kBytes = NC * static_cast<int>(sizeof(T));
+template <int W, class T>
+__device__ __forceinline__ void vstore(T* p, const float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
   if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / sizeof(T);
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
 #pragma unroll
     for (int k = 0; k < kBytes / 16; ++k) {
       uint4 u;
@@ -204,93 +216,104 @@ __device__ __forceinline__ void vstore(T* p, const float (&r)[NC]) {
     uint2 u;
     T* e = reinterpret_cast<T*>(&u);
 #pragma unroll
-    for (int i = 0; i < NC; ++i) e[i] = from_f32<T>(r[i]);
+    for (int i = 0; i < W; ++i) e[i] = from_f32<T>(r[i]);
     *reinterpret_cast<uint2*>(p) = u;
   } else {
 #pragma unroll
-    for (int i = 0; i < NC; ++i) p[i] = from_f32<T>(r[i]);
+    for (int i = 0; i < W; ++i) p[i] = from_f32<T>(r[i]);
   }
 }
 
-template <int NC, bool VEC, class T>
-__device__ __forceinline__ void load_row(const T* row, int lane, int N, float (&r)[NC]) {
+// The lane's NC elements of a pool row (zeros past N on the interleaved path).
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void load_row(const St* row, int sub, int N, float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   if constexpr (VEC) {
-    vload<NC>(row + lane * NC, r);
+#pragma unroll
+    for (int j = 0; j < NC / L::W; ++j) vload<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
   } else {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int n = col<NC, false>(lane, c);
+      const int n = L::col(sub, c);
       r[c] = n < N ? to_f32(row[n]) : 0.0f;
     }
   }
 }
 
-template <int NC, bool VEC, class T>
-__device__ __forceinline__ void store_row(T* row, int lane, int N, const float (&r)[NC]) {
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void store_row(St* row, int sub, int N, const float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   if constexpr (VEC) {
-    vstore<NC>(row + lane * NC, r);
+#pragma unroll
+    for (int j = 0; j < NC / L::W; ++j) vstore<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
   } else {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int n = col<NC, false>(lane, c);
-      if (n < N) row[n] = from_f32<T>(r[c]);
+      const int n = L::col(sub, c);
+      if (n < N) row[n] = from_f32<St>(r[c]);
     }
   }
 }
 
 // Row of a run-time-dtype [rows, H, P, N] tensor (tape, state_out), lane's columns.
-template <int NC, bool VEC>
-__device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int p, int lane, int N,
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int p, int sub, int N,
                                              const float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   const int64_t base = i * a.s0 + h * a.s1 + p * a.s2;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int n = col<NC, VEC>(lane, c);
-    if (n < N) store_any(const_cast<void*>(a.p), a.dt, base + n, r[c]);
+    const int n = L::col(sub, c);
+    if (VEC || n < N) store_any(const_cast<void*>(a.p), a.dt, base + n, r[c]);
   }
 }
 
-// Padding sequence of ssm_step / ssm_step_record: y = 0, identity tape entries (dA = 1,
-// dBx = 0) and a zero state_out row; the pool is untouched.
-template <Mode mode, int NC, bool VEC>
-__device__ void pad_outputs(const RecParams& p, int seq, int bos, int eos, int h, int row0,
-                            int lane) {
-  const SsmIn& in = p.in;
-  const int P = p.P, N = p.N;
-  float zero[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
-  for (int t = bos; t < eos; ++t) {
-    if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, 0.0f);
-    if constexpr (mode == Mode::record) {
-      if (blockIdx.x == 0 && threadIdx.x == 0)
-        store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
-                  1.0f);
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, row0 + r, lane, N, zero);
-    }
-  }
-  if constexpr (mode == Mode::record)
-    if (p.state_out.p)
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, zero);
-}
-
-// One (P-slice, h, sequence): ssm_step (Mode::step), ssm_step_record, ssm_replay.
-// St = pool element type; the lane owns columns col(lane, c), c < NC, of kRowsPerWarp rows.
-template <Mode mode, int NC, bool VEC, class St>
-__global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p) {
+// One (P-slice, h, sequence): ssm_step (Mode::step), ssm_step_record, ssm_replay. St = pool
+// element type. Thread rows: row0 + r·kGroupRows, r < kRowsPerThread; lane columns L::col(sub, c).
+template <Mode mode, int LPR, int NC, bool VEC, class St>
+__global__ void __launch_bounds__(kRecThreads) ssm_rec_kernel(const RecParams p) {
+  using L = RecLayout<LPR, NC, VEC, St>;
+  constexpr int R = kRowsPerThread;
   const int seq = blockIdx.z, h = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;  // this warp's first row p
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPR;
+  const int row0 = blockIdx.x * L::kRows + warp * (L::kGroupRows * R) + lane / LPR;
   const int P = p.P, N = p.N;
   const int bos = p.cu_seqlens ? p.cu_seqlens[seq] : seq;
   const int eos = p.cu_seqlens ? p.cu_seqlens[seq + 1] : seq + 1;
   const int slot = p.slots[seq];
   const SsmIn& in = p.in;
+  const bool lead = sub == 0;  // writes the row's y
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) valid[r] = row0 + r * L::kGroupRows < P;
 
-  if (slot < 0) {  // padding: y = 0, identity tape, zero state_out, pool untouched
-    if constexpr (mode != Mode::replay) pad_outputs<mode, NC, VEC>(p, seq, bos, eos, h, row0, lane);
+  if (slot < 0) {  // padding: y = 0, identity tape (dA = 1, dBx = 0), zero state_out
+    if constexpr (mode != Mode::replay) {
+      float zero[NC];
+#pragma unroll
+      for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
+      for (int t = bos; t < eos; ++t) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int prow = row0 + r * L::kGroupRows;
+          if (!valid[r]) continue;
+          if (lead) in.store_y(t, h, prow, 0.0f);
+          if constexpr (mode == Mode::record)
+            store_row_rt<LPR, NC, VEC, St>(p.dBx_log, t, h, prow, sub, N, zero);
+        }
+        if constexpr (mode == Mode::record)
+          if (blockIdx.x == 0 && threadIdx.x == 0)
+            store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
+                      1.0f);
+      }
+      if constexpr (mode == Mode::record)
+        if (p.state_out.p)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            if (valid[r])
+              store_row_rt<LPR, NC, VEC, St>(p.state_out, seq, h, row0 + r * L::kGroupRows, sub, N,
+                                             zero);
+    }
     return;
   }
 
@@ -298,12 +321,13 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
     if (p.num_steps[seq] == 0) return;  // k = 0: the snapshot stays as it is
   }
 
+  // The thread's R rows, all loads issued before any arithmetic.
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
-  float s[kRowsPerWarp][NC];
+  float s[R][NC];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (row0 + r < P) {
-      load_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
+  for (int r = 0; r < R; ++r) {
+    if (valid[r]) {
+      load_row<LPR, NC, VEC>(pool + (row0 + r * L::kGroupRows) * p.st_p, sub, N, s[r]);
     } else {
 #pragma unroll
       for (int c = 0; c < NC; ++c) s[r][c] = 0.0f;
@@ -312,17 +336,19 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
 
   if constexpr (mode == Mode::replay) {
     const int end = bos + p.num_steps[seq];
+#pragma unroll 1
     for (int t = bos; t < end; ++t) {
       if (p.mask && !flag_at(p.mask, p.mask_dt, t)) continue;
       const float dA = load_any(p.dA_log.p, p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1);
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (row0 + r >= P) continue;
-        const int64_t base = t * p.dBx_log.s0 + h * p.dBx_log.s1 + (row0 + r) * p.dBx_log.s2;
+      for (int r = 0; r < R; ++r) {
+        if (!valid[r]) continue;
+        const int64_t base =
+            t * p.dBx_log.s0 + h * p.dBx_log.s1 + (row0 + r * L::kGroupRows) * p.dBx_log.s2;
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-          const int n = col<NC, VEC>(lane, c);
-          if (n < N) s[r][c] = dA * s[r][c] + load_any(p.dBx_log.p, p.dBx_log.dt, base + n);
+          const int n = L::col(sub, c);
+          if (VEC || n < N) s[r][c] = dA * s[r][c] + load_any(p.dBx_log.p, p.dBx_log.dt, base + n);
         }
       }
     }
@@ -337,46 +363,61 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
       const int64_t b_base = t * in.B.s0 + g * in.B.s1, c_base = t * in.C.s0 + g * in.C.s1;
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
-        const int n = col<NC, VEC>(lane, c);
-        Bv[c] = n < N ? load_any(in.B.p, in.B.dt, b_base + n) : 0.0f;
-        Cv[c] = n < N ? load_any(in.C.p, in.C.dt, c_base + n) : 0.0f;
+        const int n = L::col(sub, c);
+        const bool in_n = VEC || n < N;
+        Bv[c] = in_n ? load_any(in.B.p, in.B.dt, b_base + n) : 0.0f;
+        Cv[c] = in_n ? load_any(in.C.p, in.C.dt, c_base + n) : 0.0f;
       }
       if constexpr (mode == Mode::record)
         if (blockIdx.x == 0 && threadIdx.x == 0)
           store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
                     dA);
-      float my_y = 0.0f;  // lane r keeps row r's y
+      float xv[R], acc[R];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int prow = row0 + r;
-        const float xv = prow < P ? in.x_at(t, h, prow) : 0.0f;
-        const float dtx = dtp * xv;
-        float dBx[NC];
-        float acc = 0.0f;
+      for (int r = 0; r < R; ++r) {
+        const int prow = row0 + r * L::kGroupRows;
+        xv[r] = valid[r] ? in.x_at(t, h, prow) : 0.0f;
+        const float dtx = dtp * xv[r];
+        acc[r] = 0.0f;
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-          dBx[c] = dtx * Bv[c];
-          s[r][c] = dA * s[r][c] + dBx[c];
-          acc += s[r][c] * Cv[c];
+          s[r][c] = dA * s[r][c] + dtx * Bv[c];
+          acc[r] += s[r][c] * Cv[c];
         }
-        acc = warp_sum(acc);
-        if (lane == r) my_y = in.finish(acc, D_h, xv, t, h, prow < P ? prow : 0);
-        if constexpr (mode == Mode::record)
-          if (prow < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, prow, lane, N, dBx);
+        if constexpr (mode == Mode::record) {
+          if (valid[r]) {
+            float dBx[NC];
+#pragma unroll
+            for (int c = 0; c < NC; ++c) dBx[c] = dtx * Bv[c];
+            store_row_rt<LPR, NC, VEC, St>(p.dBx_log, t, h, prow, sub, N, dBx);
+          }
+        }
       }
-      if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, my_y);
+      // y = S·C over the row group, the R rows' reductions interleaved.
+#pragma unroll
+      for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int prow = row0 + r * L::kGroupRows;
+        if (valid[r] && lead) in.store_y(t, h, prow, in.finish(acc[r], D_h, xv[r], t, h, prow));
+      }
     }
   }
 
   if constexpr (mode == Mode::record) {
     if (p.state_out.p)
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, s[r]);
+      for (int r = 0; r < R; ++r)
+        if (valid[r])
+          store_row_rt<LPR, NC, VEC, St>(p.state_out, seq, h, row0 + r * L::kGroupRows, sub, N,
+                                         s[r]);
   } else {  // step, replay: the pool row in place
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      if (row0 + r < P) store_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
+    for (int r = 0; r < R; ++r)
+      if (valid[r])
+        store_row<LPR, NC, VEC>(pool + (row0 + r * L::kGroupRows) * p.st_p, sub, N, s[r]);
   }
 }
 
@@ -1031,51 +1072,65 @@ bool rows_aligned(const Tensor& s) {
          (s.stride(1) * esz) % 16 == 0 && (s.stride(2) * esz) % 16 == 0;
 }
 
-Reason rec_supports_n(int64_t N) {
+// What the recurrent kernels refuse: N > 256 (a lane holds at most 8 interleaved columns) and a
+// pool that is not f32 or bf16. N in {32, 64, 128, 256} with 16-byte aligned pool rows takes the
+// vector path; any other N <= 256 or unaligned rows take the scalar interleaved path (slower, not
+// refused).
+Reason rec_supports_n(int64_t N, const Tensor& state) {
   if (N > 256) return str("N=", N, " > 256 is not built");
+  if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
+    return str("state ", dtype_name(state.dtype()), " is not built (f32, bf16)");
   return {};
 }
 
+// N → the row-group layout (LPR lanes per row, NC columns per lane, VEC). VEC: N in {32, 64, 128,
+// 256} with 16-byte aligned rows, 8 lanes a row (4 at N = 32, 16 at N = 256), 16-byte chunks. Else
+// (any N <= 256, or unaligned rows): 32 lanes a row, NC = N / 32 rounded up, interleaved scalar
+// columns.
 template <class Body>
 void dispatch_nc(int64_t N, bool vec, Body&& body) {
-  // VEC: N = 32·NC exactly and 16-byte aligned rows; else interleaved with NC ≥ N / 32.
-  const int nc = static_cast<int>((N + 31) / 32);
-  const bool exact = N % 32 == 0 && (nc == 1 || nc == 2 || nc == 4 || nc == 8);
-  if (vec && exact) {
-    switch (nc) {
-      case 1:
-        body(std::integral_constant<int, 1>{}, std::true_type{});
+  using std::integral_constant;
+  if (vec) {
+    switch (N) {
+      case 32:
+        body(integral_constant<int, 4>{}, integral_constant<int, 8>{}, std::true_type{});
         return;
-      case 2:
-        body(std::integral_constant<int, 2>{}, std::true_type{});
+      case 64:
+        body(integral_constant<int, 8>{}, integral_constant<int, 8>{}, std::true_type{});
         return;
-      case 4:
-        body(std::integral_constant<int, 4>{}, std::true_type{});
+      case 128:
+        body(integral_constant<int, 8>{}, integral_constant<int, 16>{}, std::true_type{});
+        return;
+      case 256:
+        body(integral_constant<int, 16>{}, integral_constant<int, 16>{}, std::true_type{});
         return;
       default:
-        body(std::integral_constant<int, 8>{}, std::true_type{});
-        return;
+        break;
     }
   }
+  const int nc = static_cast<int>((N + 31) / 32);
   if (nc <= 1)
-    body(std::integral_constant<int, 1>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 1>{}, std::false_type{});
   else if (nc <= 2)
-    body(std::integral_constant<int, 2>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 2>{}, std::false_type{});
   else if (nc <= 4)
-    body(std::integral_constant<int, 4>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 4>{}, std::false_type{});
   else
-    body(std::integral_constant<int, 8>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 8>{}, std::false_type{});
 }
 
 template <Mode mode>
 void launch_rec(const RecParams& p, const Tensor& state, int64_t seqs, Context& ctx) {
   if (seqs == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.P + kRows - 1) / kRows), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(seqs));
-  dispatch_nc(p.N, rows_aligned(state), [&](auto nc, auto vec) {
+  dispatch_nc(p.N, rows_aligned(state), [&](auto lpr, auto nc, auto vec) {
     dispatch_state(state.dtype(), [&](auto ts) {
-      ssm_rec_kernel<mode, decltype(nc)::value, decltype(vec)::value, decltype(ts)>
-          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+      constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
+      constexpr bool VEC = decltype(vec)::value;
+      using TS = decltype(ts);
+      constexpr int rows = RecLayout<LPR, NC, VEC, TS>::kRows;
+      const dim3 grid(static_cast<unsigned>((p.P + rows - 1) / rows), static_cast<unsigned>(p.H),
+                      static_cast<unsigned>(seqs));
+      ssm_rec_kernel<mode, LPR, NC, VEC, TS><<<grid, kRecThreads, 0, as_stream(ctx.stream())>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
@@ -1091,7 +1146,7 @@ void set_pool(RecParams& p, const Tensor& state) {
 // ---- ssm_step --------------------------------------------------------------------------------
 
 Reason step_supports(const SsmStep& a) {
-  return rec_supports_n(a.B.size(2));
+  return rec_supports_n(a.B.size(2), a.state);
 }
 
 void step_cuda(const SsmStep& a, Context& ctx) {
@@ -1106,7 +1161,7 @@ void step_cuda(const SsmStep& a, Context& ctx) {
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
 
 Reason record_supports(const SsmStepRecord& a) {
-  return rec_supports_n(a.B.size(2));
+  return rec_supports_n(a.B.size(2), a.state);
 }
 
 void record_cuda(const SsmStepRecord& a, Context& ctx) {
@@ -1124,7 +1179,7 @@ void record_cuda(const SsmStepRecord& a, Context& ctx) {
 }
 
 Reason replay_supports(const SsmReplay& a) {
-  return rec_supports_n(a.dBx_log.size(3));
+  return rec_supports_n(a.dBx_log.size(3), a.state);
 }
 
 void replay_cuda(const SsmReplay& a, Context& ctx) {
