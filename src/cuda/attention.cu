@@ -1,8 +1,9 @@
 // CUDA: the attention family over the paged KV cache [num_pages, page_size, Hkv, D]:
-// kv_append, attn_decode (split-KV flash-decoding with the GQA group packed in one block),
-// rope_kv_append_attn_decode (seed 003: RoPE + append kernel, then the decode kernels) and the
-// CUDA-core attn_prefill variant (the decode kernel with one query row per token). The
-// tensor-core prefill lives in attention_prefill.cu.
+// kv_append, attn_decode (split-KV flash-decoding with the GQA group packed in one block: the
+// tensor-core decode_tc_kernel for bf16 / f16, the CUDA-core attn_kernel otherwise),
+// rope_kv_append_attn_decode (seed 003: RoPE + append kernel, then the same decode core) and the
+// CUDA-core attn_prefill variant (attn_kernel with one query row per token). The tensor-core
+// prefill lives in attention_prefill.cu.
 //
 // Attention of one query row at position p (query head h, KV head h / group), keys j in [lo, p]:
 //   s_j = scale · q·K[j];  out = Σ_j softmax(s)_j V[j]
@@ -291,7 +292,7 @@ constexpr int kTcWarps = 4, kTcThreads = kTcWarps * 32;
 constexpr int kTcRows = 16;           // query heads per block (mma rows)
 constexpr int kTcBN = 16 * kTcWarps;  // keys per tile
 template <int D>
-constexpr int kTcStages = D == 256 ? 2 : 3;  // 2 · 64 KiB at D = 256: one block per SM
+constexpr int kTcStages = 3;  // 3 · 64 KiB at D = 256 (one block per SM), 3 · 32 KiB at D = 128
 template <int D>
 constexpr int kTcOStride = D + 8;  // f32 row stride of the warp-merge buffer (bank spread)
 
@@ -691,7 +692,7 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
   if (window > 0) keys_max = std::min(keys_max, window);
   const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(p.rows) * p.Hkv * p.hchunks);
   // Resident blocks per SM: the CUDA-core kernel ~3 (registers, ~160 per thread at 128 threads);
-  // the tensor-core kernel 1 at D 256 (136 KiB of shared memory), 2 at D 128, 4 at D 64. Pick the
+  // the tensor-core kernel 1 at D 256 (200 KiB of shared memory), 2 at D 128, 4 at D 64. Pick the
   // split count s minimising waves(s) · (keys/s + 64), 64 keys standing for a block's fixed cost
   // (q load, pipeline fill, merge, partial write), s <= kMaxSplits and >= 64 keys per split.
   const int64_t per_sm = core == Core::cuda_core ? 3 : (D == 256 ? 1 : (D == 128 ? 2 : 4));
