@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Peers timed beside hybrid in one process, on the same inputs, both captured in CUDA graphs.
 
-    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill]
+    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill,attention]
 
 For each shape: run hybrid (through its C entry, scripts/hybrid_py.py) and the peer on the same
 torch tensors, check that the outputs agree within bf16 tolerance, then time each as a replayed CUDA
 graph (median of CUDA-event timings, L2 flushed between replays) and print the ratio peer / hybrid
 (> 1: hybrid is faster). The device's copy ceiling is measured first in the same run. Peers:
-flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN.
+flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN; torch's
+scaled_dot_product_attention for attention, timed under its default choice and under each fused
+backend (flash, cuDNN, memory-efficient) — the cuDNN row is the measurement issue 6 asks for
+before choosing between an own prefill kernel and cuDNN's fused attention.
 """
 import argparse
 import os
@@ -154,6 +157,110 @@ def gdn_prefill(hy, fla):
     report(rows, "GDN chunked prefill, Hk 16, K = V = 128, bf16 q/k/v, f32 state, L2 norm in kernel (FLA chunk_gated_delta_rule)")
 
 
+def sdpa_backends():
+    """(name, backend or None) pairs to time torch SDPA with: its own choice, then each fused one."""
+    try:
+        from torch.nn.attention import SDPBackend
+    except ImportError:
+        return [("default", None)]
+    return [("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
+            ("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+
+
+def time_sdpa(fn):
+    """{backend name: ms or the reason it failed} for fn() under each SDPA backend."""
+    from contextlib import nullcontext
+    out = {}
+    for name, backend in sdpa_backends():
+        try:
+            from torch.nn.attention import sdpa_kernel
+            ctx = nullcontext() if backend is None else sdpa_kernel(backend)
+        except ImportError:
+            ctx = nullcontext()
+        try:
+            with ctx:
+                out[name] = (time_graph(fn, reps=20), fn())
+        except RuntimeError as e:
+            out[name] = (None, str(e).splitlines()[0][:60])
+    return out
+
+
+def attention(hy, _):
+    """attn_decode and attn_prefill (Qwen3-Next heads: 16 q / 2 KV, D 256, bf16) beside torch SDPA
+    (enable_gqa) on the same K/V: hybrid reads them as a paged cache whose page table is the
+    identity (page 16 for decode, 64 for prefill), SDPA as [B, Hkv, ctx, D] views of the same
+    memory. Decode counts K/V bytes; prefill counts 4·D·Hq per causal (query, key) pair."""
+    Hq, Hkv, D = 16, 2, 256
+    ceiling = copy_ceiling_gbps()
+    rows = []
+    for (B, ctx_len, page) in ((1, 32768, 16), (32, 8192, 16), (128, 4096, 64), (1, 131072, 64)):
+        g = torch.Generator(device="cuda").manual_seed(1)
+        kv = torch.randn(2, B * ctx_len, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k_cache = kv[0].view(B * ctx_len // page, page, Hkv, D)
+        v_cache = kv[1].view(B * ctx_len // page, page, Hkv, D)
+        pages = ctx_len // page
+        table = torch.arange(B * pages, device="cuda", dtype=torch.int32).view(B, pages)
+        lens = torch.full((B,), ctx_len, device="cuda", dtype=torch.int32)
+        out = torch.empty(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+
+        def run_hybrid():
+            hy.run("attn_decode", q=q, k_cache=k_cache, v_cache=v_cache, page_table=table,
+                   seq_lens=lens, out=out)
+
+        ks = kv[0].view(B, ctx_len, Hkv, D).transpose(1, 2)
+        vs = kv[1].view(B, ctx_len, Hkv, D).transpose(1, 2)
+
+        def run_sdpa():
+            return torch.nn.functional.scaled_dot_product_attention(
+                q.view(B, Hq, 1, D), ks, vs, enable_gqa=True).view(B, Hq, D)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid)
+        nbytes = 2 * B * ctx_len * Hkv * D * 2
+        for name, (t_s, o_ref) in time_sdpa(run_sdpa).items():
+            if t_s is None:
+                rows.append((f"decode B {B} ctx {ctx_len}", f"{t_h:.4f}", "-", "-", "-", f"SDPA {name}: {o_ref}"))
+                continue
+            note = (f"hybrid {nbytes / (t_h * 1e-3) / 1e12:.2f} TB/s, SDPA {name} "
+                    f"{nbytes / (t_s * 1e-3) / 1e12:.2f} TB/s")
+            rows.append((f"decode B {B} ctx {ctx_len}", f"{t_h:.4f}", f"{t_s:.4f}", f"{t_s / t_h:.2f}",
+                         f"{rel_err(out, o_ref):.1e}", note))
+    for T in (4096, 16384):
+        page = 64
+        g = torch.Generator(device="cuda").manual_seed(2)
+        kv = torch.randn(2, T, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        q = torch.randn(T, Hq, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        table = torch.arange(T // page, device="cuda", dtype=torch.int32).view(1, T // page)
+        cu = torch.tensor([0, T], device="cuda", dtype=torch.int32)
+        lens = torch.tensor([T], device="cuda", dtype=torch.int32)
+        out = torch.empty(T, Hq, D, device="cuda", dtype=torch.bfloat16)
+
+        def run_hybrid():
+            hy.run("attn_prefill", q=q, k_cache=kv[0].view(T // page, page, Hkv, D),
+                   v_cache=kv[1].view(T // page, page, Hkv, D), page_table=table, cu_seqlens=cu,
+                   seq_lens=lens, out=out)
+
+        def run_sdpa():
+            return torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(0, 1).unsqueeze(0), kv[0].transpose(0, 1).unsqueeze(0),
+                kv[1].transpose(0, 1).unsqueeze(0), is_causal=True, enable_gqa=True,
+            ).squeeze(0).transpose(0, 1)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid, reps=20)
+        flops = 4.0 * D * Hq * T * (T + 1) / 2
+        for name, (t_s, o_ref) in time_sdpa(run_sdpa).items():
+            if t_s is None:
+                rows.append((f"prefill T {T}", f"{t_h:.3f}", "-", "-", "-", f"SDPA {name}: {o_ref}"))
+                continue
+            note = (f"hybrid {flops / (t_h * 1e-3) / 1e12:.0f} TFLOP/s, SDPA {name} "
+                    f"{flops / (t_s * 1e-3) / 1e12:.0f} TFLOP/s")
+            rows.append((f"prefill T {T} causal", f"{t_h:.3f}", f"{t_s:.3f}", f"{t_s / t_h:.2f}",
+                         f"{rel_err(out, o_ref):.1e}", note))
+    report(rows, f"attention, 16 q / 2 KV heads, D 256, bf16 (peer: torch SDPA, enable_gqa, per backend), copy ceiling {ceiling:.0f} GB/s")
+
+
 def main():
     global FLUSH
     p = argparse.ArgumentParser()
@@ -173,7 +280,7 @@ def main():
     for name in args.only.split(","):
         if name.startswith("gdn") and not fla_ok:
             continue
-        {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill}[name](hy, None)
+        {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attention": attention}[name](hy, None)
 
 
 if __name__ == "__main__":
