@@ -63,3 +63,24 @@ for D in (64, 128, 256):
                     goto[g + hr * 8, dt * 8 + c4 * 2 + 1] = o[dt][t][hr * 2 + 1]
         assert np.abs(goto - ref @ V[warp * 16:warp * 16 + 16]).max() < 1e-9, ("PV", D, warp)
     print("D", D, "fragments ok")
+
+# The tile loader: every (row, chunk) of a 64-key tile copied exactly once, and the row a thread
+# copies in step `it` is the row its shuffle source lane (it·RPI + lane / CH) looked up.
+for D in (64, 128, 256):
+    CH = D // 8; RPI = 32 // CH; STEPS = 64 * CH // 128
+    assert STEPS * RPI == 16
+    seen = {}
+    for warp in range(4):
+        looked = {}
+        for lane in range(16):
+            looked[lane] = (warp * 32 + (lane // RPI) * 128) // CH + lane % RPI
+        for it in range(STEPS):
+            for lane in range(32):
+                c = warp * 32 + lane + it * 128
+                r, ch = c // CH, c % CH
+                src = it * RPI + lane // CH
+                assert src < 16 and looked[src] == r, (D, warp, it, lane)
+                assert (r, ch) not in seen
+                seen[(r, ch)] = True
+    assert len(seen) == 64 * CH
+    print("D", D, "loader ok")

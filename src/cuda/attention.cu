@@ -344,23 +344,37 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
 
   const C* kbase = static_cast<const C*>(p.k.p);
   const C* vbase = static_cast<const C*>(p.v.p);
-  // K and V of tile i (keys k_begin + 64i ..) into stage i % S, and its key flags.
+  // K and V of tile i (keys k_begin + 64i ..) into stage i % S, and its key flags. Thread tid
+  // copies, in step `it`, 16-byte chunk ch = c % CH of row r = c / CH, c = tid + 128·it: a warp
+  // covers 32 / CH whole rows per step (coalesced), 16 rows per tile. The page lookups of those
+  // 16 rows are done once, lane i < 16 taking the warp's i-th row (step i / RPI, row i % RPI of
+  // it), and broadcast by shuffles (offset −1: key absent).
+  constexpr int RPI = 32 / CH;                 // rows per warp per step: 1, 2, 4
+  constexpr int STEPS = BN * CH / kTcThreads;  // 16, 8, 4
+  static_assert(CH <= 32 && STEPS * RPI == 16, "16 rows per warp per tile");
   auto load_tile = [&](int i) {
     C* ks = kv_s + (i % S) * 2 * BN * D;
     C* vs = ks + BN * D;
     const int j0 = k_begin + i * BN;
+    int64_t k_off = -1, v_off = 0;
+    if (lane < 16) {
+      const int r = (warp * 32 + (lane / RPI) * kTcThreads) / CH + lane % RPI;
+      const int j = j0 + r;
+      if (j < k_end) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0) k_off = p.k.offset(kv.x, kv.y, hk), v_off = p.v.offset(kv.x, kv.y, hk);
+      }
+    }
 #pragma unroll
-    for (int it = 0; it < BN * CH / kTcThreads; ++it) {
+    for (int it = 0; it < STEPS; ++it) {
+      const int src = it * RPI + lane / CH;  // the lane that looked up this step's row
+      const int64_t ko = __shfl_sync(0xffffffffu, k_off, src);
+      const int64_t vo = __shfl_sync(0xffffffffu, v_off, src);
       const int c = tid + it * kTcThreads;
       const int r = c / CH, ch = c % CH;
-      const int j = j0 + r;
-      int2 kv = make_int2(-1, 0);
-      if (j < k_end) kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-      const bool ok = kv.x >= 0;
-      const C* ksrc = kbase + (ok ? p.k.offset(kv.x, kv.y, hk) + ch * 8 : int64_t{0});
-      const C* vsrc = vbase + (ok ? p.v.offset(kv.x, kv.y, hk) + ch * 8 : int64_t{0});
-      cp_async16(ks + swz<D>(r, ch), ksrc, ok ? 16 : 0);
-      cp_async16(vs + swz<D>(r, ch), vsrc, ok ? 16 : 0);
+      const bool ok = ko >= 0;
+      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : int64_t{0}), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : int64_t{0}), ok ? 16 : 0);
       if (ch == 0) ok_s[i % S][r] = ok;
     }
   };
