@@ -356,25 +356,28 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
     C* ks = kv_s + (i % S) * 2 * BN * D;
     C* vs = ks + BN * D;
     const int j0 = k_begin + i * BN;
-    int64_t k_off = -1, v_off = 0;
+    int k_off = -1, v_off = 0;  // element offsets; caches have < 2^31 elements (supports())
     if (lane < 16) {
       const int r = (warp * 32 + (lane / RPI) * kTcThreads) / CH + lane % RPI;
       const int j = j0 + r;
       if (j < k_end) {
         const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-        if (kv.x >= 0) k_off = p.k.offset(kv.x, kv.y, hk), v_off = p.v.offset(kv.x, kv.y, hk);
+        if (kv.x >= 0) {
+          k_off = static_cast<int>(p.k.offset(kv.x, kv.y, hk));
+          v_off = static_cast<int>(p.v.offset(kv.x, kv.y, hk));
+        }
       }
     }
 #pragma unroll
     for (int it = 0; it < STEPS; ++it) {
       const int src = it * RPI + lane / CH;  // the lane that looked up this step's row
-      const int64_t ko = __shfl_sync(0xffffffffu, k_off, src);
-      const int64_t vo = __shfl_sync(0xffffffffu, v_off, src);
+      const int ko = __shfl_sync(0xffffffffu, k_off, src);
+      const int vo = __shfl_sync(0xffffffffu, v_off, src);
       const int c = tid + it * kTcThreads;
       const int r = c / CH, ch = c % CH;
       const bool ok = ko >= 0;
-      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : int64_t{0}), ok ? 16 : 0);
-      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : int64_t{0}), ok ? 16 : 0);
+      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : 0), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : 0), ok ? 16 : 0);
       if (ch == 0) ok_s[i % S][r] = ok;
     }
   };
@@ -758,7 +761,8 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
 
 // Why the tensor-core decode core cannot take q of dtype q_dtype over these caches (nullopt: it
 // can): it needs 16-bit caches (bf16 or f16) with q of the same dtype (q is fed to the mma as is),
-// 16-byte aligned cache bases and strides (cp.async), and at most 65535 sequences (grid z).
+// 16-byte aligned cache bases and strides (cp.async), at most 65535 sequences (grid z), and
+// cache element offsets below 2^31 (carried in int).
 Reason tc_decode_reason(DType q_dtype, int64_t N, const Tensor& k_cache, const Tensor& v_cache) {
   if (k_cache.dtype() != DType::bf16 && k_cache.dtype() != DType::f16)
     return std::string("tensor-core decode needs bf16 or f16 caches");
@@ -768,6 +772,8 @@ Reason tc_decode_reason(DType q_dtype, int64_t N, const Tensor& k_cache, const T
     return std::string("tensor-core decode needs 16-byte aligned cache bases and strides");
   if (N > 65535)
     return "tensor-core decode takes at most 65535 sequences, got " + std::to_string(N);
+  if (!offsets_fit_int32(k_cache) || !offsets_fit_int32(v_cache))
+    return std::string("tensor-core decode needs cache offsets below 2^31 elements");
   return std::nullopt;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cuda/dtype.cuh"
 #include "hybrid/core/dtype.h"
+#include "hybrid/core/tensor.h"
 
 namespace hybrid::cuda::attn {
 
@@ -40,6 +41,18 @@ struct PageTable {
     return make_int2(page, pos - col * page_size);
   }
 };
+
+// Host: whether every element offset of t (from its data pointer) fits in 31 bits, so that
+// kernels may carry them in int (strides non-negative; empty tensors fit).
+inline bool offsets_fit_int32(const Tensor& t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.rank(); ++i) {
+    if (t.size(i) == 0) return true;
+    if (t.stride(i) < 0) return false;
+    last += (t.size(i) - 1) * t.stride(i);
+  }
+  return last < (int64_t{1} << 31) - 16;  // + a 16-byte piece
+}
 
 // The sequence n holding packed row t: the largest n with cu[n] <= t (then cu[n + 1] > t).
 __device__ __forceinline__ int find_sequence(const int* cu, int N, int t) {

@@ -6,14 +6,15 @@
 //
 // Tiling: block (query tile of kBM = 64 rows of one sequence, query head), 4 warps × 16 rows.
 // Per key tile of kBN = 64 keys (32 at D = 256) (gathered through the page table with cp.async,
-// 16-byte pieces, XOR-swizzled rows in shared memory): S [16 × 64] per warp by mma.sync m16n8k16
-// (bf16 in, f32 accumulate; Q and K fragments by ldmatrix), running max / sum per row, P rounded to
-// bf16 and O [16 × D] += P V (V fragments by ldmatrix.trans). K of tile i+1 loads while P V of tile
-// i runs; V of tile i loads while S of tile i runs. Shared memory: Q, K, V tiles, (64 + 2 · kBN) ·
-// D · 2 bytes. FLOPs: 4 · D per (query, key) pair of the causal window (≈ 4 · T² · D · Hq / 2
-// causal); bytes: K/V of the window per (query tile, head) from L2, Q and O once. A small planning
-// kernel lists the (sequence, first row) of every query tile in the workspace (the tile count
-// depends on cu_seqlens, which live on the device); blocks past the list exit.
+// 16-byte pieces, XOR-swizzled rows in shared memory; one page lookup per row): S [16 ×
+// 64] per warp by mma.sync m16n8k16 (bf16 in, f32 accumulate; Q and K fragments by ldmatrix),
+// running max / sum per row, P rounded to bf16 and O [16 × D] += P V (V fragments by
+// ldmatrix.trans). K of tile i+1 loads while P V of tile i runs; V of tile i loads while S of tile
+// i runs. Shared memory: Q, K, V tiles, (64 + 2 · kBN) · D · 2 bytes. FLOPs: 4 · D per (query, key)
+// pair of the causal window (≈ 4 · T² · D · Hq / 2 causal); bytes: K/V of the window per (query
+// tile, head) from L2, Q and O once. A small planning kernel lists the (sequence, first row) of
+// every query tile in the workspace (the tile count depends on cu_seqlens, which live on the
+// device); blocks past the list exit.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -102,17 +103,37 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const PrefillParam
     const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
     cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
   }
-  // K or V tile of keys [j0, j0 + BN) through the page table (invalid keys zero-filled).
+  // K or V tile of keys [j0, j0 + BN) through the page table (invalid keys zero-filled). Thread
+  // tid copies, in step `it`, 16-byte chunk ch = c % CH of row r = c / CH, c = tid + 128·it: a warp
+  // covers 32 / CH whole rows per step, BN / 4 rows per tile. Their page lookups are done once,
+  // lane i < BN / 4 taking the warp's i-th row (step i / RPI, row i % RPI of it), and passed to
+  // the copying lanes through row_off_s (offset −1: key absent; through shared memory rather than
+  // shuffles so that no register stays live across the copy loop: the D 256 kernel is at 255).
+  constexpr int RPI = 32 / CH;               // rows per warp per step
+  constexpr int STEPS = BN * CH / kThreads;  // steps per tile
+  static_assert(CH <= 32 && STEPS * RPI == BN / 4 && BN / 4 <= 32, "whole rows per warp");
+  __shared__ int row_off_s[kThreads / 32][BN / 4];
   auto load_kv = [&](const Cache& c, __nv_bfloat16* dst, int j0) {
     const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(c.p);
-    for (int i = tid; i < BN * CH; i += kThreads) {
-      const int r = i / CH, ch = i % CH;
+    __syncwarp();  // the warp's lanes are done reading the previous call's offsets
+    if (lane < BN / 4) {
+      const int r = (warp * 32 + (lane / RPI) * kThreads) / CH + lane % RPI;
       const int j = j0 + r;
-      int2 kv = make_int2(-1, 0);
-      if (j <= pos_last) kv = p.pt.locate(n, j, c.page_size, c.num_pages);
-      const bool ok = kv.x >= 0;
-      const __nv_bfloat16* src = base + (ok ? c.offset(kv.x, kv.y, hk) + ch * 8 : 0);
-      cp_async16(dst + swz<D>(r, ch), src, ok ? 16 : 0);
+      int off = -1;  // element offset; the cache's offsets fit in 31 bits (supports())
+      if (j <= pos_last) {
+        const int2 kv = p.pt.locate(n, j, c.page_size, c.num_pages);
+        if (kv.x >= 0) off = static_cast<int>(c.offset(kv.x, kv.y, hk));
+      }
+      row_off_s[warp][lane] = off;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < STEPS; ++it) {
+      const int o = row_off_s[warp][it * RPI + lane / CH];
+      const int i = tid + it * kThreads;
+      const int r = i / CH, ch = i % CH;
+      const bool ok = o >= 0;
+      cp_async16(dst + swz<D>(r, ch), base + (ok ? o + ch * 8 : 0), ok ? 16 : 0);
     }
   };
   load_kv(p.k, k_s, j_begin);
@@ -257,6 +278,8 @@ Reason prefill_tc_supports(const AttnPrefill& a) {
     return std::string("q and caches must be 16-byte aligned (base and strides)");
   if (a.k_cache.numel() >= (int64_t{1} << 31) || a.q.numel() >= (int64_t{1} << 31))
     return std::string("tensors too large for 32-bit row indices");
+  if (!offsets_fit_int32(a.k_cache) || !offsets_fit_int32(a.v_cache))
+    return std::string("cache element offsets must stay below 2^31");
   return std::nullopt;
 }
 

@@ -1,4 +1,4 @@
-# Run: python3 scripts/emulate/attn_decode_tc_fragments.py (numpy; no GPU).
+# Run: python3 scripts/emulate/attn_tc_fragments.py (numpy; no GPU).
 # Lane-level check of decode_tc_kernel's ldmatrix addresses and mma fragment use (PTX layouts of
 # ldmatrix.m8n8.x4[.trans] and mma.m16n8k16 row.col): S = Q K[16w..16w+15]ᵀ and O = P V for
 # every warp w, tiles in the XOR-swizzled shared layout.
@@ -84,3 +84,22 @@ for D in (64, 128, 256):
                 seen[(r, ch)] = True
     assert len(seen) == 64 * CH
     print("D", D, "loader ok")
+
+# The same loader mapping in attn_prefill.cuda_tc's load_kv (offsets through row_off_s) (BN / 4 rows per warp: BN 64 at D
+# 64 / 128, 32 at D 256).
+for D, BN in ((64, 64), (128, 64), (256, 32), (256, 64)):
+    CH = D // 8; RPI = 32 // CH; STEPS = BN * CH // 128
+    assert STEPS * RPI == BN // 4 <= 32
+    seen = set()
+    for warp in range(4):
+        looked = {i: (warp * 32 + (i // RPI) * 128) // CH + i % RPI for i in range(BN // 4)}
+        for it in range(STEPS):
+            for lane in range(32):
+                c = warp * 32 + lane + it * 128
+                r, ch = c // CH, c % CH
+                src = it * RPI + lane // CH
+                assert src < BN // 4 and looked[src] == r, (D, BN, warp, it, lane)
+                assert (r, ch) not in seen
+                seen.add((r, ch))
+    assert len(seen) == BN * CH
+    print("prefill D", D, "BN", BN, "loader ok")
