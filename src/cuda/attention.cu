@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
     C* ks = kv_s + (i % S) * 2 * BN * D;
     C* vs = ks + BN * D;
     const int j0 = k_begin + i * BN;
-    int k_off = -1, v_off = 0;  // element offsets; caches have < 2^31 elements (supports())
+    int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
     if (lane < 16) {
       const int r = (warp * 32 + (lane / RPI) * kTcThreads) / CH + lane % RPI;
       const int j = j0 + r;
