@@ -6,14 +6,15 @@
 //
 // Tiling: block (query tile of kBM = 64 rows of one sequence, query head), 4 warps × 16 rows.
 // Per key tile of kBN = 64 keys (32 at D = 256) (gathered through the page table with cp.async,
-// 16-byte pieces, XOR-swizzled rows in shared memory): S [16 × 64] per warp by mma.sync m16n8k16
-// (bf16 in, f32 accumulate; Q and K fragments by ldmatrix), running max / sum per row, P rounded to
-// bf16 and O [16 × D] += P V (V fragments by ldmatrix.trans). K of tile i+1 loads while P V of tile
-// i runs; V of tile i loads while S of tile i runs. Shared memory: Q, K, V tiles, (64 + 2 · kBN) ·
-// D · 2 bytes. FLOPs: 4 · D per (query, key) pair of the causal window (≈ 4 · T² · D · Hq / 2
-// causal); bytes: K/V of the window per (query tile, head) from L2, Q and O once. A small planning
-// kernel lists the (sequence, first row) of every query tile in the workspace (the tile count
-// depends on cu_seqlens, which live on the device); blocks past the list exit.
+// 16-byte pieces, XOR-swizzled rows in shared memory; one page lookup per row): S [16 ×
+// 64] per warp by mma.sync m16n8k16 (bf16 in, f32 accumulate; Q and K fragments by ldmatrix),
+// running max / sum per row, P rounded to bf16 and O [16 × D] += P V (V fragments by
+// ldmatrix.trans). K of tile i+1 loads while P V of tile i runs; V of tile i loads while S of tile
+// i runs. Shared memory: Q, K, V tiles, (64 + 2 · kBN) · D · 2 bytes. FLOPs: 4 · D per (query, key)
+// pair of the causal window (≈ 4 · T² · D · Hq / 2 causal); bytes: K/V of the window per (query
+// tile, head) from L2, Q and O once. A small planning kernel lists the (sequence, first row) of
+// every query tile in the workspace (the tile count depends on cu_seqlens, which live on the
+// device); blocks past the list exit.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -65,56 +66,6 @@ __global__ void plan_tiles_kernel(const PrefillParams p) {
   for (; b < p.max_tiles; ++b) p.tiles[b] = make_int2(-1, 0);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy global -> shared; src_bytes = 0 zero-fills.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c[4] += a[4] · b[2]: m16n8k16, bf16 inputs, f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Element offset of (row, 16-byte chunk ch) in a [rows, D] bf16 tile with XOR-swizzled chunks.
-template <int D>
-__device__ __forceinline__ int swz(int row, int ch) {
-  return row * D + ((ch ^ (row & 7)) << 3);
-}
-
 template <int D>
 __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const PrefillParams p) {
   constexpr int CH = D / 8;  // 16-byte chunks per row
@@ -152,17 +103,37 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const PrefillParam
     const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
     cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
   }
-  // K or V tile of keys [j0, j0 + BN) through the page table (invalid keys zero-filled).
+  // K or V tile of keys [j0, j0 + BN) through the page table (invalid keys zero-filled). Thread
+  // tid copies, in step `it`, 16-byte chunk ch = c % CH of row r = c / CH, c = tid + 128·it: a warp
+  // covers 32 / CH whole rows per step, BN / 4 rows per tile. Their page lookups are done once,
+  // lane i < BN / 4 taking the warp's i-th row (step i / RPI, row i % RPI of it), and passed to
+  // the copying lanes through row_off_s (offset −1: key absent; through shared memory rather than
+  // shuffles so that no register stays live across the copy loop: the D 256 kernel is at 255).
+  constexpr int RPI = 32 / CH;               // rows per warp per step
+  constexpr int STEPS = BN * CH / kThreads;  // steps per tile
+  static_assert(CH <= 32 && STEPS * RPI == BN / 4 && BN / 4 <= 32, "whole rows per warp");
+  __shared__ int row_off_s[kThreads / 32][BN / 4];
   auto load_kv = [&](const Cache& c, __nv_bfloat16* dst, int j0) {
     const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(c.p);
-    for (int i = tid; i < BN * CH; i += kThreads) {
-      const int r = i / CH, ch = i % CH;
+    __syncwarp();  // the warp's lanes are done reading the previous call's offsets
+    if (lane < BN / 4) {
+      const int r = (warp * 32 + (lane / RPI) * kThreads) / CH + lane % RPI;
       const int j = j0 + r;
-      int2 kv = make_int2(-1, 0);
-      if (j <= pos_last) kv = p.pt.locate(n, j, c.page_size, c.num_pages);
-      const bool ok = kv.x >= 0;
-      const __nv_bfloat16* src = base + (ok ? c.offset(kv.x, kv.y, hk) + ch * 8 : 0);
-      cp_async16(dst + swz<D>(r, ch), src, ok ? 16 : 0);
+      int off = -1;  // element offset; the cache's offsets fit in 31 bits (supports())
+      if (j <= pos_last) {
+        const int2 kv = p.pt.locate(n, j, c.page_size, c.num_pages);
+        if (kv.x >= 0) off = static_cast<int>(c.offset(kv.x, kv.y, hk));
+      }
+      row_off_s[warp][lane] = off;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < STEPS; ++it) {
+      const int o = row_off_s[warp][it * RPI + lane / CH];
+      const int i = tid + it * kThreads;
+      const int r = i / CH, ch = i % CH;
+      const bool ok = o >= 0;
+      cp_async16(dst + swz<D>(r, ch), base + (ok ? o + ch * 8 : 0), ok ? 16 : 0);
     }
   };
   load_kv(p.k, k_s, j_begin);
@@ -307,6 +278,8 @@ Reason prefill_tc_supports(const AttnPrefill& a) {
     return std::string("q and caches must be 16-byte aligned (base and strides)");
   if (a.k_cache.numel() >= (int64_t{1} << 31) || a.q.numel() >= (int64_t{1} << 31))
     return std::string("tensors too large for 32-bit row indices");
+  if (!offsets_fit_int32(a.k_cache) || !offsets_fit_int32(a.v_cache))
+    return std::string("cache element offsets must stay below 2^31");
   return std::nullopt;
 }
 

@@ -555,6 +555,37 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_decode on the tensor-core split-KV path (bf16 / f16 q and caches): contexts that are no
+  // multiple of a 64-key tile or of a split, many splits with empty ones (short and padding
+  // sequences beside long ones: the split count comes from the page-table capacity), windows
+  // narrower than one split and starting mid-page, GQA 1 / 4 / 8 / 32 (two 16-head chunks) at
+  // every head dim, and a batch of short sequences that takes the single-split direct output.
+  {
+    auto c = make(Mode::decode, {4097, 3000, 1, 0, 65}, gqa8, 16, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {3001, 64, 129}, qwen3_next, 64, bf16, bf16);
+    c->window = 200;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {2500, 7}, qwen3_next, 16, bf16, bf16);
+    c->window = 40;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {1500, 200, 0}, Shape{32, 1, 64}, 32, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {1000, 999}, Shape{2, 2, 256}, 16, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {777, 2049, 5}, gqa4, 16, f16, f16);
+    c->window = 300;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {129, 64, 0, 1}, mha64, 0, f16, f16);
+    c->scale = 0.3f;
+    cases.push_back(std::move(c));
+    std::vector<int64_t> lens;
+    for (int64_t n = 0; n < 40; ++n) lens.push_back(n == 7 ? 0 : 1 + (n * 37) % 90);
+    c = make(Mode::decode, lens, gqa4, 16, bf16, bf16);
+    c->strided = true;
+    cases.push_back(std::move(c));
+  }
+
   // Perf only: decode B 1 / 32 / 128 / 1 at contexts 32768 / 8192 / 4096 / 131072 (pages of 16
   // and 64), prefill of one sequence of 4096 and 16384 tokens (causal, page 64).
   for (auto [B, ctx, page] : {std::tuple<int64_t, int64_t, int64_t>{1, 32768, 16},
@@ -592,6 +623,11 @@ void add_attention_cases(CaseList& cases) {
     c->rotary_dim = 128;
     c->theta = 1e6f;
     c->window = 32;
+    cases.push_back(std::move(c));
+    c = make(mode, {1500, 3, 0}, gqa8, 16, bf16, bf16);  // the tensor-core decode core, splits
+    c->rotary_dim = 128;
+    c->theta = 1e6f;
+    c->window = 300;
     cases.push_back(std::move(c));
     c = make(mode, {100, 1}, mha64, 0, f16, f32);
     c->rotary_dim = 32;
