@@ -1,19 +1,24 @@
 // CUDA: gdn_chunk_prefill, tensor-core variant (K = V = 128), priority 10. All three stages use
-// mma.sync m16n8k16 (bf16 operands, f32 accumulate) on f32 workspace (W, U, V_new, h): stage 1
-// wu_tc_kernel, stage 2 spine_tc_kernel, stage 3 output_tc_kernel (the index kernel and the
-// workspace plan are shared with the general variant in gdn_chunk.cu).
+// mma.sync m16n8k16 (bf16 operands, f32 accumulate) and keep their intermediates in bf16 in the
+// workspace: K̂ [T, Hk, K] (L2-normalised once, by stage 1), W [T, Hv, K], U and V_new [T, Hv, V],
+// h [chunks, Hv, V, K] (the index kernel and the workspace plan are shared with the general
+// variant in gdn_chunk.cu). W, V_new and h were rounded to bf16 before every MMA that reads
+// them in any case, so storing them in bf16 changes no result; U is the one extra rounding.
+//   1. wu_tc_kernel     grid (chunks, Hv), 128 threads: γ, A = β K̂K̂ᵀ ⊙ decay, T = (I + A)^{-1}
+//                       (blocked: 16x16 diagonal blocks, then three block rows), W, U, K̂
+//   2. spine_tc_kernel  grid (N, Hv, 4), 128 threads: the state slice S [32 v, 128 k] in f32
+//                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
+//                       while chunk c computes
+//   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 //
-// Spine: block (sequence n, hv, 32-row V slice), 4 warps, the state slice S [32 v, 128 k] in f32
-// registers (accumulator fragments: warp w owns k columns [32w, 32w + 32)). Per chunk of L <= 64
-// tokens (rows past L are zero):
-//   h[c] = S (f32, workspace);  Sb = bf16(S) in shared memory
+// Spine: block (sequence n, hv, 32-row V slice), 4 warps, S in accumulator fragments (warp w owns
+// k columns [32w, 32w + 32)). Per chunk of L <= 64 tokens (rows past L are zero):
+//   h[c] = bf16(S) (workspace);  Sb = bf16(S) in shared memory
 //   V_new [64, 32] = U − W [64, 128] · Sbᵀ            (warp w: tokens 16w..16w+15, 4 n-tiles)
-//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [32, 64] · K̂ [64, 128]   (warp w: 2 m-tiles x 4 n-tiles)
-// Shared memory (bf16, rows padded by 8 so fragment reads are bank-conflict-free):
-//   Ws [64][136], Sb [32][136], KT [128][72] (K̂ transposed), VT [32][72] (V_new ⊙ e^{γ_L−γ})ᵀ,
-//   eg [64] f32: 49 408 bytes. MMA FLOPs per chunk and slice: 2·64·32·128·2 = 1 MFLOP; bytes per
-//   chunk and slice: W 32 KiB + k 16 KiB (L2), h 16 KiB written, U / V_new 8 KiB each.
-// Grid N x Hv x 4 (128 CTAs at N = 1, Hv = 32); the chain of chunks is the critical path.
+//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [32, 64] · K̂ [64, 128]   (warp w: 2 m-tiles x 4 n-tiles;
+//                                                      K̂ fragments by ldmatrix.trans)
+// MMA FLOPs per chunk and slice: 2·64·32·128·2 = 1 MFLOP; the chain of chunks is the critical path
+// (3 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -27,11 +32,14 @@ namespace hybrid::cuda {
 namespace gdn_chunk {
 namespace {
 
-constexpr int kD = 128;      // K = V
-constexpr int kSlice = 32;   // V rows per block
-constexpr int kWP = kD + 8;  // padded row (bf16) of Ws, Sb
-constexpr int kTP = kC + 8;  // padded row (bf16) of KT, VT
-constexpr int kTcSmem = (kC * kWP + kSlice * kWP + kD * kTP + kSlice * kTP) * 2 + kC * 4;
+constexpr int kD = 128;          // K = V
+constexpr int kSlice = 32;       // V rows per spine block
+constexpr int kWP = kD + 8;      // padded row (bf16) of 128-wide tiles
+constexpr int kTP = kC + 8;      // padded row (bf16) of 64-wide tiles
+constexpr int kUP = kSlice + 8;  // padded row (bf16) of the spine's U slice
+
+using bf16 = __nv_bfloat16;
+using bf162 = __nv_bfloat162;
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]) {
@@ -43,13 +51,13 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
-__device__ __forceinline__ uint32_t ld2(const __nv_bfloat16* p) {
+__device__ __forceinline__ uint32_t ld2(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
 // A fragment (16x16, row-major [m][k] rows of `ld` elements) at (m0, k0); g = lane/4, q = lane%4.
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* s, int ld, int m0,
-                                       int k0, int g, int q) {
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int ld, int m0, int k0,
+                                       int g, int q) {
   a[0] = ld2(s + (m0 + g) * ld + k0 + 2 * q);
   a[1] = ld2(s + (m0 + g + 8) * ld + k0 + 2 * q);
   a[2] = ld2(s + (m0 + g) * ld + k0 + 2 * q + 8);
@@ -57,20 +65,60 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* s,
 }
 
 // B fragment (16x8, stored [n][k]) at (n0, k0).
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const __nv_bfloat16* s, int ld, int n0,
-                                       int k0, int g, int q) {
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const bf16* s, int ld, int n0, int k0,
+                                       int g, int q) {
   b[0] = ld2(s + (n0 + g) * ld + k0 + 2 * q);
   b[1] = ld2(s + (n0 + g) * ld + k0 + 2 * q + 8);
 }
 
-template <class In, class St>
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// B fragments of two n-tiles from a tile stored [k][n] (row-major, rows of `ld` elements, 16-byte
+// aligned): k rows k0..k0+15, columns n0..n0+15. b0 = n-tile n0, b1 = n-tile n0 + 8. Lanes 0-15
+// address rows k0 + lane of columns n0.., lanes 16-31 the same rows at n0 + 8 (matrices 2, 3).
+__device__ __forceinline__ void load_b2_trans(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16* s,
+                                              int ld, int k0, int n0, int lane) {
+  const bf16* row = s + (k0 + (lane & 15)) * ld + n0 + 8 * (lane >> 4);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(smem_u32(row)));
+}
+
+// Async copies global -> shared; src_bytes = 0 zero-fills (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Shared memory of the spine: Ws, Ks [2][64][136], Us [2][64][40], Sb [32][136], VT [32][72]
+// (bf16), γ [2][64] f32: 93 696 bytes.
+constexpr int kSpineSmem =
+    (2 * 2 * kC * kWP + 2 * kC * kUP + kSlice * kWP + kSlice * kTP) * 2 + 2 * kC * 4;
+
+template <class St>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Ws = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  W rows
-  __nv_bfloat16* Sb = Ws + kC * kWP;                               // [32][136]  bf16(S)
-  __nv_bfloat16* KT = Sb + kSlice * kWP;                           // [128][72]  K̂ᵀ
-  __nv_bfloat16* VT = KT + kD * kTP;                               // [32][72]   (V_new·e)ᵀ
-  float* eg = reinterpret_cast<float*>(VT + kSlice * kTP);         // [64]  e^{γ_L−γ_i}
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);             // [2][64][136] W rows [i][d]
+  bf16* Ks = Ws + 2 * kC * kWP;                             // [2][64][136] K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                             // [2][64][40]  U slice [i][v]
+  bf16* Sb = Us + 2 * kC * kUP;                             // [32][136]    bf16(S) [v][d]
+  bf16* VT = Sb + kSlice * kWP;                             // [32][72]     (V_new·e)ᵀ [v][i]
+  float* gs = reinterpret_cast<float*>(VT + kSlice * kTP);  // [2][64]      γ
 
   const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio;
   const int v0 = blockIdx.z * kSlice;
@@ -101,17 +149,48 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
         s[mt][nt][r] = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
       }
 
-  const float* w = static_cast<const float*>(p.w);
-  const float* u = static_cast<const float*>(p.u);
-  float* vnew = static_cast<float*>(p.vnew);
-  float* h = static_cast<float*>(p.h);
-  const In* kin = static_cast<const In*>(p.k);
+  const bf16* w = static_cast<const bf16*>(p.w);
+  const bf16* u = static_cast<const bf16*>(p.u);
+  const bf16* kn = static_cast<const bf16*>(p.kn);
+  bf16* vnew = static_cast<bf16*>(p.vnew);
+  bf16* h = static_cast<bf16*>(p.h);
+  // Chunk cs of this sequence into buffer b: W, K̂ rows (16 x 16 bytes each), the U slice (4 x 16
+  // bytes per row) and γ; rows past L zero-filled (their source address clamped to row L − 1).
+  auto prefetch = [&](int cs, int b) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* ws = Ws + b * kC * kWP;
+    bf16* ks = Ks + b * kC * kWP;
+    bf16* us = Us + b * kC * kUP;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      const int bytes = i < L ? 16 : 0;
+      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, bytes);
+      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
+    }
+    for (int e = tid; e < kC * (kSlice / 8); e += blockDim.x) {
+      const int i = e / (kSlice / 8), c8 = 8 * (e % (kSlice / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
+    }
+    if (tid < kC)
+      cp_async4(gs + b * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+                tid < L ? 4 : 0);
+    cp_commit();
+  };
+
   const int nch = (len + kC - 1) / kC;
+  if (nch > 0) prefetch(0, 0);
   for (int cs = 0; cs < nch; ++cs) {
+    const int b = cs & 1;
     const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    const float g_last = p.gamma[(int64_t)(t0 + L - 1) * p.Hv + hv];
-    // h[c] = S (f32) and Sb = bf16(S).
-    float* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
+    if (cs + 1 < nch) {
+      prefetch(cs + 1, b ^ 1);
+      cp_wait<1>();  // this thread's copies of chunk cs have landed
+    } else {
+      cp_wait<0>();
+    }
+    // Sb = bf16(S).
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -119,72 +198,59 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 #pragma unroll
         for (int r = 0; r < 4; r += 2) {
           const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q;
-          *reinterpret_cast<float2*>(hc + v * kD + d) = make_float2(s[mt][nt][r], s[mt][nt][r + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(Sb + v * kWP + d) =
+          *reinterpret_cast<bf162*>(Sb + v * kWP + d) =
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
-    // Ws = W rows, KT = K̂ᵀ, eg (zeros past L).
-    // 4 columns per thread and step: W rows are the workspace's (16-byte aligned float4); k
-    // rows are the caller's (scalar loads, any alignment).
-    for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
-      const int i = e / (kD / 4), d = 4 * (e % (kD / 4));
-      const int64_t t = t0 + i;
-      float4 wv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (i < L) {
-        wv = *reinterpret_cast<const float4*>(w + (t * p.Hv + hv) * kD + d);
-        const float rk = p.rk[t * p.Hk + hk];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) kv[j] = to_f32(kin[t * p.k_t + hk * p.k_h + d + j]) * rk;
-      }
-      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d) = __floats2bfloat162_rn(wv.x, wv.y);
-      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d + 2) = __floats2bfloat162_rn(wv.z, wv.w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) KT[(d + j) * kTP + i] = __float2bfloat16_rn(kv[j]);
-    }
-    if (tid < kC)
-      eg[tid] = tid < L ? expf(g_last - p.gamma[(int64_t)(t0 + tid) * p.Hv + hv]) : 0.0f;
-    // This thread's U entries (the V_new fragment positions below), loaded before the MMAs so
-    // their latency overlaps the barrier and the W·Sᵀ product.
-    float ur[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 16 * warp + g + 8 * (r / 2), v = nt * 8 + 2 * q + r % 2;
-        ur[nt][r] = i < L ? u[((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v] : 0.0f;
-      }
-    __syncthreads();
+    __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
 
-    // V_new rows 16·warp.. : acc[nt] over v = nt·8 + 2q (+1), tokens 16·warp + g (+8).
+    // h[c] rows v0..v0+31 = Sb, 16 bytes per store.
+    bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
+    for (int e = tid; e < kSlice * (kD / 8); e += blockDim.x) {
+      const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      *reinterpret_cast<uint4*>(hc + v * kD + c8) =
+          *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
+    }
+
+    const bf16* ws = Ws + b * kC * kWP;
+    const bf16* ks = Ks + b * kC * kWP;
+    const bf16* us = Us + b * kC * kUP;
+    const float* gb = gs + b * kC;
+    const float g_last = gb[L - 1];
+    const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
+    const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
+    const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
+
+    // V_new rows 16·warp..: acc[nt] over v = nt·8 + 2q (+1), tokens i_lo (r 0, 1), i_hi (r 2, 3).
     float acc[4][4] = {};
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
+    for (int kt = 0; kt < kD / 16; ++kt) {
       uint32_t a[4];
-      load_a(a, Ws, kWP, 16 * warp, 16 * ks, g, q);
+      load_a(a, ws, kWP, 16 * warp, 16 * kt, g, q);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        uint32_t b[2];
-        load_b(b, Sb, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+        uint32_t bb[2];
+        load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
+        mma16816(acc[nt], a, bb);
       }
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 16 * warp + g + 8 * (r / 2), v = nt * 8 + 2 * q + r % 2;
-        float vn = 0.0f;
-        if (i < L) {
-          const int64_t row = ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v;
-          vn = ur[nt][r] - acc[nt][r];
-          vnew[row] = vn;
-        }
-        VT[v * kTP + i] = __float2bfloat16_rn(vn * eg[i]);
+      for (int hi = 0; hi < 2; ++hi) {
+        const int i = hi ? i_hi : i_lo, v = nt * 8 + 2 * q;
+        const float2 uu = __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
+        const float vn0 = i < L ? uu.x - acc[nt][2 * hi] : 0.0f;
+        const float vn1 = i < L ? uu.y - acc[nt][2 * hi + 1] : 0.0f;
+        if (i < L)
+          *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
+              __floats2bfloat162_rn(vn0, vn1);
+        const float e = hi ? e_hi : e_lo;
+        VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
+        VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
       }
-    __syncthreads();
+    __syncthreads();  // VT visible
 
-    // S ← e^{γ_L} S + VT · K̂ (k = tokens).
+    // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -193,16 +259,19 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) s[mt][nt][r] *= decay;
 #pragma unroll
-    for (int ks = 0; ks < kC / 16; ++ks) {
+    for (int kt = 0; kt < kC / 16; ++kt) {
       uint32_t a[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * ks, g, q);
+      for (int mt = 0; mt < 2; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * kt, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        uint32_t b[2];
-        load_b(b, KT, kTP, 32 * warp + nt * 8, 16 * ks, g, q);
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, ks, kWP, 16 * kt, 32 * warp + 16 * np, lane);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma16816(s[mt][nt], a[mt], b);
+        for (int mt = 0; mt < 2; ++mt) {
+          mma16816(s[mt][2 * np], a[mt], b0);
+          mma16816(s[mt][2 * np + 1], a[mt], b1);
+        }
       }
     }
     const int end = cs * kC + L;
@@ -218,7 +287,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
             ck[(int64_t)(v0 + v) * p.ck_v + d] = s[mt][nt][r];
           }
     }
-    __syncthreads();  // Ws, Sb, KT, VT, eg are rewritten by the next chunk
+    __syncthreads();  // Sb, VT and buffer b are rewritten from the next chunk on
   }
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -233,26 +302,32 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 
 // Stage 1 on tensor cores, one (chunk, hv), 4 warps; warp w owns rows 16w..16w+15 (rows past
 // L are zero):
-//   G = K̂ K̂ᵀ (mma);  A_ij = β_i G_ij e^{γ_i−γ_j} (i > j);  T = (I + A)^{-1} (f32, forward
-//   substitution row by row);  W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T).
-// Shared: Kb [64][136], KT and VT [128][72] (K̂ᵀ, Vᵀ), Tb, Tu [64][72] bf16; A, T [64][65] f32;
-// β, γ, β e^γ: 106 752 bytes. MMA FLOPs per chunk: 2·64·64·128·3 = 3.1 MFLOP.
+//   γ = cumsum g (warp scan);  G = K̂ K̂ᵀ (mma);  A_ij = β_i G_ij e^{γ_i−γ_j} (i > j);
+//   T = (I + A)^{-1} (f32): warp b inverts diagonal block b (lane j: column 16b + j, forward
+//   substitution), then block rows 1..3 in turn: R = −A[rows, :16b] T[:16b, :16b],
+//   T[rows, :16b] = T_bb R;
+//   W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T) to the workspace in bf16; K̂ in bf16
+//   (by the blocks with hv % ratio = 0).
+// Shared: Kb [64][136], KT and VT [128][72] (K̂ᵀ, Vᵀ), Tb, Tu [64][72] bf16; A, T [64][65], R
+// [16][48] f32; β, γ, β e^γ: 109 824 bytes. MMA FLOPs per chunk: 2·64·64·128·3 = 3.1 MFLOP.
 constexpr int kWuSmem =
-    (kC * kWP + 2 * kD * kTP + 2 * kC * kTP) * 2 + (2 * kC * (kC + 1) + 3 * kC) * 4;
+    (kC * kWP + 2 * kD * kTP + 2 * kC * kTP) * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
 
 template <class In>
 __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Kb = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  K̂ [j][d]
-  __nv_bfloat16* KT = Kb + kC * kWP;                               // [128][72]  K̂ᵀ [d][j]
-  __nv_bfloat16* VT = KT + kD * kTP;                               // [128][72]  Vᵀ [v][j]
-  __nv_bfloat16* Tb = VT + kD * kTP;                               // [64][72]   T diag(βe^γ)
-  __nv_bfloat16* Tu = Tb + kC * kTP;                               // [64][72]   T diag(β)
-  float* Af = reinterpret_cast<float*>(Tu + kC * kTP);             // [64][65]
-  float* Tm = Af + kC * (kC + 1);                                  // [64][65]
-  float* bet = Tm + kC * (kC + 1);                                 // [64]
-  float* gam = bet + kC;                                           // [64]
-  float* beg = gam + kC;                                           // [64]
+  bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
+  bf16* KT = Kb + kC * kWP;                             // [128][72]  K̂ᵀ [d][j]
+  bf16* VT = KT + kD * kTP;                             // [128][72]  Vᵀ [v][j]
+  bf16* Tb = VT + kD * kTP;                             // [64][72]   T diag(βe^γ)
+  bf16* Tu = Tb + kC * kTP;                             // [64][72]   T diag(β)
+  float* Af = reinterpret_cast<float*>(Tu + kC * kTP);  // [64][65]
+  float* Tm = Af + kC * (kC + 1);                       // [64][65]
+  float* Rs = Tm + kC * (kC + 1);                       // [16][16b]  block row right-hand side
+  float* bet = Rs + 16 * 48;                            // [64]
+  float* gam = bet + kC;                                // [64]
+  float* beg = gam + kC;                                // [64]
+  constexpr int ld = kC + 1;
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -263,6 +338,8 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const In* kin = static_cast<const In*>(p.k);
   const In* vin = static_cast<const In*>(p.v);
+  bf16* kn = static_cast<bf16*>(p.kn);
+  const bool write_kn = hv % p.ratio == 0;
   for (int i = warp; i < kC; i += 4) {  // lane l: columns 4l..4l+3
     const int64_t t = t0 + i;
     float xk[4], xv[4], kk = 0.0f;
@@ -276,33 +353,42 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) kk += __shfl_xor_sync(0xffffffffu, kk, o);
     const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
+    bf16 kb[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int d = 4 * lane + j;
-      const __nv_bfloat16 kb = __float2bfloat16_rn(xk[j] * ik);
-      Kb[i * kWP + d] = kb;
-      KT[d * kTP + i] = kb;
+      kb[j] = __float2bfloat16_rn(xk[j] * ik);
+      Kb[i * kWP + d] = kb[j];
+      KT[d * kTP + i] = kb[j];
       VT[d * kTP + i] = __float2bfloat16_rn(xv[j]);
     }
-    if (lane == 0 && i < L && hv % p.ratio == 0) p.rk[t * p.Hk + hk] = ik;
-  }
-  if (tid == 0) {
-    float cum = 0.0f;
-    for (int i = 0; i < kC; ++i) {
-      float b = 0.0f;
-      if (i < L) {
-        const int64_t t = t0 + i;
-        cum += p.g[t * p.g_t + hv];
-        b = p.beta[t * p.b_t + hv];
-        p.gamma[t * p.Hv + hv] = cum;
-      }
-      bet[i] = b;
-      gam[i] = cum;
-      beg[i] = b * expf(cum);
+    if (write_kn && i < L) {
+      bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
+      dst[0] = __halves2bfloat162(kb[0], kb[1]);
+      dst[1] = __halves2bfloat162(kb[2], kb[3]);
     }
   }
+  if (warp == 0) {  // γ: lane l holds tokens 2l, 2l + 1; inclusive scan of the pair sums
+    const int i0 = 2 * lane, i1 = i0 + 1;
+    const float g0 = i0 < L ? p.g[(int64_t)(t0 + i0) * p.g_t + hv] : 0.0f;
+    const float g1 = i1 < L ? p.g[(int64_t)(t0 + i1) * p.g_t + hv] : 0.0f;
+    const float b0 = i0 < L ? p.beta[(int64_t)(t0 + i0) * p.b_t + hv] : 0.0f;
+    const float b1 = i1 < L ? p.beta[(int64_t)(t0 + i1) * p.b_t + hv] : 0.0f;
+    float cum = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, cum, o);
+      if (lane >= o) cum += y;
+    }
+    const float c1 = cum, c0 = cum - g1;
+    gam[i0] = c0, gam[i1] = c1;
+    bet[i0] = b0, bet[i1] = b1;
+    beg[i0] = b0 * expf(c0), beg[i1] = b1 * expf(c1);
+    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
+    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
+  }
   for (int e = tid; e < kC * kC; e += blockDim.x)
-    Tm[(e / kC) * (kC + 1) + e % kC] = e / kC == e % kC ? 1.0f : 0.0f;
+    Tm[(e / kC) * ld + e % kC] = e / kC == e % kC ? 1.0f : 0.0f;
   __syncthreads();
   {  // A rows 16·warp..
     float acc[8][4] = {};
@@ -322,33 +408,53 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q + r % 2;
-        Af[i * (kC + 1) + j] = j < i && i < L ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
+        Af[i * ld + j] = j < i && i < L ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
       }
   }
   __syncthreads();
-  for (int i = 1; i < L; ++i) {  // T_ij = −Σ_{j≤m<i} A_im T_mj
-    const int j = tid;
-    if (j < i) {
+  // Diagonal block of warp w: lane j < 16 owns column col = 16w + j; its entries T_m,col for
+  // m <= col are the identity's, the rest it writes itself row by row (no barrier needed).
+  if (lane < 16) {
+    const int b0 = 16 * warp, col = b0 + lane;
+    for (int i = b0 + 1; i < b0 + 16; ++i) {
       float sum = 0.0f;
-      for (int m = j; m < i; ++m) sum += Af[i * (kC + 1) + m] * Tm[m * (kC + 1) + j];
-      Tm[i * (kC + 1) + j] = -sum;
+      for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
+      if (i > col) Tm[i * ld + col] = -sum;
+    }
+  }
+  __syncthreads();
+  // Block rows 1..3 (rows r0..r0+15, columns j < r0): (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0,
+  // j].
+  for (int r0 = 16; r0 < kC; r0 += 16) {
+    for (int e = tid; e < 16 * r0; e += blockDim.x) {
+      const int i = r0 + e / r0, j = e % r0;
+      float sum = 0.0f;
+      for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
+      Rs[e] = -sum;
+    }
+    __syncthreads();
+    for (int e = tid; e < 16 * r0; e += blockDim.x) {
+      const int ii = e / r0, i = r0 + ii, j = e % r0;
+      float sum = 0.0f;
+      for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+      Tm[i * ld + j] = sum;
     }
     __syncthreads();
   }
   for (int e = tid; e < kC * kC; e += blockDim.x) {
     const int i = e / kC, j = e % kC;
-    const float t = Tm[i * (kC + 1) + j];
+    const float t = Tm[i * ld + j];
     Tb[i * kTP + j] = __float2bfloat16_rn(t * beg[j]);
     Tu[i * kTP + j] = __float2bfloat16_rn(t * bet[j]);
   }
   __syncthreads();
-  float* w = static_cast<float*>(p.w);
-  float* u = static_cast<float*>(p.u);
+  bf16* w = static_cast<bf16*>(p.w);
+  bf16* u = static_cast<bf16*>(p.u);
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V
-    const __nv_bfloat16* As = pass == 0 ? Tb : Tu;
-    const __nv_bfloat16* Bs = pass == 0 ? KT : VT;
-    float* dst = pass == 0 ? w : u;
+    const bf16* As = pass == 0 ? Tb : Tu;
+    const bf16* Bs = pass == 0 ? KT : VT;
+    bf16* dst = pass == 0 ? w : u;
     float acc[16][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kC / 16; ++ks) {
@@ -367,29 +473,32 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
       for (int r = 0; r < 4; r += 2) {
         const int i = 16 * warp + g + 8 * (r / 2), d = nt * 8 + 2 * q;
         if (i < L)
-          *reinterpret_cast<float2*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d) =
-              make_float2(acc[nt][r], acc[nt][r + 1]);
+          *reinterpret_cast<bf162*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d) =
+              __floats2bfloat162_rn(acc[nt][r], acc[nt][r + 1]);
       }
   }
 }
 
 // Stage 3 on tensor cores, one (chunk, hv), 4 warps; warp w owns tokens 16w..16w+15:
 //   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]   (mma: A = Q̂ [i][d], B = K̂ [j][d])
-//   O = scale·[ e^γ ⊙ (Q̂ h[c]ᵀ) + P V_new ]  (mma: B = h [v][d], then A = P [i][j], B = V_newᵀ)
-// Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136], Ps [64][72], VnT [128][72], γ [64]:
-// 97 536 bytes. MMA FLOPs per chunk: 2·64·64·128 + 2·64·128·128 + 2·64·64·128 = 4.2 MFLOP;
-// bytes: q, k rows (32 KiB bf16), h (64 KiB f32), V_new (32 KiB f32), out (16 KiB bf16).
-constexpr int kOutSmem = (2 * kC * kWP + kD * kWP + kC * kTP + kD * kTP) * 2 + kC * 4;
+//   O = scale·[ e^γ ⊙ (Q̂ h[c]ᵀ) + P V_new ]  (mma: B = h [v][d], then A = P [i][j], B = V_new
+//   [j][v]
+//                                               by ldmatrix.trans)
+// K̂, h[c] and V_new (bf16 workspace) arrive by cp.async while the warps normalise Q.
+// Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136], Ps [64][72], Vs [64][136], γ [64]:
+// 96 512 bytes. MMA FLOPs per chunk: 2·64·64·128 + 2·64·128·128 + 2·64·64·128 = 4.2 MFLOP;
+// bytes: q (16 KiB bf16), K̂, V_new (16 KiB each), h (32 KiB), out (16 KiB bf16).
+constexpr int kOutSmem = (2 * kC * kWP + kD * kWP + kC * kTP + kC * kWP) * 2 + kC * 4;
 
 template <class In, class Out>
 __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  Q̂
-  __nv_bfloat16* Ks = Qs + kC * kWP;                               // [64][136]  K̂
-  __nv_bfloat16* Hs = Ks + kC * kWP;                               // [128][136] h[v][d]
-  __nv_bfloat16* Ps = Hs + kD * kWP;                               // [64][72]   P
-  __nv_bfloat16* VnT = Ps + kC * kTP;                              // [128][72]  V_newᵀ
-  float* gam = reinterpret_cast<float*>(VnT + kD * kTP);           // [64]
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);          // [64][136]  Q̂
+  bf16* Ks = Qs + kC * kWP;                              // [64][136]  K̂
+  bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
+  bf16* Ps = Hs + kD * kWP;                              // [64][72]   P
+  bf16* Vs = Ps + kC * kTP;                              // [64][136]  V_new [j][v]
+  float* gam = reinterpret_cast<float*>(Vs + kC * kWP);  // [64]
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -403,50 +512,44 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
       out[(int64_t)(t0 + e / kD) * p.o_t + hv * p.o_h + e % kD] = from_f32<Out>(0.0f);
     return;
   }
+  // K̂, V_new rows (zeros past L; source clamped to row L − 1) and h[c], 16 bytes per copy.
+  {
+    const bf16* kn = static_cast<const bf16*>(p.kn);
+    const bf16* vnew = static_cast<const bf16*>(p.vnew);
+    const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(j, L - 1);
+      const int bytes = j < L ? 16 : 0;
+      cp_async16(Ks + j * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
+      cp_async16(Vs + j * kWP + c8, vnew + (t * p.Hv + hv) * kD + c8, bytes);
+    }
+    for (int e = tid; e < kD * (kD / 8); e += blockDim.x) {
+      const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      cp_async16(Hs + v * kWP + c8, h + v * kD + c8, 16);
+    }
+    cp_commit();
+  }
   const In* qin = static_cast<const In*>(p.q);
-  const In* kin = static_cast<const In*>(p.k);
-  // Q̂, K̂ rows (zeros past L): warp per row, lane l holds columns 4l..4l+3.
+  // Q̂ rows (zeros past L): warp per row, lane l holds columns 4l..4l+3.
   for (int i = warp; i < kC; i += 4) {
     const int64_t t = t0 + i;
-    float xq[4], xk[4], qq = 0.0f, kk = 0.0f;
+    float xq[4], qq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      xq[j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + d]) : 0.0f;
-      xk[j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
+      xq[j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + 4 * lane + j]) : 0.0f;
       qq += xq[j] * xq[j];
-      kk += xk[j] * xk[j];
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      qq += __shfl_xor_sync(0xffffffffu, qq, o);
-      kk += __shfl_xor_sync(0xffffffffu, kk, o);
-    }
+    for (int o = 16; o > 0; o >>= 1) qq += __shfl_xor_sync(0xffffffffu, qq, o);
     const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
-    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      const int d = 4 * lane + j;
-      *reinterpret_cast<__nv_bfloat162*>(Qs + i * kWP + d) =
+    for (int j = 0; j < 4; j += 2)
+      *reinterpret_cast<bf162*>(Qs + i * kWP + 4 * lane + j) =
           __floats2bfloat162_rn(xq[j] * iq, xq[j + 1] * iq);
-      *reinterpret_cast<__nv_bfloat162*>(Ks + i * kWP + d) =
-          __floats2bfloat162_rn(xk[j] * ik, xk[j + 1] * ik);
-    }
     if (lane == 0) gam[i] = i < L ? p.gamma[t * p.Hv + hv] : 0.0f;
   }
-  // h[c] rows [v][d] and V_newᵀ (zeros past L).
-  const float* h = static_cast<const float*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
-  for (int e = tid; e < kD * kD / 2; e += blockDim.x) {
-    const int v = (2 * e) / kD, d = (2 * e) % kD;
-    const float2 x = *reinterpret_cast<const float2*>(h + v * kD + d);
-    *reinterpret_cast<__nv_bfloat162*>(Hs + v * kWP + d) = __floats2bfloat162_rn(x.x, x.y);
-  }
-  const float* vnew = static_cast<const float*>(p.vnew);
-  for (int e = tid; e < kC * kD; e += blockDim.x) {
-    const int j = e / kD, v = e % kD;
-    const float x = j < L ? vnew[((int64_t)(t0 + j) * p.Hv + hv) * kD + v] : 0.0f;
-    VnT[v * kTP + j] = __float2bfloat16_rn(x);
-  }
+  cp_wait<0>();
   __syncthreads();
 
   // P rows 16·warp..: 8 n-tiles of j.
@@ -470,7 +573,7 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
         const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
         const float p0 = j <= i && i < L ? acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
         const float p1 = j + 1 <= i && i < L ? acc[nt][r + 1] * expf(gam[i] - gam[j + 1]) : 0.0f;
-        *reinterpret_cast<__nv_bfloat162*>(Ps + i * kTP + j) = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<bf162*>(Ps + i * kTP + j) = __floats2bfloat162_rn(p0, p1);
       }
   }
   __syncwarp();  // each warp reads only its own P rows
@@ -500,10 +603,11 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     uint32_t a[4];
     load_a(a, Ps, kTP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-      uint32_t b[2];
-      load_b(b, VnT, kTP, nt * 8, 16 * ks, g, q);
-      mma16816(acc[nt], a, b);
+    for (int np = 0; np < 8; ++np) {
+      uint32_t b0[2], b1[2];
+      load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
+      mma16816(acc[2 * np], a, b0);
+      mma16816(acc[2 * np + 1], a, b1);
     }
   }
 #pragma unroll
@@ -527,7 +631,7 @@ Reason tc_supports(const GdnChunkPrefill& a) {
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   Params p = make_params(a);
-  plan_workspace(p, sizeof(float), sizeof(float), ctx);
+  plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16));
   launch_chunk_index(p, ctx);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   auto wu = [&](auto tin) {
@@ -542,23 +646,17 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   else
     wu(float{});
   const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kSlice);
-  auto spine = [&](auto tin, auto ts) {
-    auto* kern = spine_tc_kernel<decltype(tin), decltype(ts)>;
+  auto spine = [&](auto ts) {
+    auto* kern = spine_tc_kernel<decltype(ts)>;
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kTcSmem));
-    kern<<<grid, 128, kTcSmem, as_stream(ctx.stream())>>>(p);
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpineSmem));
+    kern<<<grid, 128, kSpineSmem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  auto with_state = [&](auto tin) {
-    if (a.state.dtype() == DType::bf16)
-      spine(tin, __nv_bfloat16{});
-    else
-      spine(tin, float{});
-  };
-  if (a.q.dtype() == DType::bf16)
-    with_state(__nv_bfloat16{});
+  if (a.state.dtype() == DType::bf16)
+    spine(bf16{});
   else
-    with_state(float{});
+    spine(float{});
   auto output = [&](auto tin, auto tout) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(

@@ -228,7 +228,8 @@ struct GdnChunkCase : Case {
   }
 
   // The CUDA tensor-core variant (K = V = 128, gdn_chunk_prefill.cuda_tc) multiplies bf16
-  // operands with f32 accumulation (k̂, q̂, v, T, W, S, P, V_new, h rounded to bf16), as FLA does.
+  // operands with f32 accumulation (k̂, q̂, v, T, W, S, P, V_new, h rounded to bf16; U stored in
+  // bf16 in the workspace), as FLA does.
   // Rounding k̂ and q̂ alone changes the recurrence by ~5e-6 nmse; a numpy emulation of the
   // kernels' rounding points at these cases' shapes (T = 65..1000, K = V = 128) gives nmse
   // 0.8e-5 .. 1.4e-5 for out and 0.7e-5 .. 1.1e-5 for the final state, max error ~6e-4 of
