@@ -340,40 +340,61 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   const In* vin = static_cast<const In*>(p.v);
   bf16* kn = static_cast<bf16*>(p.kn);
   const bool write_kn = hv % p.ratio == 0;
-  for (int i = warp; i < kC; i += 4) {  // lane l: columns 4l..4l+3
-    const int64_t t = t0 + i;
-    float xk[4], xv[4], kk = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      xk[j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
-      xv[j] = i < L ? to_f32(vin[t * p.v_t + hv * p.v_h + d]) : 0.0f;
-      kk += xk[j] * xk[j];
+  // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
+  if (warp == 0) {
+    if (i0 < L) {
+      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
+      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) kk += __shfl_xor_sync(0xffffffffu, kk, o);
-    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
-    bf16 kb[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      kb[j] = __float2bfloat16_rn(xk[j] * ik);
-      Kb[i * kWP + d] = kb[j];
-      KT[d * kTP + i] = kb[j];
-      VT[d * kTP + i] = __float2bfloat16_rn(xv[j]);
-    }
-    if (write_kn && i < L) {
-      bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
-      dst[0] = __halves2bfloat162(kb[0], kb[1]);
-      dst[1] = __halves2bfloat162(kb[2], kb[3]);
+    if (i1 < L) {
+      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
+      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
     }
   }
-  if (warp == 0) {  // γ: lane l holds tokens 2l, 2l + 1; inclusive scan of the pair sums
-    const int i0 = 2 * lane, i1 = i0 + 1;
-    const float g0 = i0 < L ? p.g[(int64_t)(t0 + i0) * p.g_t + hv] : 0.0f;
-    const float g1 = i1 < L ? p.g[(int64_t)(t0 + i1) * p.g_t + hv] : 0.0f;
-    const float b0 = i0 < L ? p.beta[(int64_t)(t0 + i0) * p.b_t + hv] : 0.0f;
-    const float b1 = i1 < L ? p.beta[(int64_t)(t0 + i1) * p.b_t + hv] : 0.0f;
+  // K̂ and V rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; each group
+  // of 8 rows is loaded before any of it is used (one global round trip per group).
+  for (int grp = 0; grp < 2; ++grp) {
+    float xk[8][4], xv[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = warp + 4 * (8 * grp + r);
+      const int64_t t = t0 + i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = 4 * lane + j;
+        xk[r][j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
+        xv[r][j] = i < L ? to_f32(vin[t * p.v_t + hv * p.v_h + d]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = warp + 4 * (8 * grp + r);
+      const int64_t t = t0 + i;
+      float kk = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kk += xk[r][j] * xk[r][j];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) kk += __shfl_xor_sync(0xffffffffu, kk, o);
+      const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
+      bf16 kb[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = 4 * lane + j;
+        kb[j] = __float2bfloat16_rn(xk[r][j] * ik);
+        Kb[i * kWP + d] = kb[j];
+        KT[d * kTP + i] = kb[j];
+        VT[d * kTP + i] = __float2bfloat16_rn(xv[r][j]);
+      }
+      if (write_kn && i < L) {
+        bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
+        dst[0] = __halves2bfloat162(kb[0], kb[1]);
+        dst[1] = __halves2bfloat162(kb[2], kb[3]);
+      }
+    }
+  }
+  if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
     float cum = g0 + g1;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -382,8 +403,8 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
     }
     const float c1 = cum, c0 = cum - g1;
     gam[i0] = c0, gam[i1] = c1;
-    bet[i0] = b0, bet[i1] = b1;
-    beg[i0] = b0 * expf(c0), beg[i1] = b1 * expf(c1);
+    bet[i0] = bt0, bet[i1] = bt1;
+    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
     if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
     if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
   }
@@ -531,23 +552,36 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     cp_commit();
   }
   const In* qin = static_cast<const In*>(p.q);
-  // Q̂ rows (zeros past L): warp per row, lane l holds columns 4l..4l+3.
-  for (int i = warp; i < kC; i += 4) {
-    const int64_t t = t0 + i;
-    float xq[4], qq = 0.0f;
+  // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
+  // loaded before any is used (one global round trip).
+  {
+    float xq[16][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      xq[j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + 4 * lane + j]) : 0.0f;
-      qq += xq[j] * xq[j];
+    for (int r = 0; r < 16; ++r) {
+      const int i = warp + 4 * r;
+      const int64_t t = t0 + i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        xq[r][j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + 4 * lane + j]) : 0.0f;
+    }
+    if (lane < 16) {
+      const int i = warp + 4 * lane;
+      gam[i] = i < L ? p.gamma[(int64_t)(t0 + i) * p.Hv + hv] : 0.0f;
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) qq += __shfl_xor_sync(0xffffffffu, qq, o);
-    const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+    for (int r = 0; r < 16; ++r) {
+      const int i = warp + 4 * r;
+      float qq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; j += 2)
-      *reinterpret_cast<bf162*>(Qs + i * kWP + 4 * lane + j) =
-          __floats2bfloat162_rn(xq[j] * iq, xq[j + 1] * iq);
-    if (lane == 0) gam[i] = i < L ? p.gamma[t * p.Hv + hv] : 0.0f;
+      for (int j = 0; j < 4; ++j) qq += xq[r][j] * xq[r][j];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) qq += __shfl_xor_sync(0xffffffffu, qq, o);
+      const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+#pragma unroll
+      for (int j = 0; j < 4; j += 2)
+        *reinterpret_cast<bf162*>(Qs + i * kWP + 4 * lane + j) =
+            __floats2bfloat162_rn(xq[r][j] * iq, xq[r][j + 1] * iq);
+    }
   }
   cp_wait<0>();
   __syncthreads();
