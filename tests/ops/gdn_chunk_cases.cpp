@@ -443,6 +443,29 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.l2norm = false;
     add(cases, c);
   }
+  // The tensor-core variant's partial chunks (K = V = 128): chunk lengths 37, 36, 1, 27, 22
+  // put the chunk end inside each 16-row block of the blocked inverse and zero-fill the tails
+  // of the spine's and stage 3's async copies; GVA 3 (K̂ written by one head of three); a
+  // sequence from zeros; f32 everything (the nmse 5e-5 bound applies to out and state).
+  {
+    Config c;
+    c.lens = {37, 100, 155};
+    c.slots = {1, 0, 2};
+    c.has_init = {1, 0, 1};
+    c.pool_rows = 3;
+    c.Hk = 1, c.Hv = 3, c.K = 128, c.V = 128;
+    add(cases, c);
+    // The same chunk ends in chunk-split resumption (bf16 activations; the pool stays f32: a
+    // bf16 pool rounds the state between pieces, which the oracle does not).
+    Config r;
+    r.lens = {220};
+    r.slots = {1};
+    r.pool_rows = 2;
+    r.pieces = {37, 91, 1, 91};
+    r.Hk = 1, r.Hv = 2, r.K = 128, r.V = 128;
+    r.act = DType::bf16;
+    add(cases, r);
+  }
   // Perf only (CUDA benchmark shapes).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},
