@@ -6,22 +6,25 @@
 // them in any case, so storing them in bf16 changes no result; U is the one extra rounding.
 //   1. wu_tc_kernel     grid (chunks, Hv), 128 threads: γ, A = β K̂K̂ᵀ ⊙ decay, T = (I + A)^{-1}
 //                       (blocked: 16x16 diagonal blocks, then three block rows), W, U, K̂
-//   2. spine_tc_kernel  grid (N, Hv, 4), 128 threads: the state slice S [32 v, 128 k] in f32
+//   2. spine_tc_kernel  grid (N, Hv, 128 / SL), 128 threads: the state slice S [SL v, 128 k] in f32
 //                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
 //                       while chunk c computes
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 //
-// Spine: block (sequence n, hv, 32-row V slice), 4 warps, S in accumulator fragments (warp w owns
-// k columns [32w, 32w + 32)). Per chunk of L <= 64 tokens (rows past L are zero):
+// Spine: block (sequence n, hv, V slice of SL = 32 rows, or 16 when N·Hv·8 blocks fit on the GPU
+// at once), 4 warps, S in accumulator fragments (warp w owns k columns [32w, 32w + 32)). Per chunk
+// of L <= 64 tokens (rows past L are zero):
 //   h[c] = bf16(S) (workspace);  Sb = bf16(S) in shared memory
-//   V_new [64, 32] = U − W [64, 128] · Sbᵀ            (warp w: tokens 16w..16w+15, 4 n-tiles)
-//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [32, 64] · K̂ [64, 128]   (warp w: 2 m-tiles x 4 n-tiles;
+//   V_new [64, SL] = U − W [64, 128] · Sbᵀ          (warp w: tokens 16w..16w+15, SL/8 n-tiles)
+//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [SL, 64] · K̂ [64, 128] (warp w: SL/16 m-tiles x 4 n-tiles;
 //                                                      K̂ fragments by ldmatrix.trans)
-// MMA FLOPs per chunk and slice: 2·64·32·128·2 = 1 MFLOP; the chain of chunks is the critical path
+// MMA FLOPs per chunk and slice: 2·64·SL·128·2 (1 MFLOP at SL = 32); the chain of chunks is the
+// critical path
 // (3 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
@@ -32,11 +35,9 @@ namespace hybrid::cuda {
 namespace gdn_chunk {
 namespace {
 
-constexpr int kD = 128;          // K = V
-constexpr int kSlice = 32;       // V rows per spine block
-constexpr int kWP = kD + 8;      // padded row (bf16) of 128-wide tiles
-constexpr int kTP = kC + 8;      // padded row (bf16) of 64-wide tiles
-constexpr int kUP = kSlice + 8;  // padded row (bf16) of the spine's U slice
+constexpr int kD = 128;      // K = V
+constexpr int kWP = kD + 8;  // padded row (bf16) of 128-wide tiles
+constexpr int kTP = kC + 8;  // padded row (bf16) of 64-wide tiles
 
 using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
@@ -105,30 +106,35 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Shared memory of the spine: Ws, Ks [2][64][136], Us [2][64][40], Sb [32][136], VT [32][72]
-// (bf16), γ [2][64] f32: 93 696 bytes.
-constexpr int kSpineSmem =
-    (2 * 2 * kC * kWP + 2 * kC * kUP + kSlice * kWP + kSlice * kTP) * 2 + 2 * kC * 4;
+// Shared memory of the spine with SL V rows per block: Ws, Ks [2][64][136], Us [2][64][SL + 8],
+// Sb [SL][136], VT [SL][72] (bf16), γ [2][64] f32: 93 696 bytes at SL = 32, 82 944 at SL = 16.
+template <int SL>
+constexpr int spine_smem() {
+  return (2 * 2 * kC * kWP + 2 * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 + 2 * kC * 4;
+}
 
-template <class St>
+// SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
+// SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
+template <class St, int SL>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
+  constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);             // [2][64][136] W rows [i][d]
-  bf16* Ks = Ws + 2 * kC * kWP;                             // [2][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + 2 * kC * kWP;                             // [2][64][40]  U slice [i][v]
-  bf16* Sb = Us + 2 * kC * kUP;                             // [32][136]    bf16(S) [v][d]
-  bf16* VT = Sb + kSlice * kWP;                             // [32][72]     (V_new·e)ᵀ [v][i]
-  float* gs = reinterpret_cast<float*>(VT + kSlice * kTP);  // [2][64]      γ
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [2][64][136] W rows [i][d]
+  bf16* Ks = Ws + 2 * kC * kWP;                         // [2][64][136] K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                         // [2][64][SL+8] U slice [i][v]
+  bf16* Sb = Us + 2 * kC * kUP;                         // [SL][136]    bf16(S) [v][d]
+  bf16* VT = Sb + SL * kWP;                             // [SL][72]     (V_new·e)ᵀ [v][i]
+  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [2][64]      γ
 
   const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio;
-  const int v0 = blockIdx.z * kSlice;
+  const int v0 = blockIdx.z * SL;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int bos = p.cu[n], len = p.cu[n + 1] - bos;
   const int slot = p.slots[n * p.slots_s];
   if (slot < 0) {  // padding: zero checkpoint rows, pool untouched
     if (p.every > 0)
       for (int j = 0; j < len / p.every; ++j)
-        for (int e = tid; e < kSlice * kD; e += blockDim.x)
+        for (int e = tid; e < SL * kD; e += blockDim.x)
           p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
                  (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
     return;
@@ -136,11 +142,11 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
   const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
 
-  // S fragment: s[mt][nt][r] is S[v][d] with v = mt·16 + g + 8·(r / 2),
+  // S fragment (rows v0..v0+SL−1): s[mt][nt][r] is S[v][d] with v = mt·16 + g + 8·(r / 2),
   // d = 32·warp + nt·8 + 2q + r % 2 (the m16n8 accumulator layout).
-  float s[2][4][4];
+  float s[kMT][4][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -168,8 +174,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
       cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, bytes);
       cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
     }
-    for (int e = tid; e < kC * (kSlice / 8); e += blockDim.x) {
-      const int i = e / (kSlice / 8), c8 = 8 * (e % (kSlice / 8));
+    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
+      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
       const int64_t t = t0 + min(i, L - 1);
       cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
     }
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     }
     // Sb = bf16(S).
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -203,9 +209,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
         }
     __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
 
-    // h[c] rows v0..v0+31 = Sb, 16 bytes per store.
+    // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
-    for (int e = tid; e < kSlice * (kD / 8); e += blockDim.x) {
+    for (int e = tid; e < SL * (kD / 8); e += blockDim.x) {
       const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       *reinterpret_cast<uint4*>(hc + v * kD + c8) =
           *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
@@ -221,20 +227,20 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
 
     // V_new rows 16·warp..: acc[nt] over v = nt·8 + 2q (+1), tokens i_lo (r 0, 1), i_hi (r 2, 3).
-    float acc[4][4] = {};
+    float acc[kNV][4] = {};
 #pragma unroll
     for (int kt = 0; kt < kD / 16; ++kt) {
       uint32_t a[4];
       load_a(a, ws, kWP, 16 * warp, 16 * kt, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNV; ++nt) {
         uint32_t bb[2];
         load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
         mma16816(acc[nt], a, bb);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < kNV; ++nt)
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const int i = hi ? i_hi : i_lo, v = nt * 8 + 2 * q;
@@ -253,22 +259,22 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; ++r) s[mt][nt][r] *= decay;
 #pragma unroll
     for (int kt = 0; kt < kC / 16; ++kt) {
-      uint32_t a[2][4];
+      uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * kt, g, q);
+      for (int mt = 0; mt < kMT; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * kt, g, q);
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         uint32_t b0[2], b1[2];
         load_b2_trans(b0, b1, ks, kWP, 16 * kt, 32 * warp + 16 * np, lane);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+        for (int mt = 0; mt < kMT; ++mt) {
           mma16816(s[mt][2 * np], a[mt], b0);
           mma16816(s[mt][2 * np + 1], a[mt], b1);
         }
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     if (p.every > 0 && end % p.every == 0) {
       float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -290,7 +296,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     __syncthreads();  // Sb, VT and buffer b are rewritten from the next chunk on
   }
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -444,8 +450,8 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
     }
   }
   __syncthreads();
-  // Block rows 1..3 (rows r0..r0+15, columns j < r0): (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0,
-  // j].
+  // Block rows 1..3, rows r0..r0+15 and columns j < r0:
+  //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
   for (int r0 = 16; r0 < kC; r0 += 16) {
     for (int e = tid; e < 16 * r0; e += blockDim.x) {
       const int i = r0 + e / r0, j = e % r0;
@@ -654,6 +660,20 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     }
 }
 
+// SMs of the current device (132 if the query fails).
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();  // clear the failed query's error
+      n = 132;
+    }
+    return n;
+  }();
+  return sms;
+}
+
 Reason tc_supports(const GdnChunkPrefill& a) {
   if (a.q.size(2) != kD || a.v.size(2) != kD)
     return std::string("tensor-core variant: K = V = 128 only (compile-time tile), got K=") +
@@ -679,18 +699,29 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     wu(__nv_bfloat16{});
   else
     wu(float{});
-  const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kSlice);
-  auto spine = [&](auto ts) {
-    auto* kern = spine_tc_kernel<decltype(ts)>;
+  // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
+  // blocks per SM: 84 KiB or 92 KiB of shared memory each). The chain of chunks is as long
+  // either way; 16-row blocks shorten each step and use the SMs 32-row blocks would leave idle.
+  const bool narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sm_count();
+  auto spine = [&](auto ts, auto sl) {
+    constexpr int SL = decltype(sl)::value;
+    auto* kern = spine_tc_kernel<decltype(ts), SL>;
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpineSmem));
-    kern<<<grid, 128, kSpineSmem, as_stream(ctx.stream())>>>(p);
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, spine_smem<SL>()));
+    const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / SL);
+    kern<<<grid, 128, spine_smem<SL>(), as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
+  auto with_slice = [&](auto ts) {
+    if (narrow)
+      spine(ts, std::integral_constant<int, 16>{});
+    else
+      spine(ts, std::integral_constant<int, 32>{});
+  };
   if (a.state.dtype() == DType::bf16)
-    spine(bf16{});
+    with_slice(bf16{});
   else
-    spine(float{});
+    with_slice(float{});
   auto output = [&](auto tin, auto tout) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(
