@@ -312,27 +312,27 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 //   T = (I + A)^{-1} (f32): warp b inverts diagonal block b (lane j: column 16b + j, forward
 //   substitution), then block rows 1..3 in turn: R = −A[rows, :16b] T[:16b, :16b],
 //   T[rows, :16b] = T_bb R;
-//   W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T) to the workspace in bf16; K̂ in bf16
-//   (by the blocks with hv % ratio = 0).
-// Shared: Kb [64][136], KT and VT [128][72] (K̂ᵀ, Vᵀ), Tb, Tu [64][72] bf16; A, T [64][65], R
-// [16][48] f32; β, γ, β e^γ: 109 824 bytes. MMA FLOPs per chunk: 2·64·64·128·3 = 3.1 MFLOP.
-constexpr int kWuSmem =
-    (kC * kWP + 2 * kD * kTP + 2 * kC * kTP) * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
+//   W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T; K̂ and V fragments by
+//   ldmatrix.trans) to the workspace in bf16; K̂ in bf16 (by the blocks with hv % ratio = 0).
+// Shared: Kb, Vb [64][136] bf16; A, R [16][48], T [64][65] f32 (Tb, Tu [64][72] bf16 reuse A and R
+// once T is known); β, γ, β e^γ: 71 936 bytes, three blocks per SM. MMA FLOPs per chunk:
+// 2·64·64·128·3 = 3.1 MFLOP.
+constexpr int kWuSmem = 2 * kC * kWP * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
+static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fit in A and R");
 
 template <class In>
 __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
-  bf16* KT = Kb + kC * kWP;                             // [128][72]  K̂ᵀ [d][j]
-  bf16* VT = KT + kD * kTP;                             // [128][72]  Vᵀ [v][j]
-  bf16* Tb = VT + kD * kTP;                             // [64][72]   T diag(βe^γ)
-  bf16* Tu = Tb + kC * kTP;                             // [64][72]   T diag(β)
-  float* Af = reinterpret_cast<float*>(Tu + kC * kTP);  // [64][65]
-  float* Tm = Af + kC * (kC + 1);                       // [64][65]
-  float* Rs = Tm + kC * (kC + 1);                       // [16][16b]  block row right-hand side
-  float* bet = Rs + 16 * 48;                            // [64]
+  bf16* Vb = Kb + kC * kWP;                             // [64][136]  V [j][v]
+  float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][65]
+  float* Rs = Af + kC * (kC + 1);                       // [16][16b]  block row right-hand side
+  float* Tm = Rs + 16 * 48;                             // [64][65]
+  float* bet = Tm + kC * (kC + 1);                      // [64]
   float* gam = bet + kC;                                // [64]
   float* beg = gam + kC;                                // [64]
+  bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72]   T diag(βe^γ), after T
+  bf16* Tu = Tb + kC * kTP;                             // [64][72]   T diag(β), after T
   constexpr int ld = kC + 1;
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
@@ -386,13 +386,13 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
       const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
       bf16 kb[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int d = 4 * lane + j;
-        kb[j] = __float2bfloat16_rn(xk[r][j] * ik);
-        Kb[i * kWP + d] = kb[j];
-        KT[d * kTP + i] = kb[j];
-        VT[d * kTP + i] = __float2bfloat16_rn(xv[r][j]);
-      }
+      for (int j = 0; j < 4; ++j) kb[j] = __float2bfloat16_rn(xk[r][j] * ik);
+      bf162* krow = reinterpret_cast<bf162*>(Kb + i * kWP + 4 * lane);
+      bf162* vrow = reinterpret_cast<bf162*>(Vb + i * kWP + 4 * lane);
+      krow[0] = __halves2bfloat162(kb[0], kb[1]);
+      krow[1] = __halves2bfloat162(kb[2], kb[3]);
+      vrow[0] = __floats2bfloat162_rn(xv[r][0], xv[r][1]);
+      vrow[1] = __floats2bfloat162_rn(xv[r][2], xv[r][3]);
       if (write_kn && i < L) {
         bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
         dst[0] = __halves2bfloat162(kb[0], kb[1]);
@@ -468,6 +468,7 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
     }
     __syncthreads();
   }
+  // Tb, Tu over A and R (dead since the last barrier).
   for (int e = tid; e < kC * kC; e += blockDim.x) {
     const int i = e / kC, j = e % kC;
     const float t = Tm[i * ld + j];
@@ -478,9 +479,9 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   bf16* w = static_cast<bf16*>(p.w);
   bf16* u = static_cast<bf16*>(p.u);
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V
+  for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V (B tiles stored [j][d])
     const bf16* As = pass == 0 ? Tb : Tu;
-    const bf16* Bs = pass == 0 ? KT : VT;
+    const bf16* Bs = pass == 0 ? Kb : Vb;
     bf16* dst = pass == 0 ? w : u;
     float acc[16][4] = {};
 #pragma unroll
@@ -488,10 +489,11 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
       uint32_t a[4];
       load_a(a, As, kTP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        uint32_t b[2];
-        load_b(b, Bs, kTP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
+        mma16816(acc[2 * np], a, b0);
+        mma16816(acc[2 * np + 1], a, b1);
       }
     }
 #pragma unroll
