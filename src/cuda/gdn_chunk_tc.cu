@@ -509,25 +509,27 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
 }
 
 // Stage 3 on tensor cores, one (chunk, hv), 4 warps; warp w owns tokens 16w..16w+15:
-//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]   (mma: A = Q̂ [i][d], B = K̂ [j][d])
-//   O = scale·[ e^γ ⊙ (Q̂ h[c]ᵀ) + P V_new ]  (mma: B = h [v][d], then A = P [i][j], B = V_new
-//   [j][v]
-//                                               by ldmatrix.trans)
-// K̂, h[c] and V_new (bf16 workspace) arrive by cp.async while the warps normalise Q.
-// Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136], Ps [64][72], Vs [64][136], γ [64]:
-// 96 512 bytes. MMA FLOPs per chunk: 2·64·64·128 + 2·64·128·128 + 2·64·64·128 = 4.2 MFLOP;
-// bytes: q (16 KiB bf16), K̂, V_new (16 KiB each), h (32 KiB), out (16 KiB bf16).
-constexpr int kOutSmem = (2 * kC * kWP + kD * kWP + kC * kTP + kC * kWP) * 2 + kC * 4;
+//   O = e^γ ⊙ (Q̂ h[c]ᵀ)                       (mma: A = Q̂ [i][d], B = h [v][d])
+//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]     (mma: B = K̂ [j][d]; P in bf16 over the warp's own
+//                                                Q̂ rows, which only that warp reads)
+//   O = scale·(O + P V_new)                    (mma: A = P [i][j], B = V_new [j][v] by
+//                                                ldmatrix.trans, V_new over h once every warp
+//                                                is done with h)
+// K̂ and h[c] (bf16 workspace) arrive by cp.async while the warps normalise Q, V_new while P is
+// computed. Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136] (V_new [64][136] after
+// h), γ [64]: 69 888 bytes, three blocks per SM. MMA FLOPs per chunk: 2·64·128·128 +
+// 2·64·64·128 + 2·64·64·128 = 4.2 MFLOP; bytes: q (16 KiB bf16), K̂, V_new (16 KiB each), h
+// (32 KiB), out (16 KiB bf16).
+constexpr int kOutSmem = (2 * kC * kWP + kD * kWP) * 2 + kC * 4;
 
 template <class In, class Out>
-__global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
+__global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);          // [64][136]  Q̂
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);          // [64][136]  Q̂, then P (own rows)
   bf16* Ks = Qs + kC * kWP;                              // [64][136]  K̂
   bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
-  bf16* Ps = Hs + kD * kWP;                              // [64][72]   P
-  bf16* Vs = Ps + kC * kTP;                              // [64][136]  V_new [j][v]
-  float* gam = reinterpret_cast<float*>(Vs + kC * kWP);  // [64]
+  bf16* Vs = Hs;                                         // [64][136]  V_new [j][v], after h
+  float* gam = reinterpret_cast<float*>(Hs + kD * kWP);  // [64]
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -541,17 +543,14 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
       out[(int64_t)(t0 + e / kD) * p.o_t + hv * p.o_h + e % kD] = from_f32<Out>(0.0f);
     return;
   }
-  // K̂, V_new rows (zeros past L; source clamped to row L − 1) and h[c], 16 bytes per copy.
+  // K̂ rows (zeros past L; source clamped to row L − 1) and h[c], 16 bytes per copy.
   {
     const bf16* kn = static_cast<const bf16*>(p.kn);
-    const bf16* vnew = static_cast<const bf16*>(p.vnew);
     const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
     for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
       const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       const int64_t t = t0 + min(j, L - 1);
-      const int bytes = j < L ? 16 : 0;
-      cp_async16(Ks + j * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
-      cp_async16(Vs + j * kWP + c8, vnew + (t * p.Hv + hv) * kD + c8, bytes);
+      cp_async16(Ks + j * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, j < L ? 16 : 0);
     }
     for (int e = tid; e < kD * (kD / 8); e += blockDim.x) {
       const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
@@ -592,33 +591,7 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     }
   }
   cp_wait<0>();
-  __syncthreads();
-
-  // P rows 16·warp..: 8 n-tiles of j.
-  {
-    float acc[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[4];
-      load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        uint32_t b[2];
-        load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; r += 2) {
-        const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
-        const float p0 = j <= i && i < L ? acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
-        const float p1 = j + 1 <= i && i < L ? acc[nt][r + 1] * expf(gam[i] - gam[j + 1]) : 0.0f;
-        *reinterpret_cast<bf162*>(Ps + i * kTP + j) = __floats2bfloat162_rn(p0, p1);
-      }
-  }
-  __syncwarp();  // each warp reads only its own P rows
+  __syncthreads();  // Q̂, γ, K̂, h visible
 
   // O rows 16·warp..: 16 n-tiles of v.
   float acc[16][4] = {};
@@ -640,10 +613,49 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     acc[nt][0] *= e_lo, acc[nt][1] *= e_lo;
     acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
   }
+  __syncthreads();  // every warp is done with h: V_new rows (zeros past L) replace it
+  {
+    const bf16* vnew = static_cast<const bf16*>(p.vnew);
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(j, L - 1);
+      cp_async16(Vs + j * kWP + c8, vnew + (t * p.Hv + hv) * kD + c8, j < L ? 16 : 0);
+    }
+    cp_commit();
+  }
+
+  // P rows 16·warp..: 8 n-tiles of j, written in bf16 over this warp's Q̂ rows.
+  {
+    float pa[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4];
+      load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        uint32_t b[2];
+        load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
+        mma16816(pa[nt], a, b);
+      }
+    }
+    __syncwarp();  // every lane's reads of these Q̂ rows are done before P overwrites them
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; r += 2) {
+        const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
+        const float p0 = j <= i && i < L ? pa[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
+        const float p1 = j + 1 <= i && i < L ? pa[nt][r + 1] * expf(gam[i] - gam[j + 1]) : 0.0f;
+        *reinterpret_cast<bf162*>(Qs + i * kWP + j) = __floats2bfloat162_rn(p0, p1);
+      }
+  }
+  cp_wait<0>();
+  __syncthreads();  // V_new visible (and each warp's P rows)
+
 #pragma unroll
   for (int ks = 0; ks < kC / 16; ++ks) {
     uint32_t a[4];
-    load_a(a, Ps, kTP, 16 * warp, 16 * ks, g, q);
+    load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
       uint32_t b0[2], b1[2];
