@@ -321,7 +321,7 @@ constexpr int kWuSmem = 2 * kC * kWP * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC
 static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fit in A and R");
 
 template <class In>
-__global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
+__global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
   bf16* Vb = Kb + kC * kWP;                             // [64][136]  V [j][v]
@@ -702,10 +702,14 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16));
   launch_chunk_index(p, ctx);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
+  // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
+  // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
     auto* kern = wu_tc_kernel<decltype(tin)>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, kWuSmem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -722,6 +726,8 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     auto* kern = spine_tc_kernel<decltype(ts), SL>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, spine_smem<SL>()));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
     const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / SL);
     kern<<<grid, 128, spine_smem<SL>(), as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
@@ -740,6 +746,8 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutSmem));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, kOutSmem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
