@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "cuda/dtype.cuh"
@@ -106,6 +107,28 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Split-sequence spine (N = 1 only, where the host knows the sequence's length): the sequence's
+// chunks in S segments of G chunks. Per chunk the state map is affine, S ← S·M_c + B_c with
+// M_c = e^{γ_L} I − Wᵀ diag(e^{γ_L−γ}) K̂ (K x K, the same for every row of S) and B_c the chunk's
+// update from S = 0; so a segment maps S ↦ S·M_s + B_s, where B_s is the segment run from zero
+// and M_s the segment run of the K x K identity with U = 0 (each row of M a "state" row).
+//   pass 1 (one launch, grid (S, Hv, 2·V/SL)): segment 0 runs in full (h, V_new, checkpoints)
+//          from the pool and leaves its end state in start[1]; segments s >= 1 run B_s (blocks
+//          z < V/SL) and M_s (z >= V/SL) and write nothing else.
+//   pass 2 (segment_combine_kernel): start[s + 1] = start[s]·M_s + B_s for s = 1..S−2 (f32).
+//   pass 3 (grid (S − 1, Hv, V/SL)): segments 1..S−1 run in full from start[s]; the last one
+//          writes the pool.
+// Work: 3x the spine's for the later segments, for a chain of 2G + S − 2 steps instead of S·G.
+struct SpineSplit {
+  int seg_chunks = 0;      // G; 0: no split (block x = sequence, all its chunks)
+  int segments = 1;        // S
+  int seg_base = 0;        // segment of block x = 0
+  int pass1 = 0;           // 1: pass 1 (segment 0 full, the others B_s and M_s)
+  float* start = nullptr;  // [S, Hv, V, K] start state of each segment (s >= 1)
+  float* b = nullptr;      // [S, Hv, V, K] B_s
+  float* m = nullptr;      // [S, Hv, K, K] M_s
+};
+
 // Shared memory of the spine with SL V rows per block: Ws, Ks [2][64][136], Us [2][64][SL + 8],
 // Sb [SL][136], VT [SL][72] (bf16), γ [2][64] f32: 93 696 bytes at SL = 32, 82 944 at SL = 16.
 template <int SL>
@@ -116,7 +139,7 @@ constexpr int spine_smem() {
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
 template <class St, int SL>
-__global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
+__global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
   constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [2][64][136] W rows [i][d]
@@ -126,21 +149,36 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
   bf16* VT = Sb + SL * kWP;                             // [SL][72]     (V_new·e)ᵀ [v][i]
   float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [2][64]      γ
 
-  const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio;
-  const int v0 = blockIdx.z * SL;
+  constexpr int kZ = kD / SL;  // V slices per head
+  const bool split = sp.seg_chunks > 0;
+  const int n = split ? 0 : blockIdx.x, seg = split ? sp.seg_base + blockIdx.x : 0;
+  const int hv = blockIdx.y, hk = hv / p.ratio;
+  // Kind of run: full (h, V_new, checkpoints; seg 0 or pass 3), or pass 1's B_s / M_s.
+  const bool local = split && sp.pass1 && seg > 0;
+  const bool trans = local && blockIdx.z >= kZ;
+  if (split && sp.pass1 && seg == 0 && blockIdx.z >= kZ) return;
+  const int v0 = (blockIdx.z % kZ) * SL;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int bos = p.cu[n], len = p.cu[n + 1] - bos;
+  const int nch = (len + kC - 1) / kC;
+  const int cs_begin = split ? seg * sp.seg_chunks : 0;
+  const int cs_end = split ? min(nch, cs_begin + sp.seg_chunks) : nch;
   const int slot = p.slots[n * p.slots_s];
-  if (slot < 0) {  // padding: zero checkpoint rows, pool untouched
-    if (p.every > 0)
-      for (int j = 0; j < len / p.every; ++j)
+  // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
+  if (slot < 0) {
+    if (p.every > 0 && !local)
+      for (int j = 0; j < len / p.every; ++j) {
+        const int end = (j + 1) * p.every;
+        if (end <= cs_begin * kC || end > cs_end * kC) continue;
         for (int e = tid; e < SL * kD; e += blockDim.x)
           p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
                  (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
+      }
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
   const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
+  const int64_t seg_stride = (int64_t)p.Hv * kD * kD, head = (int64_t)hv * kD * kD;
 
   // S fragment (rows v0..v0+SL−1): s[mt][nt][r] is S[v][d] with v = mt·16 + g + 8·(r / 2),
   // d = 32·warp + nt·8 + 2q + r % 2 (the m16n8 accumulator layout).
@@ -152,7 +190,14 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q + r % 2;
-        s[mt][nt][r] = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
+        float x;
+        if (local)  // B_s from zero, M_s from the identity
+          x = trans && v0 + v == d ? 1.0f : 0.0f;
+        else if (seg > 0)
+          x = sp.start[seg * seg_stride + head + (int64_t)(v0 + v) * kD + d];
+        else
+          x = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
+        s[mt][nt][r] = x;
       }
 
   const bf16* w = static_cast<const bf16*>(p.w);
@@ -185,12 +230,11 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     cp_commit();
   };
 
-  const int nch = (len + kC - 1) / kC;
-  if (nch > 0) prefetch(0, 0);
-  for (int cs = 0; cs < nch; ++cs) {
-    const int b = cs & 1;
+  if (cs_begin < cs_end) prefetch(cs_begin, 0);
+  for (int cs = cs_begin; cs < cs_end; ++cs) {
+    const int b = (cs - cs_begin) & 1;
     const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    if (cs + 1 < nch) {
+    if (cs + 1 < cs_end) {
       prefetch(cs + 1, b ^ 1);
       cp_wait<1>();  // this thread's copies of chunk cs have landed
     } else {
@@ -211,7 +255,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 
     // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
-    for (int e = tid; e < SL * (kD / 8); e += blockDim.x) {
+    for (int e = tid; e < (local ? 0 : SL * (kD / 8)); e += blockDim.x) {
       const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       *reinterpret_cast<uint4*>(hc + v * kD + c8) =
           *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
@@ -244,10 +288,12 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
         const int i = hi ? i_hi : i_lo, v = nt * 8 + 2 * q;
-        const float2 uu = __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
+        const float2 uu =
+            trans ? make_float2(0.0f, 0.0f)  // M_s: U = 0
+                  : __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
         const float vn0 = i < L ? uu.x - acc[nt][2 * hi] : 0.0f;
         const float vn1 = i < L ? uu.y - acc[nt][2 * hi + 1] : 0.0f;
-        if (i < L)
+        if (i < L && !local)
           *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
               __floats2bfloat162_rn(vn0, vn1);
         const float e = hi ? e_hi : e_lo;
@@ -281,7 +327,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
       }
     }
     const int end = cs * kC + L;
-    if (p.every > 0 && end % p.every == 0) {
+    if (p.every > 0 && end % p.every == 0 && !local) {
       float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
@@ -295,6 +341,15 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
     }
     __syncthreads();  // Sb, VT and buffer b are rewritten from the next chunk on
   }
+  // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
+  // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
+  float* to = nullptr;
+  if (local)
+    to = (trans ? sp.m : sp.b) + seg * seg_stride + head;
+  else if (split && seg == 0 && sp.segments > 1)
+    to = sp.start + seg_stride + head;
+  const bool to_pool = !split || seg == sp.segments - 1;
+  if (!to && !to_pool) return;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -302,8 +357,50 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q + r % 2;
-        pool[(int64_t)(v0 + v) * p.st_row + d] = from_f32<St>(s[mt][nt][r]);
+        if (to)
+          to[(int64_t)(v0 + v) * kD + d] = s[mt][nt][r];
+        else
+          pool[(int64_t)(v0 + v) * p.st_row + d] = from_f32<St>(s[mt][nt][r]);
       }
+}
+
+// Pass 2 of the split spine: start[s + 1] = start[s]·M_s + B_s for s = 1..S−2, in f32. Block
+// (hv, 32 rows of V), 256 threads: thread (r = tid / 8) owns row r, columns tid % 8 + 8j.
+__global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, const SpineSplit sp) {
+  __shared__ float X[32][kD + 1];  // start[s] rows (padded: rows differ by one bank)
+  __shared__ float Mt[32][kD];     // 32 rows of M_s
+  if (p.slots[0] < 0) return;      // N = 1: a padding sequence has no state to combine
+  const int hv = blockIdx.x, v0 = blockIdx.y * 32, tid = threadIdx.x, r = tid / 8, c0 = tid % 8;
+  const int64_t seg_stride = (int64_t)p.Hv * kD * kD, head = (int64_t)hv * kD * kD;
+  for (int e = tid; e < 32 * kD; e += blockDim.x)
+    X[e / kD][e % kD] = sp.start[seg_stride + head + (int64_t)(v0 + e / kD) * kD + e % kD];
+  __syncthreads();
+  for (int s = 1; s + 1 < sp.segments; ++s) {
+    const float* M = sp.m + s * seg_stride + head;
+    const float* B = sp.b + s * seg_stride + head + (int64_t)(v0 + r) * kD;
+    float acc[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) acc[j] = B[c0 + 8 * j];
+    for (int k0 = 0; k0 < kD; k0 += 32) {
+      for (int e = tid; e < 32 * kD; e += blockDim.x)
+        Mt[e / kD][e % kD] = M[(int64_t)(k0 + e / kD) * kD + e % kD];
+      __syncthreads();
+#pragma unroll 4
+      for (int kk = 0; kk < 32; ++kk) {
+        const float x = X[r][k0 + kk];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc[j] += x * Mt[kk][c0 + 8 * j];
+      }
+      __syncthreads();  // Mt is refilled; after the last tile, every read of X is done
+    }
+    float* out = sp.start + (s + 1) * seg_stride + head + (int64_t)(v0 + r) * kD;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      X[r][c0 + 8 * j] = acc[j];
+      out[c0 + 8 * j] = acc[j];
+    }
+    __syncthreads();
+  }
 }
 
 // Stage 1 on tensor cores, one (chunk, hv), 4 warps; warp w owns rows 16w..16w+15 (rows past
@@ -697,9 +794,60 @@ Reason tc_supports(const GdnChunkPrefill& a) {
   return std::nullopt;
 }
 
+// Split-sequence spine limits: at most kMaxSegments segments, each of at least kMinSegChunks
+// chunks (shorter segments would spend more on M_s and the combine than they save).
+constexpr int kMaxSegments = 16;
+constexpr int kMinSegChunks = 4;
+
+// Segments of the split spine for this call (1: no split), and why not when it is 1.
+int spine_segments(const Params& p, bool narrow, int sms, std::string& why) {
+  if (p.N != 1) {
+    why = "N = " + std::to_string(p.N) + " sequences (the split needs N = 1)";
+    return 1;
+  }
+  if (!narrow) {
+    why = "Hv = " + std::to_string(p.Hv) + " fills the GPU with 16-row slices already";
+    return 1;
+  }
+  // Pass 1 runs Hv·8 blocks for segment 0 and Hv·16 for each later one, two blocks per SM.
+  const int64_t set = int64_t{p.Hv} * (kD / 16);
+  const int nch = (p.T + kC - 1) / kC;
+  int S = 1;
+  while (S < kMaxSegments && set * (2 * (S + 1) - 1) <= int64_t{2} * sms &&
+         nch / (S + 1) >= kMinSegChunks)
+    ++S;
+  if (S == 1) {
+    why = std::to_string(nch) + " chunks: fewer than 2 segments of " +
+          std::to_string(kMinSegChunks) + " chunks, or no room for pass 1's blocks";
+    return 1;
+  }
+  return S;
+}
+
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   Params p = make_params(a);
-  plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16));
+  const int sms = sm_count();
+  // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
+  // blocks per SM: 84 KiB or 92 KiB of shared memory each). The chain of chunks is as long
+  // either way; 16-row blocks shorten each step and use the SMs 32-row blocks would leave idle.
+  const bool narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sms;
+  std::string no_split;
+  int S = spine_segments(p, narrow, sms, no_split);
+  int G = 0;
+  if (S > 1) {  // G chunks per segment; S again so that no segment is empty
+    const int nch = (p.T + kC - 1) / kC;
+    G = (nch + S - 1) / S;
+    S = (nch + G - 1) / G;
+  }
+  const size_t seg_bytes = static_cast<size_t>(S) * p.Hv * kD * kD * sizeof(float);
+  plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16), S > 1 ? 3 * seg_bytes : 0);
+  if (S > 1)
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
+                                 std::to_string(S) + " segments of " + std::to_string(G) +
+                                 " chunks");
+  else
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc: split-sequence spine not used: " + no_split);
   launch_chunk_index(p, ctx);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
@@ -717,10 +865,15 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     wu(__nv_bfloat16{});
   else
     wu(float{});
-  // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
-  // blocks per SM: 84 KiB or 92 KiB of shared memory each). The chain of chunks is as long
-  // either way; 16-row blocks shorten each step and use the SMs 32-row blocks would leave idle.
-  const bool narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sm_count();
+  SpineSplit sp;
+  if (S > 1) {
+    char* base = static_cast<char*>(p.extra);
+    sp.seg_chunks = G;
+    sp.segments = S;
+    sp.start = reinterpret_cast<float*>(base);
+    sp.b = reinterpret_cast<float*>(base + seg_bytes);
+    sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
+  }
   auto spine = [&](auto ts, auto sl) {
     constexpr int SL = decltype(sl)::value;
     auto* kern = spine_tc_kernel<decltype(ts), SL>;
@@ -728,9 +881,27 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, spine_smem<SL>()));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
-    const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / SL);
-    kern<<<grid, 128, spine_smem<SL>(), as_stream(ctx.stream())>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
+      kern<<<dim3(x, static_cast<unsigned>(p.Hv), z), 128, spine_smem<SL>(),
+             as_stream(ctx.stream())>>>(p, run);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (S == 1) {
+      launch(static_cast<unsigned>(p.N), kD / SL, sp);
+      return;
+    }
+    SpineSplit pass = sp;  // 1: segment 0 in full, the others' B_s and M_s
+    pass.seg_base = 0;
+    pass.pass1 = 1;
+    launch(static_cast<unsigned>(S), 2 * kD / SL, pass);
+    if (S > 2) {  // 2: start[s + 1] = start[s]·M_s + B_s
+      segment_combine_kernel<<<dim3(static_cast<unsigned>(p.Hv), kD / 32), 256, 0,
+                               as_stream(ctx.stream())>>>(p, sp);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    }
+    pass.seg_base = 1;  // 3: segments 1..S−1 in full from their start states
+    pass.pass1 = 0;
+    launch(static_cast<unsigned>(S - 1), kD / SL, pass);
   };
   auto with_slice = [&](auto ts) {
     if (narrow)

@@ -466,6 +466,35 @@ void add_gdn_chunk_cases(CaseList& cases) {
     r.act = DType::bf16;
     add(cases, r);
   }
+  // The CUDA tensor-core variant's split-sequence spine (N = 1 with few value heads): 1500 tokens
+  // at Hv 2 run as 6 segments of 4 chunks, with checkpoints every 192 tokens across segment
+  // ends; 1000 tokens at Hv 4 (GVA 2, bf16 inputs and pool, from zeros) as 4 segments, the last
+  // one partial; a padding sequence of 700 tokens (2 segments) whose checkpoint rows are zeros.
+  {
+    Config c;
+    c.lens = {1500};
+    c.slots = {1};
+    c.has_init = {1};
+    c.pool_rows = 2;
+    c.Hk = 1, c.Hv = 2, c.K = 128, c.V = 128;
+    c.every = 192;
+    add(cases, c);
+    c.lens = {1000};
+    c.slots = {0};
+    c.has_init = {0};
+    c.pool_rows = 1;
+    c.Hk = 2, c.Hv = 4;
+    c.act = c.pool = DType::bf16;
+    c.every = 0;
+    add(cases, c);
+    c.lens = {700};
+    c.slots = {-1};
+    c.has_init = {};
+    c.Hk = 1, c.Hv = 2;
+    c.act = c.pool = DType::f32;
+    c.every = 64;
+    add(cases, c);
+  }
   // Perf only (CUDA benchmark shapes).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},
