@@ -260,9 +260,9 @@ void add(CaseList& cases, Config c) {
 // 1x8192 0.521 ms, 1x32768 2.044, 8x4096 2.003, 1x131072 8.246, Hv 64 1x8192 0.864; FlashQLA
 // 0.280 ms at 1x8192 and 0.877 at 1x32768.
 struct ChunkPerfCase : Case {
-  int64_t B, T, Hv;
-  ChunkPerfCase(int64_t B, int64_t T, int64_t Hv) : B(B), T(T), Hv(Hv) {}
-  static constexpr int64_t Hk = 16, K = 128, V = 128;
+  int64_t B, T, Hv, Hk;
+  ChunkPerfCase(int64_t B, int64_t T, int64_t Hv, int64_t Hk = 16) : B(B), T(T), Hv(Hv), Hk(Hk) {}
+  static constexpr int64_t K = 128, V = 128;
   std::string op() const override { return "gdn_chunk_prefill"; }
   std::string params() const override {
     return str("prefill,B=", B, ",T=", T, ",Hk=", Hk, ",Hv=", Hv, ",K=", K, ",V=", V,
@@ -502,6 +502,10 @@ void add_gdn_chunk_cases(CaseList& cases) {
                           {1, 131072, 32},
                           {1, 8192, 64}})
     cases.push_back(std::make_unique<ChunkPerfCase>(B, T, Hv));
+  // A tensor-parallel shard of Qwen3-Next (TP 8: Hk 2, Hv 4), where the CUDA tensor-core
+  // variant splits the spine into segments.
+  cases.push_back(std::make_unique<ChunkPerfCase>(1, 8192, 4, 2));
+  cases.push_back(std::make_unique<ChunkPerfCase>(1, 32768, 4, 2));
 }
 
 }  // namespace hybrid::test
