@@ -19,8 +19,7 @@
 //   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [SL, 64] · K̂ [64, 128] (warp w: SL/16 m-tiles x 4 n-tiles;
 //                                                      K̂ fragments by ldmatrix.trans)
 // MMA FLOPs per chunk and slice: 2·64·SL·128·2 (1 MFLOP at SL = 32); the chain of chunks is the
-// critical path
-// (3 barriers per chunk, its loads prefetched one chunk ahead).
+// critical path (2 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -234,13 +233,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   for (int cs = cs_begin; cs < cs_end; ++cs) {
     const int b = (cs - cs_begin) & 1;
     const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    if (cs + 1 < cs_end) {
-      prefetch(cs + 1, b ^ 1);
-      cp_wait<1>();  // this thread's copies of chunk cs have landed
-    } else {
-      cp_wait<0>();
-    }
-    // Sb = bf16(S).
+    cp_wait<0>();  // this thread's copies of chunk cs have landed (the only group in flight)
+    // Sb = bf16(S): every read of Sb by the previous chunk came before its second barrier.
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -252,6 +246,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
     __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
+    // Chunk cs + 1 into buffer b ^ 1, whose last reads (chunk cs − 1) all came before the barrier
+    // above; it lands while this chunk computes.
+    if (cs + 1 < cs_end) prefetch(cs + 1, b ^ 1);
 
     // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
@@ -339,7 +336,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
             ck[(int64_t)(v0 + v) * p.ck_v + d] = s[mt][nt][r];
           }
     }
-    __syncthreads();  // Sb, VT and buffer b are rewritten from the next chunk on
+    // No barrier here: the next chunk writes Sb (read before this chunk's second barrier), then
+    // VT and buffer b only after its first barrier, which every thread reaches after its MMAs.
   }
   // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
   // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
