@@ -673,6 +673,418 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// ---- v2: the SSD on tensor cores (P = 64; bf16 x, B, C, y with 16-byte aligned rows) -------
+// Every product is bf16 mma.sync m16n8k16 (f32 accumulate) with ldmatrix fragments from padded
+// bf16 shared memory; ldmatrix.trans gives the transposed operands (x and B are stored as they
+// lie in memory, token-major). Four launches:
+//   scan_offsets  (shared with v1)
+//   v2_state  grid (H, chunk), 8 warps: dt', cs (warp scan) into the workspace, then
+//             Sc[p, n] = Σ_j (w_j·x_j[p])·B_j[n], w_j = exp(cs_last - cs_j)·dt'_j: M = P (4 warps
+//             × 16 rows), N split in two halves over the warp pairs, K = the chunk's tokens in
+//             64-token stages. w·x is split into bf16 hi + lo (two MMAs), so Sc keeps ~2⁻¹⁶
+//             relative error: the states (pool, chunk_states) are f32 results.
+//   v2_pass   grid (P·N / 1024, H, seq): the spine, 4 state elements per thread: S_enter[c] as
+//             bf16 (the output kernel's operand), S ← exp(cs_last)·S + Sc[c], chunk_states, pool.
+//   v2_out    grid (H · Q/64, chunk), 4 warps × 16 rows i: acc = exp(cs_i)·C_i·S_enterᵀ, then per
+//             64-token j tile up to the diagonal, flash-attention shaped: S = C·B_jᵀ into
+//             registers, S ⊙ exp(cs_i - cs_j)·dt'_j (j ≤ i) rounded to bf16 and used straight as
+//             the A fragments of acc += S·X_j (the accumulator layout of m16n8 is the A layout of
+//             k16). No C·Bᵀ workspace. Epilogue: + D·x, · silu(z), bf16 pairs.
+// Rounding: the y path rounds S_enter and the masked C·Bᵀ to bf16 (as mamba_ssm does); y is bf16.
+constexpr int kV2P = 64;   // head dim P
+constexpr int kV2J = 64;   // tokens per j stage; rows i per output block
+constexpr int kV2Pad = 8;  // bf16 row padding (16 B): the 8 rows of an ldmatrix hit 8 bank groups
+constexpr int kV2StateThreads = 256, kV2OutThreads = 128, kV2PassThreads = 256;
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a·b, m16n8k16, bf16 in, f32 accumulate.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Fragment addresses (lane l, r = l & 7, sel = (l >> 3) & 1, hi = l >> 4), for a tile at
+// (row0, col0) of a row-major bf16 array with leading dimension ld:
+//   A [m][k], no trans:  (m0 + r + 8·sel, k0 + 8·hi)  -> a0..a3
+//   A stored [k][m]:     (k0 + r + 8·hi, m0 + 8·sel)  with .trans -> a0..a3
+//   B stored [n][k]:     (n0 + r + 8·hi, k0 + 8·sel)  -> b0, b1 of n8 block n0, b0, b1 of n0 + 8
+//   B stored [k][n]:     (k0 + r + 8·sel, n0 + 8·hi)  with .trans -> the same
+struct Lane {
+  int r, sel, hi;
+  __device__ explicit Lane(int lane) : r(lane & 7), sel((lane >> 3) & 1), hi(lane >> 4) {}
+};
+
+__device__ __forceinline__ uint4 zero4() {
+  return make_uint4(0u, 0u, 0u, 0u);
+}
+__device__ __forceinline__ uint4 ld16(const bf16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void st16(bf16* p, uint4 v) {
+  *reinterpret_cast<uint4*>(p) = v;
+}
+
+// Dynamic shared memory of v2_state: x·w hi and lo [64 j][P + 8], B [64 j][N + 8] (bf16), then
+// dt', cs and w [256] (f32).
+size_t v2_state_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (kV2P + kV2Pad) + kV2J * (N + kV2Pad)) +
+         sizeof(float) * 3 * 256;
+}
+
+// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16).
+template <int N>
+__global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanParams p) {
+  constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad;
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, L = loc.L, g = in.group(h);
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* xh = reinterpret_cast<bf16*>(v2_smem);  // [64 j][ldx]: bf16(w_j·x_j[p])
+  bf16* xl = xh + kV2J * ldx;                   // [64 j][ldx]: the remainder, rounded
+  bf16* bs = xl + kV2J * ldx;                   // [64 j][ldb]: B_j[n]
+  float* cs_s = reinterpret_cast<float*>(bs + kV2J * ldb);
+  float* w_s = cs_s + 256;
+
+  // dt'_j, cs_j = Σ_{k≤j} dt'_k·A (warp 0: lane l scans Q/32 contiguous entries, then the lane
+  // totals), w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end).
+  if (warp == 0) {
+    const int per = Q / 32, j0 = lane * per;
+    const float A = in.A(h);
+    float v[8], cs[8], run = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      v[k] = (k < per && j < L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+      run += v[k] * A;
+      cs[k] = run;
+    }
+    float incl = run;
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    const float before = incl - run;
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per) cs_s[j] = cs[k] + before;
+      if (k < per && j < L) {
+        p.dts[row + j] = v[k];
+        p.css[row + j] = cs[k] + before;
+      }
+    }
+    __syncwarp();
+    const float cs_last = cs_s[L - 1];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per) w_s[j] = j < L ? expf(cs_last - cs_s[j]) * v[k] : 0.0f;
+    }
+  }
+
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  const int wm = warp % 4, wn = warp / 4;  // rows p [16·wm, +16), columns n [wn·N/2, +N/2)
+  const Lane ln(lane);
+  float acc[NB][4] = {};
+  for (int j0 = 0; j0 < L; j0 += kV2J) {
+    __syncthreads();  // w_s written (first stage) / the previous stage consumed
+    for (int e = tid; e < kV2J * kV2P / 8; e += kV2StateThreads) {
+      const int jj = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + jj;
+      uint4 hi = zero4(), lo = zero4();
+      if (j < L) {
+        const uint4 raw = ld16(X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + p8);
+        const __nv_bfloat162* xv = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+        __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+        const float wj = w_s[j];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(xv[q]);
+          const float a = wj * f.x, b = wj * f.y;
+          hv[q] = __floats2bfloat162_rn(a, b);
+          const float2 hf = __bfloat1622float2(hv[q]);
+          lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+        }
+      }
+      st16(xh + jj * ldx + p8, hi);
+      st16(xl + jj * ldx + p8, lo);
+    }
+    for (int e = tid; e < kV2J * N / 8; e += kV2StateThreads) {
+      const int jj = e / (N / 8), n8 = (e % (N / 8)) * 8, j = j0 + jj;
+      st16(bs + jj * ldb + n8,
+           j < L ? ld16(Bg + (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n8) : zero4());
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k0 = 0; k0 < kV2J; k0 += 16) {
+      if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
+        uint32_t ah[4], al[4];
+        const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
+        ldsm_x4_t(ah, xh + xo);
+        ldsm_x4_t(al, xl + xo);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          uint32_t b[4];
+          ldsm_x4_t(b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma16816(acc[nb], ah, b[0], b[1]);
+          mma16816(acc[nb], al, b[0], b[1]);
+          mma16816(acc[nb + 1], ah, b[2], b[3]);
+          mma16816(acc[nb + 1], al, b[2], b[3]);
+        }
+      }
+    }
+  }
+  // Sc [P][N] f32: accumulator element e of n8 block nb is row lane/4 (+8 for e ≥ 2), column
+  // nb·8 + (lane % 4)·2 + (e & 1).
+  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
+  const int pr = wm * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int n = wn * (N / 2) + nb * 8 + (lane % 4) * 2;
+    *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
+// Grid (ceil(P·N / 1024), H, seqs), 256 threads × 4 consecutive state elements: the spine over
+// the chunks of one sequence. Reads Sc (f32), writes S_enter (bf16), chunk_states, the pool.
+template <class St>
+__global__ void __launch_bounds__(kV2PassThreads) v2_pass_kernel(const ScanParams p, bf16* Se) {
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int N = p.in.N, PN = kV2P * N, H = p.in.H, Q = p.Q;
+  const int o = (blockIdx.x * kV2PassThreads + threadIdx.x) * 4;
+  if (o >= PN) return;
+  const int pp = o / N, n = o % N;  // N % 16 == 0: the 4 elements share the row pp
+  const int slot = p.slots[seq];
+  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  const Arg& cst = p.chunk_states;
+  auto chunk_row = [&](int c) { return c * cst.s0 + h * cst.s1 + pp * cst.s2 + n; };
+  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
+    if (cst.p)
+      for (int c = c0; c < c1; ++c)
+        for (int q = 0; q < 4; ++q)
+          store_any(const_cast<void*>(cst.p), cst.dt, chunk_row(c) + q, 0.0f);
+    return;
+  }
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h + pp * p.st_p + n;
+  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+  float S[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) S[q] = initial ? to_f32(pool[q]) : 0.0f;
+  const int len = p.cu_seqlens[seq + 1] - p.cu_seqlens[seq];
+  // Chunks in batches of kAhead: their Sc and cs_last loads are issued together (they do not
+  // depend on S), so the chain waits for one memory round trip per batch, not per chunk.
+  constexpr int kAhead = 8;
+  for (int cb = c0; cb < c1; cb += kAhead) {
+    float4 sc[kAhead];
+    float decay[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int c = cb + k;
+      if (c < c1) {
+        const int L = min(Q, len - (c - c0) * Q);
+        const int64_t row = static_cast<int64_t>(c) * H + h;
+        decay[k] = expf(__ldg(p.css + row * Q + L - 1));
+        sc[k] = __ldg(reinterpret_cast<const float4*>(p.Sws + row * PN + o));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int c = cb + k;
+      if (c >= c1) break;
+      const int64_t row = static_cast<int64_t>(c) * H + h;
+      const __nv_bfloat162 enter[2] = {__floats2bfloat162_rn(S[0], S[1]),
+                                       __floats2bfloat162_rn(S[2], S[3])};
+      *reinterpret_cast<uint2*>(Se + row * PN + o) = *reinterpret_cast<const uint2*>(enter);
+      S[0] = decay[k] * S[0] + sc[k].x;
+      S[1] = decay[k] * S[1] + sc[k].y;
+      S[2] = decay[k] * S[2] + sc[k].z;
+      S[3] = decay[k] * S[3] + sc[k].w;
+      if (cst.p)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          store_any(const_cast<void*>(cst.p), cst.dt, chunk_row(c) + q, S[q]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) pool[q] = from_f32<St>(S[q]);
+}
+
+// Dynamic shared memory of v2_out: C rows, B tile, S_enter [64][N + 8], x tile [64][P + 8] (bf16),
+// cs and dt' [256] (f32).
+size_t v2_out_smem(int N) {
+  return sizeof(bf16) * (3 * kV2J * (N + kV2Pad) + kV2J * (kV2P + kV2Pad)) +
+         sizeof(float) * 2 * 256;
+}
+
+// Grid (H · Q/64, max_chunks), 128 threads: rows [i0, i0 + 64) of chunk c, head h, every p.
+__global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams p, const bf16* Se) {
+  const int nt = p.Q / kV2J;
+  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, N = in.N, Q = p.Q, g = in.group(h);
+  const int rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < rows * kV2P; o += kV2OutThreads)
+      in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  const int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                   // [64 j][ldn]
+  bf16* Ss = Bs + kV2J * ldn;                   // [64 p][ldn]: S_enter
+  bf16* Xs = Ss + kV2J * ldn;                   // [64 j][ldx]
+  float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);
+  float* dt_s = cs_s + 256;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  for (int j = tid; j < jmax; j += kV2OutThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
+    st16(Cs + r * ldn + n8, i < L ? ld16(Cg + (loc.t0 + i) * in.C.s0 + g * in.C.s1 + n8) : zero4());
+    st16(Ss + r * ldn + n8, ld16(Se + row * kV2P * N + r * N + n8));
+  }
+  __syncthreads();
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  float acc[8][4] = {};
+  // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(cs_i).
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldsm_x4(a, Cs + a_off + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldsm_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma16816(acc[nb], a, b[0], b[1]);
+      mma16816(acc[nb + 1], a, b[2], b[3]);
+    }
+  }
+  const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;  // this lane's rows
+  const float cs_a = ia < L ? cs_s[ia] : 0.0f, cs_b = ib < L ? cs_s[ib] : 0.0f;
+  {
+    const float da = ia < L ? expf(cs_a) : 0.0f, db = ib < L ? expf(cs_b) : 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      acc[nb][0] *= da, acc[nb][1] *= da;
+      acc[nb][2] *= db, acc[nb][3] *= db;
+    }
+  }
+  // Intra-chunk: 64-token j tiles up to the diagonal one.
+  for (int jt = 0; jt <= ti; ++jt) {
+    const int j0 = jt * kV2J;
+    __syncthreads();  // the previous tile is consumed
+    for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+      const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
+      st16(Bs + r * ldn + n8,
+           j < jmax ? ld16(Bg + (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n8) : zero4());
+    }
+    for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
+      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
+      st16(Xs + r * ldx + p8,
+           j < jmax ? ld16(X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + p8) : zero4());
+    }
+    __syncthreads();
+    // On the diagonal tile warp w's rows need only j < 16·(w + 1): n8 blocks < 2w + 2.
+    const bool diag = jt == ti;
+    const int nb_end = diag ? 2 * warp + 2 : 8;
+    float s[8][4] = {};
+    for (int k0 = 0; k0 < N; k0 += 16) {
+      uint32_t a[4];
+      ldsm_x4(a, Cs + a_off + k0);
+#pragma unroll
+      for (int nb = 0; nb < 8; nb += 2) {
+        if (nb < nb_end) {
+          uint32_t b[4];
+          ldsm_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+          mma16816(s[nb], a, b[0], b[1]);
+          mma16816(s[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    // S[i][j] ← S·exp(cs_i - cs_j)·dt'_j for j ≤ i < L, else 0.
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nb * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? ia : ib;
+        const float cs_i = e < 2 ? cs_a : cs_b;
+        s[nb][e] = (j <= i && i < L) ? s[nb][e] * expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
+      }
+    }
+    // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
+#pragma unroll
+    for (int kt = 0; kt < kV2J / 16; ++kt) {
+      if (!diag || kt <= warp) {
+        const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                               pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                               pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                               pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldsm_x4_t(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma16816(acc[nb], a, b[0], b[1]);
+          mma16816(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+  }
+  // y = (acc + D·x)·silu(z), two adjacent p per store.
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const int pp = nb * 8 + (lane % 4) * 2;
+      const float2 xv = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(X + t * in.x.s0 + h * in.x.s1 + pp));
+      const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
+      const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
+      *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
+          __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
@@ -807,6 +1219,88 @@ void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_tiled_run(a, ctx, true);
 }
 
+// ---- v2 host side ----------------------------------------------------------------------------
+
+bool rows16(const Tensor& t) {  // bf16 rows starting on 16-byte boundaries
+  if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
+  for (int d = 0; d + 1 < t.rank(); ++d)
+    if (t.stride(d) % 8 != 0) return false;
+  return true;
+}
+
+Reason scan_v2_supports(const SsmChunkScan& a) {
+  const int64_t P = a.x.size(2), N = a.B.size(2);
+  if (P != kV2P) return str("P=", P, ": the tensor-core scan is built for P = 64");
+  if (N != 64 && N != 128 && N != 256)
+    return str("N=", N, ": the tensor-core scan needs 64/128/256");
+  for (const Tensor* t : {&a.x, &a.B, &a.C, &a.y})
+    if (t->dtype() != DType::bf16) return std::string("x, B, C and y must be bf16");
+  for (const Tensor* t : {&a.x, &a.B, &a.C, &a.y})
+    if (!rows16(*t)) return std::string("x, B, C, y rows must start on 16-byte boundaries");
+  if (a.x.size(0) / a.chunk_size + a.state_slots.size(0) > 65535)
+    return std::string("more than 65535 chunks");
+  return {};
+}
+
+void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
+  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16).
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
+  const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
+  bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b + s_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const size_t st_smem = v2_state_smem(static_cast<int>(N));
+  auto state = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(st_smem)));
+    kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (N == 64)
+    state(v2_state_kernel<64>);
+  else if (N == 128)
+    state(v2_state_kernel<128>);
+  else
+    state(v2_state_kernel<256>);
+  const dim3 pass_grid(static_cast<unsigned>((PN / 4 + kV2PassThreads - 1) / kV2PassThreads), hh,
+                       static_cast<unsigned>(seqs));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    v2_pass_kernel<decltype(ts)><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  const size_t out_smem = v2_out_smem(static_cast<int>(N));
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(v2_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(out_smem)));
+  v2_out_kernel<<<dim3(hh * static_cast<unsigned>(Q / kV2J), mc), kV2OutThreads, out_smem,
+                  stream>>>(p, Se);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void register_ssm_chunk(Registry& r) {
@@ -815,6 +1309,8 @@ void register_ssm_chunk(Registry& r) {
                       scan_tiled_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled_mma", DeviceType::cuda, 2, scan_mma_supports,
                       scan_mma_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v2", DeviceType::cuda, 3, scan_v2_supports,
+                      scan_v2_cuda);
 }
 
 }  // namespace hybrid::cuda
