@@ -1,4 +1,6 @@
-// CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h).
+// CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
+// priority: cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
+// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -685,8 +687,9 @@ __global__ void __launch_bounds__(kScanThreads)
 //             relative error: the states (pool, chunk_states) are f32 results.
 //   v2_pass   grid (P·N / 1024, H, seq): the spine, 4 state elements per thread: S_enter[c] as
 //             bf16 (the output kernel's operand), S ← exp(cs_last)·S + Sc[c], chunk_states, pool.
-//   v2_out    grid (H · Q/64, chunk), 4 warps × 16 rows i: acc = exp(cs_i)·C_i·S_enterᵀ, then per
-//             64-token j tile up to the diagonal, flash-attention shaped: S = C·B_jᵀ into
+//   v2_out    grid (H · Q/64, chunk), 4 warps × 16 rows i, tiles staged with cp.async (the next B
+//             and x tiles load while the current ones are used): acc = exp(cs_i)·C_i·S_enterᵀ, then
+//             per 64-token j tile up to the diagonal, flash-attention shaped: S = C·B_jᵀ into
 //             registers, S ⊙ exp(cs_i - cs_j)·dt'_j (j ≤ i) rounded to bf16 and used straight as
 //             the A fragments of acc += S·X_j (the accumulator layout of m16n8 is the A layout of
 //             k16). No C·Bᵀ workspace. Epilogue: + D·x, · silu(z), bf16 pairs.
@@ -743,6 +746,21 @@ __device__ __forceinline__ uint4 ld16(const bf16* p) {
 }
 __device__ __forceinline__ void st16(bf16* p, uint4 v) {
   *reinterpret_cast<uint4*>(p) = v;
+}
+
+// 16 bytes global -> shared without registers (cp.async, L2 only); bytes = 0 stores zeros (the
+// source is not read). Completion in commit groups: cp_async_wait<n> waits until at most n of
+// this thread's most recent groups are pending; a __syncthreads() then publishes the copies.
+__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
 }
 
 // Dynamic shared memory of v2_state: x·w hi and lo [64 j][P + 8], B [64 j][N + 8] (bf16), then
@@ -971,15 +989,38 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
   const bf16* X = static_cast<const bf16*>(in.x.p);
   const bf16* Bg = static_cast<const bf16*>(in.B.p);
   const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  // Tile loads (cp.async, zero rows past the tokens that feed these rows). The j loop is a
+  // two-stage pipeline over single buffers: the B tile of j tile jt + 1 loads while S·X of tile jt
+  // runs, and its x tile while C·Bᵀ of tile jt + 1 runs. Commit order: {C, S_enter}, X[0], B[0],
+  // then per tile B[jt + 1], X[jt + 1] (empty groups past the last tile keep the counts uniform).
+  auto load_B = [&](int j0) {
+    for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+      const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
+      const bool ok = j < jmax;
+      cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8, ok);
+    }
+  };
+  auto load_X = [&](int j0) {
+    for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
+      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
+      const bool ok = j < jmax;
+      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8, ok);
+    }
+  };
+  for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
+    const bool ok = i < L;
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8, ok);
+    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8, true);
+  }
+  cp_async_commit();
+  load_X(0);
+  cp_async_commit();
   for (int j = tid; j < jmax; j += kV2OutThreads) {
     cs_s[j] = p.css[row * Q + j];
     dt_s[j] = p.dts[row * Q + j];
   }
-  for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
-    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
-    st16(Cs + r * ldn + n8, i < L ? ld16(Cg + (loc.t0 + i) * in.C.s0 + g * in.C.s1 + n8) : zero4());
-    st16(Ss + r * ldn + n8, ld16(Se + row * kV2P * N + r * N + n8));
-  }
+  cp_async_wait<1>();  // C and S_enter landed (X[0] may be in flight)
   __syncthreads();
   const Lane ln(lane);
   const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
@@ -1006,20 +1047,17 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
       acc[nb][2] *= db, acc[nb][3] *= db;
     }
   }
+  __syncthreads();  // S_enter (in the B tile's space) is consumed
+  load_B(0);
+  cp_async_commit();
   // Intra-chunk: 64-token j tiles up to the diagonal one.
   for (int jt = 0; jt <= ti; ++jt) {
     const int j0 = jt * kV2J;
-    __syncthreads();  // the previous tile (first tile: S_enter, in the same space) is consumed
-    for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
-      const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
-      st16(Bs + r * ldn + n8,
-           j < jmax ? ld16(Bg + (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n8) : zero4());
-    }
-    for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
-      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
-      st16(Xs + r * ldx + p8,
-           j < jmax ? ld16(X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + p8) : zero4());
-    }
+    // B[jt] landed: pending groups are {X[0], B[0]} at jt = 0 (wait for all), else {B[jt], X[jt]}.
+    if (jt == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();
     __syncthreads();
     // On the diagonal tile warp w's rows need only j < 16·(w + 1): n8 blocks < 2w + 2.
     const bool diag = jt == ti;
@@ -1038,6 +1076,9 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
         }
       }
     }
+    __syncthreads();  // every warp is done with B[jt]: load B[jt + 1] into its space
+    if (jt < ti) load_B(j0 + kV2J);
+    cp_async_commit();
     // S[i][j] ← S·exp(cs_i - cs_j)·dt'_j for j ≤ i < L, else 0.
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
@@ -1048,6 +1089,8 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
         s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
       }
     }
+    cp_async_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
+    __syncthreads();
     // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
 #pragma unroll
     for (int kt = 0; kt < kV2J / 16; ++kt) {
@@ -1065,6 +1108,9 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
         }
       }
     }
+    __syncthreads();  // every warp is done with X[jt]: load X[jt + 1] into its space
+    if (jt < ti) load_X(j0 + kV2J);
+    cp_async_commit();
   }
   // y = (acc + D·x)·silu(z), two adjacent p per store.
   const float D_h = in.D_skip(h);
