@@ -3,7 +3,8 @@
 # it is set (the device tool brings them back), else to ./device-check-logs.
 #   scripts/device-check.sh [hybrid-ops -o selection for perf]
 # Environment: SANITIZE_OPS (a -o selection for compute-sanitizer; default all CUDA cases),
-# SKIP_SANITIZE=1, PEERS (compare_peers.py --only selection).
+# SKIP_SANITIZE=1, PEERS (compare_peers.py --only selection), MAMBA_SRC (a state-spaces/mamba source
+# folder for the ssm_prefill / ssm_decode comparisons; its imports einops and packaging go in .whl/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=${OUT:-$PWD/device-check-logs}
@@ -40,6 +41,6 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   PYTHONUNBUFFERED=1 python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so \
-    ${PEERS:+--only "$PEERS"} 2>&1 | tee "$LOGS/peers.txt" || status=1
+    ${PEERS:+--only "$PEERS"} ${MAMBA_SRC:+--mamba-src "$MAMBA_SRC"} 2>&1 | tee "$LOGS/peers.txt" || status=1
 fi
 exit $status
