@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peers timed beside hybrid in one process, on the same inputs, both captured in CUDA graphs.
 
-    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill]
+    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill,attn_decode,attn_prefill]
     python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so --only ssm_prefill,ssm_decode \
         --mamba-src PATH/TO/mamba   (a checkout of github.com/state-spaces/mamba)
 
@@ -9,12 +9,14 @@ For each shape: run hybrid (through its C entry, scripts/hybrid_py.py) and the p
 torch tensors, check that the outputs agree within bf16 tolerance, then time each as a replayed CUDA
 graph (median of CUDA-event timings, L2 flushed between replays) and print the ratio peer / hybrid
 (> 1: hybrid is faster). The device's copy ceiling is measured first in the same run. Peers:
-flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN; mamba_ssm's
-Triton kernels for Mamba-2 (mamba_chunk_scan_combined for prefill, selective_state_update for decode),
-imported from its source folder without building or importing its compiled extension: the files
-used are mamba_ssm/ops/triton/{ssd_combined, ssd_bmm, ssd_chunk_state, ssd_state_passing,
-ssd_chunk_scan, layernorm_gated, k_activations, softplus, selective_state_update}.py, which import
-torch, triton, einops and packaging (causal_conv1d is optional there).
+flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN; torch's
+scaled_dot_product_attention with each fused backend that takes the shape (flash, cuDNN's fused
+attention, memory-efficient) for attention; mamba_ssm's Triton kernels for Mamba-2
+(mamba_chunk_scan_combined for prefill, selective_state_update for decode), imported from its
+source folder without building or importing its compiled extension: the files used are
+mamba_ssm/ops/triton/{ssd_combined, ssd_bmm, ssd_chunk_state, ssd_state_passing, ssd_chunk_scan,
+layernorm_gated, k_activations, softplus, selective_state_update}.py, which import torch, triton,
+einops and packaging (causal_conv1d is optional there).
 """
 import argparse
 import importlib
@@ -62,7 +64,10 @@ def copy_ceiling_gbps():
     n = 1 << 28  # 1 GiB of f32 (torch's byte copy kernel is slower than its f32 one)
     src = torch.rand(n, device="cuda")
     dst = torch.empty_like(src)
-    ms = time_graph(lambda: dst.copy_(src), reps=10)
+    # copy_ of a same-dtype tensor is cudaMemcpyAsync, which measured 2.7 TB/s on the H200 where
+    # an elementwise kernel moves 4.1+; take the faster of the two.
+    ms = min(time_graph(lambda: dst.copy_(src), reps=10),
+             time_graph(lambda: torch.mul(src, 1.0, out=dst), reps=10))
     return 2 * 4 * n / (ms * 1e-3) / 1e9
 
 
@@ -286,12 +291,109 @@ def ssm_decode(hy, mamba):
     report(rows, f"Mamba-2 decode (ssm_step vs selective_state_update), H {H} P {P} N {N} G {G}, bf16 x, f32 state, copy ceiling {ceiling:.0f} GB/s")
 
 
+def sdpa_backends():
+    """torch SDPA's fused backends that may serve D = 256, by name (cuDNN's fused attention among
+    them: this is how the cuDNN alternative of issue 6 is measured)."""
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def paged_kv(B, L, Hkv, D, page, seed=1):
+    """K/V of B sequences of L tokens, contiguous [B, L, Hkv, D] bf16, and the same memory seen as
+    hybrid's paged cache [B·L/page, page, Hkv, D] with the identity page table."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randn(B, L, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, L, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    pages = L // page
+    table = torch.arange(B * pages, device="cuda", dtype=torch.int32).view(B, pages)
+    return k, v, k.view(B * pages, page, Hkv, D), v.view(B * pages, page, Hkv, D), table
+
+
+def time_sdpa(fn, backend):
+    from torch.nn.attention import sdpa_kernel
+    try:
+        with sdpa_kernel([backend]):
+            out = fn()
+            t = time_graph(fn, reps=20)
+        return out, t
+    except RuntimeError as e:
+        return None, str(e).splitlines()[0][:60]
+
+
+def attn_decode(hy, _):
+    F = torch.nn.functional
+    rows = []
+    Hq, Hkv, D, page = 16, 2, 256, 64
+    for (B, L) in ((1, 32768), (1, 131072), (32, 8192), (128, 4096)):
+        k, v, kc, vc, table = paged_kv(B, L, Hkv, D, page)
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+        lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
+        out = torch.empty_like(q)
+
+        def run_hybrid():
+            hy.run("attn_decode", q=q, k_cache=kc, v_cache=vc, page_table=table, seq_lens=lens, out=out)
+
+        def run_sdpa():
+            return F.scaled_dot_product_attention(q.view(B, Hq, 1, D), k.transpose(1, 2),
+                                                  v.transpose(1, 2), enable_gqa=True)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid, reps=20)
+        kv_bytes = 2 * B * L * Hkv * D * 2
+        for name, backend in sdpa_backends().items():
+            ref, t_s = time_sdpa(run_sdpa, backend)
+            if ref is None:
+                rows.append((f"B {B} ctx {L}", f"{t_h:.4f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
+                continue
+            err = rel_err(out, ref.view(B, Hq, D))
+            rows.append((f"B {B} ctx {L}", f"{t_h:.4f}", f"{t_s:.4f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
+                         f"SDPA {name}; KV read hybrid {kv_bytes / (t_h * 1e-3) / 1e12:.2f} TB/s, "
+                         f"peer {kv_bytes / (t_s * 1e-3) / 1e12:.2f} TB/s"))
+    report(rows, f"attn_decode, Hq {Hq} / Hkv {Hkv}, D {D}, bf16 paged cache (page {page}) vs torch SDPA")
+
+
+def attn_prefill(hy, _):
+    F = torch.nn.functional
+    rows = []
+    Hq, Hkv, D, page = 16, 2, 256, 64
+    for T in (4096, 16384):
+        k, v, kc, vc, table = paged_kv(1, T, Hkv, D, page)
+        q = torch.randn(T, Hq, D, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, T], device="cuda", dtype=torch.int32)
+        lens = torch.tensor([T], device="cuda", dtype=torch.int32)
+        out = torch.empty_like(q)
+
+        def run_hybrid():
+            hy.run("attn_prefill", q=q, k_cache=kc, v_cache=vc, page_table=table, cu_seqlens=cu,
+                   seq_lens=lens, out=out)
+
+        def run_sdpa():
+            return F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(1, 2),
+                                                  v.transpose(1, 2), is_causal=True, enable_gqa=True)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid, reps=10)
+        flops = 4 * T * T * Hq * D / 2  # causal: half of QK^T and PV
+        for name, backend in sdpa_backends().items():
+            ref, t_s = time_sdpa(run_sdpa, backend)
+            if ref is None:
+                rows.append((f"causal T {T}", f"{t_h:.3f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
+                continue
+            err = rel_err(out, ref[0].transpose(0, 1))
+            rows.append((f"causal T {T}", f"{t_h:.3f}", f"{t_s:.3f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
+                         f"SDPA {name}; hybrid {flops / (t_h * 1e-3) / 1e12:.0f} TFLOP/s, "
+                         f"peer {flops / (t_s * 1e-3) / 1e12:.0f} TFLOP/s"))
+    report(rows, f"attn_prefill, Hq {Hq} / Hkv {Hkv}, D {D}, bf16, one sequence vs torch SDPA")
+
+
 def main():
     global FLUSH
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="build-cuda/libhybrid_c.so")
     p.add_argument("--only", default="gdn_decode,gdn_prefill",
-                   help="comma-separated: gdn_decode, gdn_prefill, ssm_prefill, ssm_decode")
+                   help="comma-separated: gdn_decode, gdn_prefill, attn_decode, attn_prefill, "
+                        "ssm_prefill, ssm_decode")
     p.add_argument("--mamba-src", default=None,
                    help="source folder of state-spaces/mamba (for ssm_prefill / ssm_decode)")
     args = p.parse_args()
@@ -313,8 +415,8 @@ def main():
         except ImportError as e:
             print(f"mamba_ssm's Triton kernels not importable ({e}): Mamba-2 comparisons skipped")
     print(f"# compare_peers on {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    runs = {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "ssm_prefill": ssm_prefill,
-            "ssm_decode": ssm_decode}
+    runs = {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
+            "attn_prefill": attn_prefill, "ssm_prefill": ssm_prefill, "ssm_decode": ssm_decode}
     for name in args.only.split(","):
         if name not in runs:
             raise SystemExit(f"--only: unknown comparison '{name}' (known: {', '.join(runs)})")
