@@ -762,10 +762,30 @@ void add_ssm_cases(CaseList& cases) {
   bf16_chunks.log = DType::bf16;
   add(new ScanCase(tiny, bf16_chunks, {511, 1}, {0, 1}, {1, 0}, 2, 64, true));
 
+  // The tensor-core path of CUDA (ssm_chunk_scan.cuda_v2: P = 64, N 64 / 128 / 256, bf16 x, B,
+  // C, y): several chunks and j tiles per chunk, partial last chunks, varlen with padding and
+  // mixed initial states, every option, f32 / bf16 pools and chunk_states, Q 64 / 128 / 256.
+  Opts v2 = all;  // z gate, dt_limit, D, dt_bias
+  v2.act = DType::bf16;
+  Opts v2_bare = bare;
+  v2_bare.act = DType::bf16;
+  Opts v2_bf16 = v2;
+  v2_bf16.state = v2_bf16.log = DType::bf16;
+  const Shape v2_g2{4, 64, 128, 2}, v2_n64{2, 64, 64, 1}, v2_n256{2, 64, 256, 1};
+  add(new ScanCase(mamba2, bf16, {300}, {0}, {1}, 1, 256, true));
+  add(new ScanCase(nemotron, bf16, {130, 126}, {1, 0}, {0, 1}, 2, 128, true));
+  add(new ScanCase(v2_g2, v2, {300, 0, 129, 64, 1}, {1, 3, -1, 0, 4}, {1, 1, 0, 0, 1}, 5, 128,
+                   true));
+  add(new ScanCase(v2_g2, v2, {520}, {0}, {}, 1, 256, true));
+  add(new ScanCase(v2_n64, v2_bare, {1, 63, 65, 200}, {0, 1, 2, 3}, {1, 0, 1, 0}, 4, 64, true));
+  add(new ScanCase(v2_n256, v2_bf16, {70, 450}, {1, 0}, {1, 1}, 2, 256, true));
+  add(new ScanCase(v2_n256, v2, {257}, {0}, {0}, 1, 64, false));
+
   // Pieces resumed from saved states == the whole sequence; 1-token pieces are decode steps.
   add(new PiecesCase(small, all, {100, 1, 64, 1, 1, 135}, 64));
   add(new PiecesCase(odd, bf16_state, {70, 1, 200}, 128));
   add(new PiecesCase(nemotron, plain, {6, 1, 3}, 128));
+  add(new PiecesCase(v2_g2, v2, {150, 1, 129, 64}, 128));
 }
 
 }  // namespace hybrid::test
