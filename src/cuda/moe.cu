@@ -11,8 +11,10 @@
 //   2. gate_up: grid (I / 4, routed experts); one warp per intermediate index i reads rows i
 //      (and I + i) of the expert once per 8 of its pairs, h[pos, i] = silu(g)·u | relu(u)² (f32
 //      workspace [P, I]).
-//   3. down: grid (Dm / 4, routed experts); one warp per output row d of the expert:
+//   3. down: grid (Dm / 16, routed experts); one warp per 4 output rows d of the expert:
 //      y[pos, d] = down[e, d, :]·h[pos, :] (f32 workspace [P, Dm]).
+//   In both, each lane issues 4 16-byte loads per row (8 / 16 in flight per lane) before the
+//   math, and only the pairs present are reduced.
 //   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
@@ -22,6 +24,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
+#include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
 #include "cuda/warp.cuh"
@@ -325,46 +328,58 @@ constexpr int vec_of() {
   return 16 / static_cast<int>(sizeof(T));
 }
 
-// dot[k] += Σ_{d in lane's chunks} w[d]·xf[pairs k, d] for up to kExpTokens pairs; w one row.
-// xrow[k]: f32 row of pair k's token (packed [T, D] workspace), null for absent pairs.
+// dot[n][k] += Σ_{d in lane's vectors} rows[n][d]·xrow[k][d] for the kN rows and the first n_tok
+// (<= kExpTokens) token rows xrow (f32, 16-byte aligned rows when kVec). Lane l owns vectors
+// l, l + 32, ... of V elements; kU of them per row are loaded (kN·kU independent loads in flight)
+// before any math.
 template <class Tw, bool kVec, int kN>
-__device__ __forceinline__ void row_dot(const Tw* __restrict__ w, const float* const* xrow, int D,
+__device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int D,
                                         float (&dot)[kN][kExpTokens], const Tw* const* rows,
                                         int lane) {
   constexpr int V = kVec ? vec_of<Tw>() : 1;
-  for (int d = lane * V; d < D; d += 32 * V) {
-    float wv[kN][V];
+  constexpr int kU = kVec ? 4 : 8;  // vectors per row and lane in flight
+  for (int d0 = lane * V; d0 < D; d0 += 32 * V * kU) {
+    vec::Raw<Tw, V> w[kU][kN];
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-      if constexpr (kVec) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
-        const Tw* e = reinterpret_cast<const Tw*>(&raw);
+    for (int u = 0; u < kU; ++u) {
+      const int d = d0 + u * 32 * V;
+      if (d < D)
 #pragma unroll
-        for (int k = 0; k < V; ++k) wv[n][k] = to_f32(e[k]);
-      } else {
-        wv[n][0] = to_f32(rows[n][d]);
-      }
+        for (int n = 0; n < kN; ++n) {
+          if constexpr (kVec) {
+            const uint4 raw = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
+            w[u][n].piece[0] = raw;
+          } else {
+            w[u][n].elem()[0] = rows[n][d];
+          }
+        }
     }
 #pragma unroll
-    for (int k = 0; k < kExpTokens; ++k) {
-      if (!xrow[k]) continue;
-      if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
+    for (int u = 0; u < kU; ++u) {
+      const int d = d0 + u * 32 * V;
+      if (d >= D) break;
 #pragma unroll
-        for (int q = 0; q < V; q += 4) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(xrow[k] + d + q));
+      for (int k = 0; k < kExpTokens; ++k) {
+        if (k >= n_tok) break;
+        if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
 #pragma unroll
-          for (int n = 0; n < kN; ++n)
-            dot[n][k] +=
-                wv[n][q] * xv.x + wv[n][q + 1] * xv.y + wv[n][q + 2] * xv.z + wv[n][q + 3] * xv.w;
+          for (int q = 0; q < V; q += 4) {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(xrow[k] + d + q));
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+              const Tw* e = w[u][n].elem();
+              dot[n][k] += to_f32(e[q]) * xv.x + to_f32(e[q + 1]) * xv.y + to_f32(e[q + 2]) * xv.z +
+                           to_f32(e[q + 3]) * xv.w;
+            }
+          }
+        } else {
+          const float xv = xrow[k][d];
+#pragma unroll
+          for (int n = 0; n < kN; ++n) dot[n][k] += to_f32(w[u][n].elem()[0]) * xv;
         }
-      } else {
-        const float xv = xrow[k][d];
-#pragma unroll
-        for (int n = 0; n < kN; ++n) dot[n][k] += wv[n][0] * xv;
       }
     }
   }
-  (void)w;
 }
 
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
@@ -384,24 +399,26 @@ __global__ void __launch_bounds__(kExpWarps * 32)
   const Tw* rows[2] = {base + static_cast<int64_t>(swiglu ? I + i : i) * gu_s1,
                        base + static_cast<int64_t>(i) * gu_s1};  // up, gate
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* xrow[kExpTokens];
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k)
-      xrow[k] = q0 + k < p1 ? xf + static_cast<int64_t>(L.pair_of_pos[q0 + k] / K) * Dm : nullptr;
+      xrow[k] = k < n_tok ? xf + static_cast<int64_t>(L.pair_of_pos[q0 + k] / K) * Dm : nullptr;
     float dot[2][kExpTokens] = {};
-    if (swiglu)
-      row_dot<Tw, kVec, 2>(base, xrow, Dm, dot, rows, lane);
-    else {
+    if (swiglu) {
+      row_dot<Tw, kVec, 2>(xrow, n_tok, Dm, dot, rows, lane);
+    } else {
       float d1[1][kExpTokens] = {};
-      row_dot<Tw, kVec, 1>(base, xrow, Dm, d1, rows, lane);
+      row_dot<Tw, kVec, 1>(xrow, n_tok, Dm, d1, rows, lane);
 #pragma unroll
       for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
     }
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k) {
+      if (k >= n_tok) break;
       const float u = warp_sum(dot[0][k]);
       const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0 && q0 + k < p1) {
+      if (lane == 0) {
         float v;
         if (swiglu) {
           v = g / (1.0f + expf(-g)) * u;
@@ -415,7 +432,9 @@ __global__ void __launch_bounds__(kExpWarps * 32)
   }
 }
 
-// y[pos, d] = down[e, d, :]·h[pos, :], one warp per d, pairs 8 at a time.
+// y[pos, d] = down[e, d, :]·h[pos, :], one warp per kDownRows rows d (each h load feeds them
+// all), pairs 8 at a time.
+constexpr int kDownRows = 4;
 template <class Tw, bool kVec>
 __global__ void __launch_bounds__(kExpWarps * 32)
     moe_down_kernel(const float* __restrict__ h,                              // [P, I]
@@ -424,21 +443,30 @@ __global__ void __launch_bounds__(kExpWarps * 32)
   const int a = blockIdx.y;
   if (a >= *L.n_active) return;
   const int lane = threadIdx.x % 32;
-  const int d = blockIdx.x * kExpWarps + threadIdx.x / 32;
-  if (d >= Dm) return;
+  const int d0 = (blockIdx.x * kExpWarps + threadIdx.x / 32) * kDownRows;
+  if (d0 >= Dm) return;
   const int e = L.active[a], p0 = L.offsets[e], p1 = L.offsets[e + 1];
-  const Tw* rows[1] = {dn + static_cast<int64_t>(e) * dn_s0 + static_cast<int64_t>(d) * dn_s1};
+  const Tw* rows[kDownRows];
+#pragma unroll
+  for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+    rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
+              static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* hrow[kExpTokens];
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k)
-      hrow[k] = q0 + k < p1 ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
-    float dot[1][kExpTokens] = {};
-    row_dot<Tw, kVec, 1>(rows[0], hrow, I, dot, rows, lane);
+      hrow[k] = k < n_tok ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
+    float dot[kDownRows][kExpTokens] = {};
+    row_dot<Tw, kVec, kDownRows>(hrow, n_tok, I, dot, rows, lane);
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k) {
-      const float v = warp_sum(dot[0][k]);
-      if (lane == 0 && q0 + k < p1) y[static_cast<int64_t>(q0 + k) * Dm + d] = v;
+      if (k >= n_tok) break;
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n) {
+        const float v = warp_sum(dot[n][k]);
+        if (lane == 0 && d0 + n < Dm) y[static_cast<int64_t>(q0 + k) * Dm + d0 + n] = v;
+      }
     }
   }
 }
@@ -545,7 +573,8 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   }
   dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
     using Tw = decltype(tw);
-    const dim3 grid(static_cast<unsigned>((Dm + kExpWarps - 1) / kExpWarps), routed);
+    const int64_t rows_per_block = int64_t{kExpWarps} * kDownRows;
+    const dim3 grid(static_cast<unsigned>((Dm + rows_per_block - 1) / rows_per_block), routed);
     auto launch = [&](auto kernel) {
       kernel<<<grid, kExpWarps * 32, 0, stream>>>(h, a.down.data_as<const Tw>(), a.down.stride(0),
                                                   a.down.stride(1), L, static_cast<int>(Dm),
