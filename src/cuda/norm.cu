@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
-      gate[k][e] = vec::silu(to_f32(zr.elem()[e]));
+      gate[k][e] = vec::silu_fast(to_f32(zr.elem()[e]));
       xv[k][e] = to_f32(xr.elem()[e]);
       if (!norm_before_gate) xv[k][e] *= gate[k][e];
       sum_sq += xv[k][e] * xv[k][e];  // zero for absent vectors
