@@ -359,6 +359,12 @@ void add_moe_cases(CaseList& cases) {
   // CUDA paths: x converted by its own kernel (T·Dm > 65536); E = 1024 (route's shared memory
   // above 48 KiB).
   experts(cases, {40, 8, 2, 2048, 32, bf16, bf16});
+  // Decode (T = 1: the CUDA direct path, no sort): an expert chosen twice with i64 ids and
+  // accumulate; relu2 with f16 weights; f32 weights whose rows are not 16-byte vectors.
+  experts(cases,
+          {1, 8, 3, 96, 33, bf16, bf16, MoeActivation::swiglu, DType::i64, true, false, true});
+  experts(cases, {1, 64, 6, 256, 80, f16, f16, MoeActivation::relu2});
+  experts(cases, {1, 32, 4, 90, 37, f32, f32, MoeActivation::swiglu, DType::i32, false, true});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
   // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
   // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.
