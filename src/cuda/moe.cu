@@ -13,9 +13,11 @@
 //      workspace [P, I]).
 //   3. down: grid (Dm / 16, routed experts); one warp per 4 output rows d of the expert:
 //      y[pos, d] = down[e, d, :]·h[pos, :] (f32 workspace [P, Dm]).
-//   In both, each lane issues 4 16-byte loads per row (8 / 16 in flight per lane) before the
-//   math, and only the pairs present are reduced.
+//   Each lane issues its 16-byte loads (gate_up: 4 per row, 8 in flight; down: 2 per row, 8 in
+//   flight) before the math, and only the pairs present are reduced.
 //   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
+//   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
+//   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
 //   kernel, not a tensor-core grouped GEMM.
