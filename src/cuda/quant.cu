@@ -3,12 +3,12 @@
 // quantize.cuda: one thread per (row, group); the CPU kernel's f32 operations in its order with
 //   __fsub_rn / __fdiv_rn / rintf (no contraction), so codes, scales and biases match bit for bit.
 // dequantize.cuda: one thread per packed word; w = __fadd_rn(__fmul_rn(s, q), b) as the CPU.
-// linear_q.gemv (T <= 8): one kernel; x staged per CTA in shared memory as f32; one warp per 4
-//   output rows (2 at 8 tokens) streams their packed words once for all tokens: each lane loads
-//   one 16-byte chunk (4 u32 words = 32 4-bit / 16 8-bit codes, always inside one group) per row,
-//   decodes codes in registers (exponent-trick int -> float), and accumulates
-//   y[t, o] += s·Σ x·q + b·Σ x per chunk. Bytes: out·in·bits/8 + scales / biases; 2·T·in·out FLOP.
-//   4-byte loads when the rows are not 16-byte aligned. Details above the kernel.
+// linear_q.gemv (T <= 8): one kernel; x staged per CTA in shared memory as f32; one warp per 8
+//   output rows (4 at 2-4 tokens, 2 at 8) streams their packed words once for all tokens: each lane
+//   loads one 16-byte chunk (4 u32 words = 32 4-bit / 16 8-bit codes, always inside one group) per
+//   row, decodes codes in registers (exponent-trick int -> float), and accumulates y[t, o] += s·Σ
+//   x·q + b·Σ x per chunk. Bytes: out·in·bits/8 + scales / biases; 2·T·in·out FLOP. 4-byte loads
+//   when the rows are not 16-byte aligned. Details above the kernel.
 // linear_q.tiled (T > 8): W is dequantized a block of rows at a time into the workspace (bf16 /
 //   f16 when x and y are both that dtype, else f32) and multiplied by cuBLASLt (f32
 //   accumulation) into y's columns; 2·T·in·out FLOP on tensor cores for 16-bit activations.
@@ -201,7 +201,7 @@ __device__ __forceinline__ void decode_word(uint32_t word, float (&f)[32 / kBits
 //   float4 piece m4 (0 <= m4 < kCodes/4) of chunk c of token t sits at float4 index
 //   t·x_row/4 + ((c / 32)·(kCodes/4) + m4)·32 + c % 32,
 // x_row = ceil(chunks / 32)·32·kCodes floats per token (padding never read).
-// A warp owns a group of kRows rows (4, or 2 at 8 tokens), so each x load feeds kRows rows;
+// A warp owns a group of kRows rows (8, 4 or 2: gemv_rows), so each x load feeds kRows rows;
 // `split` warps (1, 2 or 4) share a row group, splitting its chunks (part q, lane l: chunks
 // q·32 + l, + split·32, ...); their sums are added in part order through shared memory, so the
 // result does not depend on timing. Each lane keeps the next chunk's kRows 16-byte loads (and
@@ -213,12 +213,14 @@ constexpr int kGemvWarps = 4;
 constexpr int kGemvMaxTokens = 8;
 constexpr size_t kGemvMaxSmem = 96 * 1024;  // staged x, bytes (opt-in above 48 KB)
 
+// Rows per warp: 8 at one token (each x load and Σx feeds 8 rows; 8 16-byte loads in flight per
+// lane), 4 at 2 and 4 tokens, 2 at 8 (the accumulators grow with the tokens).
 constexpr int gemv_rows(int tokens) {
-  return tokens >= 8 ? 2 : 4;
+  return tokens >= 8 ? 2 : tokens >= 2 ? 4 : 8;
 }
 // CTAs per SM the registers must allow (the kernel's __launch_bounds__).
 constexpr int gemv_min_blocks(int tokens) {
-  return tokens >= 8 ? 2 : tokens >= 4 ? 3 : 4;
+  return tokens >= 8 ? 2 : tokens >= 4 ? 3 : tokens >= 2 ? 4 : 3;
 }
 
 struct GemvParams {
