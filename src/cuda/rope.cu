@@ -10,8 +10,8 @@
 // rounded one by one (__fmul_rn / __fadd_rn) so that they round as the CPU reference does.
 //
 // rope.cuda: one block of 256 threads per 8 tokens (4 when rotary_dim > 1024). Phase 1 computes the
-// tokens·half (cos, sin) pairs into shared memory (f64 pow + sincos, shared by all H heads); phase 2
-// rotates (token, head, vector) items, two per thread and pass with their loads issued first, a
+// tokens·half (cos, sin) pairs into shared memory (f64 pow + sincos, shared by all H heads); phase
+// 2 rotates (token, head, vector) items, two per thread and pass with their loads issued first, a
 // vector being V = 16 B / sizeof(T) elements of the first half and the V matching ones of the
 // second half (two 16-byte loads and stores), or V = 1 when a row is not 16-byte aligned or half %
 // V != 0. Out of place, phase 3 copies the pass-through dims. (inv_freq is computed once per block
