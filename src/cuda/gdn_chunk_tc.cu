@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -128,25 +129,40 @@ struct SpineSplit {
   float* m = nullptr;      // [S, Hv, K, K] M_s
 };
 
-// Shared memory of the spine with SL V rows per block: Ws, Ks [2][64][136], Us [2][64][SL + 8],
-// Sb [SL][136], VT [SL][72] (bf16), γ [2][64] f32: 93 696 bytes at SL = 32, 82 944 at SL = 16.
-template <int SL>
+// Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
+// (K̂ always has 2): Ws [NW][64][136], Ks [2][64][136], Us [NW][64][SL + 8], Sb [SL][136],
+// VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
+// NW = 3 (SL = 16 only): 103 680 bytes, still two blocks per SM (2 x (103 680 + 1 KiB reserved)
+// <= 228 KiB).
+template <int SL, int NW = 2>
 constexpr int spine_smem() {
-  return (2 * 2 * kC * kWP + 2 * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 + 2 * kC * 4;
+  return (NW * kC * kWP + 2 * kC * kWP + NW * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 +
+         NW * kC * 4;
 }
+static_assert(2 * (spine_smem<16, 3>() + 1024) <= 228 * 1024, "deep-ring spine: 2 blocks per SM");
 
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
-template <class St, int SL>
+// NW = 2: W, U, γ and K̂ of chunk c+1 are copied (one cp.async group) while chunk c computes.
+// NW = 3 (the deep ring of `cuda_tc_ring`): W, U, γ of chunk c+2 and K̂ of chunk c+1 are copied
+// while chunk c computes, as two groups committed in that order each chunk (empty ones too, so
+// that the counts below hold at the ends): A_c = {K̂(c+1)}, B_c = {W, U, γ of c+2}; the
+// prologue commits B_{-2} = {W, U, γ of 0}, A_{-1} = {K̂(0)}, B_{-1} = {W, U, γ of 1}. At the
+// start of chunk c the groups ..., B_{c-2}, A_{c-1}, B_{c-1} are committed and W(c) is in
+// B_{c-2}: wait_group 2. Before the S update, A_c and B_c are committed too and K̂(c) is in
+// A_{c-1}: wait_group 3, then the barrier that publishes VT publishes K̂ as well. So W / U / γ
+// get two chunks of time to land, K̂ a chunk and a half, instead of one chunk.
+template <class St, int SL, int NW = 2>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
+  static_assert(NW == 2 || NW == 3, "ring of 2 or 3 buffers");
   constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [2][64][136] W rows [i][d]
-  bf16* Ks = Ws + 2 * kC * kWP;                         // [2][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + 2 * kC * kWP;                         // [2][64][SL+8] U slice [i][v]
-  bf16* Sb = Us + 2 * kC * kUP;                         // [SL][136]    bf16(S) [v][d]
-  bf16* VT = Sb + SL * kWP;                             // [SL][72]     (V_new·e)ᵀ [v][i]
-  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [2][64]      γ
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [NW][64][136] W rows [i][d]
+  bf16* Ks = Ws + NW * kC * kWP;                        // [2][64][136]  K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                         // [NW][64][SL+8] U slice [i][v]
+  bf16* Sb = Us + NW * kC * kUP;                        // [SL][136]     bf16(S) [v][d]
+  bf16* VT = Sb + SL * kWP;                             // [SL][72]      (V_new·e)ᵀ [v][i]
+  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [NW][64]      γ
 
   constexpr int kZ = kD / SL;  // V slices per head
   const bool split = sp.seg_chunks > 0;
@@ -204,19 +220,17 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const bf16* kn = static_cast<const bf16*>(p.kn);
   bf16* vnew = static_cast<bf16*>(p.vnew);
   bf16* h = static_cast<bf16*>(p.h);
-  // Chunk cs of this sequence into buffer b: W, K̂ rows (16 x 16 bytes each), the U slice (4 x 16
-  // bytes per row) and γ; rows past L zero-filled (their source address clamped to row L − 1).
-  auto prefetch = [&](int cs, int b) {
+  // Chunk cs of this sequence: W rows (16 x 16 bytes each), the U slice (SL / 8 x 16 bytes per
+  // row) and γ into ring buffer bw; K̂ rows into buffer bk; rows past L zero-filled (their source
+  // address clamped to row L − 1). No commit (the caller groups the copies).
+  auto copy_wu = [&](int cs, int bw) {
     const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* ws = Ws + b * kC * kWP;
-    bf16* ks = Ks + b * kC * kWP;
-    bf16* us = Us + b * kC * kUP;
+    bf16* ws = Ws + bw * kC * kWP;
+    bf16* us = Us + bw * kC * kUP;
     for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
       const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       const int64_t t = t0 + min(i, L - 1);
-      const int bytes = i < L ? 16 : 0;
-      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, bytes);
-      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
+      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, i < L ? 16 : 0);
     }
     for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
       const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
@@ -224,16 +238,44 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
     }
     if (tid < kC)
-      cp_async4(gs + b * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
                 tid < L ? 4 : 0);
-    cp_commit();
+  };
+  auto copy_k = [&](int cs, int bk) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* ks = Ks + bk * kC * kWP;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, i < L ? 16 : 0);
+    }
   };
 
-  if (cs_begin < cs_end) prefetch(cs_begin, 0);
+  if constexpr (NW == 2) {
+    if (cs_begin < cs_end) {
+      copy_wu(cs_begin, 0);
+      copy_k(cs_begin, 0);
+      cp_commit();
+    }
+  } else {  // B_{-2}, A_{-1}, B_{-1} (see above)
+    if (cs_begin < cs_end) copy_wu(cs_begin, 0);
+    cp_commit();
+    if (cs_begin < cs_end) copy_k(cs_begin, 0);
+    cp_commit();
+    if (cs_begin + 1 < cs_end) copy_wu(cs_begin + 1, 1);
+    cp_commit();
+  }
+  const int c_first = p.first_chunk[n];
   for (int cs = cs_begin; cs < cs_end; ++cs) {
-    const int b = (cs - cs_begin) & 1;
-    const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    cp_wait<0>();  // this thread's copies of chunk cs have landed (the only group in flight)
+    const int j = cs - cs_begin, bk = j & 1, bw = NW == 2 ? bk : j % NW;
+    const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    // This thread's copies of W, U, γ of chunk cs have landed (NW = 2: the only group in flight,
+    // K̂ too; NW = 3: B_{cs-2}, with A_{cs-1} and B_{cs-1} allowed in flight).
+    if constexpr (NW == 2) {
+      cp_wait<0>();
+    } else {
+      cp_wait<2>();
+    }
     // Sb = bf16(S): every read of Sb by the previous chunk came before its second barrier.
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -246,9 +288,22 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
     __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
-    // Chunk cs + 1 into buffer b ^ 1, whose last reads (chunk cs − 1) all came before the barrier
-    // above; it lands while this chunk computes.
-    if (cs + 1 < cs_end) prefetch(cs + 1, b ^ 1);
+    // NW = 2: chunk cs + 1 into buffers bk ^ 1, whose last reads (chunk cs − 1) all came before
+    // the barrier above; it lands while this chunk computes. NW = 3: K̂ of cs + 1 into bk ^ 1
+    // (last read by chunk cs − 1's S update) and W, U, γ of cs + 2 into (j + 2) % 3 (last read
+    // by chunk cs − 1 before its second barrier), both before the barrier above.
+    if constexpr (NW == 2) {
+      if (cs + 1 < cs_end) {
+        copy_wu(cs + 1, bk ^ 1);
+        copy_k(cs + 1, bk ^ 1);
+        cp_commit();
+      }
+    } else {
+      if (cs + 1 < cs_end) copy_k(cs + 1, bk ^ 1);
+      cp_commit();  // A_cs
+      if (cs + 2 < cs_end) copy_wu(cs + 2, (j + 2) % NW);
+      cp_commit();  // B_cs
+    }
 
     // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
@@ -258,10 +313,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
     }
 
-    const bf16* ws = Ws + b * kC * kWP;
-    const bf16* ks = Ks + b * kC * kWP;
-    const bf16* us = Us + b * kC * kUP;
-    const float* gb = gs + b * kC;
+    const bf16* ws = Ws + bw * kC * kWP;
+    const bf16* ks = Ks + bk * kC * kWP;
+    const bf16* us = Us + bw * kC * kUP;
+    const float* gb = gs + bw * kC;
     const float g_last = gb[L - 1];
     const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
     const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
@@ -297,7 +352,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
         VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
       }
-    __syncthreads();  // VT visible
+    if constexpr (NW == 3) cp_wait<3>();  // K̂ of chunk cs (A_{cs-1}) has landed
+    __syncthreads();                      // VT visible (NW = 3: and K̂ of chunk cs)
 
     // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
@@ -337,7 +393,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           }
     }
     // No barrier here: the next chunk writes Sb (read before this chunk's second barrier), then
-    // VT and buffer b only after its first barrier, which every thread reaches after its MMAs.
+    // VT and the ring buffers only after its first barrier, which every thread reaches after its
+    // MMAs.
   }
   // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
   // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
@@ -822,7 +879,58 @@ int spine_segments(const Params& p, bool narrow, int sms, std::string& why) {
   return S;
 }
 
-void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+// HYBRID_GDN_CHUNK_STAGES=1: CUDA events around each stage's launches and, per call, one log line
+// with each stage's µs. It is a diagnostic asked for by name, so the line is logged at warn level
+// (the default level shows it) and the call waits for its last event; off (no events, no waiting)
+// when the variable is unset or not "1", and while the stream is being captured into a graph.
+class StageTimer {
+ public:
+  explicit StageTimer(Context& ctx) : stream_(as_stream(ctx.stream())) {
+    const char* env = std::getenv("HYBRID_GDN_CHUNK_STAGES");
+    if (!env || std::string(env) != "1") return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();  // clear a failed query's error; no timing under capture
+      return;
+    }
+    for (auto& e : events_) HYBRID_CUDA_CHECK(cudaEventCreate(&e));
+    on_ = true;
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    if (on_)
+      for (auto& e : events_) cudaEventDestroy(e);
+  }
+  // Event i (0: before the index kernel, 1: before stage 1, 2: before the spine, 3: before stage
+  // 3, 4: after it).
+  void mark(int i) {
+    if (on_) HYBRID_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
+  }
+  void report(Context& ctx, const std::string& what) {
+    if (!on_) return;
+    HYBRID_CUDA_CHECK(cudaEventSynchronize(events_[kEvents - 1]));
+    float ms[kEvents - 1];
+    for (int i = 0; i + 1 < kEvents; ++i)
+      HYBRID_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]));
+    auto us = [](float x) { return std::to_string(static_cast<int>(x * 1000.0f + 0.5f)); };
+    ctx.log(LogLevel::warn, "[gdn_chunk_prefill] stages (" + what + "): index " + us(ms[0]) +
+                                " us, stage 1 (wu) " + us(ms[1]) + " us, spine " + us(ms[2]) +
+                                " us, stage 3 (output) " + us(ms[3]) + " us, total " +
+                                us(ms[0] + ms[1] + ms[2] + ms[3]) + " us");
+  }
+
+ private:
+  static constexpr int kEvents = 5;
+  cudaStream_t stream_;
+  cudaEvent_t events_[kEvents] = {};
+  bool on_ = false;
+};
+
+// The tensor-core op; deep_ring: the spine's W, U, γ copies two chunks ahead (`cuda_tc_ring`,
+// 16-row slices only; 32-row slices keep the ring of 2 and say so at debug level).
+void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
   Params p = make_params(a);
   const int sms = sm_count();
   // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
@@ -846,7 +954,16 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   else
     ctx.log(LogLevel::debug,
             "[gdn_chunk_prefill] cuda_tc: split-sequence spine not used: " + no_split);
+  const bool ring3 = deep_ring && narrow;
+  if (deep_ring && !narrow)
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc_ring: ring of 2 (32-row spine slices: " +
+                std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
+                " blocks of 16 rows would not fit two per SM; the deep ring needs 16-row slices)");
+  StageTimer timer(ctx);
+  timer.mark(0);
   launch_chunk_index(p, ctx);
+  timer.mark(1);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
@@ -863,6 +980,7 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     wu(__nv_bfloat16{});
   else
     wu(float{});
+  timer.mark(2);
   SpineSplit sp;
   if (S > 1) {
     char* base = static_cast<char*>(p.extra);
@@ -872,16 +990,16 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     sp.b = reinterpret_cast<float*>(base + seg_bytes);
     sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
   }
-  auto spine = [&](auto ts, auto sl) {
-    constexpr int SL = decltype(sl)::value;
-    auto* kern = spine_tc_kernel<decltype(ts), SL>;
+  auto spine = [&](auto ts, auto sl, auto nw) {
+    constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value;
+    constexpr int smem = spine_smem<SL, NW>();
+    auto* kern = spine_tc_kernel<decltype(ts), SL, NW>;
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, spine_smem<SL>()));
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
-      kern<<<dim3(x, static_cast<unsigned>(p.Hv), z), 128, spine_smem<SL>(),
-             as_stream(ctx.stream())>>>(p, run);
+      kern<<<dim3(x, static_cast<unsigned>(p.Hv), z), 128, smem, as_stream(ctx.stream())>>>(p, run);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
     if (S == 1) {
@@ -901,16 +1019,20 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     pass.pass1 = 0;
     launch(static_cast<unsigned>(S - 1), kD / SL, pass);
   };
+  // The deep ring (W, U, γ two chunks ahead) fits two blocks per SM at 16 rows only.
   auto with_slice = [&](auto ts) {
-    if (narrow)
-      spine(ts, std::integral_constant<int, 16>{});
+    if (ring3)
+      spine(ts, std::integral_constant<int, 16>{}, std::integral_constant<int, 3>{});
+    else if (narrow)
+      spine(ts, std::integral_constant<int, 16>{}, std::integral_constant<int, 2>{});
     else
-      spine(ts, std::integral_constant<int, 32>{});
+      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
   };
   if (a.state.dtype() == DType::bf16)
     with_slice(bf16{});
   else
     with_slice(float{});
+  timer.mark(3);
   auto output = [&](auto tin, auto tout) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(
@@ -930,6 +1052,19 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     with_out(__nv_bfloat16{});
   else
     with_out(float{});
+  timer.mark(4);
+  timer.report(ctx, std::string(deep_ring ? "cuda_tc_ring" : "cuda_tc") + ", T " +
+                        std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
+                        std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
+                        "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
+                        " segment(s)");
+}
+
+void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_run(a, ctx, false);
+}
+void tc_ring_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_run(a, ctx, true);
 }
 
 }  // namespace
@@ -938,6 +1073,10 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
 void register_gdn_chunk_tc(Registry& r) {
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc", DeviceType::cuda, 10, gdn_chunk::tc_supports,
                          gdn_chunk::tc_cuda);
+  // The spine with W, U, γ copied two chunks ahead (16-row slices; see spine_tc_kernel). Remove
+  // this line to fall back to cuda_tc.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_ring", DeviceType::cuda, 20,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_ring_cuda);
 }
 
 }  // namespace hybrid::cuda
