@@ -144,7 +144,7 @@ static_assert(2 * (spine_smem<16, 3>() + 1024) <= 228 * 1024, "deep-ring spine: 
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
 // NW = 2: W, U, γ and K̂ of chunk c+1 are copied (one cp.async group) while chunk c computes.
-// NW = 3 (the deep ring of `cuda_tc_ring`): W, U, γ of chunk c+2 and K̂ of chunk c+1 are copied
+// NW = 3 (the deep ring of `cuda_tc_v3`): W, U, γ of chunk c+2 and K̂ of chunk c+1 are copied
 // while chunk c computes, as two groups committed in that order each chunk (empty ones too, so
 // that the counts below hold at the ends): A_c = {K̂(c+1)}, B_c = {W, U, γ of c+2}; the
 // prologue commits B_{-2} = {W, U, γ of 0}, A_{-1} = {K̂(0)}, B_{-1} = {W, U, γ of 1}. At the
@@ -472,7 +472,13 @@ __global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, co
 constexpr int kWuSmem = 2 * kC * kWP * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
 static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fit in A and R");
 
-template <class In>
+// kFastInverse (the `cuda_tc_v3` variant): the same inverse with compile-time loops, so that the
+// shared-memory loads of each sum are issued together instead of one dependent iteration at a
+// time: the diagonal block's column is kept in registers (16 values, fully unrolled), and the
+// block rows' sums run over all m < r0 (r0 = 16, 32, 48 unrolled; the added T entries above the
+// diagonal are exact zeros, before the first nonzero term in the first sum and after the last
+// in the second, so the results are the same up to the sign of an exact zero).
+template <class In, bool kFastInverse = false>
 __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
@@ -593,32 +599,74 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   __syncthreads();
   // Diagonal block of warp w: lane j < 16 owns column col = 16w + j; its entries T_m,col for
   // m <= col are the identity's, the rest it writes itself row by row (no barrier needed).
-  if (lane < 16) {
-    const int b0 = 16 * warp, col = b0 + lane;
-    for (int i = b0 + 1; i < b0 + 16; ++i) {
-      float sum = 0.0f;
-      for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
-      if (i > col) Tm[i * ld + col] = -sum;
-    }
-  }
-  __syncthreads();
-  // Block rows 1..3, rows r0..r0+15 and columns j < r0:
-  //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
-  for (int r0 = 16; r0 < kC; r0 += 16) {
-    for (int e = tid; e < 16 * r0; e += blockDim.x) {
-      const int i = r0 + e / r0, j = e % r0;
-      float sum = 0.0f;
-      for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
-      Rs[e] = -sum;
+  if constexpr (kFastInverse) {
+    if (lane < 16) {  // t[ii] = T[b0 + ii][b0 + lane]: 0 above the diagonal, 1 on it
+      const int b0 = 16 * warp;
+      float t[16];
+#pragma unroll
+      for (int ii = 0; ii < 16; ++ii) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * ld + b0 + mm] * t[mm];
+        t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+      }
+#pragma unroll
+      for (int ii = 1; ii < 16; ++ii)
+        if (ii > lane) Tm[(b0 + ii) * ld + b0 + lane] = t[ii];
     }
     __syncthreads();
-    for (int e = tid; e < 16 * r0; e += blockDim.x) {
-      const int ii = e / r0, i = r0 + ii, j = e % r0;
-      float sum = 0.0f;
-      for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
-      Tm[i * ld + j] = sum;
+    // Block rows 1..3 as below, r0 a compile-time constant in each.
+#pragma unroll
+    for (int rb = 1; rb < kC / 16; ++rb) {
+      const int r0 = 16 * rb;
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int m = 0; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];  // T_mj = 0, m < j
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < 16; ++mm)  // T[i][r0 + mm] = 0 for mm > ii
+          sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
+  } else {
+    if (lane < 16) {
+      const int b0 = 16 * warp, col = b0 + lane;
+      for (int i = b0 + 1; i < b0 + 16; ++i) {
+        float sum = 0.0f;
+        for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
+        if (i > col) Tm[i * ld + col] = -sum;
+      }
     }
     __syncthreads();
+    // Block rows 1..3, rows r0..r0+15 and columns j < r0:
+    //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
+    for (int r0 = 16; r0 < kC; r0 += 16) {
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+        for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+        for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
   }
   // Tb, Tu over A and R (dead since the last barrier).
   for (int e = tid; e < kC * kC; e += blockDim.x) {
@@ -928,9 +976,16 @@ class StageTimer {
   bool on_ = false;
 };
 
-// The tensor-core op; deep_ring: the spine's W, U, γ copies two chunks ahead (`cuda_tc_ring`,
-// 16-row slices only; 32-row slices keep the ring of 2 and say so at debug level).
-void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
+// What `cuda_tc_v3` changes over `cuda_tc` (each can be turned off here to bisect on the GPU).
+struct TcOptions {
+  bool deep_ring = false;     // spine: W, U, γ copied two chunks ahead (16-row slices only;
+                              // 32-row slices keep the ring of 2 and say so at debug level)
+  bool fast_inverse = false;  // stage 1: the inverse in compile-time loops (wu_tc_kernel)
+};
+
+// The tensor-core op.
+void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
+  const bool deep_ring = opt.deep_ring;
   Params p = make_params(a);
   const int sms = sm_count();
   // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
@@ -957,7 +1012,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
   const bool ring3 = deep_ring && narrow;
   if (deep_ring && !narrow)
     ctx.log(LogLevel::debug,
-            "[gdn_chunk_prefill] cuda_tc_ring: ring of 2 (32-row spine slices: " +
+            "[gdn_chunk_prefill] cuda_tc_v3: spine ring of 2 (32-row spine slices: " +
                 std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
                 " blocks of 16 rows would not fit two per SM; the deep ring needs 16-row slices)");
   StageTimer timer(ctx);
@@ -968,7 +1023,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
-    auto* kern = wu_tc_kernel<decltype(tin)>;
+    auto* kern =
+        opt.fast_inverse ? wu_tc_kernel<decltype(tin), true> : wu_tc_kernel<decltype(tin), false>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -1053,7 +1109,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(ctx, std::string(deep_ring ? "cuda_tc_ring" : "cuda_tc") + ", T " +
+  timer.report(ctx, std::string(deep_ring || opt.fast_inverse ? "cuda_tc_v3" : "cuda_tc") +
+                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
                         std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
                         std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
                         "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
@@ -1061,10 +1118,13 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, bool deep_ring) {
 }
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
-  tc_run(a, ctx, false);
+  tc_run(a, ctx, TcOptions{});
 }
-void tc_ring_cuda(const GdnChunkPrefill& a, Context& ctx) {
-  tc_run(a, ctx, true);
+void tc_v3_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  tc_run(a, ctx, opt);
 }
 
 }  // namespace
@@ -1073,10 +1133,11 @@ void tc_ring_cuda(const GdnChunkPrefill& a, Context& ctx) {
 void register_gdn_chunk_tc(Registry& r) {
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc", DeviceType::cuda, 10, gdn_chunk::tc_supports,
                          gdn_chunk::tc_cuda);
-  // The spine with W, U, γ copied two chunks ahead (16-row slices; see spine_tc_kernel). Remove
-  // this line to fall back to cuda_tc.
-  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_ring", DeviceType::cuda, 20,
-                         gdn_chunk::tc_supports, gdn_chunk::tc_ring_cuda);
+  // cuda_tc with the spine's W, U, γ copied two chunks ahead (16-row slices; spine_tc_kernel) and
+  // stage 1's inverse in compile-time loops (wu_tc_kernel; TcOptions). Remove this line to fall
+  // back to cuda_tc.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3", DeviceType::cuda, 20,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cuda);
 }
 
 }  // namespace hybrid::cuda

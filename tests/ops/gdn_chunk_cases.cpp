@@ -495,7 +495,7 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.every = 64;
     add(cases, c);
   }
-  // The CUDA tensor-core spine's deep ring (`cuda_tc_ring`: W, U, γ two chunks ahead, K̂ one,
+  // The CUDA tensor-core spine's deep ring (`cuda_tc_v3`: W, U, γ two chunks ahead, K̂ one,
   // taken with 16-row slices, i.e. N·Hv·8 blocks that fit two per SM): sequences of 2 to 10
   // chunks (the ring of 3 wraps several times), lengths not multiples of 64, an empty sequence
   // and one of length 1, a padding slot, initial states from the pool and from zeros,
