@@ -102,6 +102,54 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_by
 __device__ __forceinline__ void cp_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
+// Cluster and mbarrier primitives of the cluster spine (sm_90).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster arrives (release), then waits for all (acquire).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// The one arrival of the barrier's phase, expecting `bytes` of copies (from any block).
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into the shared
+// memory of every block of the cluster in `mask`, at dst's offset, completing on each one's bar.
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, uint32_t bytes,
+                                               uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1], %2, [%3], %4;\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(mask)
+      : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -134,12 +182,15 @@ struct SpineSplit {
 // VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
 // NW = 3 (SL = 16 only): 103 680 bytes, still two blocks per SM (2 x (103 680 + 1 KiB reserved)
 // <= 228 KiB).
-template <int SL, int NW = 2>
+// The cluster spine adds 5 mbarriers (8 bytes each) at the end.
+template <int SL, int NW = 2, int CZ = 0>
 constexpr int spine_smem() {
   return (NW * kC * kWP + 2 * kC * kWP + NW * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 +
-         NW * kC * 4;
+         NW * kC * 4 + (CZ > 0 ? 5 * 8 : 0);
 }
-static_assert(2 * (spine_smem<16, 3>() + 1024) <= 228 * 1024, "deep-ring spine: 2 blocks per SM");
+static_assert(2 * (spine_smem<16, 3, 8>() + 1024) <= 228 * 1024,
+              "deep-ring spine: 2 blocks per SM");
+static_assert(spine_smem<16, 3>() % 8 == 0, "cluster spine: mbarriers 8-byte aligned");
 
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
@@ -152,9 +203,24 @@ static_assert(2 * (spine_smem<16, 3>() + 1024) <= 228 * 1024, "deep-ring spine: 
 // B_{c-2}: wait_group 2. Before the S update, A_c and B_c are committed too and K̂(c) is in
 // A_{c-1}: wait_group 3, then the barrier that publishes VT publishes K̂ as well. So W / U / γ
 // get two chunks of time to land, K̂ a chunk and a half, instead of one chunk.
-template <class St, int SL, int NW = 2>
+// CZ > 0, "CL" (the cluster spine; SL = 16, NW = 3; launched as clusters of CZ = 8 or 4 slice
+// blocks of one (run, head), which all run the same chunks): W and K̂ are read from L2 once per
+// cluster instead of once per block. Block r of the cluster copies rows r, r + CZ, .. of each tile
+// (256 contiguous bytes each) with cp.async.bulk multicast to all CZ blocks; each block's mbarrier
+// of the buffer (fullW[3], fullK[2], one arrival: its thread 0's expect_tx of the 64 rows' 16 KiB)
+// completes when all 64 have landed.
+// Rows past L are copies of row L − 1 (no zero fill): their V_new is replaced by 0 and their VT
+// column is 0, so they add nothing. Reuse: a block issues into a buffer only after a cluster
+// barrier whose arrive every block makes at the end of the chunk that last read it, so no block
+// still reads it and its barrier's previous phase is complete. U and γ stay per block (cp.async,
+// one group per chunk: group c holds chunk c's, wait_group 1 at the start of chunk c).
+template <class St, int SL, int NW = 2, int CZ = 0>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
   static_assert(NW == 2 || NW == 3, "ring of 2 or 3 buffers");
+  static_assert(CZ == 0 || (SL == 16 && NW == 3 && (CZ == 4 || CZ == 8)),
+                "cluster spine: 16-row slices, ring of 3, clusters of 4 or 8");
+  constexpr bool CL = CZ > 0;
+  constexpr int kCZ = CL ? CZ : 1;  // cluster size in the (CL-only) multicast code
   constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [NW][64][136] W rows [i][d]
@@ -163,6 +229,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   bf16* Sb = Us + NW * kC * kUP;                        // [SL][136]     bf16(S) [v][d]
   bf16* VT = Sb + SL * kWP;                             // [SL][72]      (V_new·e)ᵀ [v][i]
   float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [NW][64]      γ
+  uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + NW * kC);  // [3] (CL only)
+  uint64_t* fullK = fullW + 3;                                  // [2] (CL only)
 
   constexpr int kZ = kD / SL;  // V slices per head
   const bool split = sp.seg_chunks > 0;
@@ -251,7 +319,55 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
     }
   };
 
-  if constexpr (NW == 2) {
+  // CL: U slice and γ of chunk cs into ring buffer bw (cp.async, no commit).
+  auto copy_u = [&](int cs, int bw) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* us = Us + bw * kC * kUP;
+    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
+      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
+    }
+    if (tid < kC)
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+                tid < L ? 4 : 0);
+  };
+  // CL: this block's 64 / CZ rows of chunk cs's W (is_k = false) or K̂ tile to all blocks of the
+  // cluster, and this block's own barrier armed for the 64 rows.
+  const uint32_t rank = CL ? cluster_rank() : 0;
+  auto multicast = [&](int cs, bool is_k, bf16* dst, uint64_t* bar) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    if (tid == 0) mbar_arrive_expect(bar, kC * kD * sizeof(bf16));
+    if (tid < kC / kCZ) {
+      const int i = static_cast<int>(rank) + kCZ * tid;
+      const int64_t t = t0 + min(i, L - 1);
+      const bf16* src = is_k ? kn + (t * p.Hk + hk) * kD : w + (t * p.Hv + hv) * kD;
+      bulk_multicast(dst + i * kWP, src, kD * sizeof(bf16), bar, (1u << kCZ) - 1);
+    }
+  };
+
+  if constexpr (CL) {
+    if (tid == 0) {
+      for (int b = 0; b < 3; ++b) mbar_init(fullW + b, 1);
+      for (int b = 0; b < 2; ++b) mbar_init(fullK + b, 1);
+      mbar_init_fence();
+    }
+    cluster_arrive();  // every block's barriers initialised before any copy can complete on them
+    cluster_wait();
+    if (cs_begin < cs_end) {
+      multicast(cs_begin, false, Ws, fullW);
+      multicast(cs_begin, true, Ks, fullK);
+      copy_u(cs_begin, 0);
+    }
+    cp_commit();
+    if (cs_begin + 1 < cs_end) {
+      multicast(cs_begin + 1, false, Ws + kC * kWP, fullW + 1);
+      copy_u(cs_begin + 1, 1);
+    }
+    cp_commit();
+    cluster_arrive();  // paired with the cluster wait of the first chunk (or the one after the
+                       // loop)
+  } else if constexpr (NW == 2) {
     if (cs_begin < cs_end) {
       copy_wu(cs_begin, 0);
       copy_k(cs_begin, 0);
@@ -271,7 +387,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
     const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
     // This thread's copies of W, U, γ of chunk cs have landed (NW = 2: the only group in flight,
     // K̂ too; NW = 3: B_{cs-2}, with A_{cs-1} and B_{cs-1} allowed in flight).
-    if constexpr (NW == 2) {
+    if constexpr (CL) {
+      mbar_wait(fullW + bw, (j / 3) & 1);  // W of chunk cs (this buffer's (j / 3)-th use)
+      cp_wait<1>();                        // U, γ of chunk cs (group j; group j + 1 in flight)
+    } else if constexpr (NW == 2) {
       cp_wait<0>();
     } else {
       cp_wait<2>();
@@ -292,7 +411,17 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
     // the barrier above; it lands while this chunk computes. NW = 3: K̂ of cs + 1 into bk ^ 1
     // (last read by chunk cs − 1's S update) and W, U, γ of cs + 2 into (j + 2) % 3 (last read
     // by chunk cs − 1 before its second barrier), both before the barrier above.
-    if constexpr (NW == 2) {
+    if constexpr (CL) {
+      // Every block of the cluster has finished chunk cs − 1 (its arrive at the end of it), so
+      // K̂ buffer bk ^ 1 and W / U / γ buffer (j + 2) % 3 are free in all of them.
+      cluster_wait();
+      if (cs + 1 < cs_end) multicast(cs + 1, true, Ks + (bk ^ 1) * kC * kWP, fullK + (bk ^ 1));
+      if (cs + 2 < cs_end) {
+        multicast(cs + 2, false, Ws + ((j + 2) % NW) * kC * kWP, fullW + (j + 2) % NW);
+        copy_u(cs + 2, (j + 2) % NW);
+      }
+      cp_commit();  // group j + 2
+    } else if constexpr (NW == 2) {
       if (cs + 1 < cs_end) {
         copy_wu(cs + 1, bk ^ 1);
         copy_k(cs + 1, bk ^ 1);
@@ -352,8 +481,11 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
         VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
       }
-    if constexpr (NW == 3) cp_wait<3>();  // K̂ of chunk cs (A_{cs-1}) has landed
-    __syncthreads();                      // VT visible (NW = 3: and K̂ of chunk cs)
+    if constexpr (CL)
+      mbar_wait(fullK + bk, (j / 2) & 1);  // K̂ of chunk cs (this buffer's (j / 2)-th use)
+    else if constexpr (NW == 3)
+      cp_wait<3>();   // K̂ of chunk cs (A_{cs-1}) has landed
+    __syncthreads();  // VT visible (NW = 3: and K̂ of chunk cs)
 
     // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
@@ -379,6 +511,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         }
       }
     }
+    // CL: this block is done reading chunk cs's W, U, γ (before the second barrier) and K̂ (the
+    // MMAs above): the next chunk's cluster wait lets the other blocks reuse those buffers.
+    if constexpr (CL) cluster_arrive();
     const int end = cs * kC + L;
     if (p.every > 0 && end % p.every == 0 && !local) {
       float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
@@ -396,6 +531,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
     // VT and the ring buffers only after its first barrier, which every thread reaches after its
     // MMAs.
   }
+  // CL: paired with the last arrive. Every copy into a block is one of its own chunks, which it
+  // waited for; this wait also keeps every block of the cluster resident until all are done.
+  if constexpr (CL) cluster_wait();
   // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
   // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
   float* to = nullptr;
@@ -978,10 +1116,47 @@ class StageTimer {
 
 // What `cuda_tc_v3` changes over `cuda_tc` (each can be turned off here to bisect on the GPU).
 struct TcOptions {
-  bool deep_ring = false;     // spine: W, U, γ copied two chunks ahead (16-row slices only;
-                              // 32-row slices keep the ring of 2 and say so at debug level)
-  bool fast_inverse = false;  // stage 1: the inverse in compile-time loops (wu_tc_kernel)
+  bool deep_ring = false;      // spine: W, U, γ copied two chunks ahead (16-row slices only;
+                               // 32-row slices keep the ring of 2 and say so at debug level)
+  bool fast_inverse = false;   // stage 1: the inverse in compile-time loops (wu_tc_kernel)
+  bool cluster_spine = false;  // with deep_ring: W and K̂ multicast to the 8 slices of a head
+                               // (spine_tc_kernel CL), when its clusters all fit at once
 };
+
+// Clusters of the cluster spine that fit on the GPU at once (0 if the query fails), per pool
+// dtype; the kernel's shared-memory attributes are set here as for its launch.
+template <class St, int CZ>
+int spine_cluster_capacity() {
+  static const int clusters = [] {
+    auto* kern = spine_tc_kernel<St, 16, 3, CZ>;
+    constexpr int smem = spine_smem<16, 3, CZ>();
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, CZ);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = CZ;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return clusters;
+}
 
 // The tensor-core op.
 void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
@@ -1046,17 +1221,34 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     sp.b = reinterpret_cast<float*>(base + seg_bytes);
     sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
   }
-  auto spine = [&](auto ts, auto sl, auto nw) {
-    constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value;
-    constexpr int smem = spine_smem<SL, NW>();
-    auto* kern = spine_tc_kernel<decltype(ts), SL, NW>;
+  auto spine = [&](auto ts, auto sl, auto nw, auto cz) {
+    constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value, CZ = decltype(cz)::value;
+    constexpr int smem = spine_smem<SL, NW, CZ>();
+    auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
-      kern<<<dim3(x, static_cast<unsigned>(p.Hv), z), 128, smem, as_stream(ctx.stream())>>>(p, run);
-      HYBRID_CUDA_CHECK_LAUNCH();
+      const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
+      if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(128);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = as_stream(ctx.stream());
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = CZ;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+      } else {
+        kern<<<grid, 128, smem, as_stream(ctx.stream())>>>(p, run);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      }
     };
     if (S == 1) {
       launch(static_cast<unsigned>(p.N), kD / SL, sp);
@@ -1075,14 +1267,46 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     pass.pass1 = 0;
     launch(static_cast<unsigned>(S - 1), kD / SL, pass);
   };
-  // The deep ring (W, U, γ two chunks ahead) fits two blocks per SM at 16 rows only.
+  // The deep ring (W, U, γ two chunks ahead) fits two blocks per SM at 16 rows only; the cluster
+  // spine is the deep ring with W and K̂ shared by the 8 slices of a head, used when all its
+  // clusters of the largest launch fit on the GPU at once (else the deep ring, logged).
+  // Clusters of 8 when all of the largest launch's clusters fit at once, else of 4 when those do
+  // (half the sharing, easier to place on the GPCs), else no clusters (the deep ring; logged).
+  // HYBRID_GDN_CHUNK_CLUSTER=8 or 4 forces the size (to test both on any GPU; a launch whose
+  // clusters do not all fit runs them in waves, slower but correct), =0 turns clusters off.
+  using i0 = std::integral_constant<int, 0>;
+  using i16 = std::integral_constant<int, 16>;
   auto with_slice = [&](auto ts) {
+    using St = decltype(ts);
+    if (ring3 && opt.cluster_spine) {
+      const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
+      const int cap8 = spine_cluster_capacity<St, 8>(), cap4 = spine_cluster_capacity<St, 4>();
+      int cz = int64_t{cap8} * 8 >= blocks ? 8 : int64_t{cap4} * 4 >= blocks ? 4 : 0;
+      const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
+      if (force &&
+          (std::string(force) == "8" || std::string(force) == "4" || std::string(force) == "0"))
+        cz = std::atoi(force);
+      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
+                                   " spine blocks; clusters of 8 / 4 that fit at once: " +
+                                   std::to_string(cap8) + " / " + std::to_string(cap4) +
+                                   (cz > 0 ? "; clusters of " + std::to_string(cz)
+                                           : std::string("; no clusters (deep ring only)")) +
+                                   (force ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
+      if (cz == 8) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 8>{});
+        return;
+      }
+      if (cz == 4) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 4>{});
+        return;
+      }
+    }
     if (ring3)
-      spine(ts, std::integral_constant<int, 16>{}, std::integral_constant<int, 3>{});
+      spine(ts, i16{}, std::integral_constant<int, 3>{}, i0{});
     else if (narrow)
-      spine(ts, std::integral_constant<int, 16>{}, std::integral_constant<int, 2>{});
+      spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{});
     else
-      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
+      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{});
   };
   if (a.state.dtype() == DType::bf16)
     with_slice(bf16{});
@@ -1109,7 +1333,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(ctx, std::string(deep_ring || opt.fast_inverse ? "cuda_tc_v3" : "cuda_tc") +
+  timer.report(ctx, std::string(opt.cluster_spine               ? "cuda_tc_v3_cluster"
+                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                                : "cuda_tc") +
                         ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
                         std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
                         std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
@@ -1126,6 +1352,13 @@ void tc_v3_cuda(const GdnChunkPrefill& a, Context& ctx) {
   opt.fast_inverse = true;
   tc_run(a, ctx, opt);
 }
+void tc_v3_cluster_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  tc_run(a, ctx, opt);
+}
 
 }  // namespace
 }  // namespace gdn_chunk
@@ -1138,6 +1371,10 @@ void register_gdn_chunk_tc(Registry& r) {
   // back to cuda_tc.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3", DeviceType::cuda, 20,
                          gdn_chunk::tc_supports, gdn_chunk::tc_v3_cuda);
+  // cuda_tc_v3 with the cluster spine (W and K̂ multicast to the 8 slices of a head). Remove this
+  // line to fall back to cuda_tc_v3.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3_cluster", DeviceType::cuda, 30,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cluster_cuda);
 }
 
 }  // namespace hybrid::cuda
