@@ -588,6 +588,26 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_prefill.cuda_fa2 (128-row tiles over 8 warps, double-buffered K/V, per-warp causal
+  // skip): several 128-row tiles over a cached prefix, windows cutting warps and key tiles, no
+  // multiple of a tile anywhere, GQA 8 / 4 / 1 at D 256 / 128 / 64 / 256, page sizes 64, 16, 7.
+  {
+    auto c = make(Mode::prefill, {700}, qwen3_next, 64, bf16, bf16);
+    c->news = {400};
+    c->window = 77;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {1029, 5}, gqa4, 16, bf16, bf16);
+    c->news = {300, 5};
+    c->window = 200;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {513}, Shape{8, 2, 64}, 7, bf16, bf16);
+    c->news = {513};
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300, 0, 129}, Shape{2, 2, 256}, 16, bf16, bf16);
+    c->news = {300, 0, 128};
+    cases.push_back(std::move(c));
+  }
+
   // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
   // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
   // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
