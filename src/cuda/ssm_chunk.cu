@@ -778,8 +778,10 @@ size_t v2_state_smem(int N) {
          sizeof(float) * 3 * 256;
 }
 
-// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16).
-template <int N>
+// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16). kPre (v3): dt' and cs were
+// written by scan_dt_kernel (the same arithmetic, so the same values); every thread reads one
+// token's instead of warp 0 computing the chunk's while the other 7 warps wait.
+template <int N, bool kPre = false>
 __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad;
   const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -796,7 +798,12 @@ __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanPar
 
   // dt'_j, cs_j = Σ_{k≤j} dt'_k·A (warp 0: lane l scans Q/32 contiguous entries, then the lane
   // totals), w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end).
-  if (warp == 0) {
+  if constexpr (kPre) {
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+    const float cs_last = p.css[row + L - 1];
+    for (int j = tid; j < Q; j += kV2StateThreads)
+      w_s[j] = j < L ? expf(cs_last - p.css[row + j]) * p.dts[row + j] : 0.0f;
+  } else if (warp == 0) {
     const int per = Q / 32, j0 = lane * per;
     const float A = in.A(h);
     float v[8], cs[8], run = 0.0f;
@@ -1520,12 +1527,23 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
     kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  if (N == 64)
+  if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes loads
+    scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    timer.mark("dt");
+    if (N == 64)
+      state(v2_state_kernel<64, true>);
+    else if (N == 128)
+      state(v2_state_kernel<128, true>);
+    else
+      state(v2_state_kernel<256, true>);
+  } else if (N == 64) {
     state(v2_state_kernel<64>);
-  else if (N == 128)
+  } else if (N == 128) {
     state(v2_state_kernel<128>);
-  else
+  } else {
     state(v2_state_kernel<256>);
+  }
   timer.mark("state");
   const dim3 pass_grid(static_cast<unsigned>((PN / 4 + kV2PassThreads - 1) / kV2PassThreads), hh,
                        static_cast<unsigned>(seqs));
