@@ -1,6 +1,9 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
-// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
+// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
+// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
+// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
+// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
+// per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -698,6 +701,10 @@ __global__ void __launch_bounds__(kScanThreads)
 //             registers, S ⊙ exp(cs_i - cs_j)·dt'_j (j ≤ i) rounded to bf16 and used straight as
 //             the A fragments of acc += S·X_j (the accumulator layout of m16n8 is the A layout of
 //             k16). No C·Bᵀ workspace. Epilogue: + D·x, · silu(z), bf16 pairs.
+// v3 (cuda_v3): scan_dt (chunk, h) writes dt', cs first and v2_state<N, kPre> reads them with all
+// warps; v3_cb (G · tiles, chunk) writes C·Bᵀ [chunks, G, Q, Q] f32 once per group (lower 64×64
+// tiles) right before v3_out<N>, which reads each tile instead of recomputing it per head (half
+// of v2_out's MMAs at N = 128); same values as v2's in-register product.
 // Rounding: the y path rounds S_enter and the masked C·Bᵀ to bf16 (as mamba_ssm does) and uses the
 // fast exp for the decays (relative error ~1e-6 over the chunk's range); y is bf16.
 constexpr int kV2P = 64;   // head dim P
