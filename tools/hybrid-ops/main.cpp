@@ -23,6 +23,7 @@ int usage(const char* argv0) {
   std::fprintf(
       stderr,
       "usage: %s test|perf|list [-b cpu|cuda] [-o OP[,OP...]] [--seed N] [-v] [--reps N] [--csv]\n"
+      "       [--log error|warn|info|debug]\n"
       "  test   check every case (cpu: against the f64 oracle; cuda: against the CPU backend)\n"
       "  perf   time every case (cuda: after measuring the copy and GEMM ceilings)\n"
       "  list   every op, its kernels per backend and its number of cases\n",
@@ -105,6 +106,13 @@ int main(int argc, char** argv) {
       opt.run.seed = std::strtoull(value().c_str(), nullptr, 10);
     } else if (a == "-v") {
       opt.run.verbose = true;
+    } else if (a == "--log") {
+      try {
+        opt.run.log_level = parse_log_level(value());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hybrid-ops: %s\n", e.what());
+        return 2;
+      }
     } else if (a == "--reps") {
       opt.min_reps = std::atoi(value().c_str());
     } else if (a == "--csv") {
