@@ -30,6 +30,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 
 namespace hybrid::cuda {
 
@@ -42,15 +43,6 @@ constexpr int kTP = kC + 8;  // padded row (bf16) of 64-wide tiles
 
 using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
 __device__ __forceinline__ uint32_t ld2(const bf16* p) {
@@ -73,10 +65,6 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const bf16* s, int ld, 
   b[1] = ld2(s + (n0 + g) * ld + k0 + 2 * q + 8);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // B fragments of two n-tiles from a tile stored [k][n] (row-major, rows of `ld` elements, 16-byte
 // aligned): k rows k0..k0+15, columns n0..n0+15. b0 = n-tile n0, b1 = n-tile n0 + 8. Lanes 0-15
 // address rows k0 + lane of columns n0.., lanes 16-31 the same rows at n0 + 8 (matrices 2, 3).
@@ -88,19 +76,12 @@ __device__ __forceinline__ void load_b2_trans(uint32_t (&b0)[2], uint32_t (&b1)[
                : "r"(smem_u32(row)));
 }
 
-// Async copies global -> shared; src_bytes = 0 zero-fills (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
+// Async copies global -> shared (cp_async16, cp_commit: cuda/mma.cuh); src_bytes = 0 zero-fills
+// (src must still be a valid address).
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(src_bytes)
                : "memory");
-}
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 // Cluster and mbarrier primitives of the cluster spine (sm_90).
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -461,7 +442,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       for (int nt = 0; nt < kNV; ++nt) {
         uint32_t bb[2];
         load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
-        mma16816(acc[nt], a, bb);
+        mma_bf16(acc[nt], a, bb);
       }
     }
 #pragma unroll
@@ -506,8 +487,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         load_b2_trans(b0, b1, ks, kWP, 16 * kt, 32 * warp + 16 * np, lane);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma16816(s[mt][2 * np], a[mt], b0);
-          mma16816(s[mt][2 * np + 1], a[mt], b1);
+          mma_bf16(s[mt][2 * np], a[mt], b0);
+          mma_bf16(s[mt][2 * np + 1], a[mt], b1);
         }
       }
     }
@@ -723,7 +704,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
       for (int nt = 0; nt < 8; ++nt) {
         uint32_t b[2];
         load_b(b, Kb, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+        mma_bf16(acc[nt], a, b);
       }
     }
 #pragma unroll
@@ -830,8 +811,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
       for (int np = 0; np < 8; ++np) {
         uint32_t b0[2], b1[2];
         load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
-        mma16816(acc[2 * np], a, b0);
-        mma16816(acc[2 * np + 1], a, b1);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
       }
     }
 #pragma unroll
@@ -941,7 +922,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     for (int nt = 0; nt < 16; ++nt) {
       uint32_t b[2];
       load_b(b, Hs, kWP, nt * 8, 16 * ks, g, q);
-      mma16816(acc[nt], a, b);
+      mma_bf16(acc[nt], a, b);
     }
   }
   const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
@@ -973,7 +954,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       for (int nt = 0; nt < 8; ++nt) {
         uint32_t b[2];
         load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(pa[nt], a, b);
+        mma_bf16(pa[nt], a, b);
       }
     }
     __syncwarp();  // every lane's reads of these Q̂ rows are done before P overwrites them
@@ -998,8 +979,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     for (int np = 0; np < 8; ++np) {
       uint32_t b0[2], b1[2];
       load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
-      mma16816(acc[2 * np], a, b0);
-      mma16816(acc[2 * np + 1], a, b1);
+      mma_bf16(acc[2 * np], a, b0);
+      mma_bf16(acc[2 * np + 1], a, b1);
     }
   }
 #pragma unroll

@@ -40,6 +40,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 #include "cuda/ssm_common.cuh"
 #include "hybrid/ops/ssm.h"
 
@@ -580,10 +581,6 @@ __global__ void __launch_bounds__(kScanThreads)
 // e ≥ 2), column nb·8 + (lane % 4)·2 + (e & 1). Used only when y is bf16: C·S_enter and the
 // decay-masked C·Bᵀ are rounded to bf16 (as mamba_ssm's Triton kernel does), which the bf16
 // tolerance of y absorbs; the states (chunk_states, pool) stay f32 CUDA-core sums.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // acc[nb][e] += Σ_k a[k][row]·b[k][col] over the stage's 32 k, bf16 inputs.
 __device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int warp, int lane) {
@@ -601,11 +598,8 @@ __device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int
       const int cc = c0 + nb * 8;
       const uint32_t b0 = pack_bf16(s.b[k][cc], s.b[k + 1][cc]);
       const uint32_t b1 = pack_bf16(s.b[k + 8][cc], s.b[k + 9][cc]);
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-          "{%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(acc[nb][0]), "+f"(acc[nb][1]), "+f"(acc[nb][2]), "+f"(acc[nb][3])
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      const uint32_t a[4] = {a0, a1, a2, a3};
+      mma_bf16(acc[nb], a, b0, b1);
     }
   }
 }
@@ -713,32 +707,6 @@ constexpr int kV2Pad = 8;  // bf16 row padding (16 B): the 8 rows of an ldmatrix
 constexpr int kV2StateThreads = 256, kV2OutThreads = 128, kV2PassThreads = 256;
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Four 8×8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d += a·b, m16n8k16, bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Fragment addresses (lane l, r = l & 7, sel = (l >> 3) & 1, hi = l >> 4), for a tile at
 // (row0, col0) of a row-major bf16 array with leading dimension ld:
 //   A [m][k], no trans:  (m0 + r + 8·sel, k0 + 8·hi)  -> a0..a3
@@ -758,24 +726,6 @@ __device__ __forceinline__ uint4 ld16(const bf16* p) {
 }
 __device__ __forceinline__ void st16(bf16* p, uint4 v) {
   *reinterpret_cast<uint4*>(p) = v;
-}
-
-// 16 bytes global -> shared without registers (cp.async, L2 only); bytes = 0 stores zeros (the
-// source is not read). Completion in commit groups: cp_async_wait<n> waits until at most n of
-// this thread's most recent groups are pending; a __syncthreads() then publishes the copies.
-__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // 16 bytes, both valid
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int n>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
 }
 
 // Dynamic shared memory of v2_state: x·w hi and lo [64 j][P + 8], B [64 j][N + 8] (bf16), then
@@ -885,16 +835,17 @@ __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanPar
       if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
         uint32_t ah[4], al[4];
         const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
-        ldsm_x4_t(ah, xh + xo);
-        ldsm_x4_t(al, xl + xo);
+        ldmatrix_x4_trans(ah, xh + xo);
+        ldmatrix_x4_trans(al, xl + xo);
 #pragma unroll
         for (int nb = 0; nb < NB; nb += 2) {
           uint32_t b[4];
-          ldsm_x4_t(b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
-          mma16816(acc[nb], ah, b[0], b[1]);
-          mma16816(acc[nb], al, b[0], b[1]);
-          mma16816(acc[nb + 1], ah, b[2], b[3]);
-          mma16816(acc[nb + 1], al, b[2], b[3]);
+          ldmatrix_x4_trans(
+              b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], ah, b[0], b[1]);
+          mma_bf16(acc[nb], al, b[0], b[1]);
+          mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+          mma_bf16(acc[nb + 1], al, b[2], b[3]);
         }
       }
     }
@@ -1044,7 +995,7 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
         const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
         const bool ok = j < jmax;
         cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8,
-                   ok);
+                   ok ? 16 : 0);
       }
     }
   };
@@ -1052,23 +1003,25 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
     for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
       const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
       const bool ok = j < jmax;
-      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8, ok);
+      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
+                 ok ? 16 : 0);
     }
   };
   for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
     const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
     const bool ok = i < L;
-    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8, ok);
-    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8, true);
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
+               ok ? 16 : 0);
+    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8);
   }
-  cp_async_commit();
+  cp_commit();
   load_X(0);
-  cp_async_commit();
+  cp_commit();
   for (int j = tid; j < jmax; j += kV2OutThreads) {
     cs_s[j] = p.css[row * Q + j];
     dt_s[j] = p.dts[row * Q + j];
   }
-  cp_async_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
   __syncthreads();
   const Lane ln(lane);
   const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
@@ -1076,13 +1029,13 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
   // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(cs_i).
   for (int k0 = 0; k0 < N; k0 += 16) {
     uint32_t a[4];
-    ldsm_x4(a, Cs + a_off + k0);
+    ldmatrix_x4(a, Cs + a_off + k0);
 #pragma unroll
     for (int nb = 0; nb < 8; nb += 2) {
       uint32_t b[4];
-      ldsm_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-      mma16816(acc[nb], a, b[0], b[1]);
-      mma16816(acc[nb + 1], a, b[2], b[3]);
+      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(acc[nb], a, b[0], b[1]);
+      mma_bf16(acc[nb + 1], a, b[2], b[3]);
     }
   }
   const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;  // this lane's rows
@@ -1097,15 +1050,15 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
   }
   __syncthreads();  // S_enter (in the B tile's space) is consumed
   load_B(0);
-  cp_async_commit();
+  cp_commit();
   // Intra-chunk: 64-token j tiles up to the diagonal one.
   for (int jt = 0; jt <= ti; ++jt) {
     const int j0 = jt * kV2J;
     // B[jt] landed: pending groups are {X[0], B[0]} at jt = 0 (wait for all), else {B[jt], X[jt]}.
     if (jt == 0)
-      cp_async_wait<0>();
+      cp_wait<0>();
     else
-      cp_async_wait<1>();
+      cp_wait<1>();
     __syncthreads();
     // On the diagonal tile warp w's rows need only j < 16·(w + 1): n8 blocks < 2w + 2.
     const bool diag = jt == ti;
@@ -1123,21 +1076,21 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
     } else {
       for (int k0 = 0; k0 < N; k0 += 16) {
         uint32_t a[4];
-        ldsm_x4(a, Cs + a_off + k0);
+        ldmatrix_x4(a, Cs + a_off + k0);
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
           if (nb < nb_end) {
             uint32_t b[4];
-            ldsm_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-            mma16816(s[nb], a, b[0], b[1]);
-            mma16816(s[nb + 1], a, b[2], b[3]);
+            ldmatrix_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+            mma_bf16(s[nb], a, b[0], b[1]);
+            mma_bf16(s[nb + 1], a, b[2], b[3]);
           }
         }
       }
     }
     __syncthreads();  // every warp is done with B[jt]: load B[jt + 1] into its space
     if (jt < ti) load_B(j0 + kV2J);
-    cp_async_commit();
+    cp_commit();
     // S[i][j] ← S·exp(cs_i - cs_j)·dt'_j for j ≤ i < L, else 0.
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
@@ -1148,7 +1101,7 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
         s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
       }
     }
-    cp_async_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
+    cp_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
     __syncthreads();
     // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
 #pragma unroll
@@ -1161,15 +1114,15 @@ __device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
           uint32_t b[4];
-          ldsm_x4_t(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
-          mma16816(acc[nb], a, b[0], b[1]);
-          mma16816(acc[nb + 1], a, b[2], b[3]);
+          ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
         }
       }
     }
     __syncthreads();  // every warp is done with X[jt]: load X[jt + 1] into its space
     if (jt < ti) load_X(j0 + kV2J);
-    cp_async_commit();
+    cp_commit();
   }
   // y = (acc + D·x)·silu(z), two adjacent p per store.
   const float D_h = in.D_skip(h);
@@ -1234,25 +1187,25 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
     const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r, j = j0 + r;
     cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (i < L ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
-               i < L);
+               i < L ? 16 : 0);
     cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (j < L ? j : 0)) * in.B.s0 + g * in.B.s1 + n8,
-               j < L);
+               j < L ? 16 : 0);
   }
-  cp_async_commit();
-  cp_async_wait<0>();
+  cp_commit();
+  cp_wait<0>();
   __syncthreads();
   const Lane ln(lane);
   float s[8][4] = {};
 #pragma unroll
   for (int k0 = 0; k0 < N; k0 += 16) {
     uint32_t a[4];
-    ldsm_x4(a, Cs + (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi + k0);
+    ldmatrix_x4(a, Cs + (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi + k0);
 #pragma unroll
     for (int nb = 0; nb < 8; nb += 2) {
       uint32_t b[4];
-      ldsm_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-      mma16816(s[nb], a, b[0], b[1]);
-      mma16816(s[nb + 1], a, b[2], b[3]);
+      ldmatrix_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(s[nb], a, b[0], b[1]);
+      mma_bf16(s[nb + 1], a, b[2], b[3]);
     }
   }
   // Accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column nb·8 + (lane%4)·2 +
