@@ -333,8 +333,13 @@ std::string compare(const Slot& slot, const std::vector<double>& got,
 
 bool case_selected(const Case& c, const std::vector<std::string>& ops) {
   if (ops.empty()) return true;
-  for (const std::string& o : ops)
+  static const std::string kPerfSuffix = ":perf";  // "OP:perf": only OP's perf-only cases
+  for (const std::string& o : ops) {
     if (o == c.op() || o == c.name()) return true;
+    if (o.size() > kPerfSuffix.size() && o.ends_with(kPerfSuffix) && c.perf_only() &&
+        o.compare(0, o.size() - kPerfSuffix.size(), c.op()) == 0)
+      return true;
+  }
   return false;
 }
 
