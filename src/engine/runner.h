@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,7 +60,9 @@ struct Sequence {
 
 class Runner {
  public:
-  Runner(const std::string& dir, Device device);
+  // `progress` (optional) is called as the weights load: checkpoint bytes read so far, total.
+  Runner(const std::string& dir, Device device,
+         const std::function<void(int64_t done, int64_t total)>& progress = {});
   ~Runner();
 
   const Config& config() const { return cfg_; }
@@ -74,7 +77,8 @@ class Runner {
   std::vector<float> forward(Sequence& seq, const std::vector<int32_t>& ids, bool all_logits);
 
  private:
-  void load_weights(const Checkpoint& ckpt, const ModelSpec& spec);
+  void load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t total_bytes,
+                    const std::function<void(int64_t, int64_t)>& progress);
   // The varlen arguments of one forward call (one sequence in pool slot 0), made once for all
   // layers: T new tokens, decode = one token after a prefix.
   struct Step {
