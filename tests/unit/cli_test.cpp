@@ -8,7 +8,8 @@
 //                           -p without tokenizer.json: one line "error: ...", exit code 1
 //   bench                   the llama-bench table with pp and tg rows
 //   without -m              the demo model ($HYBRID_DEMO_MODEL here); its absence is an error
-//   newcomer errors         say what to do (what -m takes; the nested folder that holds the model)
+//   newcomer errors         say what to do (what -m takes; the nested folder that holds the model;
+//                           weights larger than the memory: a sparse 1 TiB checkpoint)
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -23,6 +24,10 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "hybrid/core/dtype.h"
+#include "hybrid/model/config.h"
+#include "hybrid/model/model.h"
 
 #ifndef HYBRID_CLI_PATH
 #error "HYBRID_CLI_PATH (the built hybrid binary) must be defined by tests/CMakeLists.txt"
@@ -344,6 +349,51 @@ TEST(Cli, NewcomerErrorsSayWhatToDo) {
             std::string::npos)
       << r.err;
   fs::remove_all(top);
+}
+
+// A model folder whose safetensors file declares every tensor of `config_json`'s architecture
+// (names and shapes from describe_model, bf16) over a sparse file: no disk space, any size.
+fs::path sparse_model(const std::string& name, const std::string& config_json) {
+  const fs::path dir = fs::temp_directory_path() / ("hybrid_cli_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_json;
+  const hybrid::ModelSpec spec = hybrid::describe_model(hybrid::load_config(dir.string()));
+  json header = json::object();
+  int64_t offset = 0;
+  for (const hybrid::TensorSpec& t : spec.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    header[t.name] = {
+        {"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * n}}};
+    offset += 2 * n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream f(dir / "model.safetensors", std::ios::binary);
+  const uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((len >> (8 * i)) & 0xff));
+  f << text;
+  f.close();
+  fs::resize_file(dir / "model.safetensors", 8 + text.size() + static_cast<uint64_t>(offset));
+  return dir;
+}
+
+TEST(Cli, WeightsLargerThanMemorySayWhatToDo) {
+  // Mamba2 with a 2^27 x 4096 bf16 embedding: 1 TiB of weights (and ~70 M more), more than any
+  // test machine has.
+  const fs::path dir = sparse_model("too_big", R"({"model_type": "mamba2", "hidden_size": 4096,
+      "num_hidden_layers": 1, "vocab_size": 134217728, "num_heads": 128, "head_dim": 64,
+      "state_size": 16, "n_groups": 1, "expand": 2, "conv_kernel": 4, "chunk_size": 64,
+      "tie_word_embeddings": true})");
+  const CliResult r = cli("run -m '" + dir.string() + "' --ids 1,2 -n 2 --device cpu");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(R"(error: \[model\] the weights need 1\.00 TiB but cpu has [0-9.]+ [KMGT]iB of )"
+                 R"(memory; use a smaller checkpoint or a machine with more memory\n$)")))
+      << r.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace

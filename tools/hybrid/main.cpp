@@ -247,8 +247,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
     throw Error(what + "; " +
                 (device.is_cuda()
                      ? "run it on the CPU (--device cpu), free the GPU (nvidia-smi lists what "
-                       "holds it), or use a smaller or MLX 4-bit checkpoint"
-                     : "use a smaller or MLX 4-bit checkpoint, or a machine with more memory"));
+                       "holds it), or use a smaller checkpoint"
+                     : "use a smaller checkpoint or a machine with more memory"));
   }
   meter.done();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
