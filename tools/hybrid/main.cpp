@@ -510,12 +510,17 @@ int run(const RunOptions& o) {
                  o.model.c_str());
 
   std::unique_ptr<Model> m = load_model(o.model, o.device);
-  // On a terminal the prompt's text comes first, as llama-cli shows it; a pipe gets only the
-  // continuation.
-  if (show_text && o.prompt && !o.chat && isatty(fileno(stdout))) {
-    std::fwrite(o.prompt->data(), 1, o.prompt->size(), stdout);
+  // On a terminal the prompt's text comes first, as llama-cli shows it (written with the first
+  // text, after the prefill progress line is gone); a pipe gets only the continuation.
+  bool echo_prompt = show_text && o.prompt && !o.chat && isatty(fileno(stdout));
+  auto write_text = [&](const std::string& s) {
+    if (echo_prompt) {
+      std::fwrite(o.prompt->data(), 1, o.prompt->size(), stdout);
+      echo_prompt = false;
+    }
+    std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
-  }
+  };
   GenerateOptions g;
   g.max_new_tokens = o.n;
   g.capacity = ctx > 0 ? std::min(ctx, P + std::max<int64_t>(o.n, 1)) : 0;
@@ -531,10 +536,7 @@ int run(const RunOptions& o) {
     };
   g.on_token = [&](int32_t id) {
     StopChecker::Result r = stop.push(id, text ? text->push(id) : std::string());
-    if (show_text && !r.emit.empty()) {
-      std::fwrite(r.emit.data(), 1, r.emit.size(), stdout);
-      std::fflush(stdout);
-    }
+    if (show_text && !r.emit.empty()) write_text(r.emit);
     return !r.stop;
   };
   const auto t0 = std::chrono::steady_clock::now();
@@ -542,7 +544,7 @@ int run(const RunOptions& o) {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string tail = stop.finish(text ? text->flush() : std::string());
   if (show_text) {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    write_text(tail);
     std::printf("\n");
   }
   if (show_ids) {
