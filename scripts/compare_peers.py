@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Peers timed beside hybrid in one process, on the same inputs, both captured in CUDA graphs.
 
-    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill]
+    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill,attn_decode,attn_prefill]
 
 For each shape: run hybrid (through its C entry, scripts/hybrid_py.py) and the peer on the same
 torch tensors, check that the outputs agree within bf16 tolerance, then time each as a replayed CUDA
 graph (median of CUDA-event timings, L2 flushed between replays) and print the ratio peer / hybrid
 (> 1: hybrid is faster). The device's copy ceiling is measured first in the same run. Peers:
-flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN.
+flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN; torch's
+scaled_dot_product_attention with each fused backend that takes the shape (flash, cuDNN's fused
+attention, memory-efficient) for attention.
 """
 import argparse
 import os
@@ -53,7 +55,10 @@ def copy_ceiling_gbps():
     n = 1 << 28  # 1 GiB of f32 (torch's byte copy kernel is slower than its f32 one)
     src = torch.rand(n, device="cuda")
     dst = torch.empty_like(src)
-    ms = time_graph(lambda: dst.copy_(src), reps=10)
+    # copy_ of a same-dtype tensor is cudaMemcpyAsync, which measured 2.7 TB/s on the H200 where
+    # an elementwise kernel moves 4.1+; take the faster of the two.
+    ms = min(time_graph(lambda: dst.copy_(src), reps=10),
+             time_graph(lambda: torch.mul(src, 1.0, out=dst), reps=10))
     return 2 * 4 * n / (ms * 1e-3) / 1e9
 
 
@@ -154,6 +159,102 @@ def gdn_prefill(hy, fla):
     report(rows, "GDN chunked prefill, Hk 16, K = V = 128, bf16 q/k/v, f32 state, L2 norm in kernel (FLA chunk_gated_delta_rule)")
 
 
+def sdpa_backends():
+    """torch SDPA's fused backends that may serve D = 256, by name (cuDNN's fused attention among
+    them: this is how the cuDNN alternative of issue 6 is measured)."""
+    from torch.nn.attention import SDPBackend
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def paged_kv(B, L, Hkv, D, page, seed=1):
+    """K/V of B sequences of L tokens, contiguous [B, L, Hkv, D] bf16, and the same memory seen as
+    hybrid's paged cache [B·L/page, page, Hkv, D] with the identity page table."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randn(B, L, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, L, Hkv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    pages = L // page
+    table = torch.arange(B * pages, device="cuda", dtype=torch.int32).view(B, pages)
+    return k, v, k.view(B * pages, page, Hkv, D), v.view(B * pages, page, Hkv, D), table
+
+
+def time_sdpa(fn, backend):
+    from torch.nn.attention import sdpa_kernel
+    try:
+        with sdpa_kernel([backend]):
+            out = fn()
+            t = time_graph(fn, reps=20)
+        return out, t
+    except RuntimeError as e:
+        return None, str(e).splitlines()[0][:60]
+
+
+def attn_decode(hy, _):
+    F = torch.nn.functional
+    rows = []
+    Hq, Hkv, D, page = 16, 2, 256, 64
+    for (B, L) in ((1, 32768), (1, 131072), (32, 8192), (128, 4096)):
+        k, v, kc, vc, table = paged_kv(B, L, Hkv, D, page)
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+        lens = torch.full((B,), L, device="cuda", dtype=torch.int32)
+        out = torch.empty_like(q)
+
+        def run_hybrid():
+            hy.run("attn_decode", q=q, k_cache=kc, v_cache=vc, page_table=table, seq_lens=lens, out=out)
+
+        def run_sdpa():
+            return F.scaled_dot_product_attention(q.view(B, Hq, 1, D), k.transpose(1, 2),
+                                                  v.transpose(1, 2), enable_gqa=True)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid, reps=20)
+        kv_bytes = 2 * B * L * Hkv * D * 2
+        for name, backend in sdpa_backends().items():
+            ref, t_s = time_sdpa(run_sdpa, backend)
+            if ref is None:
+                rows.append((f"B {B} ctx {L}", f"{t_h:.4f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
+                continue
+            err = rel_err(out, ref.view(B, Hq, D))
+            rows.append((f"B {B} ctx {L}", f"{t_h:.4f}", f"{t_s:.4f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
+                         f"SDPA {name}; KV read hybrid {kv_bytes / (t_h * 1e-3) / 1e12:.2f} TB/s, "
+                         f"peer {kv_bytes / (t_s * 1e-3) / 1e12:.2f} TB/s"))
+    report(rows, f"attn_decode, Hq {Hq} / Hkv {Hkv}, D {D}, bf16 paged cache (page {page}) vs torch SDPA")
+
+
+def attn_prefill(hy, _):
+    F = torch.nn.functional
+    rows = []
+    Hq, Hkv, D, page = 16, 2, 256, 64
+    for T in (4096, 16384):
+        k, v, kc, vc, table = paged_kv(1, T, Hkv, D, page)
+        q = torch.randn(T, Hq, D, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, T], device="cuda", dtype=torch.int32)
+        lens = torch.tensor([T], device="cuda", dtype=torch.int32)
+        out = torch.empty_like(q)
+
+        def run_hybrid():
+            hy.run("attn_prefill", q=q, k_cache=kc, v_cache=vc, page_table=table, cu_seqlens=cu,
+                   seq_lens=lens, out=out)
+
+        def run_sdpa():
+            return F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(1, 2),
+                                                  v.transpose(1, 2), is_causal=True, enable_gqa=True)
+
+        run_hybrid()
+        t_h = time_graph(run_hybrid, reps=10)
+        flops = 4 * T * T * Hq * D / 2  # causal: half of QK^T and PV
+        for name, backend in sdpa_backends().items():
+            ref, t_s = time_sdpa(run_sdpa, backend)
+            if ref is None:
+                rows.append((f"causal T {T}", f"{t_h:.3f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
+                continue
+            err = rel_err(out, ref[0].transpose(0, 1))
+            rows.append((f"causal T {T}", f"{t_h:.3f}", f"{t_s:.3f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
+                         f"SDPA {name}; hybrid {flops / (t_h * 1e-3) / 1e12:.0f} TFLOP/s, "
+                         f"peer {flops / (t_s * 1e-3) / 1e12:.0f} TFLOP/s"))
+    report(rows, f"attn_prefill, Hq {Hq} / Hkv {Hkv}, D {D}, bf16, one sequence vs torch SDPA")
+
+
 def main():
     global FLUSH
     p = argparse.ArgumentParser()
@@ -173,7 +274,8 @@ def main():
     for name in args.only.split(","):
         if name.startswith("gdn") and not fla_ok:
             continue
-        {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill}[name](hy, None)
+        {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
+         "attn_prefill": attn_prefill}[name](hy, None)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,16 @@ void memset_async(void* dst, int value, size_t bytes, void* stream);
 void device_name(int device, char* name, size_t capacity);
 size_t device_memory_bytes(int device, size_t* free_bytes);
 
+// CUDA graphs. graph_capture_begin starts a thread-local capture of `stream`; graph_capture_end
+// ends it and returns the instantiated graph (a cudaGraphExec_t); graph_launch replays it on
+// `stream`; graph_destroy frees it. A capture that fails (an op that is not capturable) is
+// ended and reported as an error.
+void graph_capture_begin(void* stream);
+void* graph_capture_end(void* stream);
+void graph_capture_abort(void* stream) noexcept;  // ends a capture, discarding it (error paths)
+void graph_launch(void* graph_exec, void* stream);
+void graph_destroy(void* graph_exec) noexcept;
+
 // Timing with CUDA events on a stream.
 void* event_create();
 void event_destroy(void* event) noexcept;

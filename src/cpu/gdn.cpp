@@ -1,4 +1,4 @@
-// CPU reference: gdn_recurrent, gdn_prep_chunk, gdn_prep_step, gdn_record, gdn_replay.
+// CPU reference: gdn_recurrent, gdn_prep_chunk, gdn_prep_step, gdn_gates, gdn_record, gdn_replay.
 // f32 math; one task per (sequence, value head), the state S [V, K] held in f32 across the
 // sequence's tokens (one load from the pool, one store back).
 #include <cmath>
@@ -249,6 +249,18 @@ void gdn_prep_step_cpu(const GdnPrepStep& a, Context& ctx) {
 // gdn_recurrent's loop from S = pool[slot, hv] (the pool is only read), writing the tape:
 //   tape_k[t, hk] = k̂_t,  tape_u[t, hv] = u_t = β_t (v_t − α_t S k̂_t),  tape_alpha[t, hv] = α_t
 // (tape_k is written by the first value head of each key head's group).
+// g[t, h] = −exp(A_log[h]) · softplus(a[t, h] + dt_bias[h]),  beta[t, h] = sigmoid(b[t, h]).
+void gdn_gates_cpu(const GdnGates& a, Context& ctx) {
+  const int64_t T = a.a.size(0), Hv = a.a.size(1);
+  parallel_for(T, ctx, [&](int64_t t) {
+    for (int64_t h = 0; h < Hv; ++h) {
+      const float dt = load_f32(a.a, t * a.a.stride(0) + h) + load_f32(a.dt_bias, h);
+      store_f32(a.g, t * a.g.stride(0) + h, -std::exp(load_f32(a.A_log, h)) * softplus(dt));
+      store_f32(a.beta, t * a.beta.stride(0) + h, sigmoid(load_f32(a.b, t * a.b.stride(0) + h)));
+    }
+  });
+}
+
 void gdn_record_cpu(const GdnRecord& a, Context& ctx) {
   const int64_t Hk = a.q.size(1), K = a.q.size(2), Hv = a.v.size(1), V = a.v.size(2);
   const int64_t N = a.state_slots.size(0), ratio = Hv / Hk;
@@ -317,6 +329,7 @@ void register_gdn(Registry& r) {
   r.add<GdnRecurrent>("gdn_recurrent.cpu", DeviceType::cpu, 0, nullptr, gdn_recurrent_cpu);
   r.add<GdnPrepChunk>("gdn_prep_chunk.cpu", DeviceType::cpu, 0, nullptr, gdn_prep_chunk_cpu);
   r.add<GdnPrepStep>("gdn_prep_step.cpu", DeviceType::cpu, 0, nullptr, gdn_prep_step_cpu);
+  r.add<GdnGates>("gdn_gates.cpu", DeviceType::cpu, 0, nullptr, gdn_gates_cpu);
   r.add<GdnRecord>("gdn_record.cpu", DeviceType::cpu, 0, nullptr, gdn_record_cpu);
   r.add<GdnReplay>("gdn_replay.cpu", DeviceType::cpu, 0, nullptr, gdn_replay_cpu);
 }

@@ -1,6 +1,7 @@
 // CUDA: the GDN token-by-token recurrence: gdn_recurrent (decode and speculative verification,
 // T = 1..16 tokens per sequence), the fused prep forms of seed 000 (gdn_prep_step,
-// gdn_prep_chunk), and the rollback pair gdn_record / gdn_replay.
+// gdn_prep_chunk), the unfused layer's gates (gdn_gates), and the rollback pair gdn_record /
+// gdn_replay.
 //
 // Per sequence n and value head hv, state S [V, K] (V-first, K contiguous), f32 in registers:
 //   S ← α S;  u = β (v − S k̂);  S ← S + u k̂ᵀ;  o = S q̂
@@ -14,6 +15,7 @@
 //   bytes ≈ N·Hv·V·K·(2 · state element size) + the token tensors.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -495,6 +497,34 @@ void replay_cuda(const GdnReplay& a, Context& ctx) {
   });
 }
 
+// ---- gdn_gates --------------------------------------------------------------------------------
+
+// One thread per (t, hv):  g = −exp(A_log) · softplus(a + dt_bias),  β = sigmoid(b), in f32 with
+// the accurate expf / log1pf (the CPU reference's std::exp / std::log1p to within an ulp).
+__global__ void gdn_gates_kernel(Scalars a, Scalars b, Scalars A_log, Scalars dt_bias, float* g,
+                                 int64_t g_t, float* beta, int64_t beta_t, int64_t T, int Hv) {
+  const int64_t n = T * Hv;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / Hv;
+    const int hv = static_cast<int>(i % Hv);
+    const float x = a.at(t, hv) + dt_bias.at(hv);
+    const float softplus = x > 20.0f ? x : log1pf(expf(x));
+    g[t * g_t + hv] = -expf(A_log.at(hv)) * softplus;
+    beta[t * beta_t + hv] = 1.0f / (1.0f + expf(-b.at(t, hv)));
+  }
+}
+
+void gates_cuda(const GdnGates& a, Context& ctx) {
+  const int64_t T = a.a.size(0), Hv = a.a.size(1);
+  if (T * Hv == 0) return;
+  const int64_t blocks = std::min<int64_t>((T * Hv + 255) / 256, 4096);
+  gdn_gates_kernel<<<static_cast<unsigned>(blocks), 256, 0, as_stream(ctx.stream())>>>(
+      scalars(a.a), scalars(a.b), scalars(a.A_log), scalars(a.dt_bias), a.g.data_as<float>(),
+      a.g.stride(0), a.beta.data_as<float>(), a.beta.stride(0), T, static_cast<int>(Hv));
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 __global__ void iota_kernel(int* p, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i <= n; i += gridDim.x * blockDim.x) p[i] = i;
 }
@@ -516,6 +546,7 @@ void register_gdn(Registry& r) {
                       prep_chunk_cuda);
   r.add<GdnPrepStep>("gdn_prep_step.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepStep>,
                      prep_step_cuda);
+  r.add<GdnGates>("gdn_gates.cuda", DeviceType::cuda, 0, nullptr, gates_cuda);
   r.add<GdnRecord>("gdn_record.cuda", DeviceType::cuda, 0, record_supports, record_cuda);
   r.add<GdnReplay>("gdn_replay.cuda", DeviceType::cuda, 0, replay_supports, replay_cuda);
 }

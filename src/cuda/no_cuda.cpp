@@ -46,6 +46,17 @@ void blas_destroy(void*) noexcept {}
 void memset_async(void*, int, size_t, void*) {
   no_cuda("device memset");
 }
+void graph_capture_begin(void*) {
+  no_cuda("graph capture");
+}
+void* graph_capture_end(void*) {
+  no_cuda("graph capture");
+}
+void graph_capture_abort(void*) noexcept {}
+void graph_launch(void*, void*) {
+  no_cuda("graph launch");
+}
+void graph_destroy(void*) noexcept {}
 void device_name(int, char*, size_t) {
   no_cuda("device name");
 }

@@ -96,6 +96,37 @@ void memset_async(void* dst, int value, size_t bytes, void* stream) {
   HYBRID_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cuda::as_stream(stream)));
 }
 
+void graph_capture_begin(void* stream) {
+  HYBRID_CUDA_CHECK(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+}
+
+void* graph_capture_end(void* stream) {
+  cudaGraph_t graph = nullptr;
+  HYBRID_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  HYBRID_CUDA_CHECK(e);
+  return exec;
+}
+
+void graph_capture_abort(void* stream) noexcept {
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();  // clear the capture's error
+}
+
+void graph_launch(void* graph_exec, void* stream) {
+  HYBRID_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec), static_cast<cudaStream_t>(stream)));
+}
+
+void graph_destroy(void* graph_exec) noexcept {
+  if (graph_exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec));
+}
+
 void device_name(int device, char* name, size_t capacity) {
   cudaDeviceProp prop;
   HYBRID_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

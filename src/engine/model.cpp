@@ -124,7 +124,7 @@ std::vector<int32_t> Model::generate_greedy(const std::vector<int32_t>& prompt, 
   for (int64_t i = 0; i < n; ++i) {
     const int32_t next = argmax(last);
     out.push_back(next);
-    if (i + 1 < n) last = runner_->forward(seq, {next}, false);
+    if (i + 1 < n) last = runner_->decode(seq, {0}, {next});
   }
   return out;
 }
@@ -172,11 +172,11 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
   std::vector<int32_t> history = prompt;
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     if (i > 0) {
-      if (seq.length >= capacity) {
+      if (seq.length[0] >= capacity) {
         r.context_full = true;
         break;
       }
-      last = runner_->forward(seq, {r.ids.back()}, false);
+      last = runner_->decode(seq, {0}, {r.ids.back()});
       ++r.decode_steps;
     }
     const int32_t next = sampler.sample(last.data(), vocab, history);
@@ -186,6 +186,112 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
   }
   r.decode_seconds = seconds(t1, clock::now());
   return r;
+}
+
+std::vector<GenerateResult> Model::generate_batch(
+    const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
+    const std::function<bool(size_t index, int32_t id)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  if (prompts.empty()) fail("[model] generate_batch: no prompts");
+  if (o.max_new_tokens < 0)
+    fail("[model] generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  if (o.prefill_chunk <= 0)
+    fail("[model] generate: prefill_chunk must be positive, got ", o.prefill_chunk);
+  if (o.capacity < 0) fail("[model] generate: capacity must be >= 0, got ", o.capacity);
+  const int64_t vocab = vocab_size();
+  const size_t B = prompts.size();
+  // Every slot holds the longest need (the KV pages are one equal run per slot).
+  int64_t capacity = o.capacity;
+  for (size_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& prompt = prompts[b];
+    if (prompt.empty()) fail("[model] generate: prompt ", b, " is empty");
+    const int64_t P = static_cast<int64_t>(prompt.size());
+    if (o.capacity > 0 && P > o.capacity)
+      fail("[model] generate: prompt ", b, " has ", P, " tokens, more than the sequence holds (",
+           o.capacity, ")");
+    if (o.capacity == 0) capacity = std::max(capacity, P + std::max<int64_t>(o.max_new_tokens, 1));
+    for (size_t t = 0; t < prompt.size(); ++t)
+      if (prompt[t] < 0 || prompt[t] >= vocab)
+        fail("[model] prompt ", b, ": token id ", prompt[t], " at position ", t,
+             " is out of range [0, ", vocab, ")");
+  }
+  // A sequence's own limit: its prompt + max_new_tokens (as generate() alone), or `capacity`.
+  auto limit = [&](size_t b) {
+    const int64_t P = static_cast<int64_t>(prompts[b].size());
+    return o.capacity > 0 ? o.capacity : P + std::max<int64_t>(o.max_new_tokens, 1);
+  };
+
+  std::vector<GenerateResult> results(B);
+  std::vector<Sampler> samplers;
+  std::vector<std::vector<int32_t>> history(prompts.begin(), prompts.end());
+  for (size_t b = 0; b < B; ++b) {
+    SamplingParams sp = o.sampling;
+    sp.seed += b;
+    samplers.emplace_back(sp);
+  }
+  engine::Sequences seqs = runner_->new_sequences(static_cast<int64_t>(B), capacity);
+  std::vector<int64_t> live;  // slots still generating
+  for (size_t b = 0; b < B; ++b) {
+    GenerateResult& r = results[b];
+    const std::vector<int32_t>& prompt = prompts[b];
+    const int64_t P = static_cast<int64_t>(prompt.size());
+    r.prompt_tokens = P;
+    if (o.max_new_tokens == 0) continue;
+    const clock::time_point t0 = clock::now();
+    std::vector<float> last;
+    for (int64_t off = 0; off < P; off += o.prefill_chunk) {
+      const int64_t len = std::min(o.prefill_chunk, P - off);
+      last = runner_->forward(
+          seqs, static_cast<int64_t>(b),
+          std::vector<int32_t>(prompt.begin() + off, prompt.begin() + off + len), false);
+    }
+    r.prefill_seconds = seconds(t0, clock::now());
+    const int32_t next = samplers[b].sample(last.data(), vocab, history[b]);
+    history[b].push_back(next);
+    r.ids.push_back(next);
+    const bool go_on = !on_token || on_token(b, next);
+    if (go_on && static_cast<int64_t>(r.ids.size()) < o.max_new_tokens)
+      live.push_back(static_cast<int64_t>(b));
+  }
+
+  const clock::time_point t1 = clock::now();
+  while (!live.empty()) {
+    // Sequences that are full stop here (as generate() alone would, before its next step).
+    std::vector<int64_t> step;
+    for (int64_t b : live) {
+      if (seqs.length[static_cast<size_t>(b)] >= limit(static_cast<size_t>(b))) {
+        results[static_cast<size_t>(b)].context_full = true;
+      } else {
+        step.push_back(b);
+      }
+    }
+    if (step.empty()) break;
+    std::vector<int32_t> ids;
+    for (int64_t b : step) ids.push_back(results[static_cast<size_t>(b)].ids.back());
+    const std::vector<float> logits = runner_->decode(seqs, step, ids);
+    live.clear();
+    for (size_t n = 0; n < step.size(); ++n) {
+      const size_t b = static_cast<size_t>(step[n]);
+      GenerateResult& r = results[b];
+      ++r.decode_steps;
+      const int32_t next =
+          samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab, history[b]);
+      history[b].push_back(next);
+      r.ids.push_back(next);
+      const bool go_on = !on_token || on_token(b, next);
+      if (go_on && static_cast<int64_t>(r.ids.size()) < o.max_new_tokens) live.push_back(step[n]);
+    }
+  }
+  const double decode_seconds = seconds(t1, clock::now());
+  for (GenerateResult& r : results) r.decode_seconds = decode_seconds;
+  return results;
+}
+
+void Model::set_cuda_graphs(bool on) {
+  runner_->set_cuda_graphs(on);
 }
 
 }  // namespace hybrid

@@ -4,10 +4,13 @@
 #include "engine/runner.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include <unistd.h>
@@ -80,11 +83,6 @@ std::vector<float> host_f32(const Tensor& t) {
   return v;
 }
 
-// HF's F.softplus (beta 1, threshold 20).
-float softplus(float x) {
-  return x > 20.0f ? x : std::log1p(std::exp(x));
-}
-
 // A [T, H, D] view of columns [c0, c0 + H·D) of a [T, cols] f32 matrix.
 Tensor heads(const Tensor& m, int64_t c0, int64_t H, int64_t D) {
   return Tensor(m.data_as<float>() + c0, DType::f32, m.device(), {m.size(0), H, D},
@@ -95,13 +93,27 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// HYBRID_DEVICE_MEMORY_BUDGET=BYTES: the memory the load may assume the device has, in place of
+// the free memory (CUDA) or the physical memory (CPU); lets CPU CI test the "weights larger than
+// the device's memory" error. Unset or empty: no budget.
+std::optional<size_t> device_memory_budget() {
+  const char* v = std::getenv("HYBRID_DEVICE_MEMORY_BUDGET");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0' || v[0] == '-')
+    fail("[model] HYBRID_DEVICE_MEMORY_BUDGET='", v, "': expected a number of bytes");
+  return static_cast<size_t>(n);
+}
+
 }  // namespace
 
 // ---- loading ----------------------------------------------------------------------------------
 
 Runner::Runner(const std::string& dir, Device device,
                const std::function<void(int64_t, int64_t)>& progress)
-    : device_(device) {
+    : device_(device), ws_(device) {
   if (!fs::exists(dir)) fail("[model] ", dir, ": no such file or directory");
   if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a folder (pass the model's folder)");
   if (!fs::exists(fs::path(dir) / "config.json"))
@@ -118,36 +130,34 @@ Runner::Runner(const std::string& dir, Device device,
          arch_name(cfg_.arch));
   size_t need = 0;
   {
+    // Before anything is uploaded: the weights must fit in the device's memory (free memory on
+    // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets).
     for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
       need += static_cast<size_t>(bytes);
-    size_t free_bytes = 0;
-    if (device.is_cuda()) {
-      cuda_api::device_memory_bytes(device.index, &free_bytes);
+    size_t available = 0;
+    const char* what = nullptr;
+    if (const std::optional<size_t> budget = device_memory_budget()) {
+      available = *budget;
+      what = " available (HYBRID_DEVICE_MEMORY_BUDGET)";
+    } else if (device.is_cuda()) {
+      cuda_api::device_memory_bytes(device.index, &available);
+      what = " free";
     } else {
-      free_bytes = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
-                   static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+      available = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
+                  static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+      what = " of memory";
     }
-    if (need > free_bytes)
-      fail("[model] the weights need ", format_bytes(static_cast<int64_t>(need)), " but ",
-           to_string(device), " has ", format_bytes(static_cast<int64_t>(free_bytes)),
-           device.is_cuda() ? " free" : " of memory");
+    if (need > available)
+      fail("[model] the weights need ", need, " bytes (", format_bytes(static_cast<int64_t>(need)),
+           ") but ", to_string(device), " has ", available, " bytes (",
+           format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
   load_weights(ckpt, spec, static_cast<int64_t>(need), progress);
 }
 
-Runner::~Runner() = default;
-
-OwnedTensor Runner::empty(DType dtype, const std::vector<int64_t>& shape) const {
-  return OwnedTensor(device_, dtype, shape);
-}
-
-OwnedTensor Runner::ints(const std::vector<int32_t>& values) const {
-  OwnedTensor t(device_, DType::i32, {static_cast<int64_t>(values.size())});
-  copy_bytes(t.data(), device_, values.data(), Device::cpu(), values.size() * sizeof(int32_t),
-             *ctx_);
-  ctx_->synchronize();  // `values` is the caller's temporary
-  return t;
+Runner::~Runner() {
+  drop_graphs();
 }
 
 OwnedTensor Runner::floats(const std::vector<float>& values,
@@ -294,8 +304,8 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
         w.gdn_ba = stack({p + "in_proj_b.weight", p + "in_proj_a.weight"}, {2 * Hv, H});
       }
       w.conv_w = vec(p + "conv1d.weight", {g.conv_dim(), g.conv_kernel});
-      w.A_log_host = host_f32(view(p + "A_log"));
-      w.dt_bias_host = host_f32(view(p + "dt_bias"));
+      w.A_log = vec(p + "A_log");
+      w.dt_bias = vec(p + "dt_bias");
       w.gdn_norm = vec(p + "norm.weight");
       w.out_proj = matrix(p + "out_proj.weight");
     } else if (w.spec.mixer == Mixer::attention) {
@@ -406,21 +416,18 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
 
 // ---- caches -----------------------------------------------------------------------------------
 
-Sequence Runner::new_sequence(int64_t capacity) {
+Sequences Runner::new_sequences(int64_t slots, int64_t capacity) {
+  if (slots <= 0) fail("[model] a batch needs at least one sequence, got ", slots);
   if (capacity <= 0) fail("[model] a sequence needs room for at least one token");
   const Config& c = cfg_;
-  Sequence s;
+  Sequences s;
+  s.slots = slots;
   s.capacity = capacity;
-  const int64_t pages = ceil_div(capacity, kPageSize);
-  std::vector<int32_t> table(static_cast<size_t>(pages));
-  for (int64_t p = 0; p < pages; ++p) table[static_cast<size_t>(p)] = static_cast<int32_t>(p);
-  {
-    OwnedTensor pt(device_, DType::i32, {1, pages});
-    copy_bytes(pt.data(), device_, table.data(), Device::cpu(), table.size() * sizeof(int32_t),
-               *ctx_);
-    ctx_->synchronize();
-    s.page_table = std::move(pt);
-  }
+  s.pages = ceil_div(capacity, kPageSize);
+  s.length.assign(static_cast<size_t>(slots), 0);
+  s.id = next_sequences_id_++;
+  // Decode graphs belong to the newest Sequences (an older one still in use is re-captured).
+  drop_graphs();
   auto zeros = [&](const std::vector<int64_t>& shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -430,16 +437,17 @@ Sequence Runner::new_sequence(int64_t capacity) {
     OwnedTensor state, conv;
     if (w.spec.mixer == Mixer::gdn) {
       const GdnConfig& g = c.gdn;
-      state = zeros({1, g.num_v_heads, g.v_head_dim, g.k_head_dim});
-      conv = zeros({1, g.conv_dim(), g.conv_kernel - 1});
+      state = zeros({slots, g.num_v_heads, g.v_head_dim, g.k_head_dim});
+      conv = zeros({slots, g.conv_dim(), g.conv_kernel - 1});
     } else if (w.spec.mixer == Mixer::mamba) {
       const MambaConfig& m = c.mamba;
-      state = zeros({1, m.num_heads, m.head_dim, m.state_size});
-      conv = zeros({1, m.conv_dim(), m.conv_kernel - 1});
+      state = zeros({slots, m.num_heads, m.head_dim, m.state_size});
+      conv = zeros({slots, m.conv_dim(), m.conv_kernel - 1});
     } else if (w.spec.mixer == Mixer::attention) {
       const AttentionConfig& a = c.attention;
-      s.k_cache.push_back(empty(DType::f32, {pages, kPageSize, a.num_kv_heads, a.head_dim}));
-      s.v_cache.push_back(empty(DType::f32, {pages, kPageSize, a.num_kv_heads, a.head_dim}));
+      const std::vector<int64_t> shape = {slots * s.pages, kPageSize, a.num_kv_heads, a.head_dim};
+      s.k_cache.emplace_back(device_, DType::f32, shape);
+      s.v_cache.emplace_back(device_, DType::f32, shape);
     }
     s.ssm_state.push_back(std::move(state));
     s.conv_state.push_back(std::move(conv));
@@ -447,28 +455,172 @@ Sequence Runner::new_sequence(int64_t capacity) {
   return s;
 }
 
-// ---- layers -----------------------------------------------------------------------------------
+// ---- workspace --------------------------------------------------------------------------------
 
-// Gated DeltaNet (Qwen3NextGatedDeltaNet):
-//   [q|k|v], z = in_proj(x);  b, a = in_proj_ba(x)
-//   q|k|v = silu(causal_conv1d([q|k|v]))
-//   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)
-//   o = gated_delta_rule(L2(q), L2(k), v, g, β)   (scale 1/sqrt(K), state resumed from the pool)
-//   out = out_proj(rmsnorm_per_head(o) · w · silu(z))
-Runner::Step Runner::make_step(const Sequence& seq, int64_t T) const {
+namespace {
+constexpr size_t kWorkspaceAlign = 256;
+// Allocations of one forward at most (step, residual stream, one layer's scratch, logits): the
+// alignment slack the size estimate adds.
+constexpr size_t kMaxTakes = 64;
+}  // namespace
+
+void Workspace::reserve(size_t bytes, Context& ctx) {
+  if (bytes <= buffer_.bytes()) return;
+  ctx.synchronize();  // queued work may still read the old buffer
+  buffer_ = Buffer();
+  buffer_ = Buffer(device_, bytes);
+  ++generation_;
+}
+
+Tensor Workspace::take(DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+  const size_t at = (used_ + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+  if (at + bytes > buffer_.bytes())
+    fail("[model] internal error: the forward's workspace (", buffer_.bytes(),
+         " bytes) is too small for ", bytes, " more bytes at offset ", at);
+  used_ = at + bytes;
+  high_water_ = std::max(high_water_, used_);
+  return Tensor(static_cast<char*>(buffer_.data()) + at, dtype, device_, shape);
+}
+
+// Bytes of one forward: the step's integers, the residual stream h, xn, mix [T, H], the largest
+// layer's scratch (mixer or FFN: each layer releases its scratch), the logits [rows, vocab], and
+// the alignment slack. Every count is in 4-byte elements.
+size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows) const {
+  const Config& c = cfg_;
+  int64_t per_token = 0;  // the largest layer's scratch per token
+  for (const LayerWeights& w : layers_) {
+    int64_t mixer = 0, ffn = 0;
+    if (w.spec.mixer == Mixer::gdn) {
+      const GdnConfig& g = c.gdn;
+      // proj, ba, g, beta, conv out, o, normed
+      mixer = (g.conv_dim() + g.value_dim()) + 2 * g.num_v_heads + 2 * g.num_v_heads +
+              g.conv_dim() + g.num_v_heads * g.v_head_dim + g.value_dim();
+    } else if (w.spec.mixer == Mixer::attention) {
+      const AttentionConfig& a = c.attention;
+      const int64_t qw = a.output_gate ? 2 * a.head_dim : a.head_dim;
+      // q proj, k, v, normed q, attention out
+      mixer = a.num_heads * qw + 2 * a.num_kv_heads * a.head_dim + 2 * a.num_heads * a.head_dim;
+    } else if (w.spec.mixer == Mixer::mamba) {
+      const MambaConfig& m = c.mamba;
+      // proj, conv out, y, normed y
+      mixer = m.in_proj_dim() + m.conv_dim() + m.num_heads * m.head_dim + m.d_inner();
+    }
+    if (w.spec.ffn == Ffn::dense) {
+      ffn = 3 * c.intermediate_size;  // gate_up, h
+    } else if (w.spec.ffn == Ffn::moe) {
+      ffn = c.moe.num_experts + 2 * c.moe.top_k + 2;  // router logits, ids, weights, gate, sw
+    }
+    per_token = std::max({per_token, mixer, ffn});
+  }
+  const int64_t ints = 3 * T + 4 * N + 1 + N * pages + T;  // see make_step
+  const int64_t elems = ints + T * (3 * c.hidden_size + per_token) + rows * c.vocab_size;
+  return static_cast<size_t>(elems) * 4 + kMaxTakes * kWorkspaceAlign;
+}
+
+// ---- steps ------------------------------------------------------------------------------------
+
+void Runner::check_ids(const Sequences& seqs, int64_t slot, const std::vector<int32_t>& ids) const {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t length = seqs.length[static_cast<size_t>(slot)];
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = ids[static_cast<size_t>(t)];
+    if (id < 0 || id >= cfg_.vocab_size)
+      fail("[model] token id ", id, " at position ", length + t, " is out of range [0, ",
+           cfg_.vocab_size, ")");
+  }
+  if (length + T > seqs.capacity)
+    fail("[model] the sequence holds ", seqs.capacity, " tokens; ", length, " + ", T,
+         " do not fit");
+}
+
+// The step's integers, in this order in one i32 block (staging_ on the host, one workspace
+// allocation on the device): ids [T] | positions [T] | zeros [T] | ones [T] (f32 bits) |
+// slots [N] | cu [N+1] | has_init [N] | seq_lens [N] | page_table [N, pages].
+Runner::Step Runner::make_step(const Sequences& seqs, const std::vector<int64_t>& slots,
+                               const std::vector<std::vector<int32_t>>& pieces) {
   Step s;
-  s.T = T;
-  s.decode = seq.length > 0 && T == 1;
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t)
-    pos[static_cast<size_t>(t)] = static_cast<int32_t>(seq.length + t);
-  s.slots = ints({0});
-  s.cu = ints({0, static_cast<int32_t>(T)});
-  s.has_init = ints({seq.length > 0 ? 1 : 0});
-  s.positions = ints(pos);
-  s.seq_lens = ints({static_cast<int32_t>(seq.length + T)});
+  s.N = static_cast<int64_t>(pieces.size());
+  for (const auto& p : pieces) s.T += static_cast<int64_t>(p.size());
+  const int64_t T = s.T, N = s.N, pages = seqs.pages;
+  s.decode = true;
+  for (size_t n = 0; n < pieces.size(); ++n)
+    s.decode = s.decode && pieces[n].size() == 1 && seqs.length[static_cast<size_t>(slots[n])] > 0;
+
+  const int64_t total = 4 * T + 4 * N + 1 + N * pages;
+  staging_.assign(static_cast<size_t>(total), 0);
+  int32_t* ids = staging_.data();
+  int32_t* pos = ids + T;
+  int32_t* ones = pos + 2 * T;  // after the zeros
+  int32_t* sl = ones + T;
+  int32_t* cu = sl + N;
+  int32_t* init = cu + N + 1;
+  int32_t* lens = init + N;
+  int32_t* table = lens + N;
+  const float one = 1.0f;
+  for (int64_t t = 0; t < T; ++t) std::memcpy(ones + t, &one, sizeof(float));
+  int64_t t = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t slot = slots[static_cast<size_t>(n)];
+    const int64_t length = seqs.length[static_cast<size_t>(slot)];
+    const std::vector<int32_t>& piece = pieces[static_cast<size_t>(n)];
+    sl[n] = static_cast<int32_t>(slot);
+    cu[n] = static_cast<int32_t>(t);
+    init[n] = length > 0 ? 1 : 0;
+    lens[n] = static_cast<int32_t>(length + static_cast<int64_t>(piece.size()));
+    for (int64_t p = 0; p < pages; ++p)
+      table[n * pages + p] = static_cast<int32_t>(slot * pages + p);
+    for (size_t i = 0; i < piece.size(); ++i, ++t) {
+      ids[t] = piece[i];
+      pos[t] = static_cast<int32_t>(length + static_cast<int64_t>(i));
+    }
+  }
+  cu[N] = static_cast<int32_t>(T);
+
+  const Tensor block = scratch(DType::i32, {total});
+  int32_t* d = block.data_as<int32_t>();
+  auto view = [&](int32_t* host, std::vector<int64_t> shape, DType dtype = DType::i32) {
+    return Tensor(d + (host - staging_.data()), dtype, device_, shape);
+  };
+  s.ids = view(ids, {T});
+  s.positions = view(pos, {T});
+  s.zeros = view(pos + T, {T});
+  s.ones = view(ones, {T}, DType::f32);
+  s.slots = view(sl, {N});
+  s.cu = view(cu, {N + 1});
+  s.has_init = view(init, {N});
+  s.seq_lens = view(lens, {N});
+  s.page_table = view(table, {N, pages});
+  staging_dst_ = d;
+  upload_step();
   return s;
 }
+
+void Runner::upload_step() {
+  // Asynchronous on CUDA; staging_ stays untouched until the forward's logits are read back.
+  copy_bytes(staging_dst_, device_, staging_.data(), Device::cpu(),
+             staging_.size() * sizeof(int32_t), *ctx_);
+}
+
+// RAII: the workspace bytes taken inside a scope are given back at its end (stream order makes
+// reuse by the next layer safe: its kernels run after this layer's).
+namespace {
+class WorkspaceScope {
+ public:
+  explicit WorkspaceScope(Workspace& ws) : ws_(ws), mark_(ws.mark()) {}
+  ~WorkspaceScope() { ws_.release(mark_); }
+  WorkspaceScope(const WorkspaceScope&) = delete;
+  WorkspaceScope& operator=(const WorkspaceScope&) = delete;
+
+ private:
+  Workspace& ws_;
+  size_t mark_;
+};
+}  // namespace
+
+// ---- layers -----------------------------------------------------------------------------------
 
 void Runner::conv_silu(const LayerWeights& w, const Tensor& x, const Tensor& conv_state,
                        const Step& s, const Tensor& out) {
@@ -495,54 +647,50 @@ void Runner::conv_silu(const LayerWeights& w, const Tensor& x, const Tensor& con
   }
 }
 
-void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+// Gated DeltaNet (Qwen3NextGatedDeltaNet):
+//   [q|k|v], z = in_proj(x);  b, a = in_proj_ba(x)
+//   q|k|v = silu(causal_conv1d([q|k|v]))
+//   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)      (gdn_gates, on the device)
+//   o = gated_delta_rule(L2(q), L2(k), v, g, β)   (scale 1/sqrt(K), state resumed from the pool)
+//   out = out_proj(rmsnorm_per_head(o) · w · silu(z))
+void Runner::gdn_layer(const LayerWeights& w, Sequences& seqs, size_t layer, const Tensor& x,
                        const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const WorkspaceScope scope(ws_);
   const int64_t T = s.T;
-  const bool decode = s.decode;
   const GdnConfig& g = cfg_.gdn;
   const int64_t Hk = g.num_k_heads, Hv = g.num_v_heads, K = g.k_head_dim, V = g.v_head_dim;
   const int64_t C = g.conv_dim(), Vd = g.value_dim();
 
-  OwnedTensor proj = empty(DType::f32, {T, C + Vd});
+  const Tensor proj = scratch(DType::f32, {T, C + Vd});
   linear({.x = x, .weight = w.gdn_in, .y = proj}, ctx);
-  OwnedTensor ba = empty(DType::f32, {T, 2 * Hv});
+  const Tensor ba = scratch(DType::f32, {T, 2 * Hv});
   linear({.x = x, .weight = w.gdn_ba, .y = ba}, ctx);
+  const Tensor gt = scratch(DType::f32, {T, Hv}), bt = scratch(DType::f32, {T, Hv});
+  gdn_gates({.a = ba.slice(1, Hv, Hv),
+             .b = ba.slice(1, 0, Hv),
+             .A_log = w.A_log,
+             .dt_bias = w.dt_bias,
+             .g = gt,
+             .beta = bt},
+            ctx);
 
-  // The gates, on the host (T · Hv values).
-  const std::vector<float> bah = download(ba);
-  std::vector<float> gh(static_cast<size_t>(T * Hv)), betah(gh.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < Hv; ++h) {
-      const size_t i = static_cast<size_t>(t * Hv + h);
-      const float b = bah[static_cast<size_t>(t * 2 * Hv + h)];
-      const float a = bah[static_cast<size_t>(t * 2 * Hv + Hv + h)];
-      betah[i] = 1.0f / (1.0f + std::exp(-b));
-      gh[i] = -std::exp(w.A_log_host[static_cast<size_t>(h)]) *
-              softplus(a + w.dt_bias_host[static_cast<size_t>(h)]);
-    }
-  OwnedTensor gt = floats(gh, {T, Hv}), bt = floats(betah, {T, Hv});
-
-  const Tensor& slots = s.slots;
-  const Tensor& cu = s.cu;
-  const Tensor& has_init = s.has_init;
-  const Tensor& conv_state = seq.conv_state[layer];
-  const Tensor& state = seq.ssm_state[layer];
-  OwnedTensor co = empty(DType::f32, {T, C});
-  const Tensor xqkv = proj.view().slice(1, 0, C);
-  conv_silu(w, xqkv, conv_state, s, co);
+  const Tensor& conv_state = seqs.conv_state[layer];
+  const Tensor& state = seqs.ssm_state[layer];
+  const Tensor co = scratch(DType::f32, {T, C});
+  conv_silu(w, proj.slice(1, 0, C), conv_state, s, co);
   const Tensor q = heads(co, 0, Hk, K), k = heads(co, Hk * K, Hk, K),
                v = heads(co, 2 * Hk * K, Hv, V);
-  OwnedTensor o = empty(DType::f32, {T, Hv, V});
-  if (decode) {
+  const Tensor o = scratch(DType::f32, {T, Hv, V});
+  if (s.decode) {
     gdn_recurrent({.q = q,
                    .k = k,
                    .v = v,
                    .g = gt,
                    .beta = bt,
                    .state = state,
-                   .cu_seqlens = cu,
-                   .state_slots = slots,
+                   .cu_seqlens = s.cu,
+                   .state_slots = s.slots,
                    .out = o,
                    .use_qk_l2norm = true},
                   ctx);
@@ -552,17 +700,17 @@ void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const
                        .v = v,
                        .g = gt,
                        .beta = bt,
-                       .cu_seqlens = cu,
-                       .state_slots = slots,
-                       .has_initial_state = has_init,
+                       .cu_seqlens = s.cu,
+                       .state_slots = s.slots,
+                       .has_initial_state = s.has_init,
                        .state = state,
                        .out = o,
                        .use_qk_l2norm = true},
                       ctx);
   }
-  OwnedTensor normed = empty(DType::f32, {T, Vd});
-  rms_norm_gated({.x = o.view().reshape({T, Vd}),
-                  .z = proj.view().slice(1, C, Vd),
+  const Tensor normed = scratch(DType::f32, {T, Vd});
+  rms_norm_gated({.x = o.reshape({T, Vd}),
+                  .z = proj.slice(1, C, Vd),
                   .weight = w.gdn_norm,
                   .out = normed,
                   .group_size = V,
@@ -575,68 +723,65 @@ void Runner::gdn_layer(const LayerWeights& w, Sequence& seq, size_t layer, const
 // Softmax attention. Qwen (Qwen3NextAttention, gated): q_proj emits [q_h | gate_h] per head;
 // q, k = zero-centred RMSNorm per head, partial NeoX RoPE; out = o_proj(attn · sigmoid(gate)).
 // Nemotron-H: plain GQA, no norm, no positional encoding.
-void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+void Runner::attention_layer(const LayerWeights& w, Sequences& seqs, size_t layer, const Tensor& x,
                              const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const WorkspaceScope scope(ws_);
   const int64_t T = s.T;
-  const bool decode = s.decode;
   const AttentionConfig& a = cfg_.attention;
   const int64_t Hq = a.num_heads, Hkv = a.num_kv_heads, D = a.head_dim;
   const int64_t qw = a.output_gate ? 2 * D : D;  // per-head width of q_proj's output
-  OwnedTensor qp = empty(DType::f32, {T, Hq * qw});
-  OwnedTensor kp = empty(DType::f32, {T, Hkv * D}), vp = empty(DType::f32, {T, Hkv * D});
+  const Tensor qp = scratch(DType::f32, {T, Hq * qw});
+  const Tensor kp = scratch(DType::f32, {T, Hkv * D}), vp = scratch(DType::f32, {T, Hkv * D});
   linear({.x = x, .weight = w.q_proj, .bias = w.q_b.view(), .y = qp}, ctx);
   linear({.x = x, .weight = w.k_proj, .bias = w.k_b.view(), .y = kp}, ctx);
   linear({.x = x, .weight = w.v_proj, .bias = w.v_b.view(), .y = vp}, ctx);
 
   const Tensor q_raw(qp.data(), DType::f32, device_, {T, Hq, D}, {Hq * qw, qw, 1});
-  OwnedTensor qn;
   Tensor q = q_raw;
-  const Tensor k = kp.view().reshape({T, Hkv, D}), v = vp.view().reshape({T, Hkv, D});
+  const Tensor k = kp.reshape({T, Hkv, D}), v = vp.reshape({T, Hkv, D});
   if (a.qk_norm) {
-    qn = empty(DType::f32, {T, Hq, D});
+    const Tensor qn = scratch(DType::f32, {T, Hq, D});
     const float eps = static_cast<float>(cfg_.norm_eps);
     rms_norm({.x = Tensor(qp.data(), DType::f32, device_, {T * Hq, D}, {qw, 1}),
               .weight = w.q_norm,
-              .out = qn.view().reshape({T * Hq, D}),
+              .out = qn.reshape({T * Hq, D}),
               .eps = eps,
               .zero_centered = cfg_.zero_centered_norm},
              ctx);
-    rms_norm({.x = kp.view().reshape({T * Hkv, D}),
+    rms_norm({.x = kp.reshape({T * Hkv, D}),
               .weight = w.k_norm,
-              .out = kp.view().reshape({T * Hkv, D}),
+              .out = kp.reshape({T * Hkv, D}),
               .eps = eps,
               .zero_centered = cfg_.zero_centered_norm},
              ctx);
     q = qn;
   }
-  const Tensor& positions = s.positions;
   if (a.rotary_dim > 0) {
     const float theta = static_cast<float>(a.rope_theta);
-    rope({.x = q, .out = q, .positions = positions, .rotary_dim = a.rotary_dim, .theta = theta},
+    rope({.x = q, .out = q, .positions = s.positions, .rotary_dim = a.rotary_dim, .theta = theta},
          ctx);
-    rope({.x = k, .out = k, .positions = positions, .rotary_dim = a.rotary_dim, .theta = theta},
+    rope({.x = k, .out = k, .positions = s.positions, .rotary_dim = a.rotary_dim, .theta = theta},
          ctx);
   }
   const size_t ai = static_cast<size_t>(attn_index_[layer]);
-  const Tensor& kc = seq.k_cache[ai];
-  const Tensor& vc = seq.v_cache[ai];
-  const Tensor& cu = s.cu;
-  const Tensor& seq_lens = s.seq_lens;
-  OwnedTensor ao = empty(DType::f32, {T, Hq, D});
-  if (decode) {
+  const Tensor& kc = seqs.k_cache[ai];
+  const Tensor& vc = seqs.v_cache[ai];
+  const Tensor ao = scratch(DType::f32, {T, Hq, D});
+  if (s.decode) {
+    // Token n belongs to sequence n (no cu_seqlens).
     kv_append({.k = k,
                .v = v,
                .k_cache = kc,
                .v_cache = vc,
-               .page_table = seq.page_table,
-               .positions = positions},
+               .page_table = s.page_table,
+               .positions = s.positions},
               ctx);
     attn_decode({.q = q,
                  .k_cache = kc,
                  .v_cache = vc,
-                 .page_table = seq.page_table,
-                 .seq_lens = seq_lens,
+                 .page_table = s.page_table,
+                 .seq_lens = s.seq_lens,
                  .out = ao},
                 ctx);
   } else {
@@ -644,16 +789,16 @@ void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer,
                .v = v,
                .k_cache = kc,
                .v_cache = vc,
-               .page_table = seq.page_table,
-               .cu_seqlens = cu,
-               .positions = positions},
+               .page_table = s.page_table,
+               .cu_seqlens = s.cu,
+               .positions = s.positions},
               ctx);
     attn_prefill({.q = q,
                   .k_cache = kc,
                   .v_cache = vc,
-                  .page_table = seq.page_table,
-                  .cu_seqlens = cu,
-                  .seq_lens = seq_lens,
+                  .page_table = s.page_table,
+                  .cu_seqlens = s.cu,
+                  .seq_lens = s.seq_lens,
                   .out = ao},
                  ctx);
   }
@@ -661,39 +806,35 @@ void Runner::attention_layer(const LayerWeights& w, Sequence& seq, size_t layer,
     const Tensor gate(qp.data_as<float>() + D, DType::f32, device_, {T, Hq, D}, {Hq * qw, qw, 1});
     sigmoid_mul({.x = ao, .gate = gate, .out = ao}, ctx);
   }
-  linear({.x = ao.view().reshape({T, Hq * D}), .weight = w.o_proj, .bias = w.o_b.view(), .y = out},
-         ctx);
+  linear({.x = ao.reshape({T, Hq * D}), .weight = w.o_proj, .bias = w.o_b.view(), .y = out}, ctx);
 }
 
 // Mamba-2 mixer (Mamba2Mixer / NemotronHMamba2Mixer):
 //   z | xBC | dt = in_proj(x);  x | B | C = silu(causal_conv1d(xBC))
 //   y = SSD(x, dt, A = −exp(A_log), B, C, D, dt_bias, softplus, time_step_limit)
 //   out = out_proj(rmsnorm_groups(y · silu(z)) · w)      groups of d_inner / n_groups channels
-void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, const Tensor& x,
+void Runner::mamba_layer(const LayerWeights& w, Sequences& seqs, size_t layer, const Tensor& x,
                          const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const WorkspaceScope scope(ws_);
   const int64_t T = s.T;
-  const bool decode = s.decode;
   const MambaConfig& m = cfg_.mamba;
   const int64_t Hh = m.num_heads, Pd = m.head_dim, N = m.state_size, G = m.n_groups;
   const int64_t di = m.d_inner(), C = m.conv_dim();
-  OwnedTensor proj = empty(DType::f32, {T, m.in_proj_dim()});
+  const Tensor proj = scratch(DType::f32, {T, m.in_proj_dim()});
   linear({.x = x, .weight = w.in_proj, .bias = w.in_proj_b.view(), .y = proj}, ctx);
-  const Tensor z = proj.view().slice(1, 0, di);
-  const Tensor xbc = proj.view().slice(1, di, C);
-  const Tensor dt = proj.view().slice(1, di + C, Hh);
+  const Tensor z = proj.slice(1, 0, di);
+  const Tensor xbc = proj.slice(1, di, C);
+  const Tensor dt = proj.slice(1, di + C, Hh);
 
-  const Tensor& slots = s.slots;
-  const Tensor& cu = s.cu;
-  const Tensor& has_init = s.has_init;
-  const Tensor& conv_state = seq.conv_state[layer];
-  const Tensor& state = seq.ssm_state[layer];
-  OwnedTensor co = empty(DType::f32, {T, C});
+  const Tensor& conv_state = seqs.conv_state[layer];
+  const Tensor& state = seqs.ssm_state[layer];
+  const Tensor co = scratch(DType::f32, {T, C});
   conv_silu(w, xbc, conv_state, s, co);
   const Tensor xs = heads(co, 0, Hh, Pd), B = heads(co, di, G, N), Cm = heads(co, di + G * N, G, N);
-  OwnedTensor y = empty(DType::f32, {T, Hh, Pd});
+  const Tensor y = scratch(DType::f32, {T, Hh, Pd});
   const float dt_min = static_cast<float>(m.dt_min), dt_max = static_cast<float>(m.dt_max);
-  if (decode) {
+  if (s.decode) {
     ssm_step({.x = xs,
               .dt = dt,
               .A_log = w.A_log,
@@ -702,7 +843,7 @@ void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, con
               .D = w.D,
               .dt_bias = w.dt_bias,
               .state = state,
-              .state_slots = slots,
+              .state_slots = s.slots,
               .y = y,
               .dt_softplus = true,
               .dt_min = dt_min,
@@ -719,9 +860,9 @@ void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, con
                     .C = Cm,
                     .D = w.D,
                     .dt_bias = w.dt_bias,
-                    .cu_seqlens = cu,
-                    .state_slots = slots,
-                    .has_initial_state = has_init,
+                    .cu_seqlens = s.cu,
+                    .state_slots = s.slots,
+                    .has_initial_state = s.has_init,
                     .state = state,
                     .y = y,
                     .chunk_size = Q,
@@ -730,8 +871,8 @@ void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, con
                     .dt_max = dt_max},
                    ctx);
   }
-  OwnedTensor yn = empty(DType::f32, {T, di});
-  rms_norm_gated({.x = y.view().reshape({T, di}),
+  const Tensor yn = scratch(DType::f32, {T, di});
+  rms_norm_gated({.x = y.reshape({T, di}),
                   .z = z,
                   .weight = w.gated_norm,
                   .out = yn,
@@ -745,14 +886,15 @@ void Runner::mamba_layer(const LayerWeights& w, Sequence& seq, size_t layer, con
 // Dense MLP: SwiGLU down(silu(gate(x)) · up(x)) (Qwen), relu² down(relu(up(x))²) (Nemotron-H).
 void Runner::mlp(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T) {
   Context& ctx = *ctx_;
+  const WorkspaceScope scope(ws_);
   const int64_t I = cfg_.intermediate_size;
   if (w.mlp_gate_up.view().defined()) {
-    OwnedTensor gu = empty(DType::f32, {T, 2 * I}), h = empty(DType::f32, {T, I});
+    const Tensor gu = scratch(DType::f32, {T, 2 * I}), h = scratch(DType::f32, {T, I});
     linear({.x = x, .weight = w.mlp_gate_up, .y = gu}, ctx);
     silu_mul({.gate_up = gu, .out = h}, ctx);
     linear({.x = h, .weight = w.mlp_down, .y = out}, ctx);
   } else {
-    OwnedTensor h = empty(DType::f32, {T, I});
+    const Tensor h = scratch(DType::f32, {T, I});
     linear({.x = x, .weight = w.mlp_up, .bias = w.mlp_up_b.view(), .y = h}, ctx);
     relu2({.x = h, .out = h}, ctx);
     linear({.x = h, .weight = w.mlp_down, .bias = w.mlp_down_b.view(), .y = out}, ctx);
@@ -763,14 +905,16 @@ void Runner::mlp(const LayerWeights& w, const Tensor& x, const Tensor& out, int6
 // shared expert scaled by sigmoid(shared_expert_gate(x)). Nemotron-H: sigmoid scores with
 // e_score_correction_bias for selection, grouped top-k, routed_scaling_factor, relu² experts,
 // plus the shared experts.
-void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, int64_t T) {
+void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, const Step& s) {
   Context& ctx = *ctx_;
+  const WorkspaceScope scope(ws_);
+  const int64_t T = s.T;
   const MoeConfig& m = cfg_.moe;
   const bool nemotron = cfg_.arch == Arch::nemotron_h;
   const MoeActivation act = nemotron ? MoeActivation::relu2 : MoeActivation::swiglu;
-  OwnedTensor logits = empty(DType::f32, {T, m.num_experts});
+  const Tensor logits = scratch(DType::f32, {T, m.num_experts});
   linear({.x = x, .weight = w.router, .y = logits}, ctx);
-  OwnedTensor ids = empty(DType::i32, {T, m.top_k}), weights = empty(DType::f32, {T, m.top_k});
+  const Tensor ids = scratch(DType::i32, {T, m.top_k}), weights = scratch(DType::f32, {T, m.top_k});
   moe_route({.logits = logits,
              .bias = w.router_bias.view(),
              .ids = ids,
@@ -791,17 +935,19 @@ void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, int6
                .activation = act},
               ctx);
   if (!w.shared_gate_up.view().defined()) return;
-  const OwnedTensor sids = ints(std::vector<int32_t>(static_cast<size_t>(T), 0));
-  OwnedTensor sw = floats(std::vector<float>(static_cast<size_t>(T), 1.0f), {T, 1});
+  // The shared expert as expert 0 of a one-expert stack, weight 1 (or sigmoid(gate(x))).
+  Tensor sw = s.ones.reshape({T, 1});
   if (w.shared_gate.view().defined()) {
-    OwnedTensor gl = empty(DType::f32, {T, 1});
+    const Tensor gl = scratch(DType::f32, {T, 1});
     linear({.x = x, .weight = w.shared_gate, .y = gl}, ctx);
-    sigmoid_mul({.x = sw, .gate = gl, .out = sw}, ctx);  // 1 · sigmoid(gate(x))
+    const Tensor gated = scratch(DType::f32, {T, 1});
+    sigmoid_mul({.x = sw, .gate = gl, .out = gated}, ctx);  // 1 · sigmoid(gate(x))
+    sw = gated;
   }
   moe_experts({.x = x,
                .gate_up = w.shared_gate_up,
                .down = w.shared_down,
-               .ids = sids.view().reshape({T, 1}),
+               .ids = s.zeros.reshape({T, 1}),
                .weights = sw,
                .out = out,
                .activation = act,
@@ -811,43 +957,29 @@ void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, int6
 
 // ---- the model --------------------------------------------------------------------------------
 
-std::vector<float> Runner::forward(Sequence& seq, const std::vector<int32_t>& ids,
-                                   bool all_logits) {
+Tensor Runner::run_layers(Sequences& seqs, const Step& step, int64_t rows) {
   Context& ctx = *ctx_;
   const Config& c = cfg_;
-  const int64_t T = static_cast<int64_t>(ids.size());
-  if (T == 0) fail("[model] no tokens to run");
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t id = ids[static_cast<size_t>(t)];
-    if (id < 0 || id >= c.vocab_size)
-      fail("[model] token id ", id, " at position ", seq.length + t, " is out of range [0, ",
-           c.vocab_size, ")");
-  }
-  if (seq.length + T > seq.capacity)
-    fail("[model] the sequence holds ", seq.capacity, " tokens; ", seq.length, " + ", T,
-         " do not fit");
-  const Step step = make_step(seq, T);
-  const int64_t H = c.hidden_size;
+  const int64_t T = step.T, H = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps);
   const bool zc = c.zero_centered_norm;
-
-  const OwnedTensor id_t = ints(ids);
-  OwnedTensor h = empty(DType::f32, {T, H}), xn = empty(DType::f32, {T, H}),
-              mix = empty(DType::f32, {T, H});
-  embed_gather({.table = embed_, .ids = id_t, .out = h}, ctx);
+  const Tensor h = scratch(DType::f32, {T, H}), xn = scratch(DType::f32, {T, H}),
+               mix = scratch(DType::f32, {T, H});
+  const Tensor logits = scratch(DType::f32, {rows, c.vocab_size});
+  embed_gather({.table = embed_, .ids = step.ids, .out = h}, ctx);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& w = layers_[i];
     if (w.spec.mixer != Mixer::none) {
       rms_norm({.x = h, .weight = w.norm1, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
       switch (w.spec.mixer) {
         case Mixer::gdn:
-          gdn_layer(w, seq, i, xn, mix, step);
+          gdn_layer(w, seqs, i, xn, mix, step);
           break;
         case Mixer::attention:
-          attention_layer(w, seq, i, xn, mix, step);
+          attention_layer(w, seqs, i, xn, mix, step);
           break;
         case Mixer::mamba:
-          mamba_layer(w, seq, i, xn, mix, step);
+          mamba_layer(w, seqs, i, xn, mix, step);
           break;
         case Mixer::none:
           break;
@@ -860,19 +992,130 @@ std::vector<float> Runner::forward(Sequence& seq, const std::vector<int32_t>& id
       if (w.spec.ffn == Ffn::dense) {
         mlp(w, xn, mix, T);
       } else {
-        moe(w, xn, mix, T);
+        moe(w, xn, mix, step);
       }
       residual_add({.a = h, .b = mix, .out = h}, ctx);
     }
   }
-  const int64_t rows = all_logits ? T : 1;
-  const Tensor last = h.view().slice(0, T - rows, rows);
-  const Tensor xl = xn.view().slice(0, 0, rows);
+  const Tensor last = h.slice(0, T - rows, rows);
+  const Tensor xl = xn.slice(0, 0, rows);
   rms_norm({.x = last, .weight = final_norm_, .out = xl, .eps = eps, .zero_centered = zc}, ctx);
-  OwnedTensor logits = empty(DType::f32, {rows, c.vocab_size});
   linear({.x = xl, .weight = tied_ ? embed_.view() : lm_head_.view(), .y = logits}, ctx);
-  seq.length += T;
+  return logits;
+}
+
+std::vector<float> Runner::forward(Sequences& seqs, int64_t slot, const std::vector<int32_t>& ids,
+                                   bool all_logits) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) fail("[model] no tokens to run");
+  if (slot < 0 || slot >= seqs.slots)
+    fail("[model] slot ", slot, " is out of range [0, ", seqs.slots, ")");
+  check_ids(seqs, slot, ids);
+  const int64_t rows = all_logits ? T : 1;
+  ws_.reserve(workspace_bytes(T, 1, seqs.pages, rows), *ctx_);
+  ws_.reset();
+  const Step step = make_step(seqs, {slot}, {ids});
+  const Tensor logits = run_layers(seqs, step, rows);
+  seqs.length[static_cast<size_t>(slot)] += T;
   return download(logits);
+}
+
+std::vector<float> Runner::decode(Sequences& seqs, const std::vector<int64_t>& slots,
+                                  const std::vector<int32_t>& ids) {
+  const int64_t N = static_cast<int64_t>(ids.size());
+  if (N == 0) fail("[model] decode: no sequences");
+  if (static_cast<int64_t>(slots.size()) != N)
+    fail("[model] decode: ", slots.size(), " slots for ", N, " token ids");
+  std::vector<bool> seen(static_cast<size_t>(seqs.slots), false);
+  std::vector<std::vector<int32_t>> pieces;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t slot = slots[static_cast<size_t>(n)];
+    if (slot < 0 || slot >= seqs.slots)
+      fail("[model] decode: slot ", slot, " is out of range [0, ", seqs.slots, ")");
+    if (seen[static_cast<size_t>(slot)]) fail("[model] decode: slot ", slot, " appears twice");
+    seen[static_cast<size_t>(slot)] = true;
+    if (seqs.length[static_cast<size_t>(slot)] == 0)
+      fail("[model] decode: slot ", slot, " has no tokens yet (prefill it first)");
+    pieces.push_back({ids[static_cast<size_t>(n)]});
+    check_ids(seqs, slot, pieces.back());
+  }
+  ws_.reserve(workspace_bytes(N, N, seqs.pages, N), *ctx_);
+  ws_.reset();
+  const Step step = make_step(seqs, slots, pieces);  // (uploads the step's integers)
+
+  Tensor logits;
+  if (device_.is_cuda() && graphs_on_) {
+    auto it = std::find_if(graphs_.begin(), graphs_.end(),
+                           [&](const DecodeGraph& g) { return g.seqs_id == seqs.id && g.N == N; });
+    if (it == graphs_.end()) {
+      graphs_.push_back(DecodeGraph{.seqs_id = seqs.id, .N = N});
+      it = graphs_.end() - 1;
+    }
+    DecodeGraph& g = *it;
+    // A graph bakes in every device pointer of the step: the workspace (the step's integers,
+    // activations, logits), the context's scratch buffer (cuBLASLt, attention partials) and the
+    // Sequences' pools. Re-capture when either buffer was reallocated since.
+    void* ctx_ws = ctx_->workspace(0);
+    if (g.exec && (g.ws_generation != ws_.generation() || g.ctx_workspace != ctx_ws)) {
+      cuda_api::graph_destroy(g.exec);
+      g.exec = nullptr;
+    }
+    if (g.exec) {
+      cuda_api::graph_launch(g.exec, ctx_->stream());
+      logits = g.logits;
+      ++graph_replays_;
+    } else if (!g.warm) {
+      // First step of this shape: eager, so that every op sizes its scratch outside a capture.
+      logits = run_layers(seqs, step, N);
+      g.warm = true;
+    } else {
+      const size_t mark = ws_.mark();
+      bool captured = false;
+      cuda_api::graph_capture_begin(ctx_->stream());
+      try {
+        logits = run_layers(seqs, step, N);
+        g.exec = cuda_api::graph_capture_end(ctx_->stream());
+        captured = true;
+      } catch (const Error& e) {
+        // An op that cannot be captured: say so once and run decode steps eagerly from now on
+        // (CudaGraph.ReplayedDecodeEqualsEagerDecode counts the captures, so a test notices).
+        cuda_api::graph_capture_abort(ctx_->stream());
+        ctx_->log(LogLevel::warn, std::string("CUDA graph capture of the decode step failed (") +
+                                      e.what() + "); decoding without graphs");
+        graphs_on_ = false;
+        drop_graphs();
+      } catch (...) {
+        cuda_api::graph_capture_abort(ctx_->stream());
+        throw;
+      }
+      if (captured) {
+        g.ws_generation = ws_.generation();
+        g.ctx_workspace = ctx_->workspace(0);
+        g.logits = logits;
+        ++graph_captures_;
+        // The capture recorded the step without running it: run it now.
+        cuda_api::graph_launch(g.exec, ctx_->stream());
+        ++graph_replays_;
+      } else {
+        ws_.release(mark);
+        logits = run_layers(seqs, step, N);
+      }
+    }
+  } else {
+    logits = run_layers(seqs, step, N);
+  }
+  for (int64_t slot : slots) seqs.length[static_cast<size_t>(slot)] += 1;
+  return download(logits);
+}
+
+void Runner::set_cuda_graphs(bool on) {
+  if (!on) drop_graphs();
+  graphs_on_ = on;
+}
+
+void Runner::drop_graphs() {
+  for (DecodeGraph& g : graphs_) cuda_api::graph_destroy(g.exec);
+  graphs_.clear();
 }
 
 }  // namespace hybrid::engine

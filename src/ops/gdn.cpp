@@ -1,4 +1,5 @@
-// gdn_recurrent, gdn_prep_chunk, gdn_prep_step, gdn_record, gdn_replay: validation and dispatch.
+// gdn_recurrent, gdn_prep_chunk, gdn_prep_step, gdn_gates, gdn_record, gdn_replay: validation and
+// dispatch.
 #include "hybrid/ops/gdn.h"
 
 #include <cmath>
@@ -140,6 +141,25 @@ void gdn_prep_step(const GdnPrepStep& a, Context& ctx) {
                              a.k_norm_weight, a.state, a.y, a.eps);
   c.tensor(a.state_slots, "state_slots", {{"N", h.T}}, kI32);
   ops::check_state_slots_values(c, a.state_slots, a.state.size(0), "state");
+  ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+void gdn_gates(const GdnGates& a, Context& ctx) {
+  ops::Check c(GdnGates::op_name);
+  c.rank(a.a, "a", {"T", "Hv"}, kActivation);
+  const int64_t T = a.a.size(0), Hv = a.a.size(1);
+  c.tensor(a.b, "b", {{"T", T}, {"Hv", Hv}}, kActivation);
+  c.tensor(a.A_log, "A_log", {{"Hv", Hv}}, kWeight);
+  c.tensor(a.dt_bias, "dt_bias", {{"Hv", Hv}}, kWeight);
+  c.tensor(a.g, "g", {{"T", T}, {"Hv", Hv}}, kF32);
+  c.tensor(a.beta, "beta", {{"T", T}, {"Hv", Hv}}, kF32);
+  for (auto [t, name] : {std::pair{a.a, "a"},
+                         {a.b, "b"},
+                         {a.A_log, "A_log"},
+                         {a.dt_bias, "dt_bias"},
+                         {a.g, "g"},
+                         {a.beta, "beta"}})
+    c.inner_contiguous(t, name);
   ctx.registry().dispatch(a, c.device(), ctx);
 }
 

@@ -686,6 +686,60 @@ struct DecodePerfCase : Case {
   void oracle(const Slots&, Expected&) override { fail("[gdn perf case] has no oracle"); }
 };
 
+// gdn_gates: g = −exp(A_log) · softplus(a + dt_bias), β = sigmoid(b). packed: a and b are the
+// column ranges [Hv, 2·Hv) and [0, Hv) of one [T, 2·Hv] projection (the engine's in_proj_ba
+// output), and g, β are written with strided rows; else every tensor is contiguous. a is drawn
+// wide (std 8) so that softplus meets both of its branches (x > 20 and below).
+struct GatesCase : Case {
+  int64_t T, Hv;
+  DType act, wdt;
+  bool packed;
+  GatesCase(int64_t T, int64_t Hv, DType act, DType wdt, bool packed)
+      : T(T), Hv(Hv), act(act), wdt(wdt), packed(packed) {}
+  std::string op() const override { return "gdn_gates"; }
+  std::string params() const override {
+    return str("T=", T, ",Hv=", Hv, ",x=", dtype_name(act), ",w=", dtype_name(wdt),
+               packed ? ",packed_ba,strided_out" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    if (packed) {
+      // One [T, 2·Hv] buffer per input name: b reads columns [0, Hv), a columns [Hv, 2·Hv).
+      fill_normal(s.strided("b", Role::in, act, {T, Hv}, {2 * Hv, 1}, 0, T * 2 * Hv), rng, 0.0,
+                  3.0);
+      fill_normal(s.strided("a", Role::in, act, {T, Hv}, {2 * Hv, 1}, Hv, T * 2 * Hv), rng, 0.0,
+                  8.0);
+      s.strided("g", Role::out, DType::f32, {T, Hv}, {Hv + 3, 1}, 1, T * (Hv + 3) + 1);
+      s.strided("beta", Role::out, DType::f32, {T, Hv}, {Hv + 5, 1}, 2, T * (Hv + 5) + 2);
+    } else {
+      fill_normal(s.input("b", act, {T, Hv}), rng, 0.0, 3.0);
+      fill_normal(s.input("a", act, {T, Hv}), rng, 0.0, 8.0);
+      s.output("g", DType::f32, {T, Hv});
+      s.output("beta", DType::f32, {T, Hv});
+    }
+    fill_uniform(s.input("A_log", wdt, {Hv}), rng, -2.0, std::log(16.0));
+    fill_normal(s.input("dt_bias", wdt, {Hv}), rng, 0.0, 2.0);
+  }
+  void run(const Views& v, Context& ctx) override {
+    GdnGates a;
+    a.a = v.at("a");
+    a.b = v.at("b");
+    a.A_log = v.at("A_log");
+    a.dt_bias = v.at("dt_bias");
+    a.g = v.at("g");
+    a.beta = v.at("beta");
+    gdn_gates(a, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hv; ++h) {
+        const double x = s["a"].get(t * Hv + h) + s["dt_bias"].get(h);
+        const double softplus = x > 20.0 ? x : std::log1p(std::exp(x));
+        e["g"].push_back(-std::exp(s["A_log"].get(h)) * softplus);
+        e["beta"].push_back(1.0 / (1.0 + std::exp(-s["b"].get(t * Hv + h))));
+      }
+  }
+};
+
 void add_gdn_cases(CaseList& cases) {
   using std::make_unique;
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
@@ -755,6 +809,14 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(make_unique<PrepStepCase>(next, std::vector<int>{3, -1, 0}, 4, bf16, f32));
   cases.push_back(make_unique<PrepStepCase>(q397, std::vector<int>{1, 0}, 2, bf16, bf16));
   cases.push_back(make_unique<PrepStepCase>(gva3, std::vector<int>{5, 2, -1, 0, 7}, 8, f32, f32));
+
+  // gdn_gates: Qwen3-Next's Hv = 32 (prefill and decode rows), Qwen3.5-397B's 64, odd sizes,
+  // the packed in_proj_ba layout the engine uses, bf16 / f16 inputs.
+  cases.push_back(make_unique<GatesCase>(4096, 32, f32, f32, true));
+  cases.push_back(make_unique<GatesCase>(1, 32, f32, f32, true));
+  cases.push_back(make_unique<GatesCase>(64, 64, bf16, bf16, false));
+  cases.push_back(make_unique<GatesCase>(257, 6, f16, f32, true));
+  cases.push_back(make_unique<GatesCase>(3, 1, f32, bf16, false));
 
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.
   cases.push_back(make_unique<RecordReplayCase>("gdn_record", small,

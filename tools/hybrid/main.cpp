@@ -6,7 +6,9 @@
 //                           f32 logits [T, vocab] of every position, as a NumPy .npy file
 //   hybrid run -m DIR -p TEXT | --ids 1,2,3 [-n N] [sampling] [--chat] [--stop S]... [--print-ids]
 //                           generation: the text streamed to stdout (or, with --print-ids, the
-//                           generated ids on one line), llama.cpp-style timings on stderr
+//                           generated ids on one line), llama.cpp-style timings on stderr.
+//                           Several prompts (-p repeated, -f FILE one per line) run as one batch:
+//                           each continuation printed after the batch ends, under a label.
 //   hybrid bench -m DIR [-p 512] [-n 128] [-r 3]
 //                           prompt processing and generation tokens/s, llama-bench's table
 // Without -m every command uses the bundled demo model (docs/DEMO.md): $HYBRID_DEMO_MODEL, else
@@ -64,6 +66,11 @@ const char* kUsage =
     "                                           f32 logits [T, vocab] of every position (.npy)\n"
     "  run -m DIR (-p TEXT | --ids 1,2,3) [options]\n"
     "                                           generate; text to stdout, timings to stderr\n"
+    "      -p TEXT (repeated), -f FILE\n"
+    "                           several prompts (FILE: one per line, empty lines skipped)\n"
+    "                           run as one batch: one decode step for all of them; each\n"
+    "                           continuation is printed under '--- [i/N] prompt ---' (with\n"
+    "                           --print-ids: one line of ids per prompt, in order)\n"
     "      -n N                 new tokens at most (default 256)\n"
     "      -c N, --ctx-size N   tokens the sequence holds, prompt included (default: the\n"
     "                           model's max_position_embeddings)\n"
@@ -75,7 +82,8 @@ const char* kUsage =
     "      --print-ids          print only the generated ids, space-separated, on one line\n"
     "      --prefill-chunk C    prompt tokens per prefill step (default 512)\n"
     "      --device cpu|cuda    (default cpu; the demo model: cuda when a GPU is present)\n"
-    "  bench -m DIR [-p 512] [-n 128] [-r 3] [--device cpu|cuda] [--prefill-chunk C]\n"
+    "      --no-graph           run the CUDA decode step eagerly (no CUDA graph)\n"
+    "  bench -m DIR [-p 512] [-n 128] [-r 3] [--device cpu|cuda] [--prefill-chunk C] [--no-graph]\n"
     "                                           pp/tg tokens/s (mean +- stddev), markdown table\n"
     "options:\n"
     "  -h, --help                               this text\n";
@@ -426,6 +434,7 @@ std::string unescape(const std::string& s) {
 struct RunOptions {
   std::string model;
   std::optional<std::string> prompt;
+  std::vector<std::string> batch;  // two or more prompts: run as one batch (run_batch)
   std::optional<std::vector<int32_t>> ids;
   int64_t n = 256;
   int64_t ctx = 0;  // 0: the model's max_position_embeddings
@@ -435,6 +444,7 @@ struct RunOptions {
   bool print_ids = false;
   std::vector<std::string> stops;
   Device device = Device::cpu();
+  bool cuda_graphs = true;
 };
 
 // "prompt eval time =    12.34 ms /    80 tokens (    0.15 ms per token,  6481.20 tokens per
@@ -448,7 +458,123 @@ void print_timing(const char* what, double seconds, int64_t count, const char* u
       seconds > 0 ? count / seconds : 0.0);
 }
 
+// EOS: config.json / generation_config.json; ChatML's end of turn with --chat; else the
+// tokenizer's end-of-text token when the config names none.
+std::vector<int32_t> stop_ids(const RunOptions& o, const Tokenizer* tok) {
+  std::vector<int32_t> eos = eos_token_ids(o.model);
+  auto add_eos_token = [&](const char* name) {
+    if (!tok) return;
+    std::optional<int32_t> id = tok->token_to_id(name);
+    if (id && std::find(eos.begin(), eos.end(), *id) == eos.end()) eos.push_back(*id);
+  };
+  if (o.chat) add_eos_token("<|im_end|>");
+  if (eos.empty()) {
+    add_eos_token("<|endoftext|>");
+    add_eos_token("</s>");
+  }
+  return eos;
+}
+
+// The prompt on one line for a label: newlines as \n, cut to 60 characters.
+std::string one_line(const std::string& text) {
+  std::string s;
+  for (char c : text) s += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Several prompts as one batch (Model::generate_batch): each prompt's text and ids are checked
+// like run()'s single prompt, then the continuations are printed in prompt order, each under a
+// label, and the timings of the whole batch go to standard error.
+int run_batch(const RunOptions& o) {
+  const Sampler checked(o.sampling);
+  check_model_folder(o.model);
+  if (!fs::exists(fs::path(o.model) / "tokenizer.json"))
+    throw Error(o.model + ": no tokenizer.json (needed for -p; pass token ids with --ids)");
+  const Tokenizer tok = Tokenizer::from_file(o.model);
+  const Config cfg = load_config(o.model);
+  const int64_t ctx = o.ctx > 0 ? o.ctx : cfg.max_position_embeddings;
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t longest = 0, prompt_tokens = 0;
+  for (size_t b = 0; b < o.batch.size(); ++b) {
+    std::vector<int32_t> ids = tok.encode(o.chat ? chatml_prompt(o.batch[b]) : o.batch[b]);
+    const std::string which = "prompt " + std::to_string(b + 1);
+    if (ids.empty()) throw Error(which + " is empty (it encodes to no tokens)");
+    const int64_t P = static_cast<int64_t>(ids.size());
+    if (ctx > 0 && P > ctx)
+      throw Error(which + " has " + std::to_string(P) + " tokens, more than the context (" +
+                  std::to_string(ctx) + ")");
+    longest = std::max(longest, P);
+    prompt_tokens += P;
+    prompts.push_back(std::move(ids));
+  }
+  const std::vector<int32_t> eos = stop_ids(o, &tok);
+  std::vector<StopChecker> stops;
+  std::vector<IncrementalDecoder> texts;
+  std::vector<std::string> outputs(prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    stops.emplace_back(StopParams{.eos_ids = eos, .stop_strings = o.stops, .max_tokens = o.n});
+    texts.emplace_back(tok, true);
+  }
+
+  std::unique_ptr<Model> m = load_model(o.model, o.device);
+  m->set_cuda_graphs(o.cuda_graphs);
+  GenerateOptions g;
+  g.max_new_tokens = o.n;
+  g.capacity = ctx > 0 ? std::min(ctx, longest + std::max<int64_t>(o.n, 1)) : 0;
+  g.prefill_chunk = o.prefill_chunk;
+  g.sampling = o.sampling;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<GenerateResult> res = m->generate_batch(prompts, g, [&](size_t b, int32_t id) {
+    StopChecker::Result r = stops[b].push(id, texts[b].push(id));
+    outputs[b] += r.emit;
+    return !r.stop;
+  });
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  int64_t generated = 0, steps = 0;
+  double prefill = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    outputs[b] += stops[b].finish(texts[b].flush());
+    generated += static_cast<int64_t>(res[b].ids.size());
+    steps = std::max(steps, res[b].decode_steps);
+    prefill += res[b].prefill_seconds;
+    if (o.print_ids) {
+      std::string line;
+      for (size_t i = 0; i < res[b].ids.size(); ++i)
+        line += (i ? " " : "") + std::to_string(res[b].ids[i]);
+      std::printf("%s\n", line.c_str());
+    } else {
+      std::printf("--- [%zu/%zu] %s ---\n%s\n", b + 1, prompts.size(), one_line(o.batch[b]).c_str(),
+                  outputs[b].c_str());
+    }
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "\nhybrid: %zu prompts, %lld prompt tokens, %lld generated\n",
+               prompts.size(), static_cast<long long>(prompt_tokens),
+               static_cast<long long>(generated));
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const char* reason = res[b].context_full ? "context full" : to_string(stops[b].reason());
+    if (!res[b].context_full && stops[b].reason() == StopReason::none) reason = "max_tokens";
+    std::fprintf(stderr, "hybrid: [%zu] %lld prompt tokens, %lld generated, stop: %s\n", b + 1,
+                 static_cast<long long>(prompts[b].size()),
+                 static_cast<long long>(res[b].ids.size()), reason);
+  }
+  print_timing("prompt eval time", prefill, prompt_tokens, "tokens");
+  // Every batched step samples one token per live sequence: tokens per second counts them all.
+  const double decode_s = res.front().decode_seconds;
+  print_timing("eval time", decode_s, steps, "runs");
+  std::fprintf(
+      stderr, "hybrid: %16s = %10.2f tokens per second over the batch\n", "eval rate",
+      decode_s > 0
+          ? static_cast<double>(generated - static_cast<int64_t>(prompts.size())) / decode_s
+          : 0.0);
+  std::fprintf(stderr, "hybrid: %16s = %10.2f ms / %5lld tokens\n", "total time", total * 1e3,
+               static_cast<long long>(prompt_tokens + generated));
+  return 0;
+}
+
 int run(const RunOptions& o) {
+  if (!o.batch.empty()) return run_batch(o);
   const Sampler checked(o.sampling);  // bad sampling parameters fail before the model loads
   check_model_folder(o.model);
   const bool has_tokenizer = fs::exists(fs::path(o.model) / "tokenizer.json");
@@ -483,19 +609,7 @@ int run(const RunOptions& o) {
     throw Error("the prompt has " + std::to_string(P) + " tokens, more than " + which);
   }
 
-  // EOS: config.json / generation_config.json; ChatML's end of turn with --chat; else the
-  // tokenizer's end-of-text token when the config names none.
-  std::vector<int32_t> eos = eos_token_ids(o.model);
-  auto add_eos_token = [&](const char* name) {
-    if (!tok) return;
-    std::optional<int32_t> id = tok->token_to_id(name);
-    if (id && std::find(eos.begin(), eos.end(), *id) == eos.end()) eos.push_back(*id);
-  };
-  if (o.chat) add_eos_token("<|im_end|>");
-  if (eos.empty()) {
-    add_eos_token("<|endoftext|>");
-    add_eos_token("</s>");
-  }
+  const std::vector<int32_t> eos = stop_ids(o, tok ? &*tok : nullptr);
 
   StopChecker stop({.eos_ids = eos, .stop_strings = o.stops, .max_tokens = o.n});
   // The text is decoded whenever there is a tokenizer (stop strings match it); it is printed
@@ -510,6 +624,7 @@ int run(const RunOptions& o) {
                  o.model.c_str());
 
   std::unique_ptr<Model> m = load_model(o.model, o.device);
+  m->set_cuda_graphs(o.cuda_graphs);
   // On a terminal the prompt's text comes first, as llama-cli shows it (written with the first
   // text, after the prefill progress line is gone); a pipe gets only the continuation.
   bool echo_prompt = show_text && o.prompt && !o.chat && isatty(fileno(stdout));
@@ -569,6 +684,7 @@ struct BenchOptions {
   std::string model;
   int64_t pp = 512, tg = 128, reps = 3, prefill_chunk = 512;
   Device device = Device::cpu();
+  bool cuda_graphs = true;
 };
 
 // mean and sample standard deviation (n - 1; 0 for one value), as llama-bench reports them.
@@ -586,6 +702,7 @@ int bench(const BenchOptions& o) {
   check_model_folder(o.model);
   const Config cfg = load_config(o.model);
   std::unique_ptr<Model> m = load_model(o.model, o.device);
+  m->set_cuda_graphs(o.cuda_graphs);
   const Checkpoint ckpt(o.model);
   const ModelSpec spec = describe_model(cfg, detect_layout(cfg, ckpt));
   int64_t bytes = 0;
@@ -658,7 +775,7 @@ int main(int argc, char** argv) {
     return usage_error("unknown command '" + cmd + "'");
   std::string model, kv_dtype = "bf16", out, device_name;
   std::optional<std::vector<int32_t>> ids;
-  std::optional<std::string> prompt;
+  std::vector<std::string> prompts;  // -p (repeatable) and -f FILE, in order
   RunOptions ro;
   BenchOptions bo;
   const bool gen = cmd == "run";
@@ -708,7 +825,33 @@ int main(int argc, char** argv) {
     } else if ((a == "-p" || a == "--prompt") && gen) {
       const std::string* v = value();
       if (!v) return usage_error(a + " needs a text");
-      prompt = *v;
+      prompts.push_back(*v);
+    } else if ((a == "-f" || a == "--file") && gen) {
+      const std::string* v = value();
+      if (!v) return usage_error(a + " needs a file of prompts (one per line)");
+      std::FILE* f = std::fopen(v->c_str(), "rb");
+      if (!f) {
+        std::fprintf(stderr, "error: %s: cannot open the prompt file\n", v->c_str());
+        return 1;
+      }
+      std::string text;
+      char buf[4096];
+      for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, got);
+      std::fclose(f);
+      size_t before = prompts.size();
+      for (size_t i = 0; i < text.size();) {
+        size_t nl = std::min(text.find('\n', i), text.size());
+        std::string line = text.substr(i, nl - i);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) prompts.push_back(line);
+        i = nl + 1;
+      }
+      if (prompts.size() == before) {
+        std::fprintf(stderr, "error: %s: no prompts (every line is empty)\n", v->c_str());
+        return 1;
+      }
+    } else if (a == "--no-graph" && (gen || cmd == "bench")) {
+      ro.cuda_graphs = bo.cuda_graphs = false;
     } else if ((a == "-p" || a == "--n-prompt") && cmd == "bench") {
       if (!integer(value(), bo.pp)) return usage_error(a + " needs a count >= 0");
     } else if (a == "--out" && cmd == "logits") {
@@ -797,14 +940,15 @@ int main(int argc, char** argv) {
   }
   if (cmd == "logits" && !ids) return usage_error("logits needs --ids 1,2,3");
   if (cmd == "logits" && out.empty()) return usage_error("logits needs --out FILE.npy");
-  if (gen && ids.has_value() == prompt.has_value())
-    return usage_error("run needs either -p TEXT or --ids 1,2,3");
-  if (gen && ro.chat && !prompt) return usage_error("--chat needs -p TEXT");
+  if (gen && ids.has_value() == !prompts.empty())
+    return usage_error("run needs either -p TEXT (or -f FILE) or --ids 1,2,3");
+  if (gen && ro.chat && prompts.empty()) return usage_error("--chat needs -p TEXT");
   try {
     const Device device = parse_device(device_name);
     if (gen) {
       ro.model = model;
-      ro.prompt = prompt;
+      if (prompts.size() == 1) ro.prompt = prompts.front();
+      if (prompts.size() > 1) ro.batch = prompts;
       ro.ids = ids;
       ro.device = device;
       return run(ro);

@@ -1,8 +1,9 @@
-// The engine's model: a checkpoint folder loaded onto a device, run over one sequence at a time.
+// The engine's model: a checkpoint folder loaded onto a device, run over one sequence or a batch.
 //
 //   auto m = Model::load("path/to/model", Device::cpu());
 //   std::vector<float> l = m->logits({1, 2, 3});            // [3, vocab] row-major f32
 //   std::vector<int32_t> ids = m->generate_greedy({1, 2, 3}, 16);
+//   std::vector<GenerateResult> r = m->generate_batch({{1, 2, 3}, {4, 5}}, options);
 //
 // Supported architectures: qwen3_next, qwen3_5, qwen3_5_moe, mamba2, nemotron_h with float
 // weights (bf16 / f16 / f32); activations, recurrent states and the KV cache are f32.
@@ -73,6 +74,19 @@ class Model {
   // and the ids sampled so far. Errors: empty prompt, a prompt longer than the capacity, ids out of
   // range, bad sampling parameters.
   GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options);
+  // Several prompts at once: each is prefilled on its own (in pieces of prefill_chunk), then every
+  // decode step is ONE forward over all sequences still generating (each with its own state slot,
+  // KV pages and position); a sequence that stops (max_new_tokens, on_token false, capacity)
+  // drops out of the next steps. One GenerateResult per prompt, in order; with greedy sampling
+  // each equals generate() of that prompt alone. options.on_token / on_prefill are not called;
+  // on_token(index, id) is, with the prompt's index (false stops that sequence). capacity is
+  // per sequence (0 = its prompt + max_new_tokens). Each sequence has its own Sampler seeded with
+  // sampling.seed + index. decode_seconds is the wall time of the whole batched decode.
+  std::vector<GenerateResult> generate_batch(
+      const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& options,
+      const std::function<bool(size_t index, int32_t id)>& on_token = {});
+  // CUDA graphs for the decode step (default on; no effect on the CPU). See docs/ENGINE.md.
+  void set_cuda_graphs(bool on);
   // The model's context length (config.json max_position_embeddings); 0 when the config has none.
   int64_t max_context() const;
   virtual ~Model();

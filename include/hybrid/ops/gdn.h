@@ -1,6 +1,7 @@
 // Gated DeltaNet (GDN) token-by-token recurrence: gdn_recurrent, the fused prep forms of seed 000
-// (gdn_prep_step, gdn_prep_chunk), and the speculative-decode rollback pair gdn_record /
-// gdn_replay. The chunked prefill lives in gdn_chunk.h.
+// (gdn_prep_step, gdn_prep_chunk), the gates of the unfused layer (gdn_gates), and the
+// speculative-decode rollback pair gdn_record / gdn_replay. The chunked prefill lives in
+// gdn_chunk.h.
 //
 // The recurrence, per sequence n and value head hv (key head hk = hv / (Hv / Hk)), with the state
 // S ∈ R^{V×K} stored V-first (row i = value channel i, K contiguous), all math in f32:
@@ -103,6 +104,23 @@ struct GdnPrepStep {
   float eps = 1e-6f;
 };
 void gdn_prep_step(const GdnPrepStep& args, Context& ctx);
+
+// The gates of the unfused GDN layer (Qwen3NextGatedDeltaNet), per token t and value head hv:
+//   g[t, hv]    = −exp(A_log[hv]) · softplus(a[t, hv] + dt_bias[hv])   (softplus: HF's F.softplus,
+//                                                                      x itself above 20)
+//   beta[t, hv] = sigmoid(b[t, hv])
+// in f32, for gdn_chunk_prefill / gdn_recurrent (which take g and β ready-made). a and b are
+// usually column ranges of one [T, 2·Hv] projection (rows strided).
+struct GdnGates {
+  static constexpr const char* op_name = "gdn_gates";
+  Tensor a;        // [T, Hv] f32 | bf16 | f16, raw (pre-softplus) dt input; rows may be strided
+  Tensor b;        // [T, Hv] f32 | bf16 | f16, raw (pre-sigmoid) beta input; rows may be strided
+  Tensor A_log;    // [Hv] f32 | bf16
+  Tensor dt_bias;  // [Hv] f32 | bf16
+  Tensor g;        // [T, Hv] f32, log-space decay (<= 0); rows may be strided
+  Tensor beta;     // [T, Hv] f32, in (0, 1); rows may be strided
+};
+void gdn_gates(const GdnGates& args, Context& ctx);
 
 // Speculative-decode rollback. gdn_record runs T draft tokens exactly like gdn_recurrent (same
 // outputs o_t) but leaves the pool untouched (the pool row stays the snapshot the draft started
