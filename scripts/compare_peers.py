@@ -2,6 +2,8 @@
 """Peers timed beside hybrid in one process, on the same inputs, both captured in CUDA graphs.
 
     python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so [--only gdn_decode,gdn_prefill,attn_decode,attn_prefill]
+    python3 scripts/compare_peers.py --lib build-cuda/libhybrid_c.so --only ssm_prefill,ssm_decode \
+        --mamba-src PATH/TO/mamba   (a checkout of github.com/state-spaces/mamba)
 
 For each shape: run hybrid (through its C entry, scripts/hybrid_py.py) and the peer on the same
 torch tensors, check that the outputs agree within bf16 tolerance, then time each as a replayed CUDA
@@ -9,12 +11,19 @@ graph (median of CUDA-event timings, L2 flushed between replays) and print the r
 (> 1: hybrid is faster). The device's copy ceiling is measured first in the same run. Peers:
 flash-linear-attention (fla-core, carried as a wheel: see the device README) for GDN; torch's
 scaled_dot_product_attention with each fused backend that takes the shape (flash, cuDNN's fused
-attention, memory-efficient) for attention.
+attention, memory-efficient) for attention; mamba_ssm's Triton kernels for Mamba-2
+(mamba_chunk_scan_combined for prefill, selective_state_update for decode), imported from its
+source folder without building or importing its compiled extension: the files used are
+mamba_ssm/ops/triton/{ssd_combined, ssd_bmm, ssd_chunk_state, ssd_state_passing, ssd_chunk_scan,
+layernorm_gated, k_activations, softplus, selective_state_update}.py, which import torch, triton,
+einops and packaging (causal_conv1d is optional there).
 """
 import argparse
+import importlib
 import os
 import statistics
 import sys
+import types
 
 import torch
 
@@ -159,6 +168,129 @@ def gdn_prefill(hy, fla):
     report(rows, "GDN chunked prefill, Hk 16, K = V = 128, bf16 q/k/v, f32 state, L2 norm in kernel (FLA chunk_gated_delta_rule)")
 
 
+def load_mamba(src):
+    """mamba_chunk_scan_combined and selective_state_update from a mamba source folder (the repository
+    root, or its mamba_ssm folder). The packages mamba_ssm, mamba_ssm.ops and mamba_ssm.ops.triton
+    are registered as bare namespaces so that their __init__ files, which import the compiled
+    selective_scan extension, do not run; the Triton modules then import as usual."""
+    root = src if os.path.basename(os.path.normpath(src)) == "mamba_ssm" else os.path.join(src, "mamba_ssm")
+    if not os.path.isfile(os.path.join(root, "ops", "triton", "ssd_combined.py")):
+        raise ImportError(f"{root}/ops/triton/ssd_combined.py not found (--mamba-src)")
+    for name, path in (("mamba_ssm", root), ("mamba_ssm.ops", os.path.join(root, "ops")),
+                       ("mamba_ssm.ops.triton", os.path.join(root, "ops", "triton"))):
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            module.__path__ = [path]
+            sys.modules[name] = module
+    combined = importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
+    update = importlib.import_module("mamba_ssm.ops.triton.selective_state_update")
+    return combined.mamba_chunk_scan_combined, update.selective_state_update
+
+
+def ssm_params(H, seed=0):
+    """The Mamba-2 layer's per-head parameters in the op's domain (tests/ops/ssm_cases.cpp)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    A_log = torch.rand(H, device="cuda", generator=g) * 1.5
+    D = torch.rand(H, device="cuda", generator=g) + 0.5
+    dt_bias = torch.rand(H, device="cuda", generator=g) * 3.5 - 6.0
+    return A_log, D, dt_bias
+
+
+def ssm_tokens(T, H, P, N, G, seed=1):
+    """x [T, H, P], raw dt [T, H], B and C [T, G, N], bf16 (the in_proj / conv outputs)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    bf16 = torch.bfloat16
+    x = torch.rand(T, H, P, device="cuda", generator=g).mul_(2).sub_(1).to(bf16)
+    dt = torch.rand(T, H, device="cuda", generator=g).mul_(2).sub_(1).to(bf16)
+    B = torch.rand(T, G, N, device="cuda", generator=g).mul_(2).sub_(1).to(bf16)
+    C = torch.rand(T, G, N, device="cuda", generator=g).mul_(2).sub_(1).to(bf16)
+    return x, dt, B, C
+
+
+def ssm_prefill(hy, mamba):
+    chunk_scan, _ = mamba
+    rows = []
+    Q = 256  # the anchors' setting (Mamba2's chunk size)
+    for (H, P, N, G, model) in ((80, 64, 128, 1, "Mamba2-2.7B"), (128, 64, 128, 8, "Nemotron-H-8B")):
+        for (Bn, T) in ((1, 16384), (8, 4096)):
+            A_log, D, dt_bias = ssm_params(H)
+            x, dt, Bm, Cm = ssm_tokens(Bn * T, H, P, N, G)
+            A = -torch.exp(A_log)
+            cu = torch.arange(0, Bn * T + 1, T, device="cuda", dtype=torch.int32)
+            slots = torch.arange(Bn, device="cuda", dtype=torch.int32)
+            pool = torch.zeros(Bn, H, P, N, device="cuda")
+            y = torch.empty(Bn * T, H, P, device="cuda", dtype=torch.bfloat16)
+
+            # Zero initial states (has_initial_state left out), so every replay computes the same.
+            def run_hybrid():
+                hy.run("ssm_chunk_scan", x=x, dt=dt, A_log=A_log, B=Bm, C=Cm, D=D, dt_bias=dt_bias,
+                       cu_seqlens=cu, state_slots=slots, state=pool, y=y, chunk_size=Q,
+                       dt_softplus=True)
+
+            # Equal lengths as [B, T, ...] batches (mamba_ssm's varlen path takes one batch row).
+            def run_mamba():
+                return chunk_scan(x.view(Bn, T, H, P), dt.view(Bn, T, H), A, Bm.view(Bn, T, G, N),
+                                  Cm.view(Bn, T, G, N), chunk_size=Q, D=D, dt_bias=dt_bias,
+                                  dt_softplus=True, return_final_states=True)
+
+            shape = f"{model}: {Bn} x {T}, H {H} G {G}"
+            y_ref, s_ref = run_mamba()
+            try:
+                run_hybrid()
+            except RuntimeError as e:
+                rows.append((shape, "-", "-", "-", "-", f"hybrid: {str(e).splitlines()[0]}"))
+                continue
+            err = max(rel_err(y, y_ref.reshape(Bn * T, H, P)), rel_err(pool, s_ref))
+            t_h = time_graph(run_hybrid, reps=20)
+            t_m = time_graph(run_mamba, reps=20)
+            rows.append((shape, f"{t_h:.3f}", f"{t_m:.3f}", f"{t_m / t_h:.2f}", f"{err:.1e}",
+                         "target >= 2" if t_m / t_h < 2 else ""))
+    report(rows, f"Mamba-2 chunked prefill (ssm_chunk_scan vs mamba_chunk_scan_combined), P 64, N 128, chunk {Q}, bf16 x/dt/B/C/y, f32 states, D, dt_bias, softplus")
+
+
+def ssm_decode(hy, mamba):
+    _, state_update = mamba
+    rows = []
+    ceiling = copy_ceiling_gbps()
+    H, P, N, G = 80, 64, 128, 1  # Mamba2-2.7B
+    for Bn in (1, 64, 256):
+        A_log, D, dt_bias = ssm_params(H)
+        x, dt, Bm, Cm = ssm_tokens(Bn, H, P, N, G)
+        g = torch.Generator(device="cuda").manual_seed(2)
+        pool0 = torch.randn(Bn, H, P, N, device="cuda", generator=g) * 0.1
+        slots = torch.arange(Bn, device="cuda", dtype=torch.int32)
+        y = torch.empty(Bn, H, P, device="cuda", dtype=torch.bfloat16)
+        pool, pool_m = pool0.clone(), pool0.clone()
+        # mamba_ssm's multi-head form, as Mamba2's step calls it: per-head values broadcast over
+        # P (and N for A) with stride-0 views.
+        A_e = (-torch.exp(A_log))[:, None, None].expand(H, P, N)
+        dt_e = dt[:, :, None].expand(Bn, H, P)
+        D_e, bias_e = D[:, None].expand(H, P), dt_bias[:, None].expand(H, P)
+
+        def run_hybrid():
+            hy.run("ssm_step", x=x, dt=dt, A_log=A_log, B=Bm, C=Cm, D=D, dt_bias=dt_bias, state=pool,
+                   state_slots=slots, y=y, dt_softplus=True)
+
+        def run_mamba():
+            return state_update(pool_m, x, dt_e, A_e, Bm, Cm, D=D_e, z=None, dt_bias=bias_e,
+                                dt_softplus=True)
+
+        try:
+            y_ref = run_mamba()  # one step each from the same states: outputs and states compared
+            run_hybrid()
+        except (RuntimeError, AssertionError, TypeError) as e:
+            rows.append((f"B={Bn}", "-", "-", "-", "-", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            continue
+        err = max(rel_err(y, y_ref), rel_err(pool, pool_m))
+        t_h = time_graph(run_hybrid)  # replays keep stepping the states: same bytes every time
+        t_m = time_graph(run_mamba)
+        state_bytes = 2 * Bn * H * P * N * 4
+        gbps_h, gbps_m = state_bytes / (t_h * 1e-3) / 1e9, state_bytes / (t_m * 1e-3) / 1e9
+        note = f"hybrid {100 * gbps_h / ceiling:.0f}% / mamba_ssm {100 * gbps_m / ceiling:.0f}% of copy"
+        rows.append((f"B={Bn}, f32 state", f"{t_h:.4f}", f"{t_m:.4f}", f"{t_m / t_h:.2f}", f"{err:.1e}", note))
+    report(rows, f"Mamba-2 decode (ssm_step vs selective_state_update), H {H} P {P} N {N} G {G}, bf16 x, f32 state, copy ceiling {ceiling:.0f} GB/s")
+
+
 def sdpa_backends():
     """torch SDPA's fused backends that may serve D = 256, by name (cuDNN's fused attention among
     them: this is how the cuDNN alternative of issue 6 is measured)."""
@@ -259,7 +391,11 @@ def main():
     global FLUSH
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="build-cuda/libhybrid_c.so")
-    p.add_argument("--only", default="gdn_decode,gdn_prefill")
+    p.add_argument("--only", default="gdn_decode,gdn_prefill",
+                   help="comma-separated: gdn_decode, gdn_prefill, attn_decode, attn_prefill, "
+                        "ssm_prefill, ssm_decode")
+    p.add_argument("--mamba-src", default=None,
+                   help="source folder of state-spaces/mamba (for ssm_prefill / ssm_decode)")
     args = p.parse_args()
     torch.manual_seed(0)
     FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -270,12 +406,25 @@ def main():
     except ImportError as e:
         print(f"flash-linear-attention not importable ({e}): GDN comparisons skipped")
         fla_ok = False
+    mamba = None
+    if any(name.startswith("ssm") for name in args.only.split(",")):
+        try:
+            if not args.mamba_src:
+                raise ImportError("--mamba-src not given")
+            mamba = load_mamba(args.mamba_src)
+        except ImportError as e:
+            print(f"mamba_ssm's Triton kernels not importable ({e}): Mamba-2 comparisons skipped")
     print(f"# compare_peers on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    runs = {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
+            "attn_prefill": attn_prefill, "ssm_prefill": ssm_prefill, "ssm_decode": ssm_decode}
     for name in args.only.split(","):
+        if name not in runs:
+            raise SystemExit(f"--only: unknown comparison '{name}' (known: {', '.join(runs)})")
         if name.startswith("gdn") and not fla_ok:
             continue
-        {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
-         "attn_prefill": attn_prefill}[name](hy, None)
+        if name.startswith("ssm") and mamba is None:
+            continue
+        runs[name](hy, mamba)
 
 
 if __name__ == "__main__":

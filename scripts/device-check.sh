@@ -4,7 +4,8 @@
 #   scripts/device-check.sh [hybrid-ops -o selection for perf]
 # Environment: SANITIZE_OPS (a -o selection for compute-sanitizer; default all CUDA cases),
 # SKIP_SANITIZE=1, PEERS (compare_peers.py --only selection), TEST_OPS (a -o selection for the
-# CUDA correctness cases; default all), SKIP_PERF=1.
+# CUDA correctness cases; default all), SKIP_PERF=1, MAMBA_SRC (a state-spaces/mamba source folder
+# for the ssm_prefill / ssm_decode comparisons; its imports einops and packaging go in .whl/).
 # CARRIED=1: no build; use the binaries that scripts/device-carry.sh packed into .carry/ (the
 # device tool's carry: [".carry"]); the unit tests run from build/ as ctest would run them.
 set -uo pipefail
@@ -60,6 +61,6 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   PYTHONUNBUFFERED=1 python3 scripts/compare_peers.py --lib "$LIB" \
-    ${PEERS:+--only "$PEERS"} 2>&1 | tee "$LOGS/peers.txt" || status=1
+    ${PEERS:+--only "$PEERS"} ${MAMBA_SRC:+--mamba-src "$MAMBA_SRC"} 2>&1 | tee "$LOGS/peers.txt" || status=1
 fi
 exit $status

@@ -1,8 +1,9 @@
 // CUDA: the attention family over the paged KV cache [num_pages, page_size, Hkv, D]:
-// kv_append, attn_decode (split-KV flash-decoding with the GQA group packed in one block),
-// rope_kv_append_attn_decode (seed 003: RoPE + append kernel, then the decode kernels) and the
-// CUDA-core attn_prefill variant (the decode kernel with one query row per token). The
-// tensor-core prefill lives in attention_prefill.cu.
+// kv_append, attn_decode (split-KV flash-decoding with the GQA group packed in one block: the
+// tensor-core decode_tc_kernel for bf16 / f16, the CUDA-core attn_kernel otherwise),
+// rope_kv_append_attn_decode (seed 003: RoPE + append kernel, then the same decode core) and the
+// CUDA-core attn_prefill variant (attn_kernel with one query row per token). The tensor-core
+// prefill lives in attention_prefill.cu.
 //
 // Attention of one query row at position p (query head h, KV head h / group), keys j in [lo, p]:
 //   s_j = scale · q·K[j];  out = Σ_j softmax(s)_j V[j]
@@ -240,22 +241,352 @@ __global__ void __launch_bounds__(kWarps * 32) attn_kernel(const AttnParams p) {
 }
 
 // Combines the split partials of one (row, head): out = Σ_s 2^(m_s−M) o_s / Σ_s 2^(m_s−M) l_s.
-// Block (row · Hq + h), D threads.
+// Block (row · Hq + h), D threads; splits <= kMaxSplits. A split with m_s = −inf (no keys) is
+// skipped: its o_s may be unwritten.
+constexpr int kMaxSplits = 256;
 __global__ void attn_merge_kernel(const AttnParams p, int D) {
+  __shared__ float m_s[kMaxSplits], l_s[kMaxSplits], w_s[kMaxSplits];
   const int rh = blockIdx.x;
   const int r = rh / p.Hq, h = rh % p.Hq;
   const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * 2;
   const float* po = p.part_o + static_cast<int64_t>(rh) * p.splits * D;
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x)
+    m_s[s] = ml[2 * s], l_s[s] = ml[2 * s + 1];
+  __syncthreads();
   float M = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) M = fmaxf(M, ml[2 * s]);
+  for (int s = 0; s < p.splits; ++s) M = fmaxf(M, m_s[s]);
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) {
+    w_s[s] = merge_weight(m_s[s], M);
+    l_s[s] *= w_s[s];
+  }
+  __syncthreads();
+  float L = 0.0f;
+  for (int s = 0; s < p.splits; ++s) L += l_s[s];
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float L = 0.0f, O = 0.0f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float wt = merge_weight(ml[2 * s], M);
-      L += wt * ml[2 * s + 1];
-      O += wt * po[static_cast<int64_t>(s) * D + d];
-    }
+    float O = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < p.splits; ++s)
+      if (w_s[s] != 0.0f) O += w_s[s] * po[static_cast<int64_t>(s) * D + d];
     store_any(p.out, p.o_dtype, r * p.o_t + h * p.o_h + d, L > 0.0f ? O / L : 0.0f);
+  }
+}
+
+// The same combination, wider (attn_decode.cuda_tc2): block (row · Hq + h, 32 columns of D), 256
+// threads. Thread t < splits reads split t's (m, l); M and L = Σ_s 2^(m_s−M) l_s by warp shuffles
+// and 8 shared partials; then thread (lane c, warp j) sums the splits s ≡ j (mod 8) of column c,
+// every load independent of the others (an empty split, weight 0, is dropped by a select: its o_s
+// may be unwritten), and warp 0 adds the 8 partial sums in a fixed order (deterministic).
+constexpr int kMergeCols = 32, kMergeWarps = 8, kMergeThreads = kMergeCols * kMergeWarps;
+static_assert(kMergeThreads >= kMaxSplits, "one split per thread for (m, l)");
+__global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const AttnParams p, int D) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float red_s[2][kMergeWarps];
+  __shared__ float o_s[kMergeWarps][kMergeCols];
+  const int rh = blockIdx.x;
+  const int r = rh / p.Hq, h = rh % p.Hq;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * 2;
+  const float* po = p.part_o + static_cast<int64_t>(rh) * p.splits * D;
+  const bool has = tid < p.splits;
+  const float m = has ? ml[2 * tid] : -INFINITY;
+  const float l = has ? ml[2 * tid + 1] : 0.0f;
+  float M = warp_max(m);
+  if (lane == 0) red_s[0][warp] = M;
+  __syncthreads();
+  M = red_s[0][0];
+#pragma unroll
+  for (int j = 1; j < kMergeWarps; ++j) M = fmaxf(M, red_s[0][j]);
+  const float w = has ? merge_weight(m, M) : 0.0f;
+  if (has) w_s[tid] = w;
+  const float lw = warp_sum(w * l);
+  if (lane == 0) red_s[1][warp] = lw;
+  __syncthreads();
+  float L = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMergeWarps; ++j) L += red_s[1][j];
+
+  const int d = blockIdx.y * kMergeCols + lane;
+  float O = 0.0f;
+#pragma unroll 8
+  for (int s = warp; s < p.splits; s += kMergeWarps) {
+    const float x = po[static_cast<int64_t>(s) * D + d];
+    const float ws = w_s[s];
+    O += ws != 0.0f ? ws * x : 0.0f;
+  }
+  o_s[warp][lane] = O;
+  __syncthreads();
+  if (warp == 0) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMergeWarps; ++j) tot += o_s[j][lane];
+    store_any(p.out, p.o_dtype, r * p.o_t + h * p.o_h + d, L > 0.0f ? tot / L : 0.0f);
+  }
+}
+
+// ---- tensor-core split-KV decode (bf16 / f16) ------------------------------------------------
+
+// decode_tc_kernel: block (split, KV head · 16-head chunk, sequence), 4 warps. The chunk's query
+// heads (gc <= 16 of the GQA group) are the 16 rows of the m16n8k16 A operand, zero rows past gc,
+// so every K/V row of the split is read once per (sequence, KV head). The split's keys
+// [k_begin, k_end) of the window [lo, p] come in tiles of kTcBN = 64 keys, gathered through the
+// page table by 16-byte cp.async into XOR-swizzled shared memory (kTcStages<D> tiles in flight;
+// keys past k_end or on an invalid page are zero-filled and masked). Warp w owns keys
+// 16w..16w+15 of every tile:
+//   S [16 × 16] = Q Kᵀ (ldmatrix Q and K, D/16 · 2 mma), scaled to the log2 domain and masked;
+//   running max m and sum l per row (online softmax over the warp's keys);
+//   O [16 × D] = O · 2^(m_old − m_new) + P V, P rounded to C in registers as the A operand,
+//   V fragments by ldmatrix.trans (D/16 · 2 mma).
+// After the last tile the 4 warps' (m, l, O) merge in shared memory (reusing the tile buffers);
+// one split writes out, several write (m, l, O) partials for attn_merge_kernel. A split with no
+// keys (past the sequence's length: the split count comes from shapes, not from the device
+// lengths) writes only m = −inf and exits; the merge skips it.
+constexpr int kTcWarps = 4, kTcThreads = kTcWarps * 32;
+constexpr int kTcRows = 16;           // query heads per block (mma rows)
+constexpr int kTcBN = 16 * kTcWarps;  // keys per tile
+template <int D>
+constexpr int kTcStages = 3;  // 3 · 64 KiB at D = 256 (one block per SM), 3 · 32 KiB at D = 128
+template <int D>
+constexpr int kTcOStride = D + 8;  // f32 row stride of the warp-merge buffer (bank spread)
+
+template <int D>
+constexpr size_t tc_smem_bytes() {
+  return (static_cast<size_t>(kTcRows) * D + static_cast<size_t>(kTcStages<D>) * 2 * kTcBN * D) * 2;
+}
+
+// kQAsync (attn_decode.cuda_tc2): Q arrives by 16-byte cp.async (q 16-byte aligned, checked by
+// tc2_query_reason), issued before seq_lens is read and committed with the first tile, so the
+// block's prologue is three round trips (seq_lens, page table, data). Without it (cuda_tc) Q is
+// loaded element by element through load_any, whose dtype branches serialise the loads.
+template <int D, class C, bool kQAsync>
+__global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams p) {
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  constexpr int BN = kTcBN, S = kTcStages<D>, OS = kTcOStride<D>;
+  static_assert((BN * CH) % kTcThreads == 0, "whole tile loads per thread");
+  static_assert(kTcWarps * kTcRows * OS * 4 <= S * 2 * BN * D * 2, "merge buffer fits the tiles");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  C* q_s = reinterpret_cast<C*>(smem_raw);  // [16, D] swizzled
+  C* kv_s = q_s + kTcRows * D;              // [S][K, V][BN, D] swizzled
+  __shared__ bool ok_s[S][BN];              // key of the tile present (in range, valid page)
+  __shared__ float ml_s[kTcWarps][kTcRows][2];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int split = blockIdx.x;
+  const int hk = blockIdx.y / p.hchunks, hc = blockIdx.y % p.hchunks;
+  const int h0 = hk * p.group + hc * kTcRows;
+  const int gc = min(kTcRows, p.group - hc * kTcRows);
+  const int n = blockIdx.z;
+
+  if constexpr (kQAsync) {
+    // Q of the chunk's heads, rows past gc zero-filled; joins the first tile's commit group.
+    const C* qbase = static_cast<const C*>(p.q);
+#pragma unroll
+    for (int i = tid; i < kTcRows * CH; i += kTcThreads) {
+      const int r = i / CH, ch = i % CH;
+      const bool ok = r < gc;
+      cp_async16(q_s + swz<D>(r, ch), qbase + (ok ? n * p.q_t + (h0 + r) * p.q_h + ch * 8 : 0),
+                 ok ? 16 : 0);
+    }
+  }
+
+  // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles.
+  const int pos = p.seq_lens[n] - 1;  // −1: padding sequence
+  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;
+  const int chunk = ((nkeys + p.splits - 1) / p.splits + BN - 1) / BN * BN;
+  const int k_begin = lo + split * chunk;
+  const int k_end = min(pos + 1, k_begin + chunk);
+  const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+
+  if (ntiles == 0) {
+    if constexpr (kQAsync) {
+      cp_commit();
+      cp_wait<0>();  // no copy left in flight into the block's shared memory
+    }
+    for (int i = tid; i < gc * D; i += kTcThreads) {
+      const int h = h0 + i / D, d = i % D;
+      if (p.splits == 1) {
+        store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, 0.0f);
+      } else if (d == 0) {
+        const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
+        p.part_ml[ps * 2] = -INFINITY, p.part_ml[ps * 2 + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  const C* kbase = static_cast<const C*>(p.k.p);
+  const C* vbase = static_cast<const C*>(p.v.p);
+  // K and V of tile i (keys k_begin + 64i ..) into stage i % S, and its key flags. Thread tid
+  // copies, in step `it`, 16-byte chunk ch = c % CH of row r = c / CH, c = tid + 128·it: a warp
+  // covers 32 / CH whole rows per step (coalesced), 16 rows per tile. The page lookups of those
+  // 16 rows are done once, lane i < 16 taking the warp's i-th row (step i / RPI, row i % RPI of
+  // it), and broadcast by shuffles (offset −1: key absent).
+  constexpr int RPI = 32 / CH;                 // rows per warp per step: 1, 2, 4
+  constexpr int STEPS = BN * CH / kTcThreads;  // 16, 8, 4
+  static_assert(CH <= 32 && STEPS * RPI == 16, "16 rows per warp per tile");
+  auto load_tile = [&](int i) {
+    C* ks = kv_s + (i % S) * 2 * BN * D;
+    C* vs = ks + BN * D;
+    const int j0 = k_begin + i * BN;
+    int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
+    if (lane < 16) {
+      const int r = (warp * 32 + (lane / RPI) * kTcThreads) / CH + lane % RPI;
+      const int j = j0 + r;
+      if (j < k_end) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0) {
+          k_off = static_cast<int>(p.k.offset(kv.x, kv.y, hk));
+          v_off = static_cast<int>(p.v.offset(kv.x, kv.y, hk));
+        }
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < STEPS; ++it) {
+      const int src = it * RPI + lane / CH;  // the lane that looked up this step's row
+      const int ko = __shfl_sync(0xffffffffu, k_off, src);
+      const int vo = __shfl_sync(0xffffffffu, v_off, src);
+      const int c = tid + it * kTcThreads;
+      const int r = c / CH, ch = c % CH;
+      const bool ok = ko >= 0;
+      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : 0), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : 0), ok ? 16 : 0);
+      if (ch == 0) ok_s[i % S][r] = ok;
+    }
+  };
+
+  if constexpr (!kQAsync) {
+    // Q of the chunk's heads, rows past gc zero (q has C's dtype: the conversion is exact).
+    for (int i = tid; i < kTcRows * D; i += kTcThreads) {
+      const int r = i / D, d = i % D;
+      const float x = r < gc ? load_any(p.q, p.q_dtype, n * p.q_t + (h0 + r) * p.q_h + d) : 0.0f;
+      q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    if (i < ntiles) load_tile(i);
+    cp_commit();
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int g = lane / 4, c4 = lane % 4;
+
+  for (int i = 0; i < ntiles; ++i) {
+    cp_wait<S - 2>();  // tile i landed (this thread's copies) ...
+    __syncthreads();   // ... everyone's; and every warp is done with tile i − 1's stage
+    if (i + S - 1 < ntiles) load_tile(i + S - 1);
+    cp_commit();
+    const int st = i % S;
+    const C* ks = kv_s + st * 2 * BN * D;
+    const C* vs = ks + BN * D;
+
+    // S = Q Kᵀ for this warp's 16 keys: s[nt][0..1] row g, s[nt][2..3] row g + 8, keys
+    // 16·warp + 8·nt + 2·c4 + {0, 1}.
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, q_s + swz<D>(lane % 16, kk * 2 + lane / 16));
+      ldmatrix_x4(b,
+                  ks + swz<D>(warp * 16 + (lane % 8) + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
+      mma16<C>(s[0], a, b[0], b[1]);
+      mma16<C>(s[1], a, b[2], b[3]);
+    }
+    float corr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x = ok_s[st][warp * 16 + nt * 8 + c4 * 2 + e] ? x * p.scale_log2 : -INFINITY;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hr], mx);
+      corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);  // 0 while m = −inf
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x = exp2f(x - base);  // masked: exp2(−inf) = 0
+          sum += x;
+        }
+      l[hr] = l[hr] * corr[hr] + sum;  // thread-partial, reduced over the quad at the end
+      m[hr] = m_new;
+    }
+
+    // O = O · corr + P V over the warp's 16 keys (P as the A operand, straight from S).
+    uint32_t a[4];
+    a[0] = pack2<C>(s[0][0], s[0][1]);
+    a[1] = pack2<C>(s[0][2], s[0][3]);
+    a[2] = pack2<C>(s[1][0], s[1][1]);
+    a[3] = pack2<C>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+      o[2 * dt][0] *= corr[0], o[2 * dt][1] *= corr[0];
+      o[2 * dt][2] *= corr[1], o[2 * dt][3] *= corr[1];
+      o[2 * dt + 1][0] *= corr[0], o[2 * dt + 1][1] *= corr[0];
+      o[2 * dt + 1][2] *= corr[1], o[2 * dt + 1][3] *= corr[1];
+      uint32_t b[4];
+      ldmatrix_x4_trans(
+          b, vs + swz<D>(warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dt * 2 + lane / 16));
+      mma16<C>(o[2 * dt], a, b[0], b[1]);
+      mma16<C>(o[2 * dt + 1], a, b[2], b[3]);
+    }
+  }
+  cp_wait<0>();
+  __syncthreads();  // every warp is done with the tiles: their memory becomes the merge buffer
+
+  // Warp states to shared memory: o_s [warp][row][OS], ml_s [warp][row] (l summed over the quad).
+  float* o_s = reinterpret_cast<float*>(kv_s);
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = g + hr * 8;
+    float* dst = o_s + (warp * kTcRows + row) * OS;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<float2*>(dst + dt * 8 + c4 * 2) =
+          make_float2(o[dt][hr * 2], o[dt][hr * 2 + 1]);
+    float tot = l[hr];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    if (c4 == 0) ml_s[warp][row][0] = m[hr], ml_s[warp][row][1] = tot;
+  }
+  __syncthreads();
+
+  // Block merge of the warps; one split: normalised output, else a partial state.
+  for (int i = tid; i < gc * D; i += kTcThreads) {
+    const int r = i / D, d = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) M = fmaxf(M, ml_s[w][r][0]);
+    float L = 0.0f, O = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kTcWarps; ++w) {
+      const float wt = merge_weight(ml_s[w][r][0], M);
+      L += wt * ml_s[w][r][1];
+      O += wt * o_s[(w * kTcRows + r) * OS + d];
+    }
+    const int h = h0 + r;
+    if (p.splits == 1) {
+      store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, L > 0.0f ? O / L : 0.0f);
+    } else {
+      const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
+      p.part_o[ps * D + d] = O;
+      if (d == 0) p.part_ml[ps * 2] = M, p.part_ml[ps * 2 + 1] = L;
+    }
   }
 }
 
@@ -402,37 +733,70 @@ void launch_attn_d(const AttnParams& p, DType cache, cudaStream_t st) {
     attn_kernel<D, C><<<grid, kWarps * 32, 0, st>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
-  if (p.splits > 1) {
-    attn_merge_kernel<<<p.rows * p.Hq, D, 0, st>>>(p, D);
-    HYBRID_CUDA_CHECK_LAUNCH();
-  }
 }
 
+template <int D, class C, bool kQAsync>
+void launch_tc_d(const AttnParams& p, cudaStream_t st) {
+  constexpr size_t smem = tc_smem_bytes<D>();
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, C, kQAsync>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  const dim3 grid(p.splits, p.Hkv * p.hchunks, p.N);
+  decode_tc_kernel<D, C, kQAsync><<<grid, kTcThreads, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, bool kQAsync>
+void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
+  if (cache == DType::f16)
+    launch_tc_d<D, __half, kQAsync>(p, st);
+  else
+    launch_tc_d<D, __nv_bfloat16, kQAsync>(p, st);
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(sms, 1);
+}
+
+// Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
+// the tensor-core decode_tc_kernel (decode rows only) with element-wise Q loads and the narrow
+// merge (v2, attn_decode.cuda_tc), or with cp.async Q and the wide merge (v3,
+// attn_decode.cuda_tc2; q 16-byte aligned).
+enum class Core { cuda_core, tensor_core, tensor_core_v3 };
+
 // Fills the fields shared by every attention launch and picks the split count from the shapes
-// (keys_max: the page-table capacity, or the window; the real lengths live on the device).
+// (keys_max: the page-table capacity, or the window; the real lengths live on the device, so the
+// grid never depends on them and the launch can be captured in a CUDA graph).
 void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& page_table, int64_t D, int64_t window,
-                    std::optional<float> scale) {
+                    const Tensor& page_table, int64_t D, int64_t window, std::optional<float> scale,
+                    Core core) {
   p.k = cache_of(k_cache), p.v = cache_of(v_cache);
   p.pt = table_of(page_table);
   p.Hkv = static_cast<int>(k_cache.size(2));
   p.group = p.Hq / p.Hkv;
-  p.hchunks = (p.group + kGC - 1) / kGC;
+  const bool tc = core != Core::cuda_core;
+  const int heads_per_block = tc ? kTcRows : kGC;
+  p.hchunks = (p.group + heads_per_block - 1) / heads_per_block;
   p.window = static_cast<int>(std::min<int64_t>(window, INT32_MAX));
   const float sc = scale ? *scale : 1.0f / std::sqrt(static_cast<float>(D));
   p.scale_log2 = sc * kLog2e;
   int64_t keys_max = k_cache.size(1) * page_table.size(1);
   if (window > 0) keys_max = std::min(keys_max, window);
   const int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(p.rows) * p.Hkv * p.hchunks);
-  // Resident blocks: 132 SMs × 3 (registers bound it at ~160 per thread, 128 threads). Pick the
+  // Resident blocks per SM: the CUDA-core kernel ~3 (registers, ~160 per thread at 128 threads);
+  // the tensor-core kernel 1 at D 256 (200 KiB of shared memory), 2 at D 128, 4 at D 64. Pick the
   // split count s minimising waves(s) · (keys/s + 64), 64 keys standing for a block's fixed cost
-  // (q load, merge, partial write), s <= 256 and >= 64 keys per split.
-  constexpr int64_t kResident = 132 * 3;
-  const int64_t s_max = std::clamp<int64_t>(keys_max / 64, 1, 256);
+  // (q load, pipeline fill, merge, partial write), s <= kMaxSplits and >= 64 keys per split.
+  const int64_t per_sm = !tc ? 3 : (D == 256 ? 1 : (D == 128 ? 2 : 4));
+  const int64_t resident = sm_count() * per_sm;
+  const int64_t s_max = std::clamp<int64_t>(keys_max / 64, 1, kMaxSplits);
   int64_t splits = 1;
   double best = 0.0;
   for (int64_t s = 1; s <= s_max; ++s) {
-    const double waves = static_cast<double>((blocks * s + kResident - 1) / kResident);
+    const double waves = static_cast<double>((blocks * s + resident - 1) / resident);
     const double cost = waves * (static_cast<double>(keys_max) / static_cast<double>(s) + 64.0);
     if (s == 1 || cost < best) best = cost, splits = s;
   }
@@ -444,25 +808,76 @@ size_t partial_bytes(const AttnParams& p, int64_t D) {
   return p.splits > 1 ? static_cast<size_t>(p.rows) * p.Hq * p.splits * (D + 2) * sizeof(float) : 0;
 }
 
-// Launches the attention (and merge) kernels; ws: partial_bytes(p, D) bytes of workspace.
-void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Context& ctx) {
+// Launches the attention kernel of `core` and, for several splits, the merge; ws:
+// partial_bytes(p, D) bytes of workspace.
+void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core, Context& ctx) {
   if (p.rows == 0) return;
   if (p.splits > 1) {
     p.part_o = static_cast<float*>(ws);
     p.part_ml = p.part_o + static_cast<size_t>(p.rows) * p.Hq * p.splits * D;
   }
   const cudaStream_t st = as_stream(ctx.stream());
+  auto launch_d = [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    switch (core) {
+      case Core::tensor_core:
+        launch_tc_dtype<kD, false>(p, cache, st);
+        break;
+      case Core::tensor_core_v3:
+        launch_tc_dtype<kD, true>(p, cache, st);
+        break;
+      default:
+        launch_attn_d<kD>(p, cache, st);
+        break;
+    }
+  };
   switch (D) {
     case 64:
-      launch_attn_d<64>(p, cache, st);
+      launch_d(std::integral_constant<int, 64>{});
       break;
     case 128:
-      launch_attn_d<128>(p, cache, st);
+      launch_d(std::integral_constant<int, 128>{});
       break;
     default:
-      launch_attn_d<256>(p, cache, st);
+      launch_d(std::integral_constant<int, 256>{});
       break;
   }
+  if (p.splits > 1) {
+    if (core == Core::tensor_core_v3) {
+      const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
+      attn_merge_wide_kernel<<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
+    } else {
+      attn_merge_kernel<<<p.rows * p.Hq, static_cast<int>(D), 0, st>>>(p, static_cast<int>(D));
+    }
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// Why the tensor-core decode core cannot take q of dtype q_dtype over these caches (nullopt: it
+// can): it needs 16-bit caches (bf16 or f16) with q of the same dtype (q is fed to the mma as is),
+// 16-byte aligned cache bases and strides (cp.async), at most 65535 sequences (grid z), and
+// cache element offsets below 2^31 (carried in int).
+Reason tc_decode_reason(DType q_dtype, int64_t N, const Tensor& k_cache, const Tensor& v_cache) {
+  if (k_cache.dtype() != DType::bf16 && k_cache.dtype() != DType::f16)
+    return std::string("tensor-core decode needs bf16 or f16 caches");
+  if (q_dtype != k_cache.dtype())
+    return std::string("tensor-core decode needs q in the caches' dtype");
+  if (!cache_of(k_cache).aligned || !cache_of(v_cache).aligned)
+    return std::string("tensor-core decode needs 16-byte aligned cache bases and strides");
+  if (N > 65535)
+    return "tensor-core decode takes at most 65535 sequences, got " + std::to_string(N);
+  if (!offsets_fit_int32(k_cache) || !offsets_fit_int32(v_cache))
+    return std::string("tensor-core decode needs cache offsets below 2^31 elements");
+  return std::nullopt;
+}
+
+// Why v3 (cp.async Q) cannot read this q (nullopt: it can): base and strides 16-byte aligned.
+Reason tc2_query_reason(const Tensor& q) {
+  const int64_t es = static_cast<int64_t>(dtype_size(q.dtype()));
+  if (reinterpret_cast<uintptr_t>(q.data()) % 16 != 0 || (q.stride(0) * es) % 16 != 0 ||
+      (q.stride(1) * es) % 16 != 0)
+    return std::string("tensor-core decode v3 needs q 16-byte aligned (base and strides)");
+  return std::nullopt;
 }
 
 AttnParams query_params(const Tensor& q, const Tensor& out) {
@@ -505,13 +920,35 @@ Reason decode_supports(const AttnDecode& a) {
   return dims_supported(a.q.size(2), a.k_cache);
 }
 
-void decode_cuda(const AttnDecode& a, Context& ctx) {
+void decode_with(const AttnDecode& a, Core core, Context& ctx) {
   AttnParams p = query_params(a.q, a.out);
   p.seq_lens = a.seq_lens.data_as<const int>();
   p.N = p.rows;
-  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale);
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale, core);
   void* ws = ctx.workspace(partial_bytes(p, a.q.size(2)));
-  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, ctx);
+  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, core, ctx);
+}
+
+void decode_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::cuda_core, ctx);
+}
+
+Reason decode_tc_supports(const AttnDecode& a) {
+  if (Reason r = dims_supported(a.q.size(2), a.k_cache)) return r;
+  return tc_decode_reason(a.q.dtype(), a.q.size(0), a.k_cache, a.v_cache);
+}
+
+void decode_tc_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core, ctx);
+}
+
+Reason decode_tc2_supports(const AttnDecode& a) {
+  if (Reason r = decode_tc_supports(a)) return r;
+  return tc2_query_reason(a.q);
+}
+
+void decode_tc2_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core_v3, ctx);
 }
 
 Reason prefill_simple_supports(const AttnPrefill& a) {
@@ -523,9 +960,10 @@ void prefill_simple_cuda(const AttnPrefill& a, Context& ctx) {
   p.seq_lens = a.seq_lens.data_as<const int>();
   p.cu = a.cu_seqlens.data_as<const int>();
   p.N = static_cast<int>(a.cu_seqlens.size(0) - 1);
-  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale);
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, a.q.size(2), a.window, a.scale,
+                 Core::cuda_core);
   void* ws = ctx.workspace(partial_bytes(p, a.q.size(2)));
-  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, ctx);
+  launch_attention(p, a.q.size(2), a.k_cache.dtype(), ws, Core::cuda_core, ctx);
 }
 
 Reason fused_supports(const RopeKvAppendAttnDecode& a) {
@@ -541,7 +979,14 @@ void fused_cuda(const RopeKvAppendAttnDecode& a, Context& ctx) {
   AttnParams p = query_params(a.q, a.out);
   p.seq_lens = a.seq_lens.data_as<const int>();
   p.N = N;
-  plan_attention(p, a.k_cache, a.v_cache, a.page_table, D, a.window, a.scale);
+  // The rotated q (q's dtype, in the 256-byte aligned workspace with rows of Hq · D elements, so
+  // 16-byte aligned for D in {64, 128, 256}) feeds the tensor-core decode core when it can take
+  // it: v3 (attn_decode.cuda_tc2's), or v2 with kFusedDecodeV3 = false.
+  constexpr bool kFusedDecodeV3 = true;
+  const Core core = tc_decode_reason(a.q.dtype(), N, a.k_cache, a.v_cache)
+                        ? Core::cuda_core
+                        : (kFusedDecodeV3 ? Core::tensor_core_v3 : Core::tensor_core);
+  plan_attention(p, a.k_cache, a.v_cache, a.page_table, D, a.window, a.scale, core);
   // One workspace request: q_rot [N, Hq, D] (q's dtype) then the split partials.
   const size_t qrot_bytes =
       (static_cast<size_t>(N) * Hq * D * dtype_size(a.q.dtype()) + 255) / 256 * 256;
@@ -564,7 +1009,7 @@ void fused_cuda(const RopeKvAppendAttnDecode& a, Context& ctx) {
     HYBRID_CUDA_CHECK_LAUNCH();
   });
   p.q = ws, p.q_t = Hq * D, p.q_h = D;
-  launch_attention(p, D, a.k_cache.dtype(), ws + qrot_bytes, ctx);
+  launch_attention(p, D, a.k_cache.dtype(), ws + qrot_bytes, core, ctx);
 }
 
 }  // namespace
@@ -576,6 +1021,10 @@ void register_attention_prefill_tc(Registry& r);
 void register_attention(Registry& r) {
   using namespace attn;
   r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc2", DeviceType::cuda, 20, decode_tc2_supports,
+                    decode_tc2_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc", DeviceType::cuda, 10, decode_tc_supports,
+                    decode_tc_cuda);
   r.add<AttnDecode>("attn_decode.cuda", DeviceType::cuda, 0, decode_supports, decode_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_simple", DeviceType::cuda, 0, prefill_simple_supports,
                      prefill_simple_cuda);

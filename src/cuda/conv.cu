@@ -3,8 +3,10 @@
 // Per sequence and channel c, K = W - 1, win = the last K inputs (oldest first; at the start of a
 // sequence: its saved state, or zeros):
 //   y[t, c] = act(bias[c] + w[c, K]·x[t, c] + Σ_{j<K} w[c, j]·win[j]),   win = [win[1:], x[t, c]]
-// summed in this order with every product and sum rounded in f32 (as the CPU reference); act =
-// SiLU or identity. The final state of a sequence is the last K entries of [state, x_seq].
+// summed in this order with every product and sum rounded in f32 (as the CPU reference) by the
+// general kernels; the vectorised ones (cuda_vec) use fused multiply-adds and a fast SiLU
+// (silu_fast: they are instruction-bound otherwise). act = SiLU or identity. The final state of a
+// sequence is the last K entries of [state, x_seq].
 //
 // conv1d_causal runs two kernels on the stream:
 //   1. outputs: grid (channel tiles of 128 threads × V channels, token chunks of kChunk tokens of
@@ -19,12 +21,15 @@
 //   conv1d_causal.cuda_vec (priority 1): V = 8 channels per thread (16-byte loads / stores of
 //     bf16 x and out), W <= 4; needs C % 8 == 0 and 16-byte aligned rows of x and out.
 //   conv1d_causal.cuda (priority 0): V = 1, W <= 8.
+// conv1d_update.cuda_vec (priority 1): W = 4, 8 channels per thread, 16-byte loads of x, out and
+//   the 8 channels' state entries, weights in registers over 4 sequences (conv_update_vec_kernel).
 // conv1d_update.cuda: one thread per (sequence, channel), grid-stride: reads the K state entries
 //   and x, writes the shifted state and out (x is read before out is written: out may be x).
 //   Bytes: N·C·(x + out + 2·K·state); W <= 8.
 // Weights, bias and states are read with their dtype chosen at run time (they are small or read
 // once per token chunk).
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -66,6 +71,21 @@ struct ConvParams {
 
 __device__ __forceinline__ float act(float y, bool silu) {
   return silu ? vec::silu(y) : y;
+}
+
+// SiLU of the vectorised kernels, which are instruction-bound with the accurate one (expf and an
+// IEEE division: about 20 instructions per element against ~14 available per element at the copy
+// ceiling). bf16 out: y·(0.5 + 0.5·tanh(y / 2)) with tanh.approx (one MUFU op, ~2⁻¹¹ relative,
+// below the 2⁻⁹ of the bf16 rounding that follows); f32 out: the fast exp and division (a few ulp).
+template <class To>
+__device__ __forceinline__ float silu_fast(float y) {
+  if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * y));
+    return y * fmaf(0.5f, t, 0.5f);
+  } else {
+    return __fdividef(y, 1.0f + __expf(-y));
+  }
 }
 
 __device__ __forceinline__ bool starts_from_state(const ConvParams& p, int i) {
@@ -164,13 +184,23 @@ __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           float acc = 0.0f;
+          if constexpr (V == 1) {  // the general kernel: rounded as the CPU reference
 #pragma unroll
-          for (int j = 0; j <= KMAX; ++j)
-            if (j == K) acc = __fadd_rn(bias[v], __fmul_rn(w[v][j], xv[v]));
+            for (int j = 0; j <= KMAX; ++j)
+              if (j == K) acc = __fadd_rn(bias[v], __fmul_rn(w[v][j], xv[v]));
 #pragma unroll
-          for (int j = 0; j < KMAX; ++j)
-            if (j < K) acc = __fadd_rn(acc, __fmul_rn(w[v][j], win[j][v]));
-          y[v] = act(acc, p.silu);
+            for (int j = 0; j < KMAX; ++j)
+              if (j < K) acc = __fadd_rn(acc, __fmul_rn(w[v][j], win[j][v]));
+            y[v] = act(acc, p.silu);
+          } else {  // the vectorised kernel: fused multiply-adds, the fast SiLU
+#pragma unroll
+            for (int j = 0; j <= KMAX; ++j)
+              if (j == K) acc = fmaf(w[v][j], xv[v], bias[v]);
+#pragma unroll
+            for (int j = 0; j < KMAX; ++j)
+              if (j < K) acc = fmaf(w[v][j], win[j][v], acc);
+            y[v] = p.silu ? silu_fast<To>(acc) : acc;
+          }
         }
 #pragma unroll
         for (int j = 0; j + 1 < KMAX; ++j)
@@ -253,6 +283,63 @@ __global__ void __launch_bounds__(256) conv_update_kernel(ConvParams p) {
     for (int j = 0; j < kMaxK; ++j)
       if (j < p.K) vec::store_any(p.state, so + j, p.state_code, j + 1 < p.K ? win[j + 1] : xv);
     orow[c] = from_f32<To>(act(acc, p.silu));
+  }
+}
+
+// conv1d_update, vectorised (W = 4, K = 3): a thread owns V = 8 channels [c0, c0 + 8) and keeps
+// their weights and bias in registers while it walks kUpdSeqs sequences i = blockIdx.y·kUpdSeqs +
+// k: x and out as one 16-byte vector, the 8 channels' 3 state entries as 24 contiguous elements
+// (48 B bf16 / 96 B f32: 3 or 6 16-byte loads; the pool rows are [C, 3] with 3 contiguous).
+// Same math as conv_update_kernel with fused multiply-adds and the fast SiLU.
+constexpr int kUpdSeqs = 4;
+
+template <class Tx, class To, class Ts>
+__global__ void __launch_bounds__(kThreads) conv_update_vec_kernel(ConvParams p) {
+  constexpr int V = 8, K = 3;
+  const int64_t c0 = (int64_t{blockIdx.x} * kThreads + threadIdx.x) * V;
+  if (c0 >= p.C) return;
+  float w[V][K + 1], bias[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j <= K; ++j)
+      w[v][j] = vec::load_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code);
+    bias[v] = p.bias ? vec::load_any(p.bias, c0 + v, p.bias_code) : 0.0f;
+  }
+  for (int k = 0; k < kUpdSeqs; ++k) {
+    const int64_t i = int64_t{blockIdx.y} * kUpdSeqs + k;
+    if (i >= p.N) return;
+    To* orow = static_cast<To*>(p.out) + i * p.out_stride + c0;
+    const int slot = p.slots[i];
+    if (slot < 0) {
+      float zero[V] = {};
+      vec::Raw<To, V> rz;
+      vec::from_floats(zero, rz);
+      vec::store(orow, rz);
+      continue;
+    }
+    Ts* srow = static_cast<Ts*>(p.state) + int64_t{slot} * p.state_s0 + c0 * K;
+    vec::Raw<Tx, V> rx;
+    vec::Raw<Ts, V * K> rs;
+    vec::load(static_cast<const Tx*>(p.x) + i * p.x_stride + c0, rx);
+    vec::load(srow, rs);
+    float xv[V], win[V * K], y[V];
+    vec::to_floats(rx, xv);
+    vec::to_floats(rs, win);
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float acc = fmaf(w[v][K], xv[v], bias[v]);
+#pragma unroll
+      for (int j = 0; j < K; ++j) acc = fmaf(w[v][j], win[v * K + j], acc);
+      y[v] = p.silu ? silu_fast<To>(acc) : acc;
+#pragma unroll
+      for (int j = 0; j < K; ++j) win[v * K + j] = j + 1 < K ? win[v * K + j + 1] : xv[v];
+    }
+    vec::from_floats(win, rs);
+    vec::store(srow, rs);
+    vec::Raw<To, V> ro;
+    vec::from_floats(y, ro);
+    vec::store(orow, ro);  // after x was read: out may be x
   }
 }
 
@@ -361,6 +448,45 @@ void update_cuda(const Conv1dUpdate& a, Context& ctx) {
   });
 }
 
+Reason update_supports_vec(const Conv1dUpdate& a) {
+  if (Reason r = update_supports(a)) return r;
+  if (a.weight.size(1) != 4) return str("kernel width ", a.weight.size(1), " is not 4");
+  if (a.x.size(1) % 8 != 0) return str("C = ", a.x.size(1), " is not a multiple of 8");
+  const Tensor& st = a.conv_state;
+  if (st.stride(2) != 1 || st.stride(1) != 3)
+    return std::string("conv_state rows are not [C, 3] contiguous");
+  if (!vec::aligned16(st.data()) || !vec::stride16(st.stride(0), dtype_size(st.dtype())))
+    return std::string("a conv_state slot is not 16-byte aligned");
+  if (!vec::aligned16(a.x.data()) || !vec::stride16(a.x.stride(0), dtype_size(a.x.dtype())) ||
+      !vec::aligned16(a.out.data()) || !vec::stride16(a.out.stride(0), dtype_size(a.out.dtype())))
+    return std::string("a row of x or out is not 16-byte aligned");
+  if ((a.x.size(0) + kUpdSeqs - 1) / kUpdSeqs > 65535)
+    return std::string("more than 262140 sequences");
+  return {};
+}
+
+void update_vec_cuda(const Conv1dUpdate& a, Context& ctx) {
+  ConvParams p = common_params(a);
+  p.N = static_cast<int>(a.x.size(0));
+  if (p.N == 0 || p.C == 0) return;
+  const dim3 grid(static_cast<unsigned>((p.C / 8 + kThreads - 1) / kThreads),
+                  static_cast<unsigned>((p.N + kUpdSeqs - 1) / kUpdSeqs));
+  dispatch_act_pair(a.x.dtype(), a.out.dtype(), Conv1dUpdate::op_name, [&](auto tx, auto to) {
+    auto launch = [&](auto ts) {
+      conv_update_vec_kernel<decltype(tx), decltype(to), decltype(ts)>
+          <<<grid, kThreads, 0, as_stream(ctx.stream())>>>(p);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (a.conv_state.dtype() == DType::bf16)
+      launch(__nv_bfloat16{});
+    else if (a.conv_state.dtype() == DType::f32)
+      launch(float{});
+    else
+      fail("[conv1d_update] conv_state dtype ", dtype_name(a.conv_state.dtype()),
+           " is not f32 or bf16");
+  });
+}
+
 }  // namespace
 
 void register_conv(Registry& r) {
@@ -368,6 +494,8 @@ void register_conv(Registry& r) {
                       causal_cuda<8, kMaxKVec>);
   r.add<Conv1dCausal>("conv1d_causal.cuda", DeviceType::cuda, 0, causal_supports_general,
                       causal_cuda<1, kMaxK>);
+  r.add<Conv1dUpdate>("conv1d_update.cuda_vec", DeviceType::cuda, 1, update_supports_vec,
+                      update_vec_cuda);
   r.add<Conv1dUpdate>("conv1d_update.cuda", DeviceType::cuda, 0, update_supports, update_cuda);
 }
 

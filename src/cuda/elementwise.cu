@@ -32,10 +32,10 @@ enum class Fn { add, silu_mul, sigmoid_mul, relu2 };
 // a, b: the op's inputs in f32 (b unused by relu2).
 template <Fn fn>
 __device__ __forceinline__ float apply(float a, float b) {
-  if constexpr (fn == Fn::add) return a + b;                        // a + b
-  if constexpr (fn == Fn::silu_mul) return vec::silu(a) * b;        // silu(gate) · up
-  if constexpr (fn == Fn::sigmoid_mul) return a * vec::sigmoid(b);  // x · sigmoid(gate)
-  if constexpr (fn == Fn::relu2) {                                  // max(x, 0)²
+  if constexpr (fn == Fn::add) return a + b;                             // a + b
+  if constexpr (fn == Fn::silu_mul) return vec::silu_fast(a) * b;        // silu(gate) · up
+  if constexpr (fn == Fn::sigmoid_mul) return a * vec::sigmoid_fast(b);  // x · sigmoid(gate)
+  if constexpr (fn == Fn::relu2) {                                       // max(x, 0)²
     const float r = fmaxf(a, 0.0f);
     return r * r;
   }

@@ -84,6 +84,16 @@ __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
+// The same with the fast exponential and division (__expf, __fdividef: a few ulp, 4 instructions
+// instead of ~30), for the kernels where the accurate ones would cost more time than the memory
+// traffic (activations over bf16 rows). x -> -inf gives -0 / 0 as the accurate forms do.
+__device__ __forceinline__ float silu_fast(float x) {
+  return __fdividef(x, 1.0f + __expf(-x));
+}
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
+
 inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }

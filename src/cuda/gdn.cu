@@ -1,22 +1,45 @@
 // CUDA: the GDN token-by-token recurrence: gdn_recurrent (decode and speculative verification,
-// T = 1..16 tokens per sequence), the fused prep forms of seed 000 (gdn_prep_step,
-// gdn_prep_chunk), the unfused layer's gates (gdn_gates), and the rollback pair gdn_record /
-// gdn_replay.
+// T = 1..16 tokens per sequence, or any T as a prefill fallback), the fused prep forms of seed 000
+// (gdn_prep_step, gdn_prep_chunk), the unfused layer's gates (gdn_gates), and the rollback pair
+// gdn_record / gdn_replay.
 //
 // Per sequence n and value head hv, state S [V, K] (V-first, K contiguous), f32 in registers:
 //   S ← α S;  u = β (v − S k̂);  S ← S + u k̂ᵀ;  o = S q̂
 // computed as one pass over the old S per token: with sk = S·k̂ and sq = S·q̂ (both rows of the
-// old S, one fused warp reduction),
+// old S, reduced together),
 //   u = β (v − α sk),   o = α sq + u (k̂·q̂),   S ← α S + u k̂ᵀ.
 //
-// Work split: block (V-slice of kRows rows, hv, n); each warp owns kRowsPerWarp rows; lane l owns
-// columns [l·KC, l·KC + KC) of each (KC = K/32), so a warp-wide row load is one coalesced K-row.
-// The state is read once and written once per call whatever T is (memory-bound on it):
-//   bytes ≈ N·Hv·V·K·(2 · state element size) + the token tensors.
+// Memory-bound on the state: every element of S is read once and written once per call, whatever
+// T is (the state stays in registers across the tokens of a sequence). Bytes per sequence:
+//   2 · Hv·V·K · sizeof(state)   (Qwen3-Next Hv 32, K = V = 128: 4.19 MB f32, 2.10 MB bf16)
+// plus the token tensors (q, k: Hk·K, v, out: Hv·V elements per token; < 1% of that) and, when
+// asked, 4·Hv·V·K B per token of states_per_token.
+//
+// Work split (decode v2). Block = (slice of kRows value rows, hv, n), 4 warps. A row of S is spread
+// over LPR lanes (a "row group": 8 lanes, 16 for K = 256), each lane owning KC = K / LPR columns
+// as KC / W vector chunks of W elements (one 16-byte access: 4 f32 or 8 bf16; 8 bytes for bf16 at
+// K = 32). Chunk j of lane `sub` holds columns [(j·LPR + sub)·W, +W): the LPR lanes of a group
+// read 128 contiguous bytes of a row per load instruction and a warp 32/LPR rows at once. Each
+// thread holds R rows, so a block covers kRows = 4 · (32/LPR) · R rows. R = 2 for small grids
+// (32 rows a block at K ≤ 128: 4 blocks per head at V = 128; B = 1 with Hv 32 → 128 blocks for
+// 132 SMs); R = 4 once the R = 2 grid reaches kBigGridBlocks (decode batches from B ≈ 8 at Hv 32)
+// so that more state bytes are in flight per SM: the registers (not the bytes) bound the blocks
+// per SM, and the overhead registers (q̂, k̂, addresses) are paid once per thread.
+// All of a thread's state loads are issued before any arithmetic (R × KC·size bytes per thread:
+// f32 K = 128: 128 B at R = 2, 256 B at R = 4). The dot products S·k̂ and S·q̂ reduce over the row
+// group in log2(LPR) = 3 xor-shuffle steps, the 2R + 1 chains (each row's sk and sq, and k̂·q̂)
+// interleaved; q̂, k̂ and their norms are per-lane columns (the group's lanes need exactly the
+// columns they own; the norms reduce over the group too), so no shared memory and no block
+// barrier. The write-back is the same vector chunks. Rows past V (V = 96) are computed on zeros
+// and neither loaded nor stored; every lane takes part in every shuffle.
+// Compiled for sm_90a at K = 128: R = 2: 110 (f32 q/k/v) / 128 (bf16) registers, 4 blocks per SM,
+// 64 KiB (f32 pool) / 32 KiB (bf16) of state loads in flight per SM; R = 4: ≤ 168 registers, 3
+// blocks per SM, 96 / 48 KiB. No spills (the build passes --warn-on-spills).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/common.cuh"
@@ -30,8 +53,100 @@ namespace hybrid::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 8;
-constexpr int kRows = kWarps * kRowsPerWarp;  // V rows per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerThread = 2;     // small grids (B = 1: 128 blocks at Hv 32, V 128)
+constexpr int kRowsPerThreadBig = 4;  // large grids: more state bytes per thread
+constexpr int kBigGridBlocks = 1024;  // R = 2 blocks from which R = 4 is used (~8 per SM)
+// Blocks per SM the register budget must allow: 4 (<= 128 registers) at 2 rows a thread, 3
+// (<= 168) at 4 rows a thread (64 f32 state registers).
+template <int R>
+constexpr int kMinBlocks = R <= 2 ? 4 : 3;
+
+// The lane ↔ column map of one row group (see the header). S = state element type.
+template <int LPR, int KC, class S, int R = kRowsPerThread>
+struct Layout {
+  static constexpr int kVecElems = 16 / static_cast<int>(sizeof(S));
+  static constexpr int W = KC < kVecElems ? KC : kVecElems;  // elements per vector access
+  static constexpr int kGroupRows = 32 / LPR;                // rows a warp covers at once
+  static constexpr int kRows = kWarps * kGroupRows * R;      // rows per block
+  static_assert(KC % W == 0 && 32 % LPR == 0, "bad row-group layout");
+  // Column of the lane's element c (c < KC).
+  __device__ static __forceinline__ int col(int sub, int c) {
+    return ((c / W) * LPR + sub) * W + c % W;
+  }
+};
+
+// Sum over the LPR lanes of a row group (aligned groups of LPR lanes), all lanes get it.
+template <int LPR>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = LPR / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// W contiguous elements of type T <-> f32 (16-byte, 8-byte or scalar accesses).
+template <int W, class T>
+__device__ __forceinline__ void vload(const T* p, float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+#pragma unroll
+    for (int v = 0; v < kBytes / 16; ++v) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[v];
+      const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) r[v * kPer + i] = to_f32(e[i]);
+    }
+  } else if constexpr (kBytes == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < W; ++i) r[i] = to_f32(e[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) r[i] = to_f32(p[i]);
+  }
+}
+
+template <int W, class T>
+__device__ __forceinline__ void vstore(T* p, const float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
+#pragma unroll
+    for (int v = 0; v < kBytes / 16; ++v) {
+      uint4 u;
+      T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) e[i] = from_f32<T>(r[v * kPer + i]);
+      reinterpret_cast<uint4*>(p)[v] = u;
+    }
+  } else if constexpr (kBytes == 8) {
+    uint2 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int i = 0; i < W; ++i) e[i] = from_f32<T>(r[i]);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < W; ++i) p[i] = from_f32<T>(r[i]);
+  }
+}
+
+// The lane's KC elements of a row (its chunks), in and out.
+template <int LPR, int KC, class S, class T>
+__device__ __forceinline__ void load_row(const T* row, int sub, float (&r)[KC]) {
+  using L = Layout<LPR, KC, S>;
+#pragma unroll
+  for (int j = 0; j < KC / L::W; ++j) vload<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
+}
+
+template <int LPR, int KC, class S, class T>
+__device__ __forceinline__ void store_row(T* row, int sub, const float (&r)[KC]) {
+  using L = Layout<LPR, KC, S>;
+#pragma unroll
+  for (int j = 0; j < KC / L::W; ++j) vstore<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
+}
 
 enum class Mode : int { recurrent, prep, record };
 
@@ -61,7 +176,7 @@ struct GdnParams {
   // The pool [slots, Hv, V, K] (K contiguous) and the sequence layout.
   void* state = nullptr;
   int64_t st_slot = 0, st_head = 0, st_row = 0;
-  const int* cu_seqlens = nullptr;   // [N+1]
+  const int* cu_seqlens = nullptr;   // [N+1]; null = one token per sequence (prep_step)
   const int* slots = nullptr;        // [N]
   const int* has_initial = nullptr;  // [N] or null
   // Outputs.
@@ -76,80 +191,67 @@ struct GdnParams {
   bool l2norm = false;
 };
 
-template <int KC, class S>
-__device__ __forceinline__ void load_row(const S* p, float (&r)[KC]) {
-  if constexpr (std::is_same_v<S, float> && KC % 4 == 0) {
-#pragma unroll
-    for (int c = 0; c < KC; c += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(p + c);
-      r[c] = x.x, r[c + 1] = x.y, r[c + 2] = x.z, r[c + 3] = x.w;
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < KC; ++c) r[c] = to_f32(p[c]);
-  }
-}
-
-template <int KC, class S>
-__device__ __forceinline__ void store_row(S* p, const float (&r)[KC]) {
-  if constexpr (std::is_same_v<S, float> && KC % 4 == 0) {
-#pragma unroll
-    for (int c = 0; c < KC; c += 4)
-      *reinterpret_cast<float4*>(p + c) = make_float4(r[c], r[c + 1], r[c + 2], r[c + 3]);
-  } else {
-#pragma unroll
-    for (int c = 0; c < KC; ++c) p[c] = from_f32<S>(r[c]);
-  }
-}
-
-// One (V-slice, hv, n). In = q/k/v/conv_out/out element type, S = state element type.
-template <int KC, class In, class S>
-__global__ void __launch_bounds__(kWarps * 32)
+// One (row slice, hv, n). In = q/k/v/conv_out/out element type, S = state element type.
+template <int LPR, int KC, int R, class In, class S>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<R>)
     gdn_recurrent_kernel(const GdnParams p, const Mode mode) {
+  using L = Layout<LPR, KC, S, R>;
   const int n = blockIdx.z, hv = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;  // this warp's first V row
-  const int hk = hv / (p.Hv / p.Hk);
-  const int c0 = lane * KC;
-  const int bos = p.cu_seqlens[n], eos = p.cu_seqlens[n + 1];
+  const int sub = lane % LPR;  // lane within the row group
+  // Row r of this thread: row0 + r·kGroupRows.
+  const int row0 = blockIdx.x * L::kRows + warp * (L::kGroupRows * R) + lane / LPR;
+  const int ratio = p.Hv / p.Hk, hk = hv / ratio;
+  const int bos = p.cu_seqlens ? p.cu_seqlens[n] : n;
+  const int eos = p.cu_seqlens ? p.cu_seqlens[n + 1] : n + 1;
   const int slot = p.slots[n];
+  const bool lead = sub == 0;  // writes the row's scalars (o, u)
+  // The block that writes the shared per-token tape entries (tape_k: one per key head).
+  const bool tape_block = mode == Mode::record && blockIdx.x == 0;
+  const bool tape_k_group = tape_block && hv % ratio == 0 && threadIdx.x < LPR;
   In* out = static_cast<In*>(p.out);
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) valid[r] = row0 + r * L::kGroupRows < p.V;
 
   if (slot < 0) {  // padding sequence: zero outputs, pool untouched
+    float zero[KC];
+#pragma unroll
+    for (int c = 0; c < KC; ++c) zero[c] = 0.0f;
     for (int t = bos; t < eos; ++t) {
-      if (lane < kRowsPerWarp && row0 + lane < p.V) {
-        out[t * p.o_t + hv * p.o_h + row0 + lane] = from_f32<In>(0.0f);
-        if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row0 + lane] = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int row = row0 + r * L::kGroupRows;
+        if (!valid[r]) continue;
+        if (lead) {
+          out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(0.0f);
+          if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row] = 0.0f;
+        }
+        if (p.states_per_token)
+          store_row<LPR, KC, S>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row) * p.K,
+                                sub, zero);
       }
-      if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0)
-        p.tape_alpha[int64_t(t) * p.Hv + hv] = 0.0f;
-      if (mode == Mode::record && blockIdx.x == 0 && warp == 0 && hv % (p.Hv / p.Hk) == 0)
-        for (int c = 0; c < KC; ++c) p.tape_k[(int64_t(t) * p.Hk + hk) * p.K + c0 + c] = 0.0f;
-      if (p.states_per_token)
-        for (int r = 0; r < kRowsPerWarp; ++r)
-          if (row0 + r < p.V) {
-            float zero[KC] = {};
-            store_row<KC>(
-                p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0, zero);
-          }
+      if (tape_block && threadIdx.x == 0) p.tape_alpha[int64_t(t) * p.Hv + hv] = 0.0f;
+      if (tape_k_group) store_row<LPR, KC, S>(p.tape_k + (int64_t(t) * p.Hk + hk) * p.K, sub, zero);
     }
     return;
   }
 
-  // S rows of this warp: kRowsPerWarp × KC floats per lane.
+  // The thread's R rows of S, all loads issued before any arithmetic.
   S* pool = static_cast<S*>(p.state) + slot * p.st_slot + hv * p.st_head;
-  float s[kRowsPerWarp][KC];
   const bool from_zero = p.has_initial && p.has_initial[n] == 0;
+  float s[R][KC];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (!from_zero && row0 + r < p.V) {
-      load_row<KC>(pool + (row0 + r) * p.st_row + c0, s[r]);
+  for (int r = 0; r < R; ++r) {
+    if (!from_zero && valid[r]) {
+      load_row<LPR, KC, S>(pool + (row0 + r * L::kGroupRows) * p.st_row, sub, s[r]);
     } else {
 #pragma unroll
       for (int c = 0; c < KC; ++c) s[r][c] = 0.0f;
     }
   }
 
+#pragma unroll 1
   for (int t = bos; t < eos; ++t) {
     float q[KC], k[KC], alpha, beta;
     if (mode == Mode::prep) {
@@ -158,31 +260,38 @@ __global__ void __launch_bounds__(kWarps * 32)
       float qq = 0.0f, kk = 0.0f;
 #pragma unroll
       for (int c = 0; c < KC; ++c) {
-        q[c] = to_f32(row[hk * p.K + c0 + c]);
-        k[c] = to_f32(row[(p.Hk + hk) * p.K + c0 + c]);
+        const int kc = L::col(sub, c);
+        q[c] = to_f32(row[hk * p.K + kc]);
+        k[c] = to_f32(row[(p.Hk + hk) * p.K + kc]);
         qq += q[c] * q[c];
         kk += k[c] * k[c];
       }
-      const float qr = rsqrtf(warp_sum(qq) / p.K + p.eps), kr = rsqrtf(warp_sum(kk) / p.K + p.eps);
+      const float qr = rsqrtf(group_sum<LPR>(qq) / p.K + p.eps);
+      const float kr = rsqrtf(group_sum<LPR>(kk) / p.K + p.eps);
 #pragma unroll
       for (int c = 0; c < KC; ++c) {
-        q[c] *= qr * p.q_norm.at(hk, c0 + c);
-        k[c] *= kr * p.k_norm.at(hk, c0 + c);
+        const int kc = L::col(sub, c);
+        q[c] *= qr * p.q_norm.at(hk, kc);
+        k[c] *= kr * p.k_norm.at(hk, kc);
       }
       const float x = p.a_raw.at(t, hv) + p.dt_bias.at(hv);
       const float softplus = x > 20.0f ? x : log1pf(__expf(x));
       alpha = __expf(-__expf(p.A_log.at(hv)) * softplus);
       beta = 1.0f / (1.0f + __expf(-p.b_raw.at(t, hv)));
     } else {
-      const In* qp = static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h + c0;
-      const In* kp = static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h + c0;
+      const In* qp = static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h;
+      const In* kp = static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h;
 #pragma unroll
-      for (int c = 0; c < KC; ++c) q[c] = to_f32(qp[c]), k[c] = to_f32(kp[c]);
+      for (int c = 0; c < KC; ++c) {
+        const int kc = L::col(sub, c);
+        q[c] = to_f32(qp[kc]), k[c] = to_f32(kp[kc]);
+      }
       if (p.l2norm) {
         float qq = 0.0f, kk = 0.0f;
 #pragma unroll
         for (int c = 0; c < KC; ++c) qq += q[c] * q[c], kk += k[c] * k[c];
-        const float qr = rsqrtf(warp_sum(qq) + 1e-6f), kr = rsqrtf(warp_sum(kk) + 1e-6f);
+        const float qr = rsqrtf(group_sum<LPR>(qq) + 1e-6f);
+        const float kr = rsqrtf(group_sum<LPR>(kk) + 1e-6f);
 #pragma unroll
         for (int c = 0; c < KC; ++c) q[c] *= qr, k[c] *= kr;
       }
@@ -191,105 +300,126 @@ __global__ void __launch_bounds__(kWarps * 32)
       alpha = __expf(p.g.at(t, hv));
       beta = p.beta.at(t, hv);
     }
-    float kq = 0.0f;
-#pragma unroll
-    for (int c = 0; c < KC; ++c) kq += k[c] * q[c];
-    kq = warp_sum(kq);
-
     const In* vrow = mode == Mode::prep
                          ? static_cast<const In*>(p.q) + t * p.q_t + 2 * p.Hk * p.K + hv * p.V
                          : static_cast<const In*>(p.v) + t * p.v_t + hv * p.v_h;
-    float my_o = 0.0f, my_u = 0.0f;  // lane r keeps row r's o and u
+    float vr[R];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
+    for (int r = 0; r < R; ++r) vr[r] = valid[r] ? to_f32(vrow[row0 + r * L::kGroupRows]) : 0.0f;
+
+    // Partial dot products of the lane's columns, then one interleaved group reduction of
+    // k̂·q̂ and each row's S·k̂, S·q̂.
+    float red[1 + 2 * R];
+    red[0] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) red[0] += k[c] * q[c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
       float sk = 0.0f, sq = 0.0f;
 #pragma unroll
       for (int c = 0; c < KC; ++c) sk += s[r][c] * k[c], sq += s[r][c] * q[c];
-      sk = warp_sum(sk);
-      sq = warp_sum(sq);
-      const float vr = row0 + r < p.V ? to_f32(vrow[row0 + r]) : 0.0f;
-      const float u = beta * (vr - alpha * sk);
-      const float o = alpha * sq + u * kq;
+      red[1 + 2 * r] = sk, red[2 + 2 * r] = sq;
+    }
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < 1 + 2 * R; ++i) red[i] += __shfl_xor_sync(0xffffffffu, red[i], o);
+    const float kq = red[0];
+
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float u = beta * (vr[r] - alpha * red[1 + 2 * r]);
+      const float o = alpha * red[2 + 2 * r] + u * kq;
 #pragma unroll
       for (int c = 0; c < KC; ++c) s[r][c] = alpha * s[r][c] + u * k[c];
-      if (lane == r) my_o = o, my_u = u;
+      const int row = row0 + r * L::kGroupRows;
+      if (valid[r] && lead) {
+        out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
+        if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row] = u;
+      }
+      if (p.states_per_token && valid[r])
+        store_row<LPR, KC, S>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row) * p.K,
+                              sub, s[r]);
     }
-    if (lane < kRowsPerWarp && row0 + lane < p.V) {
-      out[t * p.o_t + hv * p.o_h + row0 + lane] = from_f32<In>(my_o);
-      if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row0 + lane] = my_u;
-    }
-    if (mode == Mode::record && blockIdx.x == 0 && threadIdx.x == 0)
-      p.tape_alpha[int64_t(t) * p.Hv + hv] = alpha;
-    if (mode == Mode::record && blockIdx.x == 0 && warp == 0 && hv % (p.Hv / p.Hk) == 0)
-#pragma unroll
-      for (int c = 0; c < KC; ++c) p.tape_k[(int64_t(t) * p.Hk + hk) * p.K + c0 + c] = k[c];
-    if (p.states_per_token)
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < p.V)
-          store_row<KC>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row0 + r) * p.K + c0,
-                        s[r]);
+    if (tape_block && threadIdx.x == 0) p.tape_alpha[int64_t(t) * p.Hv + hv] = alpha;
+    if (tape_k_group) store_row<LPR, KC, S>(p.tape_k + (int64_t(t) * p.Hk + hk) * p.K, sub, k);
   }
 
   if (mode != Mode::record)
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      if (row0 + r < p.V) store_row<KC>(pool + (row0 + r) * p.st_row + c0, s[r]);
+    for (int r = 0; r < R; ++r)
+      if (valid[r]) store_row<LPR, KC, S>(pool + (row0 + r * L::kGroupRows) * p.st_row, sub, s[r]);
 }
 
 // gdn_replay: S ← α_t S + u_t k̂_tᵀ for the first num_tokens[n] tokens, from the pool snapshot.
-template <int KC, class S>
-__global__ void __launch_bounds__(kWarps * 32)
+// Same layout as gdn_recurrent_kernel; no reductions. Bytes: the pool rows read and written once
+// (or written to state_out), the tape read once per token (4·(K + V + 1) B per token and head).
+template <int LPR, int KC, class S>
+__global__ void __launch_bounds__(kThreads)
     gdn_replay_kernel(const float* tape_k, const float* tape_u, const float* tape_alpha,
                       void* state, int64_t st_slot, int64_t st_head, int64_t st_row,
                       const int* cu_seqlens, const int* slots, const int* num_tokens,
                       void* state_out, int64_t so_n, int64_t so_head, int64_t so_row, int Hk,
                       int Hv, int V, int K) {
+  using L = Layout<LPR, KC, S>;
+  constexpr int R = kRowsPerThread;
   const int n = blockIdx.z, hv = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;
-  const int hk = hv / (Hv / Hk), c0 = lane * KC;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPR;
+  const int row0 = blockIdx.x * L::kRows + warp * (L::kGroupRows * R) + lane / LPR;
+  const int hk = hv / (Hv / Hk);
   const int slot = slots[n];
+  if (slot < 0 && !state_out) return;  // padding: pool untouched
   S* pool = static_cast<S*>(state) + (slot < 0 ? 0 : slot) * st_slot + hv * st_head;
   S* dst = state_out ? static_cast<S*>(state_out) + n * so_n + hv * so_head : pool;
   const int64_t dst_row = state_out ? so_row : st_row;
-  float s[kRowsPerWarp][KC];
+  bool valid[R];
+  float s[R][KC];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (slot >= 0 && row0 + r < V) {
-      load_row<KC>(pool + (row0 + r) * st_row + c0, s[r]);
+  for (int r = 0; r < R; ++r) {
+    valid[r] = row0 + r * L::kGroupRows < V;
+    if (slot >= 0 && valid[r]) {
+      load_row<LPR, KC, S>(pool + (row0 + r * L::kGroupRows) * st_row, sub, s[r]);
     } else {
 #pragma unroll
       for (int c = 0; c < KC; ++c) s[r][c] = 0.0f;
     }
   }
-  if (slot < 0 && !state_out) return;  // padding: pool untouched
   if (slot >= 0) {
     const int bos = cu_seqlens[n], end = bos + num_tokens[n];
     for (int t = bos; t < end; ++t) {
       const float alpha = tape_alpha[int64_t(t) * Hv + hv];
       float k[KC];
-#pragma unroll
-      for (int c = 0; c < KC; ++c) k[c] = tape_k[(int64_t(t) * Hk + hk) * K + c0 + c];
+      load_row<LPR, KC, S>(tape_k + (int64_t(t) * Hk + hk) * K, sub, k);
       const float* u = tape_u + (int64_t(t) * Hv + hv) * V;
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float ur = row0 + r < V ? u[row0 + r] : 0.0f;
+      for (int r = 0; r < R; ++r) {
+        const float ur = valid[r] ? u[row0 + r * L::kGroupRows] : 0.0f;
 #pragma unroll
         for (int c = 0; c < KC; ++c) s[r][c] = alpha * s[r][c] + ur * k[c];
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-    if (row0 + r < V) store_row<KC>(dst + (row0 + r) * dst_row + c0, s[r]);
+  for (int r = 0; r < R; ++r)
+    if (valid[r]) store_row<LPR, KC, S>(dst + (row0 + r * L::kGroupRows) * dst_row, sub, s[r]);
 }
 
 // ---- host side -----------------------------------------------------------------------------
+// What the CUDA kernels refuse (supports() says which, and why):
+//   K not in {32, 64, 128, 256} (V is free: rows past V are guarded), f16 token tensors (q, k, v,
+//   conv_out; f32 and bf16 are built), a pool that is not f32 or bf16, a pool whose K is not
+//   contiguous or whose rows are not 16-byte aligned (16-byte vector accesses), states_per_token
+//   or the tape tensors not contiguous or not 16-byte aligned, q/k/v/out of different dtypes.
+
+bool aligned16(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data()) % 16 == 0;
+}
 
 Reason check_layout(int64_t K, const Tensor& state, const Tensor& in, const char* in_name) {
   if (K != 32 && K != 64 && K != 128 && K != 256) return str("K=", K, " not in {32, 64, 128, 256}");
   if (in.dtype() == DType::f16) return str(in_name, " f16 is not built (f32, bf16)");
+  if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
+    return str("state ", dtype_name(state.dtype()), " is not built (f32, bf16)");
   if (state.stride(-1) != 1) return std::string("state: K must be contiguous");
   const size_t esz = dtype_size(state.dtype());
   if (reinterpret_cast<uintptr_t>(state.data()) % 16 || (state.stride(-2) * esz) % 16 ||
@@ -309,20 +439,22 @@ Scalars scalars(const Tensor& t) {
   return s;
 }
 
+// K → (LPR lanes per row, KC columns per lane): 16 columns a lane from K = 128 up, 8 lanes a row
+// up to K = 128.
 template <class Body>
-void dispatch_kc(int64_t K, Body&& body) {
+void dispatch_k(int64_t K, Body&& body) {
   switch (K) {
     case 32:
-      body(std::integral_constant<int, 1>{});
+      body(std::integral_constant<int, 8>{}, std::integral_constant<int, 4>{});
       break;
     case 64:
-      body(std::integral_constant<int, 2>{});
+      body(std::integral_constant<int, 8>{}, std::integral_constant<int, 8>{});
       break;
     case 128:
-      body(std::integral_constant<int, 4>{});
+      body(std::integral_constant<int, 8>{}, std::integral_constant<int, 16>{});
       break;
     default:
-      body(std::integral_constant<int, 8>{});
+      body(std::integral_constant<int, 16>{}, std::integral_constant<int, 16>{});
       break;
   }
 }
@@ -343,13 +475,28 @@ void dispatch_in_state(DType in, DType state, Body&& body) {
 
 void launch(const GdnParams& p, Mode mode, DType in, DType state, int64_t N, Context& ctx) {
   if (N == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.V + kRows - 1) / kRows), static_cast<unsigned>(p.Hv),
-                  static_cast<unsigned>(N));
-  dispatch_kc(p.K, [&](auto kc) {
+  dispatch_k(p.K, [&](auto lpr, auto kc) {
     dispatch_in_state(in, state, [&](auto tin, auto ts) {
-      gdn_recurrent_kernel<decltype(kc)::value, decltype(tin), decltype(ts)>
-          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(p, mode);
-      HYBRID_CUDA_CHECK_LAUNCH();
+      constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
+      using TS = decltype(ts);
+      auto run = [&](auto rows_per_thread) {
+        constexpr int R = decltype(rows_per_thread)::value;
+        constexpr int rows = Layout<LPR, KC, TS, R>::kRows;
+        const dim3 grid(static_cast<unsigned>((p.V + rows - 1) / rows), static_cast<unsigned>(p.Hv),
+                        static_cast<unsigned>(N));
+        gdn_recurrent_kernel<LPR, KC, R, decltype(tin), TS>
+            <<<grid, kThreads, 0, as_stream(ctx.stream())>>>(p, mode);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      // 4 rows a thread when the grid at 2 rows would be large (decode batches of B >= ~32 at
+      // Hv 32): more state bytes in flight per SM; small grids keep 2 rows for more blocks.
+      // gdn_record keeps 2 rows (its tape stores add registers; not a decode hot path).
+      constexpr int rows2 = Layout<LPR, KC, TS>::kRows;
+      const int64_t blocks2 = N * p.Hv * ((p.V + rows2 - 1) / rows2);
+      if (mode != Mode::record && blocks2 >= kBigGridBlocks)
+        run(std::integral_constant<int, kRowsPerThreadBig>{});
+      else
+        run(std::integral_constant<int, kRowsPerThread>{});
     });
   });
 }
@@ -366,8 +513,9 @@ void set_state(GdnParams& p, const Tensor& state) {
 Reason recurrent_supports(const GdnRecurrent& a) {
   if (a.q.dtype() != a.k.dtype() || a.v.dtype() != a.q.dtype() || a.out.dtype() != a.q.dtype())
     return std::string("q, k, v and out must share one dtype");
-  if (a.states_per_token.defined() && !a.states_per_token.is_contiguous())
-    return std::string("states_per_token must be contiguous");
+  if (a.states_per_token.defined() &&
+      (!a.states_per_token.is_contiguous() || !aligned16(a.states_per_token)))
+    return std::string("states_per_token must be contiguous and 16-byte aligned");
   return check_layout(a.q.size(2), a.state, a.q, "q");
 }
 
@@ -430,13 +578,10 @@ void prep_chunk_cuda(const GdnPrepChunk& a, Context& ctx) {
   launch(p, Mode::prep, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
-// cu_seqlens [0, 1, ..., N] for the one-token-per-sequence form, kept in the context's workspace.
-const int* identity_seqlens(int64_t N, Context& ctx);
-
 void prep_step_cuda(const GdnPrepStep& a, Context& ctx) {
   GdnParams p;
   prep_params(a, p);
-  p.cu_seqlens = identity_seqlens(a.state_slots.size(0), ctx);
+  p.cu_seqlens = nullptr;  // one token per sequence: no cu_seqlens, one launch
   p.slots = a.state_slots.data_as<const int>();
   launch(p, Mode::prep, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
@@ -448,6 +593,7 @@ Reason record_supports(const GdnRecord& a) {
     return std::string("q, k, v and out must share one dtype");
   if (!a.tape_k.is_contiguous() || !a.tape_u.is_contiguous() || !a.tape_alpha.is_contiguous())
     return std::string("the tape tensors must be contiguous");
+  if (!aligned16(a.tape_k)) return std::string("tape_k must be 16-byte aligned");
   return check_layout(a.q.size(2), a.state, a.q, "q");
 }
 
@@ -461,6 +607,7 @@ void record_cuda(const GdnRecord& a, Context& ctx) {
 Reason replay_supports(const GdnReplay& a) {
   if (!a.tape_k.is_contiguous() || !a.tape_u.is_contiguous() || !a.tape_alpha.is_contiguous())
     return std::string("the tape tensors must be contiguous");
+  if (!aligned16(a.tape_k)) return std::string("tape_k must be 16-byte aligned");
   if (a.state_out.defined()) {
     if (a.state_out.dtype() != a.state.dtype())
       return std::string("state_out dtype must equal the pool's");
@@ -474,20 +621,21 @@ void replay_cuda(const GdnReplay& a, Context& ctx) {
   if (N == 0) return;
   const int Hk = static_cast<int>(a.tape_k.size(1)), K = static_cast<int>(a.tape_k.size(2));
   const int Hv = static_cast<int>(a.tape_u.size(1)), V = static_cast<int>(a.tape_u.size(2));
-  const dim3 grid(static_cast<unsigned>((V + kRows - 1) / kRows), static_cast<unsigned>(Hv),
-                  static_cast<unsigned>(N));
   const bool has_out = a.state_out.defined();
-  dispatch_kc(K, [&](auto kc) {
+  dispatch_k(K, [&](auto lpr, auto kc) {
     auto run = [&](auto ts) {
-      gdn_replay_kernel<decltype(kc)::value, decltype(ts)>
-          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(
-              a.tape_k.data_as<const float>(), a.tape_u.data_as<const float>(),
-              a.tape_alpha.data_as<const float>(), a.state.data(), a.state.stride(0),
-              a.state.stride(1), a.state.stride(2), a.cu_seqlens.data_as<const int>(),
-              a.state_slots.data_as<const int>(), a.num_tokens.data_as<const int>(),
-              has_out ? a.state_out.data() : nullptr, has_out ? a.state_out.stride(0) : 0,
-              has_out ? a.state_out.stride(1) : 0, has_out ? a.state_out.stride(2) : 0, Hk, Hv, V,
-              K);
+      constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
+      using TS = decltype(ts);
+      constexpr int rows = Layout<LPR, KC, TS>::kRows;
+      const dim3 grid(static_cast<unsigned>((V + rows - 1) / rows), static_cast<unsigned>(Hv),
+                      static_cast<unsigned>(N));
+      gdn_replay_kernel<LPR, KC, TS><<<grid, kThreads, 0, as_stream(ctx.stream())>>>(
+          a.tape_k.data_as<const float>(), a.tape_u.data_as<const float>(),
+          a.tape_alpha.data_as<const float>(), a.state.data(), a.state.stride(0), a.state.stride(1),
+          a.state.stride(2), a.cu_seqlens.data_as<const int>(), a.state_slots.data_as<const int>(),
+          a.num_tokens.data_as<const int>(), has_out ? a.state_out.data() : nullptr,
+          has_out ? a.state_out.stride(0) : 0, has_out ? a.state_out.stride(1) : 0,
+          has_out ? a.state_out.stride(2) : 0, Hk, Hv, V, K);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
     if (a.state.dtype() == DType::bf16)
@@ -523,18 +671,6 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
       scalars(a.a), scalars(a.b), scalars(a.A_log), scalars(a.dt_bias), a.g.data_as<float>(),
       a.g.stride(0), a.beta.data_as<float>(), a.beta.stride(0), T, static_cast<int>(Hv));
   HYBRID_CUDA_CHECK_LAUNCH();
-}
-
-__global__ void iota_kernel(int* p, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i <= n; i += gridDim.x * blockDim.x) p[i] = i;
-}
-
-const int* identity_seqlens(int64_t N, Context& ctx) {
-  int* p = static_cast<int*>(ctx.workspace(static_cast<size_t>(N + 1) * sizeof(int)));
-  iota_kernel<<<static_cast<unsigned>((N + 256) / 256), 256, 0, as_stream(ctx.stream())>>>(
-      p, static_cast<int>(N));
-  HYBRID_CUDA_CHECK_LAUNCH();
-  return p;
 }
 
 }  // namespace

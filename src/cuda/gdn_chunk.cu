@@ -92,7 +92,8 @@ Params make_params(const GdnChunkPrefill& a) {
   return p;
 }
 
-void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx) {
+void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx, size_t kn_elem,
+                    size_t extra_bytes) {
   auto up = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t T = static_cast<size_t>(p.T), Hv = static_cast<size_t>(p.Hv);
   const size_t K = static_cast<size_t>(p.K), V = static_cast<size_t>(p.V);
@@ -100,7 +101,8 @@ void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx) {
       up((p.N + 1) * sizeof(int)), up(p.N * sizeof(int)),
       up(T * Hv * sizeof(float)),  up(T * p.Hk * sizeof(float)),
       up(T * Hv * K * wu_elem),    up(T * Hv * V * wu_elem),
-      up(T * Hv * V * wu_elem),    up(static_cast<size_t>(p.max_chunks) * Hv * V * K * h_elem)};
+      up(T * Hv * V * wu_elem),    up(static_cast<size_t>(p.max_chunks) * Hv * V * K * h_elem),
+      up(T * p.Hk * K * kn_elem),  up(extra_bytes)};
   size_t total = 0;
   for (size_t s : sizes) total += s;
   char* base = static_cast<char*>(ctx.workspace(total));
@@ -118,6 +120,8 @@ void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx) {
   p.u = take(5);
   p.vnew = take(6);
   p.h = take(7);
+  p.kn = kn_elem > 0 ? take(8) : nullptr;
+  p.extra = extra_bytes > 0 ? take(9) : nullptr;
 }
 
 namespace {

@@ -49,6 +49,8 @@ struct Params {
   void* u = nullptr;           // [T, Hv, V] U (f32 general / bf16 tensor-core)
   void* vnew = nullptr;        // [T, Hv, V] V_new
   void* h = nullptr;           // [max_chunks, Hv, V, K] entry state of each chunk
+  void* kn = nullptr;          // [T, Hk, K] bf16 K̂ (tensor-core variant only)
+  void* extra = nullptr;       // scratch of the caller's own (extra_bytes of plan_workspace)
 };
 
 // The (sequence, chunk) of global chunk c: the sequence n with first_chunk[n] <= c <
@@ -76,7 +78,9 @@ void launch_output(const Params& p, DType in, DType out, Context& ctx);
 // Fills the tensor fields of p from the op's arguments (no workspace).
 Params make_params(const GdnChunkPrefill& a);
 
-// Carves the workspace: sizes from T, N and the heads; element size of W/U/V_new/h given.
-void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx);
+// Carves the workspace: sizes from T, N and the heads; element size of W/U/V_new/h given, and of
+// K̂ [T, Hk, K] (0: no K̂ buffer, p.kn stays null), and extra_bytes more for p.extra.
+void plan_workspace(Params& p, size_t wu_elem, size_t h_elem, Context& ctx, size_t kn_elem = 0,
+                    size_t extra_bytes = 0);
 
 }  // namespace hybrid::cuda::gdn_chunk

@@ -1,22 +1,31 @@
 // CUDA: gdn_chunk_prefill, tensor-core variant (K = V = 128), priority 10. All three stages use
-// mma.sync m16n8k16 (bf16 operands, f32 accumulate) on f32 workspace (W, U, V_new, h): stage 1
-// wu_tc_kernel, stage 2 spine_tc_kernel, stage 3 output_tc_kernel (the index kernel and the
-// workspace plan are shared with the general variant in gdn_chunk.cu).
+// mma.sync m16n8k16 (bf16 operands, f32 accumulate) and keep their intermediates in bf16 in the
+// workspace: K̂ [T, Hk, K] (L2-normalised once, by stage 1), W [T, Hv, K], U and V_new [T, Hv, V],
+// h [chunks, Hv, V, K] (the index kernel and the workspace plan are shared with the general
+// variant in gdn_chunk.cu). W, V_new and h were rounded to bf16 before every MMA that reads
+// them in any case, so storing them in bf16 changes no result; U is the one extra rounding.
+//   1. wu_tc_kernel     grid (chunks, Hv), 128 threads: γ, A = β K̂K̂ᵀ ⊙ decay, T = (I + A)^{-1}
+//                       (blocked: 16x16 diagonal blocks, then three block rows), W, U, K̂
+//   2. spine_tc_kernel  grid (N, Hv, 128 / SL), 128 threads: the state slice S [SL v, 128 k] in f32
+//                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
+//                       while chunk c computes
+//   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 //
-// Spine: block (sequence n, hv, 32-row V slice), 4 warps, the state slice S [32 v, 128 k] in f32
-// registers (accumulator fragments: warp w owns k columns [32w, 32w + 32)). Per chunk of L <= 64
-// tokens (rows past L are zero):
-//   h[c] = S (f32, workspace);  Sb = bf16(S) in shared memory
-//   V_new [64, 32] = U − W [64, 128] · Sbᵀ            (warp w: tokens 16w..16w+15, 4 n-tiles)
-//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [32, 64] · K̂ [64, 128]   (warp w: 2 m-tiles x 4 n-tiles)
-// Shared memory (bf16, rows padded by 8 so fragment reads are bank-conflict-free):
-//   Ws [64][136], Sb [32][136], KT [128][72] (K̂ transposed), VT [32][72] (V_new ⊙ e^{γ_L−γ})ᵀ,
-//   eg [64] f32: 49 408 bytes. MMA FLOPs per chunk and slice: 2·64·32·128·2 = 1 MFLOP; bytes per
-//   chunk and slice: W 32 KiB + k 16 KiB (L2), h 16 KiB written, U / V_new 8 KiB each.
-// Grid N x Hv x 4 (128 CTAs at N = 1, Hv = 32); the chain of chunks is the critical path.
+// Spine: block (sequence n, hv, V slice of SL = 32 rows, or 16 when N·Hv·8 blocks fit on the GPU
+// at once), 4 warps, S in accumulator fragments (warp w owns k columns [32w, 32w + 32)). Per chunk
+// of L <= 64 tokens (rows past L are zero):
+//   h[c] = bf16(S) (workspace);  Sb = bf16(S) in shared memory
+//   V_new [64, SL] = U − W [64, 128] · Sbᵀ          (warp w: tokens 16w..16w+15, SL/8 n-tiles)
+//   S ← e^{γ_L} S + (V_new ⊙ e^{γ_L−γ})ᵀ [SL, 64] · K̂ [64, 128] (warp w: SL/16 m-tiles x 4 n-tiles;
+//                                                      K̂ fragments by ldmatrix.trans)
+// MMA FLOPs per chunk and slice: 2·64·SL·128·2 (1 MFLOP at SL = 32); the chain of chunks is the
+// critical path (2 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
@@ -28,10 +37,11 @@ namespace gdn_chunk {
 namespace {
 
 constexpr int kD = 128;      // K = V
-constexpr int kSlice = 32;   // V rows per block
-constexpr int kWP = kD + 8;  // padded row (bf16) of Ws, Sb
-constexpr int kTP = kC + 8;  // padded row (bf16) of KT, VT
-constexpr int kTcSmem = (kC * kWP + kSlice * kWP + kD * kTP + kSlice * kTP) * 2 + kC * 4;
+constexpr int kWP = kD + 8;  // padded row (bf16) of 128-wide tiles
+constexpr int kTP = kC + 8;  // padded row (bf16) of 64-wide tiles
+
+using bf16 = __nv_bfloat16;
+using bf162 = __nv_bfloat162;
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]) {
@@ -43,13 +53,13 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
-__device__ __forceinline__ uint32_t ld2(const __nv_bfloat16* p) {
+__device__ __forceinline__ uint32_t ld2(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
 // A fragment (16x16, row-major [m][k] rows of `ld` elements) at (m0, k0); g = lane/4, q = lane%4.
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* s, int ld, int m0,
-                                       int k0, int g, int q) {
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int ld, int m0, int k0,
+                                       int g, int q) {
   a[0] = ld2(s + (m0 + g) * ld + k0 + 2 * q);
   a[1] = ld2(s + (m0 + g + 8) * ld + k0 + 2 * q);
   a[2] = ld2(s + (m0 + g) * ld + k0 + 2 * q + 8);
@@ -57,159 +67,458 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* s,
 }
 
 // B fragment (16x8, stored [n][k]) at (n0, k0).
-__device__ __forceinline__ void load_b(uint32_t (&b)[2], const __nv_bfloat16* s, int ld, int n0,
-                                       int k0, int g, int q) {
+__device__ __forceinline__ void load_b(uint32_t (&b)[2], const bf16* s, int ld, int n0, int k0,
+                                       int g, int q) {
   b[0] = ld2(s + (n0 + g) * ld + k0 + 2 * q);
   b[1] = ld2(s + (n0 + g) * ld + k0 + 2 * q + 8);
 }
 
-template <class In, class St>
-__global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Ws = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  W rows
-  __nv_bfloat16* Sb = Ws + kC * kWP;                               // [32][136]  bf16(S)
-  __nv_bfloat16* KT = Sb + kSlice * kWP;                           // [128][72]  K̂ᵀ
-  __nv_bfloat16* VT = KT + kD * kTP;                               // [32][72]   (V_new·e)ᵀ
-  float* eg = reinterpret_cast<float*>(VT + kSlice * kTP);         // [64]  e^{γ_L−γ_i}
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
-  const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio;
-  const int v0 = blockIdx.z * kSlice;
+// B fragments of two n-tiles from a tile stored [k][n] (row-major, rows of `ld` elements, 16-byte
+// aligned): k rows k0..k0+15, columns n0..n0+15. b0 = n-tile n0, b1 = n-tile n0 + 8. Lanes 0-15
+// address rows k0 + lane of columns n0.., lanes 16-31 the same rows at n0 + 8 (matrices 2, 3).
+__device__ __forceinline__ void load_b2_trans(uint32_t (&b0)[2], uint32_t (&b1)[2], const bf16* s,
+                                              int ld, int k0, int n0, int lane) {
+  const bf16* row = s + (k0 + (lane & 15)) * ld + n0 + 8 * (lane >> 4);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(smem_u32(row)));
+}
+
+// Async copies global -> shared; src_bytes = 0 zero-fills (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Cluster and mbarrier primitives of the cluster spine (sm_90).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster arrives (release), then waits for all (acquire).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// The one arrival of the barrier's phase, expecting `bytes` of copies (from any block).
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into the shared
+// memory of every block of the cluster in `mask`, at dst's offset, completing on each one's bar.
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, uint32_t bytes,
+                                               uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1], %2, [%3], %4;\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(mask)
+      : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Split-sequence spine (N = 1 only, where the host knows the sequence's length): the sequence's
+// chunks in S segments of G chunks. Per chunk the state map is affine, S ← S·M_c + B_c with
+// M_c = e^{γ_L} I − Wᵀ diag(e^{γ_L−γ}) K̂ (K x K, the same for every row of S) and B_c the chunk's
+// update from S = 0; so a segment maps S ↦ S·M_s + B_s, where B_s is the segment run from zero
+// and M_s the segment run of the K x K identity with U = 0 (each row of M a "state" row).
+//   pass 1 (one launch, grid (S, Hv, 2·V/SL)): segment 0 runs in full (h, V_new, checkpoints)
+//          from the pool and leaves its end state in start[1]; segments s >= 1 run B_s (blocks
+//          z < V/SL) and M_s (z >= V/SL) and write nothing else.
+//   pass 2 (segment_combine_kernel): start[s + 1] = start[s]·M_s + B_s for s = 1..S−2 (f32).
+//   pass 3 (grid (S − 1, Hv, V/SL)): segments 1..S−1 run in full from start[s]; the last one
+//          writes the pool.
+// Work: 3x the spine's for the later segments, for a chain of 2G + S − 2 steps instead of S·G.
+struct SpineSplit {
+  int seg_chunks = 0;      // G; 0: no split (block x = sequence, all its chunks)
+  int segments = 1;        // S
+  int seg_base = 0;        // segment of block x = 0
+  int pass1 = 0;           // 1: pass 1 (segment 0 full, the others B_s and M_s)
+  float* start = nullptr;  // [S, Hv, V, K] start state of each segment (s >= 1)
+  float* b = nullptr;      // [S, Hv, V, K] B_s
+  float* m = nullptr;      // [S, Hv, K, K] M_s
+};
+
+// Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
+// (K̂ always has 2): Ws [NW][64][136], Ks [2][64][136], Us [NW][64][SL + 8], Sb [SL][136],
+// VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
+// NW = 3 (SL = 16 only): 103 680 bytes, still two blocks per SM (2 x (103 680 + 1 KiB reserved)
+// <= 228 KiB).
+// The cluster spine adds 5 mbarriers (8 bytes each) at the end.
+template <int SL, int NW = 2, int CZ = 0>
+constexpr int spine_smem() {
+  return (NW * kC * kWP + 2 * kC * kWP + NW * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 +
+         NW * kC * 4 + (CZ > 0 ? 5 * 8 : 0);
+}
+static_assert(2 * (spine_smem<16, 3, 8>() + 1024) <= 228 * 1024,
+              "deep-ring spine: 2 blocks per SM");
+static_assert(spine_smem<16, 3>() % 8 == 0, "cluster spine: mbarriers 8-byte aligned");
+
+// SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
+// SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
+// NW = 2: W, U, γ and K̂ of chunk c+1 are copied (one cp.async group) while chunk c computes.
+// NW = 3 (the deep ring of `cuda_tc_v3`): W, U, γ of chunk c+2 and K̂ of chunk c+1 are copied
+// while chunk c computes, as two groups committed in that order each chunk (empty ones too, so
+// that the counts below hold at the ends): A_c = {K̂(c+1)}, B_c = {W, U, γ of c+2}; the
+// prologue commits B_{-2} = {W, U, γ of 0}, A_{-1} = {K̂(0)}, B_{-1} = {W, U, γ of 1}. At the
+// start of chunk c the groups ..., B_{c-2}, A_{c-1}, B_{c-1} are committed and W(c) is in
+// B_{c-2}: wait_group 2. Before the S update, A_c and B_c are committed too and K̂(c) is in
+// A_{c-1}: wait_group 3, then the barrier that publishes VT publishes K̂ as well. So W / U / γ
+// get two chunks of time to land, K̂ a chunk and a half, instead of one chunk.
+// CZ > 0, "CL" (the cluster spine; SL = 16, NW = 3; launched as clusters of CZ = 8 or 4 slice
+// blocks of one (run, head), which all run the same chunks): W and K̂ are read from L2 once per
+// cluster instead of once per block. Block r of the cluster copies rows r, r + CZ, .. of each tile
+// (256 contiguous bytes each) with cp.async.bulk multicast to all CZ blocks; each block's mbarrier
+// of the buffer (fullW[3], fullK[2], one arrival: its thread 0's expect_tx of the 64 rows' 16 KiB)
+// completes when all 64 have landed.
+// Rows past L are copies of row L − 1 (no zero fill): their V_new is replaced by 0 and their VT
+// column is 0, so they add nothing. Reuse: a block issues into a buffer only after a cluster
+// barrier whose arrive every block makes at the end of the chunk that last read it, so no block
+// still reads it and its barrier's previous phase is complete. U and γ stay per block (cp.async,
+// one group per chunk: group c holds chunk c's, wait_group 1 at the start of chunk c).
+template <class St, int SL, int NW = 2, int CZ = 0>
+__global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
+  static_assert(NW == 2 || NW == 3, "ring of 2 or 3 buffers");
+  static_assert(CZ == 0 || (SL == 16 && NW == 3 && (CZ == 4 || CZ == 8)),
+                "cluster spine: 16-row slices, ring of 3, clusters of 4 or 8");
+  constexpr bool CL = CZ > 0;
+  constexpr int kCZ = CL ? CZ : 1;  // cluster size in the (CL-only) multicast code
+  constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [NW][64][136] W rows [i][d]
+  bf16* Ks = Ws + NW * kC * kWP;                        // [2][64][136]  K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                         // [NW][64][SL+8] U slice [i][v]
+  bf16* Sb = Us + NW * kC * kUP;                        // [SL][136]     bf16(S) [v][d]
+  bf16* VT = Sb + SL * kWP;                             // [SL][72]      (V_new·e)ᵀ [v][i]
+  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [NW][64]      γ
+  uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + NW * kC);  // [3] (CL only)
+  uint64_t* fullK = fullW + 3;                                  // [2] (CL only)
+
+  constexpr int kZ = kD / SL;  // V slices per head
+  const bool split = sp.seg_chunks > 0;
+  const int n = split ? 0 : blockIdx.x, seg = split ? sp.seg_base + blockIdx.x : 0;
+  const int hv = blockIdx.y, hk = hv / p.ratio;
+  // Kind of run: full (h, V_new, checkpoints; seg 0 or pass 3), or pass 1's B_s / M_s.
+  const bool local = split && sp.pass1 && seg > 0;
+  const bool trans = local && blockIdx.z >= kZ;
+  if (split && sp.pass1 && seg == 0 && blockIdx.z >= kZ) return;
+  const int v0 = (blockIdx.z % kZ) * SL;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int bos = p.cu[n], len = p.cu[n + 1] - bos;
+  const int nch = (len + kC - 1) / kC;
+  const int cs_begin = split ? seg * sp.seg_chunks : 0;
+  const int cs_end = split ? min(nch, cs_begin + sp.seg_chunks) : nch;
   const int slot = p.slots[n * p.slots_s];
-  if (slot < 0) {  // padding: zero checkpoint rows, pool untouched
-    if (p.every > 0)
-      for (int j = 0; j < len / p.every; ++j)
-        for (int e = tid; e < kSlice * kD; e += blockDim.x)
+  // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
+  if (slot < 0) {
+    if (p.every > 0 && !local)
+      for (int j = 0; j < len / p.every; ++j) {
+        const int end = (j + 1) * p.every;
+        if (end <= cs_begin * kC || end > cs_end * kC) continue;
+        for (int e = tid; e < SL * kD; e += blockDim.x)
           p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
                  (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
+      }
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
   const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
+  const int64_t seg_stride = (int64_t)p.Hv * kD * kD, head = (int64_t)hv * kD * kD;
 
-  // S fragment: s[mt][nt][r] is S[v][d] with v = mt·16 + g + 8·(r / 2),
+  // S fragment (rows v0..v0+SL−1): s[mt][nt][r] is S[v][d] with v = mt·16 + g + 8·(r / 2),
   // d = 32·warp + nt·8 + 2q + r % 2 (the m16n8 accumulator layout).
-  float s[2][4][4];
+  float s[kMT][4][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q + r % 2;
-        s[mt][nt][r] = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
+        float x;
+        if (local)  // B_s from zero, M_s from the identity
+          x = trans && v0 + v == d ? 1.0f : 0.0f;
+        else if (seg > 0)
+          x = sp.start[seg * seg_stride + head + (int64_t)(v0 + v) * kD + d];
+        else
+          x = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
+        s[mt][nt][r] = x;
       }
 
-  const float* w = static_cast<const float*>(p.w);
-  const float* u = static_cast<const float*>(p.u);
-  float* vnew = static_cast<float*>(p.vnew);
-  float* h = static_cast<float*>(p.h);
-  const In* kin = static_cast<const In*>(p.k);
-  const int nch = (len + kC - 1) / kC;
-  for (int cs = 0; cs < nch; ++cs) {
-    const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    const float g_last = p.gamma[(int64_t)(t0 + L - 1) * p.Hv + hv];
-    // h[c] = S (f32) and Sb = bf16(S).
-    float* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
+  const bf16* w = static_cast<const bf16*>(p.w);
+  const bf16* u = static_cast<const bf16*>(p.u);
+  const bf16* kn = static_cast<const bf16*>(p.kn);
+  bf16* vnew = static_cast<bf16*>(p.vnew);
+  bf16* h = static_cast<bf16*>(p.h);
+  // Chunk cs of this sequence: W rows (16 x 16 bytes each), the U slice (SL / 8 x 16 bytes per
+  // row) and γ into ring buffer bw; K̂ rows into buffer bk; rows past L zero-filled (their source
+  // address clamped to row L − 1). No commit (the caller groups the copies).
+  auto copy_wu = [&](int cs, int bw) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* ws = Ws + bw * kC * kWP;
+    bf16* us = Us + bw * kC * kUP;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, i < L ? 16 : 0);
+    }
+    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
+      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
+    }
+    if (tid < kC)
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+                tid < L ? 4 : 0);
+  };
+  auto copy_k = [&](int cs, int bk) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* ks = Ks + bk * kC * kWP;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, i < L ? 16 : 0);
+    }
+  };
+
+  // CL: U slice and γ of chunk cs into ring buffer bw (cp.async, no commit).
+  auto copy_u = [&](int cs, int bw) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* us = Us + bw * kC * kUP;
+    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
+      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
+    }
+    if (tid < kC)
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+                tid < L ? 4 : 0);
+  };
+  // CL: this block's 64 / CZ rows of chunk cs's W (is_k = false) or K̂ tile to all blocks of the
+  // cluster, and this block's own barrier armed for the 64 rows.
+  const uint32_t rank = CL ? cluster_rank() : 0;
+  auto multicast = [&](int cs, bool is_k, bf16* dst, uint64_t* bar) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    if (tid == 0) mbar_arrive_expect(bar, kC * kD * sizeof(bf16));
+    if (tid < kC / kCZ) {
+      const int i = static_cast<int>(rank) + kCZ * tid;
+      const int64_t t = t0 + min(i, L - 1);
+      const bf16* src = is_k ? kn + (t * p.Hk + hk) * kD : w + (t * p.Hv + hv) * kD;
+      bulk_multicast(dst + i * kWP, src, kD * sizeof(bf16), bar, (1u << kCZ) - 1);
+    }
+  };
+
+  if constexpr (CL) {
+    if (tid == 0) {
+      for (int b = 0; b < 3; ++b) mbar_init(fullW + b, 1);
+      for (int b = 0; b < 2; ++b) mbar_init(fullK + b, 1);
+      mbar_init_fence();
+    }
+    cluster_arrive();  // every block's barriers initialised before any copy can complete on them
+    cluster_wait();
+    if (cs_begin < cs_end) {
+      multicast(cs_begin, false, Ws, fullW);
+      multicast(cs_begin, true, Ks, fullK);
+      copy_u(cs_begin, 0);
+    }
+    cp_commit();
+    if (cs_begin + 1 < cs_end) {
+      multicast(cs_begin + 1, false, Ws + kC * kWP, fullW + 1);
+      copy_u(cs_begin + 1, 1);
+    }
+    cp_commit();
+    cluster_arrive();  // paired with the cluster wait of the first chunk (or the one after the
+                       // loop)
+  } else if constexpr (NW == 2) {
+    if (cs_begin < cs_end) {
+      copy_wu(cs_begin, 0);
+      copy_k(cs_begin, 0);
+      cp_commit();
+    }
+  } else {  // B_{-2}, A_{-1}, B_{-1} (see above)
+    if (cs_begin < cs_end) copy_wu(cs_begin, 0);
+    cp_commit();
+    if (cs_begin < cs_end) copy_k(cs_begin, 0);
+    cp_commit();
+    if (cs_begin + 1 < cs_end) copy_wu(cs_begin + 1, 1);
+    cp_commit();
+  }
+  const int c_first = p.first_chunk[n];
+  for (int cs = cs_begin; cs < cs_end; ++cs) {
+    const int j = cs - cs_begin, bk = j & 1, bw = NW == 2 ? bk : j % NW;
+    const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    // This thread's copies of W, U, γ of chunk cs have landed (NW = 2: the only group in flight,
+    // K̂ too; NW = 3: B_{cs-2}, with A_{cs-1} and B_{cs-1} allowed in flight).
+    if constexpr (CL) {
+      mbar_wait(fullW + bw, (j / 3) & 1);  // W of chunk cs (this buffer's (j / 3)-th use)
+      cp_wait<1>();                        // U, γ of chunk cs (group j; group j + 1 in flight)
+    } else if constexpr (NW == 2) {
+      cp_wait<0>();
+    } else {
+      cp_wait<2>();
+    }
+    // Sb = bf16(S): every read of Sb by the previous chunk came before its second barrier.
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; r += 2) {
           const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q;
-          *reinterpret_cast<float2*>(hc + v * kD + d) = make_float2(s[mt][nt][r], s[mt][nt][r + 1]);
-          *reinterpret_cast<__nv_bfloat162*>(Sb + v * kWP + d) =
+          *reinterpret_cast<bf162*>(Sb + v * kWP + d) =
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
-    // Ws = W rows, KT = K̂ᵀ, eg (zeros past L).
-    // 4 columns per thread and step: W rows are the workspace's (16-byte aligned float4); k
-    // rows are the caller's (scalar loads, any alignment).
-    for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
-      const int i = e / (kD / 4), d = 4 * (e % (kD / 4));
-      const int64_t t = t0 + i;
-      float4 wv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float kv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (i < L) {
-        wv = *reinterpret_cast<const float4*>(w + (t * p.Hv + hv) * kD + d);
-        const float rk = p.rk[t * p.Hk + hk];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) kv[j] = to_f32(kin[t * p.k_t + hk * p.k_h + d + j]) * rk;
+    __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
+    // NW = 2: chunk cs + 1 into buffers bk ^ 1, whose last reads (chunk cs − 1) all came before
+    // the barrier above; it lands while this chunk computes. NW = 3: K̂ of cs + 1 into bk ^ 1
+    // (last read by chunk cs − 1's S update) and W, U, γ of cs + 2 into (j + 2) % 3 (last read
+    // by chunk cs − 1 before its second barrier), both before the barrier above.
+    if constexpr (CL) {
+      // Every block of the cluster has finished chunk cs − 1 (its arrive at the end of it), so
+      // K̂ buffer bk ^ 1 and W / U / γ buffer (j + 2) % 3 are free in all of them.
+      cluster_wait();
+      if (cs + 1 < cs_end) multicast(cs + 1, true, Ks + (bk ^ 1) * kC * kWP, fullK + (bk ^ 1));
+      if (cs + 2 < cs_end) {
+        multicast(cs + 2, false, Ws + ((j + 2) % NW) * kC * kWP, fullW + (j + 2) % NW);
+        copy_u(cs + 2, (j + 2) % NW);
       }
-      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d) = __floats2bfloat162_rn(wv.x, wv.y);
-      *reinterpret_cast<__nv_bfloat162*>(Ws + i * kWP + d + 2) = __floats2bfloat162_rn(wv.z, wv.w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) KT[(d + j) * kTP + i] = __float2bfloat16_rn(kv[j]);
+      cp_commit();  // group j + 2
+    } else if constexpr (NW == 2) {
+      if (cs + 1 < cs_end) {
+        copy_wu(cs + 1, bk ^ 1);
+        copy_k(cs + 1, bk ^ 1);
+        cp_commit();
+      }
+    } else {
+      if (cs + 1 < cs_end) copy_k(cs + 1, bk ^ 1);
+      cp_commit();  // A_cs
+      if (cs + 2 < cs_end) copy_wu(cs + 2, (j + 2) % NW);
+      cp_commit();  // B_cs
     }
-    if (tid < kC)
-      eg[tid] = tid < L ? expf(g_last - p.gamma[(int64_t)(t0 + tid) * p.Hv + hv]) : 0.0f;
-    // This thread's U entries (the V_new fragment positions below), loaded before the MMAs so
-    // their latency overlaps the barrier and the W·Sᵀ product.
-    float ur[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 16 * warp + g + 8 * (r / 2), v = nt * 8 + 2 * q + r % 2;
-        ur[nt][r] = i < L ? u[((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v] : 0.0f;
-      }
-    __syncthreads();
 
-    // V_new rows 16·warp.. : acc[nt] over v = nt·8 + 2q (+1), tokens 16·warp + g (+8).
-    float acc[4][4] = {};
+    // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
+    bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
+    for (int e = tid; e < (local ? 0 : SL * (kD / 8)); e += blockDim.x) {
+      const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      *reinterpret_cast<uint4*>(hc + v * kD + c8) =
+          *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
+    }
+
+    const bf16* ws = Ws + bw * kC * kWP;
+    const bf16* ks = Ks + bk * kC * kWP;
+    const bf16* us = Us + bw * kC * kUP;
+    const float* gb = gs + bw * kC;
+    const float g_last = gb[L - 1];
+    const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
+    const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
+    const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
+
+    // V_new rows 16·warp..: acc[nt] over v = nt·8 + 2q (+1), tokens i_lo (r 0, 1), i_hi (r 2, 3).
+    float acc[kNV][4] = {};
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
+    for (int kt = 0; kt < kD / 16; ++kt) {
       uint32_t a[4];
-      load_a(a, Ws, kWP, 16 * warp, 16 * ks, g, q);
+      load_a(a, ws, kWP, 16 * warp, 16 * kt, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        uint32_t b[2];
-        load_b(b, Sb, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+      for (int nt = 0; nt < kNV; ++nt) {
+        uint32_t bb[2];
+        load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
+        mma16816(acc[nt], a, bb);
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < kNV; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 16 * warp + g + 8 * (r / 2), v = nt * 8 + 2 * q + r % 2;
-        float vn = 0.0f;
-        if (i < L) {
-          const int64_t row = ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v;
-          vn = ur[nt][r] - acc[nt][r];
-          vnew[row] = vn;
-        }
-        VT[v * kTP + i] = __float2bfloat16_rn(vn * eg[i]);
+      for (int hi = 0; hi < 2; ++hi) {
+        const int i = hi ? i_hi : i_lo, v = nt * 8 + 2 * q;
+        const float2 uu =
+            trans ? make_float2(0.0f, 0.0f)  // M_s: U = 0
+                  : __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
+        const float vn0 = i < L ? uu.x - acc[nt][2 * hi] : 0.0f;
+        const float vn1 = i < L ? uu.y - acc[nt][2 * hi + 1] : 0.0f;
+        if (i < L && !local)
+          *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
+              __floats2bfloat162_rn(vn0, vn1);
+        const float e = hi ? e_hi : e_lo;
+        VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
+        VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
       }
-    __syncthreads();
+    if constexpr (CL)
+      mbar_wait(fullK + bk, (j / 2) & 1);  // K̂ of chunk cs (this buffer's (j / 2)-th use)
+    else if constexpr (NW == 3)
+      cp_wait<3>();   // K̂ of chunk cs (A_{cs-1}) has landed
+    __syncthreads();  // VT visible (NW = 3: and K̂ of chunk cs)
 
-    // S ← e^{γ_L} S + VT · K̂ (k = tokens).
+    // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; ++r) s[mt][nt][r] *= decay;
 #pragma unroll
-    for (int ks = 0; ks < kC / 16; ++ks) {
-      uint32_t a[2][4];
+    for (int kt = 0; kt < kC / 16; ++kt) {
+      uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * ks, g, q);
+      for (int mt = 0; mt < kMT; ++mt) load_a(a[mt], VT, kTP, 16 * mt, 16 * kt, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        uint32_t b[2];
-        load_b(b, KT, kTP, 32 * warp + nt * 8, 16 * ks, g, q);
+      for (int np = 0; np < 2; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, ks, kWP, 16 * kt, 32 * warp + 16 * np, lane);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma16816(s[mt][nt], a[mt], b);
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816(s[mt][2 * np], a[mt], b0);
+          mma16816(s[mt][2 * np + 1], a[mt], b1);
+        }
       }
     }
+    // CL: this block is done reading chunk cs's W, U, γ (before the second barrier) and K̂ (the
+    // MMAs above): the next chunk's cluster wait lets the other blocks reuse those buffers.
+    if constexpr (CL) cluster_arrive();
     const int end = cs * kC + L;
-    if (p.every > 0 && end % p.every == 0) {
+    if (p.every > 0 && end % p.every == 0 && !local) {
       float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -218,41 +527,109 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p) {
             ck[(int64_t)(v0 + v) * p.ck_v + d] = s[mt][nt][r];
           }
     }
-    __syncthreads();  // Ws, Sb, KT, VT, eg are rewritten by the next chunk
+    // No barrier here: the next chunk writes Sb (read before this chunk's second barrier), then
+    // VT and the ring buffers only after its first barrier, which every thread reaches after its
+    // MMAs.
   }
+  // CL: paired with the last arrive. Every copy into a block is one of its own chunks, which it
+  // waited for; this wait also keeps every block of the cluster resident until all are done.
+  if constexpr (CL) cluster_wait();
+  // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
+  // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
+  float* to = nullptr;
+  if (local)
+    to = (trans ? sp.m : sp.b) + seg * seg_stride + head;
+  else if (split && seg == 0 && sp.segments > 1)
+    to = sp.start + seg_stride + head;
+  const bool to_pool = !split || seg == sp.segments - 1;
+  if (!to && !to_pool) return;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int v = mt * 16 + g + 8 * (r / 2), d = 32 * warp + nt * 8 + 2 * q + r % 2;
-        pool[(int64_t)(v0 + v) * p.st_row + d] = from_f32<St>(s[mt][nt][r]);
+        if (to)
+          to[(int64_t)(v0 + v) * kD + d] = s[mt][nt][r];
+        else
+          pool[(int64_t)(v0 + v) * p.st_row + d] = from_f32<St>(s[mt][nt][r]);
       }
+}
+
+// Pass 2 of the split spine: start[s + 1] = start[s]·M_s + B_s for s = 1..S−2, in f32. Block
+// (hv, 32 rows of V), 256 threads: thread (r = tid / 8) owns row r, columns tid % 8 + 8j.
+__global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, const SpineSplit sp) {
+  __shared__ float X[32][kD + 1];  // start[s] rows (padded: rows differ by one bank)
+  __shared__ float Mt[32][kD];     // 32 rows of M_s
+  if (p.slots[0] < 0) return;      // N = 1: a padding sequence has no state to combine
+  const int hv = blockIdx.x, v0 = blockIdx.y * 32, tid = threadIdx.x, r = tid / 8, c0 = tid % 8;
+  const int64_t seg_stride = (int64_t)p.Hv * kD * kD, head = (int64_t)hv * kD * kD;
+  for (int e = tid; e < 32 * kD; e += blockDim.x)
+    X[e / kD][e % kD] = sp.start[seg_stride + head + (int64_t)(v0 + e / kD) * kD + e % kD];
+  __syncthreads();
+  for (int s = 1; s + 1 < sp.segments; ++s) {
+    const float* M = sp.m + s * seg_stride + head;
+    const float* B = sp.b + s * seg_stride + head + (int64_t)(v0 + r) * kD;
+    float acc[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) acc[j] = B[c0 + 8 * j];
+    for (int k0 = 0; k0 < kD; k0 += 32) {
+      for (int e = tid; e < 32 * kD; e += blockDim.x)
+        Mt[e / kD][e % kD] = M[(int64_t)(k0 + e / kD) * kD + e % kD];
+      __syncthreads();
+#pragma unroll 4
+      for (int kk = 0; kk < 32; ++kk) {
+        const float x = X[r][k0 + kk];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) acc[j] += x * Mt[kk][c0 + 8 * j];
+      }
+      __syncthreads();  // Mt is refilled; after the last tile, every read of X is done
+    }
+    float* out = sp.start + (s + 1) * seg_stride + head + (int64_t)(v0 + r) * kD;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      X[r][c0 + 8 * j] = acc[j];
+      out[c0 + 8 * j] = acc[j];
+    }
+    __syncthreads();
+  }
 }
 
 // Stage 1 on tensor cores, one (chunk, hv), 4 warps; warp w owns rows 16w..16w+15 (rows past
 // L are zero):
-//   G = K̂ K̂ᵀ (mma);  A_ij = β_i G_ij e^{γ_i−γ_j} (i > j);  T = (I + A)^{-1} (f32, forward
-//   substitution row by row);  W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T).
-// Shared: Kb [64][136], KT and VT [128][72] (K̂ᵀ, Vᵀ), Tb, Tu [64][72] bf16; A, T [64][65] f32;
-// β, γ, β e^γ: 106 752 bytes. MMA FLOPs per chunk: 2·64·64·128·3 = 3.1 MFLOP.
-constexpr int kWuSmem =
-    (kC * kWP + 2 * kD * kTP + 2 * kC * kTP) * 2 + (2 * kC * (kC + 1) + 3 * kC) * 4;
+//   γ = cumsum g (warp scan);  G = K̂ K̂ᵀ (mma);  A_ij = β_i G_ij e^{γ_i−γ_j} (i > j);
+//   T = (I + A)^{-1} (f32): warp b inverts diagonal block b (lane j: column 16b + j, forward
+//   substitution), then block rows 1..3 in turn: R = −A[rows, :16b] T[:16b, :16b],
+//   T[rows, :16b] = T_bb R;
+//   W = (T·diag(β e^γ)) K̂,  U = (T·diag(β)) V (mma, bf16 T; K̂ and V fragments by
+//   ldmatrix.trans) to the workspace in bf16; K̂ in bf16 (by the blocks with hv % ratio = 0).
+// Shared: Kb, Vb [64][136] bf16; A, R [16][48], T [64][65] f32 (Tb, Tu [64][72] bf16 reuse A and R
+// once T is known); β, γ, β e^γ: 71 936 bytes, three blocks per SM. MMA FLOPs per chunk:
+// 2·64·64·128·3 = 3.1 MFLOP.
+constexpr int kWuSmem = 2 * kC * kWP * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
+static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fit in A and R");
 
-template <class In>
-__global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
+// kFastInverse (the `cuda_tc_v3` variant): the same inverse with compile-time loops, so that the
+// shared-memory loads of each sum are issued together instead of one dependent iteration at a
+// time: the diagonal block's column is kept in registers (16 values, fully unrolled), and the
+// block rows' sums run over all m < r0 (r0 = 16, 32, 48 unrolled; the added T entries above the
+// diagonal are exact zeros, before the first nonzero term in the first sum and after the last
+// in the second, so the results are the same up to the sign of an exact zero).
+template <class In, bool kFastInverse = false>
+__global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Kb = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  K̂ [j][d]
-  __nv_bfloat16* KT = Kb + kC * kWP;                               // [128][72]  K̂ᵀ [d][j]
-  __nv_bfloat16* VT = KT + kD * kTP;                               // [128][72]  Vᵀ [v][j]
-  __nv_bfloat16* Tb = VT + kD * kTP;                               // [64][72]   T diag(βe^γ)
-  __nv_bfloat16* Tu = Tb + kC * kTP;                               // [64][72]   T diag(β)
-  float* Af = reinterpret_cast<float*>(Tu + kC * kTP);             // [64][65]
-  float* Tm = Af + kC * (kC + 1);                                  // [64][65]
-  float* bet = Tm + kC * (kC + 1);                                 // [64]
-  float* gam = bet + kC;                                           // [64]
-  float* beg = gam + kC;                                           // [64]
+  bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
+  bf16* Vb = Kb + kC * kWP;                             // [64][136]  V [j][v]
+  float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][65]
+  float* Rs = Af + kC * (kC + 1);                       // [16][16b]  block row right-hand side
+  float* Tm = Rs + 16 * 48;                             // [64][65]
+  float* bet = Tm + kC * (kC + 1);                      // [64]
+  float* gam = bet + kC;                                // [64]
+  float* beg = gam + kC;                                // [64]
+  bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72]   T diag(βe^γ), after T
+  bf16* Tu = Tb + kC * kTP;                             // [64][72]   T diag(β), after T
+  constexpr int ld = kC + 1;
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -263,46 +640,78 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const In* kin = static_cast<const In*>(p.k);
   const In* vin = static_cast<const In*>(p.v);
-  for (int i = warp; i < kC; i += 4) {  // lane l: columns 4l..4l+3
-    const int64_t t = t0 + i;
-    float xk[4], xv[4], kk = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      xk[j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
-      xv[j] = i < L ? to_f32(vin[t * p.v_t + hv * p.v_h + d]) : 0.0f;
-      kk += xk[j] * xk[j];
+  bf16* kn = static_cast<bf16*>(p.kn);
+  const bool write_kn = hv % p.ratio == 0;
+  // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
+  if (warp == 0) {
+    if (i0 < L) {
+      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
+      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) kk += __shfl_xor_sync(0xffffffffu, kk, o);
-    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      const __nv_bfloat16 kb = __float2bfloat16_rn(xk[j] * ik);
-      Kb[i * kWP + d] = kb;
-      KT[d * kTP + i] = kb;
-      VT[d * kTP + i] = __float2bfloat16_rn(xv[j]);
+    if (i1 < L) {
+      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
+      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
     }
-    if (lane == 0 && i < L && hv % p.ratio == 0) p.rk[t * p.Hk + hk] = ik;
   }
-  if (tid == 0) {
-    float cum = 0.0f;
-    for (int i = 0; i < kC; ++i) {
-      float b = 0.0f;
-      if (i < L) {
-        const int64_t t = t0 + i;
-        cum += p.g[t * p.g_t + hv];
-        b = p.beta[t * p.b_t + hv];
-        p.gamma[t * p.Hv + hv] = cum;
+  // K̂ and V rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; each group
+  // of 8 rows is loaded before any of it is used (one global round trip per group).
+  for (int grp = 0; grp < 2; ++grp) {
+    float xk[8][4], xv[8][4];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = warp + 4 * (8 * grp + r);
+      const int64_t t = t0 + i;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = 4 * lane + j;
+        xk[r][j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
+        xv[r][j] = i < L ? to_f32(vin[t * p.v_t + hv * p.v_h + d]) : 0.0f;
       }
-      bet[i] = b;
-      gam[i] = cum;
-      beg[i] = b * expf(cum);
     }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = warp + 4 * (8 * grp + r);
+      const int64_t t = t0 + i;
+      float kk = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kk += xk[r][j] * xk[r][j];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) kk += __shfl_xor_sync(0xffffffffu, kk, o);
+      const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
+      bf16 kb[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kb[j] = __float2bfloat16_rn(xk[r][j] * ik);
+      bf162* krow = reinterpret_cast<bf162*>(Kb + i * kWP + 4 * lane);
+      bf162* vrow = reinterpret_cast<bf162*>(Vb + i * kWP + 4 * lane);
+      krow[0] = __halves2bfloat162(kb[0], kb[1]);
+      krow[1] = __halves2bfloat162(kb[2], kb[3]);
+      vrow[0] = __floats2bfloat162_rn(xv[r][0], xv[r][1]);
+      vrow[1] = __floats2bfloat162_rn(xv[r][2], xv[r][3]);
+      if (write_kn && i < L) {
+        bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
+        dst[0] = __halves2bfloat162(kb[0], kb[1]);
+        dst[1] = __halves2bfloat162(kb[2], kb[3]);
+      }
+    }
+  }
+  if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
+    float cum = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, cum, o);
+      if (lane >= o) cum += y;
+    }
+    const float c1 = cum, c0 = cum - g1;
+    gam[i0] = c0, gam[i1] = c1;
+    bet[i0] = bt0, bet[i1] = bt1;
+    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
+    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
+    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
   }
   for (int e = tid; e < kC * kC; e += blockDim.x)
-    Tm[(e / kC) * (kC + 1) + e % kC] = e / kC == e % kC ? 1.0f : 0.0f;
+    Tm[(e / kC) * ld + e % kC] = e / kC == e % kC ? 1.0f : 0.0f;
   __syncthreads();
   {  // A rows 16·warp..
     float acc[8][4] = {};
@@ -322,43 +731,107 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q + r % 2;
-        Af[i * (kC + 1) + j] = j < i && i < L ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
+        Af[i * ld + j] = j < i && i < L ? bet[i] * acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
       }
   }
   __syncthreads();
-  for (int i = 1; i < L; ++i) {  // T_ij = −Σ_{j≤m<i} A_im T_mj
-    const int j = tid;
-    if (j < i) {
-      float sum = 0.0f;
-      for (int m = j; m < i; ++m) sum += Af[i * (kC + 1) + m] * Tm[m * (kC + 1) + j];
-      Tm[i * (kC + 1) + j] = -sum;
+  // Diagonal block of warp w: lane j < 16 owns column col = 16w + j; its entries T_m,col for
+  // m <= col are the identity's, the rest it writes itself row by row (no barrier needed).
+  if constexpr (kFastInverse) {
+    if (lane < 16) {  // t[ii] = T[b0 + ii][b0 + lane]: 0 above the diagonal, 1 on it
+      const int b0 = 16 * warp;
+      float t[16];
+#pragma unroll
+      for (int ii = 0; ii < 16; ++ii) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * ld + b0 + mm] * t[mm];
+        t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+      }
+#pragma unroll
+      for (int ii = 1; ii < 16; ++ii)
+        if (ii > lane) Tm[(b0 + ii) * ld + b0 + lane] = t[ii];
     }
     __syncthreads();
+    // Block rows 1..3 as below, r0 a compile-time constant in each.
+#pragma unroll
+    for (int rb = 1; rb < kC / 16; ++rb) {
+      const int r0 = 16 * rb;
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int m = 0; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];  // T_mj = 0, m < j
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < 16; ++mm)  // T[i][r0 + mm] = 0 for mm > ii
+          sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
+  } else {
+    if (lane < 16) {
+      const int b0 = 16 * warp, col = b0 + lane;
+      for (int i = b0 + 1; i < b0 + 16; ++i) {
+        float sum = 0.0f;
+        for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
+        if (i > col) Tm[i * ld + col] = -sum;
+      }
+    }
+    __syncthreads();
+    // Block rows 1..3, rows r0..r0+15 and columns j < r0:
+    //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
+    for (int r0 = 16; r0 < kC; r0 += 16) {
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+        for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+        for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
   }
+  // Tb, Tu over A and R (dead since the last barrier).
   for (int e = tid; e < kC * kC; e += blockDim.x) {
     const int i = e / kC, j = e % kC;
-    const float t = Tm[i * (kC + 1) + j];
+    const float t = Tm[i * ld + j];
     Tb[i * kTP + j] = __float2bfloat16_rn(t * beg[j]);
     Tu[i * kTP + j] = __float2bfloat16_rn(t * bet[j]);
   }
   __syncthreads();
-  float* w = static_cast<float*>(p.w);
-  float* u = static_cast<float*>(p.u);
+  bf16* w = static_cast<bf16*>(p.w);
+  bf16* u = static_cast<bf16*>(p.u);
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V
-    const __nv_bfloat16* As = pass == 0 ? Tb : Tu;
-    const __nv_bfloat16* Bs = pass == 0 ? KT : VT;
-    float* dst = pass == 0 ? w : u;
+  for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V (B tiles stored [j][d])
+    const bf16* As = pass == 0 ? Tb : Tu;
+    const bf16* Bs = pass == 0 ? Kb : Vb;
+    bf16* dst = pass == 0 ? w : u;
     float acc[16][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kC / 16; ++ks) {
       uint32_t a[4];
       load_a(a, As, kTP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        uint32_t b[2];
-        load_b(b, Bs, kTP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
+        mma16816(acc[2 * np], a, b0);
+        mma16816(acc[2 * np + 1], a, b1);
       }
     }
 #pragma unroll
@@ -367,29 +840,34 @@ __global__ void __launch_bounds__(128) wu_tc_kernel(const Params p) {
       for (int r = 0; r < 4; r += 2) {
         const int i = 16 * warp + g + 8 * (r / 2), d = nt * 8 + 2 * q;
         if (i < L)
-          *reinterpret_cast<float2*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d) =
-              make_float2(acc[nt][r], acc[nt][r + 1]);
+          *reinterpret_cast<bf162*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d) =
+              __floats2bfloat162_rn(acc[nt][r], acc[nt][r + 1]);
       }
   }
 }
 
 // Stage 3 on tensor cores, one (chunk, hv), 4 warps; warp w owns tokens 16w..16w+15:
-//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]   (mma: A = Q̂ [i][d], B = K̂ [j][d])
-//   O = scale·[ e^γ ⊙ (Q̂ h[c]ᵀ) + P V_new ]  (mma: B = h [v][d], then A = P [i][j], B = V_newᵀ)
-// Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136], Ps [64][72], VnT [128][72], γ [64]:
-// 97 536 bytes. MMA FLOPs per chunk: 2·64·64·128 + 2·64·128·128 + 2·64·64·128 = 4.2 MFLOP;
-// bytes: q, k rows (32 KiB bf16), h (64 KiB f32), V_new (32 KiB f32), out (16 KiB bf16).
-constexpr int kOutSmem = (2 * kC * kWP + kD * kWP + kC * kTP + kD * kTP) * 2 + kC * 4;
+//   O = e^γ ⊙ (Q̂ h[c]ᵀ)                       (mma: A = Q̂ [i][d], B = h [v][d])
+//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]     (mma: B = K̂ [j][d]; P in bf16 over the warp's own
+//                                                Q̂ rows, which only that warp reads)
+//   O = scale·(O + P V_new)                    (mma: A = P [i][j], B = V_new [j][v] by
+//                                                ldmatrix.trans, V_new over h once every warp
+//                                                is done with h)
+// K̂ and h[c] (bf16 workspace) arrive by cp.async while the warps normalise Q, V_new while P is
+// computed. Shared (bf16, padded rows): Qs, Ks [64][136], Hs [128][136] (V_new [64][136] after
+// h), γ [64]: 69 888 bytes, three blocks per SM. MMA FLOPs per chunk: 2·64·128·128 +
+// 2·64·64·128 + 2·64·64·128 = 4.2 MFLOP; bytes: q (16 KiB bf16), K̂, V_new (16 KiB each), h
+// (32 KiB), out (16 KiB bf16).
+constexpr int kOutSmem = (2 * kC * kWP + kD * kWP) * 2 + kC * 4;
 
 template <class In, class Out>
-__global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
+__global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [64][136]  Q̂
-  __nv_bfloat16* Ks = Qs + kC * kWP;                               // [64][136]  K̂
-  __nv_bfloat16* Hs = Ks + kC * kWP;                               // [128][136] h[v][d]
-  __nv_bfloat16* Ps = Hs + kD * kWP;                               // [64][72]   P
-  __nv_bfloat16* VnT = Ps + kC * kTP;                              // [128][72]  V_newᵀ
-  float* gam = reinterpret_cast<float*>(VnT + kD * kTP);           // [64]
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);          // [64][136]  Q̂, then P (own rows)
+  bf16* Ks = Qs + kC * kWP;                              // [64][136]  K̂
+  bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
+  bf16* Vs = Hs;                                         // [64][136]  V_new [j][v], after h
+  float* gam = reinterpret_cast<float*>(Hs + kD * kWP);  // [64]
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -403,77 +881,55 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
       out[(int64_t)(t0 + e / kD) * p.o_t + hv * p.o_h + e % kD] = from_f32<Out>(0.0f);
     return;
   }
-  const In* qin = static_cast<const In*>(p.q);
-  const In* kin = static_cast<const In*>(p.k);
-  // Q̂, K̂ rows (zeros past L): warp per row, lane l holds columns 4l..4l+3.
-  for (int i = warp; i < kC; i += 4) {
-    const int64_t t = t0 + i;
-    float xq[4], xk[4], qq = 0.0f, kk = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int d = 4 * lane + j;
-      xq[j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + d]) : 0.0f;
-      xk[j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + d]) : 0.0f;
-      qq += xq[j] * xq[j];
-      kk += xk[j] * xk[j];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      qq += __shfl_xor_sync(0xffffffffu, qq, o);
-      kk += __shfl_xor_sync(0xffffffffu, kk, o);
-    }
-    const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
-    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-      const int d = 4 * lane + j;
-      *reinterpret_cast<__nv_bfloat162*>(Qs + i * kWP + d) =
-          __floats2bfloat162_rn(xq[j] * iq, xq[j + 1] * iq);
-      *reinterpret_cast<__nv_bfloat162*>(Ks + i * kWP + d) =
-          __floats2bfloat162_rn(xk[j] * ik, xk[j + 1] * ik);
-    }
-    if (lane == 0) gam[i] = i < L ? p.gamma[t * p.Hv + hv] : 0.0f;
-  }
-  // h[c] rows [v][d] and V_newᵀ (zeros past L).
-  const float* h = static_cast<const float*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
-  for (int e = tid; e < kD * kD / 2; e += blockDim.x) {
-    const int v = (2 * e) / kD, d = (2 * e) % kD;
-    const float2 x = *reinterpret_cast<const float2*>(h + v * kD + d);
-    *reinterpret_cast<__nv_bfloat162*>(Hs + v * kWP + d) = __floats2bfloat162_rn(x.x, x.y);
-  }
-  const float* vnew = static_cast<const float*>(p.vnew);
-  for (int e = tid; e < kC * kD; e += blockDim.x) {
-    const int j = e / kD, v = e % kD;
-    const float x = j < L ? vnew[((int64_t)(t0 + j) * p.Hv + hv) * kD + v] : 0.0f;
-    VnT[v * kTP + j] = __float2bfloat16_rn(x);
-  }
-  __syncthreads();
-
-  // P rows 16·warp..: 8 n-tiles of j.
+  // K̂ rows (zeros past L; source clamped to row L − 1) and h[c], 16 bytes per copy.
   {
-    float acc[8][4] = {};
+    const bf16* kn = static_cast<const bf16*>(p.kn);
+    const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(j, L - 1);
+      cp_async16(Ks + j * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, j < L ? 16 : 0);
+    }
+    for (int e = tid; e < kD * (kD / 8); e += blockDim.x) {
+      const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      cp_async16(Hs + v * kWP + c8, h + v * kD + c8, 16);
+    }
+    cp_commit();
+  }
+  const In* qin = static_cast<const In*>(p.q);
+  // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
+  // loaded before any is used (one global round trip).
+  {
+    float xq[16][4];
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[4];
-      load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
+    for (int r = 0; r < 16; ++r) {
+      const int i = warp + 4 * r;
+      const int64_t t = t0 + i;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        uint32_t b[2];
-        load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
-      }
+      for (int j = 0; j < 4; ++j)
+        xq[r][j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + 4 * lane + j]) : 0.0f;
+    }
+    if (lane < 16) {
+      const int i = warp + 4 * lane;
+      gam[i] = i < L ? p.gamma[(int64_t)(t0 + i) * p.Hv + hv] : 0.0f;
     }
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int r = 0; r < 16; ++r) {
+      const int i = warp + 4 * r;
+      float qq = 0.0f;
 #pragma unroll
-      for (int r = 0; r < 4; r += 2) {
-        const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
-        const float p0 = j <= i && i < L ? acc[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
-        const float p1 = j + 1 <= i && i < L ? acc[nt][r + 1] * expf(gam[i] - gam[j + 1]) : 0.0f;
-        *reinterpret_cast<__nv_bfloat162*>(Ps + i * kTP + j) = __floats2bfloat162_rn(p0, p1);
-      }
+      for (int j = 0; j < 4; ++j) qq += xq[r][j] * xq[r][j];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) qq += __shfl_xor_sync(0xffffffffu, qq, o);
+      const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+#pragma unroll
+      for (int j = 0; j < 4; j += 2)
+        *reinterpret_cast<bf162*>(Qs + i * kWP + 4 * lane + j) =
+            __floats2bfloat162_rn(xq[r][j] * iq, xq[r][j + 1] * iq);
+    }
   }
-  __syncwarp();  // each warp reads only its own P rows
+  cp_wait<0>();
+  __syncthreads();  // Q̂, γ, K̂, h visible
 
   // O rows 16·warp..: 16 n-tiles of v.
   float acc[16][4] = {};
@@ -495,15 +951,55 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     acc[nt][0] *= e_lo, acc[nt][1] *= e_lo;
     acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
   }
+  __syncthreads();  // every warp is done with h: V_new rows (zeros past L) replace it
+  {
+    const bf16* vnew = static_cast<const bf16*>(p.vnew);
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(j, L - 1);
+      cp_async16(Vs + j * kWP + c8, vnew + (t * p.Hv + hv) * kD + c8, j < L ? 16 : 0);
+    }
+    cp_commit();
+  }
+
+  // P rows 16·warp..: 8 n-tiles of j, written in bf16 over this warp's Q̂ rows.
+  {
+    float pa[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4];
+      load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        uint32_t b[2];
+        load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
+        mma16816(pa[nt], a, b);
+      }
+    }
+    __syncwarp();  // every lane's reads of these Q̂ rows are done before P overwrites them
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; r += 2) {
+        const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
+        const float p0 = j <= i && i < L ? pa[nt][r] * expf(gam[i] - gam[j]) : 0.0f;
+        const float p1 = j + 1 <= i && i < L ? pa[nt][r + 1] * expf(gam[i] - gam[j + 1]) : 0.0f;
+        *reinterpret_cast<bf162*>(Qs + i * kWP + j) = __floats2bfloat162_rn(p0, p1);
+      }
+  }
+  cp_wait<0>();
+  __syncthreads();  // V_new visible (and each warp's P rows)
+
 #pragma unroll
   for (int ks = 0; ks < kC / 16; ++ks) {
     uint32_t a[4];
-    load_a(a, Ps, kTP, 16 * warp, 16 * ks, g, q);
+    load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-      uint32_t b[2];
-      load_b(b, VnT, kTP, nt * 8, 16 * ks, g, q);
-      mma16816(acc[nt], a, b);
+    for (int np = 0; np < 8; ++np) {
+      uint32_t b0[2], b1[2];
+      load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
+      mma16816(acc[2 * np], a, b0);
+      mma16816(acc[2 * np + 1], a, b1);
     }
   }
 #pragma unroll
@@ -516,6 +1012,20 @@ __global__ void __launch_bounds__(128) output_tc_kernel(const Params p) {
     }
 }
 
+// SMs of the current device (132 if the query fails).
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();  // clear the failed query's error
+      n = 132;
+    }
+    return n;
+  }();
+  return sms;
+}
+
 Reason tc_supports(const GdnChunkPrefill& a) {
   if (a.q.size(2) != kD || a.v.size(2) != kD)
     return std::string("tensor-core variant: K = V = 128 only (compile-time tile), got K=") +
@@ -525,15 +1035,175 @@ Reason tc_supports(const GdnChunkPrefill& a) {
   return std::nullopt;
 }
 
-void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+// Split-sequence spine limits: at most kMaxSegments segments, each of at least kMinSegChunks
+// chunks (shorter segments would spend more on M_s and the combine than they save).
+constexpr int kMaxSegments = 16;
+constexpr int kMinSegChunks = 4;
+
+// Segments of the split spine for this call (1: no split), and why not when it is 1.
+int spine_segments(const Params& p, bool narrow, int sms, std::string& why) {
+  if (p.N != 1) {
+    why = "N = " + std::to_string(p.N) + " sequences (the split needs N = 1)";
+    return 1;
+  }
+  if (!narrow) {
+    why = "Hv = " + std::to_string(p.Hv) + " fills the GPU with 16-row slices already";
+    return 1;
+  }
+  // Pass 1 runs Hv·8 blocks for segment 0 and Hv·16 for each later one, two blocks per SM.
+  const int64_t set = int64_t{p.Hv} * (kD / 16);
+  const int nch = (p.T + kC - 1) / kC;
+  int S = 1;
+  while (S < kMaxSegments && set * (2 * (S + 1) - 1) <= int64_t{2} * sms &&
+         nch / (S + 1) >= kMinSegChunks)
+    ++S;
+  if (S == 1) {
+    why = std::to_string(nch) + " chunks: fewer than 2 segments of " +
+          std::to_string(kMinSegChunks) + " chunks, or no room for pass 1's blocks";
+    return 1;
+  }
+  return S;
+}
+
+// HYBRID_GDN_CHUNK_STAGES=1: CUDA events around each stage's launches and, per call, one log line
+// with each stage's µs. It is a diagnostic asked for by name, so the line is logged at warn level
+// (the default level shows it) and the call waits for its last event; off (no events, no waiting)
+// when the variable is unset or not "1", and while the stream is being captured into a graph.
+class StageTimer {
+ public:
+  explicit StageTimer(Context& ctx) : stream_(as_stream(ctx.stream())) {
+    const char* env = std::getenv("HYBRID_GDN_CHUNK_STAGES");
+    if (!env || std::string(env) != "1") return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();  // clear a failed query's error; no timing under capture
+      return;
+    }
+    for (auto& e : events_) HYBRID_CUDA_CHECK(cudaEventCreate(&e));
+    on_ = true;
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    if (on_)
+      for (auto& e : events_) cudaEventDestroy(e);
+  }
+  // Event i (0: before the index kernel, 1: before stage 1, 2: before the spine, 3: before stage
+  // 3, 4: after it).
+  void mark(int i) {
+    if (on_) HYBRID_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
+  }
+  void report(Context& ctx, const std::string& what) {
+    if (!on_) return;
+    HYBRID_CUDA_CHECK(cudaEventSynchronize(events_[kEvents - 1]));
+    float ms[kEvents - 1];
+    for (int i = 0; i + 1 < kEvents; ++i)
+      HYBRID_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]));
+    auto us = [](float x) { return std::to_string(static_cast<int>(x * 1000.0f + 0.5f)); };
+    ctx.log(LogLevel::warn, "[gdn_chunk_prefill] stages (" + what + "): index " + us(ms[0]) +
+                                " us, stage 1 (wu) " + us(ms[1]) + " us, spine " + us(ms[2]) +
+                                " us, stage 3 (output) " + us(ms[3]) + " us, total " +
+                                us(ms[0] + ms[1] + ms[2] + ms[3]) + " us");
+  }
+
+ private:
+  static constexpr int kEvents = 5;
+  cudaStream_t stream_;
+  cudaEvent_t events_[kEvents] = {};
+  bool on_ = false;
+};
+
+// What `cuda_tc_v3` changes over `cuda_tc` (each can be turned off here to bisect on the GPU).
+struct TcOptions {
+  bool deep_ring = false;      // spine: W, U, γ copied two chunks ahead (16-row slices only;
+                               // 32-row slices keep the ring of 2 and say so at debug level)
+  bool fast_inverse = false;   // stage 1: the inverse in compile-time loops (wu_tc_kernel)
+  bool cluster_spine = false;  // with deep_ring: W and K̂ multicast to the 8 slices of a head
+                               // (spine_tc_kernel CL), when its clusters all fit at once
+};
+
+// Clusters of the cluster spine that fit on the GPU at once (0 if the query fails), per pool
+// dtype; the kernel's shared-memory attributes are set here as for its launch.
+template <class St, int CZ>
+int spine_cluster_capacity() {
+  static const int clusters = [] {
+    auto* kern = spine_tc_kernel<St, 16, 3, CZ>;
+    constexpr int smem = spine_smem<16, 3, CZ>();
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, CZ);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = CZ;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return clusters;
+}
+
+// The tensor-core op.
+void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
+  const bool deep_ring = opt.deep_ring;
   Params p = make_params(a);
-  plan_workspace(p, sizeof(float), sizeof(float), ctx);
+  const int sms = sm_count();
+  // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
+  // blocks per SM: 84 KiB or 92 KiB of shared memory each). The chain of chunks is as long
+  // either way; 16-row blocks shorten each step and use the SMs 32-row blocks would leave idle.
+  const bool narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sms;
+  std::string no_split;
+  int S = spine_segments(p, narrow, sms, no_split);
+  int G = 0;
+  if (S > 1) {  // G chunks per segment; S again so that no segment is empty
+    const int nch = (p.T + kC - 1) / kC;
+    G = (nch + S - 1) / S;
+    S = (nch + G - 1) / G;
+  }
+  const size_t seg_bytes = static_cast<size_t>(S) * p.Hv * kD * kD * sizeof(float);
+  plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16), S > 1 ? 3 * seg_bytes : 0);
+  if (S > 1)
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
+                                 std::to_string(S) + " segments of " + std::to_string(G) +
+                                 " chunks");
+  else
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc: split-sequence spine not used: " + no_split);
+  const bool ring3 = deep_ring && narrow;
+  if (deep_ring && !narrow)
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc_v3: spine ring of 2 (32-row spine slices: " +
+                std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
+                " blocks of 16 rows would not fit two per SM; the deep ring needs 16-row slices)");
+  StageTimer timer(ctx);
+  timer.mark(0);
   launch_chunk_index(p, ctx);
+  timer.mark(1);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
+  // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
+  // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
-    auto* kern = wu_tc_kernel<decltype(tin)>;
+    auto* kern =
+        opt.fast_inverse ? wu_tc_kernel<decltype(tin), true> : wu_tc_kernel<decltype(tin), false>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, kWuSmem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -541,28 +1211,114 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     wu(__nv_bfloat16{});
   else
     wu(float{});
-  const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kSlice);
-  auto spine = [&](auto tin, auto ts) {
-    auto* kern = spine_tc_kernel<decltype(tin), decltype(ts)>;
+  timer.mark(2);
+  SpineSplit sp;
+  if (S > 1) {
+    char* base = static_cast<char*>(p.extra);
+    sp.seg_chunks = G;
+    sp.segments = S;
+    sp.start = reinterpret_cast<float*>(base);
+    sp.b = reinterpret_cast<float*>(base + seg_bytes);
+    sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
+  }
+  auto spine = [&](auto ts, auto sl, auto nw, auto cz) {
+    constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value, CZ = decltype(cz)::value;
+    constexpr int smem = spine_smem<SL, NW, CZ>();
+    auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ>;
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kTcSmem));
-    kern<<<grid, 128, kTcSmem, as_stream(ctx.stream())>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+    auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
+      const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
+      if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(128);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = as_stream(ctx.stream());
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = CZ;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+      } else {
+        kern<<<grid, 128, smem, as_stream(ctx.stream())>>>(p, run);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      }
+    };
+    if (S == 1) {
+      launch(static_cast<unsigned>(p.N), kD / SL, sp);
+      return;
+    }
+    SpineSplit pass = sp;  // 1: segment 0 in full, the others' B_s and M_s
+    pass.seg_base = 0;
+    pass.pass1 = 1;
+    launch(static_cast<unsigned>(S), 2 * kD / SL, pass);
+    if (S > 2) {  // 2: start[s + 1] = start[s]·M_s + B_s
+      segment_combine_kernel<<<dim3(static_cast<unsigned>(p.Hv), kD / 32), 256, 0,
+                               as_stream(ctx.stream())>>>(p, sp);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    }
+    pass.seg_base = 1;  // 3: segments 1..S−1 in full from their start states
+    pass.pass1 = 0;
+    launch(static_cast<unsigned>(S - 1), kD / SL, pass);
   };
-  auto with_state = [&](auto tin) {
-    if (a.state.dtype() == DType::bf16)
-      spine(tin, __nv_bfloat16{});
+  // The deep ring (W, U, γ two chunks ahead) fits two blocks per SM at 16 rows only; the cluster
+  // spine is the deep ring with W and K̂ shared by the 8 slices of a head, used when all its
+  // clusters of the largest launch fit on the GPU at once (else the deep ring, logged).
+  // Clusters of 8 when all of the largest launch's clusters fit at once, else of 4 when those do
+  // (half the sharing, easier to place on the GPCs), else no clusters (the deep ring; logged).
+  // HYBRID_GDN_CHUNK_CLUSTER=8 or 4 forces the size (to test both on any GPU; a launch whose
+  // clusters do not all fit runs them in waves, slower but correct), =0 turns clusters off.
+  using i0 = std::integral_constant<int, 0>;
+  using i16 = std::integral_constant<int, 16>;
+  auto with_slice = [&](auto ts) {
+    using St = decltype(ts);
+    if (ring3 && opt.cluster_spine) {
+      const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
+      const int cap8 = spine_cluster_capacity<St, 8>(), cap4 = spine_cluster_capacity<St, 4>();
+      int cz = int64_t{cap8} * 8 >= blocks ? 8 : int64_t{cap4} * 4 >= blocks ? 4 : 0;
+      const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
+      if (force &&
+          (std::string(force) == "8" || std::string(force) == "4" || std::string(force) == "0"))
+        cz = std::atoi(force);
+      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
+                                   " spine blocks; clusters of 8 / 4 that fit at once: " +
+                                   std::to_string(cap8) + " / " + std::to_string(cap4) +
+                                   (cz > 0 ? "; clusters of " + std::to_string(cz)
+                                           : std::string("; no clusters (deep ring only)")) +
+                                   (force ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
+      if (cz == 8) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 8>{});
+        return;
+      }
+      if (cz == 4) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 4>{});
+        return;
+      }
+    }
+    if (ring3)
+      spine(ts, i16{}, std::integral_constant<int, 3>{}, i0{});
+    else if (narrow)
+      spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{});
     else
-      spine(tin, float{});
+      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{});
   };
-  if (a.q.dtype() == DType::bf16)
-    with_state(__nv_bfloat16{});
+  if (a.state.dtype() == DType::bf16)
+    with_slice(bf16{});
   else
-    with_state(float{});
+    with_slice(float{});
+  timer.mark(3);
   auto output = [&](auto tin, auto tout) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutSmem));
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, kOutSmem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -576,6 +1332,32 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     with_out(__nv_bfloat16{});
   else
     with_out(float{});
+  timer.mark(4);
+  timer.report(ctx, std::string(opt.cluster_spine               ? "cuda_tc_v3_cluster"
+                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                                : "cuda_tc") +
+                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
+                        std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
+                        std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
+                        "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
+                        " segment(s)");
+}
+
+void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_run(a, ctx, TcOptions{});
+}
+void tc_v3_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  tc_run(a, ctx, opt);
+}
+void tc_v3_cluster_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  tc_run(a, ctx, opt);
 }
 
 }  // namespace
@@ -584,6 +1366,15 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
 void register_gdn_chunk_tc(Registry& r) {
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc", DeviceType::cuda, 10, gdn_chunk::tc_supports,
                          gdn_chunk::tc_cuda);
+  // cuda_tc with the spine's W, U, γ copied two chunks ahead (16-row slices; spine_tc_kernel) and
+  // stage 1's inverse in compile-time loops (wu_tc_kernel; TcOptions). Remove this line to fall
+  // back to cuda_tc.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3", DeviceType::cuda, 20,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cuda);
+  // cuda_tc_v3 with the cluster spine (W and K̂ multicast to the 8 slices of a head). Remove this
+  // line to fall back to cuda_tc_v3.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3_cluster", DeviceType::cuda, 30,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cluster_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -16,6 +16,7 @@ void register_linear(Registry& r);
 void register_quant(Registry& r);
 void register_moe(Registry& r);
 void register_ssm(Registry& r);
+void register_ssm_chunk(Registry& r);
 void register_gdn_chunk(Registry& r);
 
 }  // namespace hybrid::cuda

@@ -11,9 +11,13 @@
 //   2. gate_up: grid (I / 4, routed experts); one warp per intermediate index i reads rows i
 //      (and I + i) of the expert once per 8 of its pairs, h[pos, i] = silu(g)·u | relu(u)² (f32
 //      workspace [P, I]).
-//   3. down: grid (Dm / 4, routed experts); one warp per output row d of the expert:
+//   3. down: grid (Dm / 16, routed experts); one warp per 4 output rows d of the expert:
 //      y[pos, d] = down[e, d, :]·h[pos, :] (f32 workspace [P, Dm]).
+//   Each lane issues its 16-byte loads (gate_up: 4 per row, 8 in flight; down: 2 per row, 8 in
+//   flight) before the math, and only the pairs present are reduced.
 //   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
+//   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
+//   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
 //   kernel, not a tensor-core grouped GEMM.
@@ -22,6 +26,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
+#include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
 #include "cuda/warp.cuh"
@@ -318,6 +323,7 @@ __global__ void __launch_bounds__(kSortThreads)
 }
 
 constexpr int kExpWarps = 4, kExpTokens = 8;
+constexpr size_t kDirectMaxSmem = 48 * 1024;  // x of the direct (decode) path, f32 bytes
 
 // Elements per 16-byte load of T.
 template <class T>
@@ -325,83 +331,130 @@ constexpr int vec_of() {
   return 16 / static_cast<int>(sizeof(T));
 }
 
-// dot[k] += Σ_{d in lane's chunks} w[d]·xf[pairs k, d] for up to kExpTokens pairs; w one row.
-// xrow[k]: f32 row of pair k's token (packed [T, D] workspace), null for absent pairs.
-template <class Tw, bool kVec, int kN>
-__device__ __forceinline__ void row_dot(const Tw* __restrict__ w, const float* const* xrow, int D,
+// Which pairs a CTA row (blockIdx.y = a) of the expert kernels computes.
+//   Sorted (ids == null): routed expert a of the sort, its pairs at sorted positions [p0, p1).
+//   Direct (decode, T = 1): pair a itself (position a, expert ids[0, a]; an expert chosen twice is
+//   computed twice); no sort kernel, and the gate_up CTAs stage x in shared memory themselves.
+struct Pairs {
+  SortLayout L;
+  const void* ids;  // direct: the [1, K] ids row; null: sorted
+  bool ids64;
+  int64_t ids_s1;
+  int E;
+};
+
+// Expert e and positions [p0, p1) of CTA row a; false when it has none.
+__device__ __forceinline__ bool pairs_of(const Pairs& P, int a, int& e, int& p0, int& p1) {
+  if (P.ids) {
+    const int64_t id = P.ids64 ? static_cast<const int64_t*>(P.ids)[a * P.ids_s1]
+                               : static_cast<const int32_t*>(P.ids)[a * P.ids_s1];
+    if (id < 0 || id >= P.E) return false;
+    e = static_cast<int>(id), p0 = a, p1 = a + 1;
+    return true;
+  }
+  if (a >= *P.L.n_active) return false;
+  e = P.L.active[a], p0 = P.L.offsets[e], p1 = P.L.offsets[e + 1];
+  return true;
+}
+
+// dot[n][k] += Σ_{d in lane's vectors} rows[n][d]·xrow[k][d] for the kN rows and the first n_tok
+// (<= kExpTokens) token rows xrow (f32, 16-byte aligned rows when kVec). Lane l owns vectors
+// l, l + 32, ... of V elements; kU of them per row are loaded (kN·kU independent loads in flight)
+// before any math.
+template <class Tw, bool kVec, int kN, int kU>
+__device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int D,
                                         float (&dot)[kN][kExpTokens], const Tw* const* rows,
                                         int lane) {
   constexpr int V = kVec ? vec_of<Tw>() : 1;
-  for (int d = lane * V; d < D; d += 32 * V) {
-    float wv[kN][V];
+  for (int d0 = lane * V; d0 < D; d0 += 32 * V * kU) {
+    uint4 w[kU][kN];  // kVec: 16 bytes = V elements; else element 0 in .x's bits
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-      if constexpr (kVec) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
-        const Tw* e = reinterpret_cast<const Tw*>(&raw);
+    for (int u = 0; u < kU; ++u) {
+      const int d = d0 + u * 32 * V;
+      if (d < D)
 #pragma unroll
-        for (int k = 0; k < V; ++k) wv[n][k] = to_f32(e[k]);
-      } else {
-        wv[n][0] = to_f32(rows[n][d]);
-      }
+        for (int n = 0; n < kN; ++n) {
+          if constexpr (kVec) {
+            w[u][n] = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
+          } else {
+            w[u][n].x = static_cast<uint32_t>(__float_as_uint(to_f32(rows[n][d])));
+          }
+        }
     }
 #pragma unroll
-    for (int k = 0; k < kExpTokens; ++k) {
-      if (!xrow[k]) continue;
-      if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
+    for (int u = 0; u < kU; ++u) {
+      const int d = d0 + u * 32 * V;
+      if (d >= D) break;
 #pragma unroll
-        for (int q = 0; q < V; q += 4) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(xrow[k] + d + q));
+      for (int k = 0; k < kExpTokens; ++k) {
+        if (k >= n_tok) break;
+        if constexpr (kVec) {  // V is 4 or 8 and the f32 rows are 16-byte aligned (D·es % 16 == 0)
 #pragma unroll
-          for (int n = 0; n < kN; ++n)
-            dot[n][k] +=
-                wv[n][q] * xv.x + wv[n][q + 1] * xv.y + wv[n][q + 2] * xv.z + wv[n][q + 3] * xv.w;
+          for (int q = 0; q < V; q += 4) {
+            // A plain load: xrow is global (f32 workspace) or shared (the decode path's x).
+            const float4 xv = *reinterpret_cast<const float4*>(xrow[k] + d + q);
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+              const Tw* e = reinterpret_cast<const Tw*>(&w[u][n]);
+              dot[n][k] += to_f32(e[q]) * xv.x + to_f32(e[q + 1]) * xv.y + to_f32(e[q + 2]) * xv.z +
+                           to_f32(e[q + 3]) * xv.w;
+            }
+          }
+        } else {
+          const float xv = xrow[k][d];
+#pragma unroll
+          for (int n = 0; n < kN; ++n) dot[n][k] += __uint_as_float(w[u][n].x) * xv;
         }
-      } else {
-        const float xv = xrow[k][d];
-#pragma unroll
-        for (int n = 0; n < kN; ++n) dot[n][k] += wv[n][0] * xv;
       }
     }
   }
-  (void)w;
 }
 
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
+// Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first.
 template <class Tw, bool kVec>
-__global__ void __launch_bounds__(kExpWarps * 32)
-    moe_gate_up_kernel(const float* __restrict__ xf,                             // [T, Dm] f32
+__global__ void __launch_bounds__(kExpWarps * 32, 4)
+    moe_gate_up_kernel(const float* __restrict__ xf,  // [T, Dm] f32 (sorted pairs)
+                       const void* x, DType xt,       // [1, Dm] (direct pairs)
                        const Tw* __restrict__ gu, int64_t gu_s0, int64_t gu_s1,  // [E, R, Dm]
-                       SortLayout L, int K, int Dm, int I, bool swiglu,
+                       Pairs P, int K, int Dm, int I, bool swiglu,
                        float* __restrict__ h) {  // [P, I]
-  const int a = blockIdx.y;
-  if (a >= *L.n_active) return;
+  extern __shared__ float x_shared[];            // [Dm] (direct pairs)
+  if (P.ids) {
+    for (int d = threadIdx.x; d < Dm; d += blockDim.x) x_shared[d] = load_any(x, xt, d);
+    __syncthreads();
+  }
+  int e, p0, p1;
+  if (!pairs_of(P, blockIdx.y, e, p0, p1)) return;
   const int lane = threadIdx.x % 32;
   const int i = blockIdx.x * kExpWarps + threadIdx.x / 32;
   if (i >= I) return;
-  const int e = L.active[a], p0 = L.offsets[e], p1 = L.offsets[e + 1];
   const Tw* base = gu + static_cast<int64_t>(e) * gu_s0;
   const Tw* rows[2] = {base + static_cast<int64_t>(swiglu ? I + i : i) * gu_s1,
                        base + static_cast<int64_t>(i) * gu_s1};  // up, gate
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* xrow[kExpTokens];
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k)
-      xrow[k] = q0 + k < p1 ? xf + static_cast<int64_t>(L.pair_of_pos[q0 + k] / K) * Dm : nullptr;
+      xrow[k] = k >= n_tok ? nullptr
+                : P.ids    ? x_shared
+                           : xf + static_cast<int64_t>(P.L.pair_of_pos[q0 + k] / K) * Dm;
     float dot[2][kExpTokens] = {};
-    if (swiglu)
-      row_dot<Tw, kVec, 2>(base, xrow, Dm, dot, rows, lane);
-    else {
+    if (swiglu) {
+      row_dot<Tw, kVec, 2, 4>(xrow, n_tok, Dm, dot, rows, lane);
+    } else {
       float d1[1][kExpTokens] = {};
-      row_dot<Tw, kVec, 1>(base, xrow, Dm, d1, rows, lane);
+      row_dot<Tw, kVec, 1, 4>(xrow, n_tok, Dm, d1, rows, lane);
 #pragma unroll
       for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
     }
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k) {
+      if (k >= n_tok) break;
       const float u = warp_sum(dot[0][k]);
       const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0 && q0 + k < p1) {
+      if (lane == 0) {
         float v;
         if (swiglu) {
           v = g / (1.0f + expf(-g)) * u;
@@ -415,44 +468,61 @@ __global__ void __launch_bounds__(kExpWarps * 32)
   }
 }
 
-// y[pos, d] = down[e, d, :]·h[pos, :], one warp per d, pairs 8 at a time.
+// y[pos, d] = down[e, d, :]·h[pos, :], one warp per kDownRows rows d (each h load feeds them
+// all), pairs 8 at a time.
+constexpr int kDownRows = 4;
 template <class Tw, bool kVec>
-__global__ void __launch_bounds__(kExpWarps * 32)
+__global__ void __launch_bounds__(kExpWarps * 32, 3)
     moe_down_kernel(const float* __restrict__ h,                              // [P, I]
                     const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
-                    SortLayout L, int Dm, int I, float* __restrict__ y) {     // [P, Dm]
-  const int a = blockIdx.y;
-  if (a >= *L.n_active) return;
+                    Pairs P, int Dm, int I, float* __restrict__ y) {          // [P, Dm]
+  int e, p0, p1;
+  if (!pairs_of(P, blockIdx.y, e, p0, p1)) return;
   const int lane = threadIdx.x % 32;
-  const int d = blockIdx.x * kExpWarps + threadIdx.x / 32;
-  if (d >= Dm) return;
-  const int e = L.active[a], p0 = L.offsets[e], p1 = L.offsets[e + 1];
-  const Tw* rows[1] = {dn + static_cast<int64_t>(e) * dn_s0 + static_cast<int64_t>(d) * dn_s1};
+  const int d0 = (blockIdx.x * kExpWarps + threadIdx.x / 32) * kDownRows;
+  if (d0 >= Dm) return;
+  const Tw* rows[kDownRows];
+#pragma unroll
+  for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+    rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
+              static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* hrow[kExpTokens];
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k)
-      hrow[k] = q0 + k < p1 ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
-    float dot[1][kExpTokens] = {};
-    row_dot<Tw, kVec, 1>(rows[0], hrow, I, dot, rows, lane);
+      hrow[k] = k < n_tok ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
+    float dot[kDownRows][kExpTokens] = {};
+    row_dot<Tw, kVec, kDownRows, 2>(hrow, n_tok, I, dot, rows, lane);
 #pragma unroll
     for (int k = 0; k < kExpTokens; ++k) {
-      const float v = warp_sum(dot[0][k]);
-      if (lane == 0 && q0 + k < p1) y[static_cast<int64_t>(q0 + k) * Dm + d] = v;
+      if (k >= n_tok) break;
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n) {
+        const float v = warp_sum(dot[n][k]);
+        if (lane == 0 && d0 + n < Dm) y[static_cast<int64_t>(q0 + k) * Dm + d0 + n] = v;
+      }
     }
   }
 }
 
-// out[t, d] = (out[t, d] if accumulate) + Σ_j w[t, j]·y[pos(t, j), d].
+// out[t, d] = (out[t, d] if accumulate) + Σ_j w[t, j]·y[pos(t, j), d]; direct pairs (T = 1):
+// pos(0, j) = j when ids[0, j] is in range.
 __global__ void moe_combine_kernel(const float* __restrict__ y, const int* __restrict__ pos_of_pair,
-                                   const void* weights, DType wt, int64_t w_s0, int64_t w_s1,
-                                   void* out, DType ot, int64_t out_s0, int K, int Dm,
+                                   Pairs P, const void* weights, DType wt, int64_t w_s0,
+                                   int64_t w_s1, void* out, DType ot, int64_t out_s0, int K, int Dm,
                                    bool accumulate) {
   const int t = blockIdx.x;
   for (int d = threadIdx.x; d < Dm; d += blockDim.x) {
     float acc = 0.0f;
     for (int j = 0; j < K; ++j) {
-      const int pos = pos_of_pair[t * K + j];
+      int pos;
+      if (P.ids) {
+        int e, p0, p1;
+        pos = pairs_of(P, j, e, p0, p1) ? j : -1;
+      } else {
+        pos = pos_of_pair[t * K + j];
+      }
       if (pos < 0) continue;
       acc += load_any(weights, wt, t * w_s0 + j * w_s1) * y[static_cast<int64_t>(pos) * Dm + d];
     }
@@ -505,36 +575,46 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   int* si = reinterpret_cast<int*>(ws + xf_b + h_b + y_b);
   SortLayout L{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
 
-  // x -> f32 [T, Dm]: inside the sort kernel when small (decode), else its own kernel.
-  const bool x_in_sort = T * Dm <= 65536;
-  if (!x_in_sort) {
-    dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
-      using Tx = decltype(tx);
-      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
-      moe_x_f32_kernel<Tx>
-          <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    });
+  // Decode (T = 1, x fits in shared memory): direct pairs, no sort, x staged by gate_up.
+  const bool direct = T == 1 && static_cast<size_t>(Dm) * 4 <= kDirectMaxSmem;
+  const Pairs pairs{L, direct ? a.ids.data() : nullptr, a.ids.dtype() == DType::i64,
+                    a.ids.stride(1), static_cast<int>(E)};
+  if (!direct) {
+    // x -> f32 [T, Dm]: inside the sort kernel when small, else its own kernel.
+    const bool x_in_sort = T * Dm <= 65536;
+    if (!x_in_sort) {
+      dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
+        using Tx = decltype(tx);
+        const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+        moe_x_f32_kernel<Tx>
+            <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      });
+    }
+    const size_t sort_smem = static_cast<size_t>(E) * 4;
+    if (sort_smem > 48 * 1024)
+      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(moe_sort_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(sort_smem)));
+    moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
+        a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
+        static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
+        x_in_sort ? a.x.data() : nullptr, a.x.dtype(), a.x.stride(0), xf, static_cast<int>(Dm));
+    HYBRID_CUDA_CHECK_LAUNCH();
   }
-  const size_t sort_smem = static_cast<size_t>(E) * 4;
-  if (sort_smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-        moe_sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sort_smem)));
-  moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
-      a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
-      static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
-      x_in_sort ? a.x.data() : nullptr, a.x.dtype(), a.x.stride(0), xf, static_cast<int>(Dm));
-  HYBRID_CUDA_CHECK_LAUNCH();
 
-  const auto routed = static_cast<unsigned>(std::min(E, P));  // upper bound of routed experts
+  // CTA rows: pairs (direct) or an upper bound of the routed experts (sorted).
+  const auto routed = static_cast<unsigned>(direct ? K : std::min(E, P));
   if (I > 0) {
     dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
       using Tw = decltype(tw);
       const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps), routed);
       auto launch = [&](auto kernel) {
-        kernel<<<grid, kExpWarps * 32, 0, stream>>>(
-            xf, a.gate_up.data_as<const Tw>(), a.gate_up.stride(0), a.gate_up.stride(1), L,
-            static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I), swiglu, h);
+        const size_t smem = direct ? static_cast<size_t>(Dm) * 4 : 0;
+        kernel<<<grid, kExpWarps * 32, smem, stream>>>(
+            xf, a.x.data(), a.x.dtype(), a.gate_up.data_as<const Tw>(), a.gate_up.stride(0),
+            a.gate_up.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm),
+            static_cast<int>(I), swiglu, h);
         HYBRID_CUDA_CHECK_LAUNCH();
       };
       if (vec_ok(a.gate_up))
@@ -545,10 +625,11 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   }
   dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
     using Tw = decltype(tw);
-    const dim3 grid(static_cast<unsigned>((Dm + kExpWarps - 1) / kExpWarps), routed);
+    const int64_t rows_per_block = int64_t{kExpWarps} * kDownRows;
+    const dim3 grid(static_cast<unsigned>((Dm + rows_per_block - 1) / rows_per_block), routed);
     auto launch = [&](auto kernel) {
       kernel<<<grid, kExpWarps * 32, 0, stream>>>(h, a.down.data_as<const Tw>(), a.down.stride(0),
-                                                  a.down.stride(1), L, static_cast<int>(Dm),
+                                                  a.down.stride(1), pairs, static_cast<int>(Dm),
                                                   static_cast<int>(I), y);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
@@ -558,7 +639,7 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
       launch(moe_down_kernel<Tw, false>);
   });
   moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(
-      y, L.pos_of_pair, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
+      y, L.pos_of_pair, pairs, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
       a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0), static_cast<int>(K),
       static_cast<int>(Dm), a.accumulate);
   HYBRID_CUDA_CHECK_LAUNCH();

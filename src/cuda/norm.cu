@@ -1,12 +1,20 @@
 // CUDA: rms_norm (with the fused residual of seed 004, n tokens in one launch) and rms_norm_gated.
 //
-// rms_norm: one block per token. Pass 1 reads x (+ residual, writing h = x + residual rounded to
-// its dtype) and reduces Σh²; pass 2 re-reads h (an L1/L2 hit) and writes x̂·w or x̂·(1 + w).
-// Bytes: T·D·(read x + write out) (+ read residual + write h); memory-bound.
-// rms_norm_gated: one block per (token, group), the same two passes over x and z.
+// Fast paths (rows 16-byte aligned, row length a whole number of 16-byte vectors, at most
+// 4 vectors per thread): a "team" of 4..256 threads per row (a power of two) holds the row in
+// registers as 16-byte vectors (vector k·team + i in thread i, k < kN): one read of every input
+// byte, one write of every output byte; short rows pack 256 / team rows into one 256-thread CTA.
+// The team's Σh² is a shuffle reduction (plus one shared-memory step for teams above a warp).
+//   rms_norm: row = token. rms_norm_gated: row = (token, group).
+// General paths (anything else): one block per row, scalar loads, pass 2 re-reads the row.
+// Bytes: T·D·(read x + write out) (+ read residual + write h) (+ read z); memory-bound.
+#include <type_traits>
+
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
+#include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/norm.h"
 
 namespace hybrid::cuda {
@@ -95,6 +103,176 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- fast paths: rows in registers ----------------------------------------------------------
+
+constexpr int kMaxPer = 4;  // 16-byte vectors per thread
+
+// Σ of v over the team of `team` threads (a power of two, 4..256, aligned in the CTA); every
+// thread of the team gets it. Called by every thread of the CTA (it has a barrier).
+__device__ __forceinline__ float team_sum(float v, int team, float* shared /* [8] */) {
+  for (int o = (team < 32 ? team : 32) / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (team <= 32) return v;
+  const int warp = threadIdx.x / 32, per = team / 32, first = warp / per * per;
+  if (threadIdx.x % 32 == 0) shared[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+  for (int w = 0; w < per; ++w) s += shared[first + w];
+  return s;
+}
+
+// Team and vectors per thread for rows of `vecs` 16-byte vectors: the smallest team that needs
+// at most 2 vectors per thread (4 at the largest team); team 0 when no fast path fits.
+struct TeamShape {
+  int team = 0, per = 0;
+};
+TeamShape team_shape(int64_t vecs) {
+  TeamShape s;
+  for (int team = 4; team <= kThreads; team *= 2)
+    if (vecs <= int64_t{2} * team || (team == kThreads && vecs <= int64_t{kMaxPer} * team)) {
+      s.team = team;
+      const int64_t per = (vecs + team - 1) / team;
+      s.per = per <= 1 ? 1 : per <= 2 ? 2 : 4;
+      return s;
+    }
+  return s;
+}
+
+// h = x (+ residual) rounded to T; out = h·rsqrt(mean(h²) + eps)·(w or 1 + w).
+// Every thread reads all its vectors before it writes any (out / residual_out may alias x /
+// residual: no __restrict__ on them). kE elements per 16-byte vector, kN vectors per thread; `team`
+// threads per row.
+template <class T, class W, int kN>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_regs_kernel(const T* x, int64_t x_stride,                  // [T, D]
+                         const T* residual, int64_t residual_stride,    // [T, D] or null
+                         T* residual_out, int64_t residual_out_stride,  // [T, D] or null
+                         const W* __restrict__ weight,                  // [D]
+                         T* out, int64_t out_stride,                    // [T, D]
+                         int64_t rows, int D, int team, float eps, bool zero_centered) {
+  constexpr int kE = 16 / sizeof(T);
+  __shared__ float shared[kThreads / 32];
+  const int tt = threadIdx.x % team;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
+  const bool live = row < rows;
+  const int vecs = D / kE;
+  vec::Raw<T, kE> h[kN];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    if (!live || v >= vecs) continue;
+    vec::load(x + row * x_stride + v * kE, h[k]);
+  }
+  if (residual) {
+    vec::Raw<T, kE> r[kN];
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const int v = k * team + tt;
+      if (live && v < vecs) vec::load(residual + row * residual_stride + v * kE, r[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const int v = k * team + tt;
+      if (!live || v >= vecs) continue;
+#pragma unroll
+      for (int e = 0; e < kE; ++e)
+        h[k].elem()[e] = from_f32<T>(to_f32(h[k].elem()[e]) + to_f32(r[k].elem()[e]));
+      vec::store(residual_out + row * residual_out_stride + v * kE, h[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    if (!live || v >= vecs) continue;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const float f = to_f32(h[k].elem()[e]);
+      sum_sq += f * f;
+    }
+  }
+  const float inv_rms = rsqrtf(team_sum(sum_sq, team, shared) / D + eps);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    if (!live || v >= vecs) continue;
+    vec::Raw<W, kE> w;
+    vec::load(weight + v * kE, w);
+    vec::Raw<T, kE> o;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const float wf = to_f32(w.elem()[e]);
+      o.elem()[e] =
+          from_f32<T>(to_f32(h[k].elem()[e]) * inv_rms * (zero_centered ? 1.0f + wf : wf));
+    }
+    vec::store(out + row * out_stride + v * kE, o);
+  }
+}
+
+// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w.
+template <class T, class W, int kN>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_gated_regs_kernel(const T* x, int64_t x_stride,  // [T, C]
+                               const T* z, int64_t z_stride,  // [T, C]
+                               const W* __restrict__ weight,  // [C] or [group]
+                               T* out, int64_t out_stride,    // [T, C]
+                               int64_t tokens, int groups, int group_size, int team,
+                               bool shared_weight, float eps, bool norm_before_gate) {
+  constexpr int kE = 16 / sizeof(T);
+  __shared__ float shared[kThreads / 32];
+  const int tt = threadIdx.x % team;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
+  const bool live = row < tokens * groups;
+  const int64_t t = live ? row / groups : 0;
+  const int g0 = live ? static_cast<int>(row % groups) * group_size : 0;
+  const int vecs = group_size / kE;
+  float xv[kN][kE], gate[kN][kE];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    vec::Raw<T, kE> xr, zr;
+    if (live && v < vecs) {
+      vec::load(x + t * x_stride + g0 + v * kE, xr);
+      vec::load(z + t * z_stride + g0 + v * kE, zr);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) xr.elem()[e] = zr.elem()[e] = from_f32<T>(0.0f);
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      gate[k][e] = vec::silu_fast(to_f32(zr.elem()[e]));
+      xv[k][e] = to_f32(xr.elem()[e]);
+      if (!norm_before_gate) xv[k][e] *= gate[k][e];
+      sum_sq += xv[k][e] * xv[k][e];  // zero for absent vectors
+    }
+  }
+  const float inv_rms = rsqrtf(team_sum(sum_sq, team, shared) / group_size + eps);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    if (!live || v >= vecs) continue;
+    vec::Raw<W, kE> w;
+    vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
+    vec::Raw<T, kE> o;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      float y = xv[k][e] * inv_rms * to_f32(w.elem()[e]);
+      if (norm_before_gate) y *= gate[k][e];
+      o.elem()[e] = from_f32<T>(y);
+    }
+    vec::store(out + t * out_stride + g0 + v * kE, o);
+  }
+}
+
+// Whether a row view (pointer + row stride, elements of `es` bytes) keeps 16-byte vectors.
+bool rows16(const Tensor& t) {
+  return t.defined() && vec::aligned16(t.data()) &&
+         vec::stride16(t.stride(0), dtype_size(t.dtype()));
+}
+bool rows16_or_absent(const Tensor& t) {
+  return !t.defined() || rows16(t);
+}
+
 Reason rms_norm_supports(const RmsNorm& a) {
   if (a.out.dtype() != a.x.dtype())
     return str("out dtype ", dtype_name(a.out.dtype()), " differs from x dtype");
@@ -112,19 +290,54 @@ void dispatch_weight(DType t, Body&& body) {
     body(float{});
 }
 
+// Calls body(std::integral_constant<int, kN>) for kN = per (1, 2 or 4).
+template <class Body>
+void dispatch_per(int per, Body&& body) {
+  if (per == 1)
+    body(std::integral_constant<int, 1>{});
+  else if (per == 2)
+    body(std::integral_constant<int, 2>{});
+  else
+    body(std::integral_constant<int, kMaxPer>{});
+}
+
+unsigned team_blocks(int64_t rows, int team) {
+  const int64_t per_block = kThreads / team;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+
 void rms_norm_cuda(const RmsNorm& a, Context& ctx) {
-  const int64_t T = a.x.size(0);
+  const int64_t T = a.x.size(0), D = a.x.size(1);
   if (T == 0) return;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const bool fused = a.residual.defined();
+  const size_t es = dtype_size(a.x.dtype());
+  const TeamShape shape = team_shape(D * static_cast<int64_t>(es) / 16);
+  const bool fast = shape.team > 0 && (D * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) &&
+                    rows16(a.out) && rows16_or_absent(a.residual) &&
+                    rows16_or_absent(a.residual_out) && vec::aligned16(a.weight.data());
   dispatch_float(a.x.dtype(), RmsNorm::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_weight(a.weight.dtype(), [&](auto tw) {
       using Tw = decltype(tw);
-      const bool fused = a.residual.defined();
-      rms_norm_kernel<Tx, Tw><<<T, kThreads, 0, as_stream(ctx.stream())>>>(
-          a.x.data_as<const Tx>(), a.x.stride(0), fused ? a.residual.data_as<const Tx>() : nullptr,
-          fused ? a.residual.stride(0) : 0, fused ? a.residual_out.data_as<Tx>() : nullptr,
-          fused ? a.residual_out.stride(0) : 0, a.weight.data_as<const Tw>(), a.out.data_as<Tx>(),
-          a.out.stride(0), static_cast<int>(a.x.size(1)), a.eps, a.zero_centered);
+      const Tx* res = fused ? a.residual.data_as<const Tx>() : nullptr;
+      Tx* res_out = fused ? a.residual_out.data_as<Tx>() : nullptr;
+      const int64_t res_s = fused ? a.residual.stride(0) : 0;
+      const int64_t res_out_s = fused ? a.residual_out.stride(0) : 0;
+      if (fast) {
+        dispatch_per(shape.per, [&](auto n) {
+          rms_norm_regs_kernel<Tx, Tw, decltype(n)::value>
+              <<<team_blocks(T, shape.team), kThreads, 0, stream>>>(
+                  a.x.data_as<const Tx>(), a.x.stride(0), res, res_s, res_out, res_out_s,
+                  a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
+                  static_cast<int>(D), shape.team, a.eps, a.zero_centered);
+        });
+      } else {
+        rms_norm_kernel<Tx, Tw><<<T, kThreads, 0, stream>>>(
+            a.x.data_as<const Tx>(), a.x.stride(0), res, res_s, res_out, res_out_s,
+            a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), static_cast<int>(D),
+            a.eps, a.zero_centered);
+      }
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
@@ -138,17 +351,34 @@ Reason rms_norm_gated_supports(const RmsNormGated& a) {
 }
 
 void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
-  const int64_t T = a.x.size(0), C = a.x.size(1);
+  const int64_t T = a.x.size(0), C = a.x.size(1), gs = a.group_size, G = C / gs;
   if (T == 0) return;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const size_t es = dtype_size(a.x.dtype());
+  const TeamShape shape = team_shape(gs * static_cast<int64_t>(es) / 16);
+  const bool fast = shape.team > 0 && (gs * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) &&
+                    rows16(a.z) && rows16(a.out) && vec::aligned16(a.weight.data());
   dispatch_float(a.x.dtype(), RmsNormGated::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_weight(a.weight.dtype(), [&](auto tw) {
       using Tw = decltype(tw);
-      const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(C / a.group_size));
-      rms_norm_gated_kernel<Tx, Tw><<<grid, kThreads, 0, as_stream(ctx.stream())>>>(
-          a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
-          a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0),
-          static_cast<int>(a.group_size), a.weight.size(0) != C, a.eps, a.norm_before_gate);
+      const bool shared_weight = a.weight.size(0) != C;
+      if (fast) {
+        dispatch_per(shape.per, [&](auto n) {
+          rms_norm_gated_regs_kernel<Tx, Tw, decltype(n)::value>
+              <<<team_blocks(T * G, shape.team), kThreads, 0, stream>>>(
+                  a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
+                  a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
+                  static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps,
+                  a.norm_before_gate);
+        });
+      } else {
+        const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(G));
+        rms_norm_gated_kernel<Tx, Tw><<<grid, kThreads, 0, stream>>>(
+            a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
+            a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0),
+            static_cast<int>(gs), shared_weight, a.eps, a.norm_before_gate);
+      }
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });

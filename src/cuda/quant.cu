@@ -3,12 +3,12 @@
 // quantize.cuda: one thread per (row, group); the CPU kernel's f32 operations in its order with
 //   __fsub_rn / __fdiv_rn / rintf (no contraction), so codes, scales and biases match bit for bit.
 // dequantize.cuda: one thread per packed word; w = __fadd_rn(__fmul_rn(s, q), b) as the CPU.
-// linear_q.gemv (T <= 8): x is converted to an f32 copy [T, in] in the workspace; one warp per
-//   kRows = 2 output rows streams their packed words once for all tokens: each lane loads one
-//   16-byte chunk (4 u32 words = 32 4-bit / 16 8-bit codes, always inside one group) per row,
-//   decodes codes in registers (exponent-trick int -> float), and accumulates
-//   y[t, o] += s·Σ x·q + b·Σ x per chunk. Bytes: out·in·bits/8 + scales / biases; 2·T·in·out FLOP.
-//   4-byte loads when the rows are not 16-byte aligned.
+// linear_q.gemv (T <= 8): one kernel; x staged per CTA in shared memory as f32; one warp per 8
+//   output rows (4 at 2-4 tokens, 2 at 8) streams their packed words once for all tokens: each lane
+//   loads one 16-byte chunk (4 u32 words = 32 4-bit / 16 8-bit codes, always inside one group) per
+//   row, decodes codes in registers (exponent-trick int -> float), and accumulates y[t, o] += s·Σ
+//   x·q + b·Σ x per chunk. Bytes: out·in·bits/8 + scales / biases; 2·T·in·out FLOP. 4-byte loads
+//   when the rows are not 16-byte aligned. Details above the kernel.
 // linear_q.tiled (T > 8): W is dequantized a block of rows at a time into the workspace (bf16 /
 //   f16 when x and y are both that dtype, else f32) and multiplied by cuBLASLt (f32
 //   accumulation) into y's columns; 2·T·in·out FLOP on tensor cores for 16-bit activations.
@@ -18,6 +18,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/quant.h"
 
 namespace hybrid::cuda {
@@ -171,11 +172,6 @@ void to_f32_rows(Context& ctx, const Tensor& x, float* xf, int64_t rows) {
   });
 }
 
-// The GEMV's token template: 1, 2, 4 or 8 (xf holds that many rows).
-int64_t gemv_tokens(int64_t T) {
-  return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
-}
-
 // The codes of one u32 word as exact floats, f[k] = code k: each code byte is placed under the
 // exponent byte 0x4B by one byte permute (2^23 + q), then 2^23 is subtracted (exact).
 template <int kBits>
@@ -195,8 +191,43 @@ __device__ __forceinline__ void decode_word(uint32_t word, float (&f)[32 / kBits
   }
 }
 
+// GEMV (T <= 8 tokens per launch, kNT = 1, 2, 4 or 8 of them in registers).
+//
+// A "chunk" is what one lane loads of one row at a time: kV u32 words (kV = 4: 16 bytes = 32
+// 4-bit or 16 8-bit codes; kV = 1 when the rows are not 16-byte aligned), always inside one
+// group (group sizes are >= 32 codes). x is staged once per CTA in shared memory as f32,
+// chunk-interleaved so that the 32 lanes, which own 32 consecutive chunks, read 32 consecutive
+// float4s (no bank conflicts):
+//   float4 piece m4 (0 <= m4 < kCodes/4) of chunk c of token t sits at float4 index
+//   t·x_row/4 + ((c / 32)·(kCodes/4) + m4)·32 + c % 32,
+// x_row = ceil(chunks / 32)·32·kCodes floats per token (padding never read).
+// A warp owns a group of kRows rows (8, 4 or 2: gemv_rows), so each x load feeds kRows rows;
+// `split` warps (1, 2 or 4) share a row group, splitting its chunks (part q, lane l: chunks
+// q·32 + l, + split·32, ...); their sums are added in part order through shared memory, so the
+// result does not depend on timing. Each lane keeps the next chunk's kRows 16-byte loads (and
+// scales / biases) in flight while it does the current chunk's math. CTAs are persistent: they
+// stage x once and loop over tiles of (kGemvWarps / split)·kRows rows.
+//   y[t, o] = Σ_chunks s·Σ_k x[t, j_k]·q[o, j_k] + b·Σ_k x[t, j_k] (+ bias[o])
+// Bytes: out·in·bits/8 + scales / biases (+ x once per CTA from L2); 2·T·in·out FLOP.
+constexpr int kGemvWarps = 4;
+constexpr int kGemvMaxTokens = 8;
+constexpr size_t kGemvMaxSmem = 96 * 1024;  // staged x, bytes (opt-in above 48 KB)
+
+// Rows per warp: 8 at one token (each x load and Σx feeds 8 rows; 8 16-byte loads in flight per
+// lane), 4 at 2 and 4 tokens, 2 at 8 (the accumulators grow with the tokens).
+constexpr int gemv_rows(int tokens) {
+  return tokens >= 8 ? 2 : tokens >= 2 ? 4 : 8;
+}
+// CTAs per SM the registers must allow (the kernel's __launch_bounds__).
+constexpr int gemv_min_blocks(int tokens) {
+  return tokens >= 8 ? 2 : tokens >= 4 ? 3 : tokens >= 2 ? 4 : 3;
+}
+
 struct GemvParams {
-  const float* xf;    // [T, in] f32, rows packed, 16-byte aligned
+  const void* x;  // [T, in] rows (stride ldx elements), dtype xt
+  DType xt;
+  int64_t ldx;
+  bool x_vec;         // x 16-byte aligned with 16-byte row pitch: staged with 16-byte loads
   const uint32_t* w;  // [out, in·bits/32] packed codes
   int64_t w_stride;   // words
   const void* scales;
@@ -209,132 +240,180 @@ struct GemvParams {
   DType yt;
   int64_t y_stride;
   int T, in, out, gs;
+  int split;  // warps per row group: 1, 2 or 4
+  int x_row;  // floats per token of the staged x
 };
 
-constexpr int kGemvWarps = 4;
-// Rows per warp group: 2 (x loads shared by two rows), 1 at 8 tokens (registers).
-constexpr int gemv_rows(int tokens) {
-  return tokens >= 8 ? 1 : 2;
+// Floats per token of the staged x for `codes` codes per chunk.
+int64_t gemv_x_row(int64_t in, int codes) {
+  const int64_t chunks = in / codes;
+  return (chunks + 31) / 32 * 32 * codes;
 }
 
-// y[t, o] = Σ_chunks s·Σ_k x[t, j_k]·q[o, j_k] + b·Σ_k x[t, j_k] (+ bias[o]).
-// `split` (1, 2 or 4) warps share a group of kGemvRows rows, splitting its chunks (long rows: more
-// loads in flight); a block holds kGemvWarps / split row groups. Lane l of part q owns chunks
-// q·32 + l, + split·32, ... (kV words each); the parts' sums are added in part order (shared
-// memory), so the result does not depend on timing.
 template <int kBits, int kV, int kNT>
-__global__ void __launch_bounds__(kGemvWarps * 32, kNT >= 8   ? 2
-                                                   : kNT >= 4 ? 3
-                                                   : kNT >= 2 ? 6
-                                                              : 8)
-    linear_q_gemv_kernel(const GemvParams p, int split) {
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
+    linear_q_gemv_kernel(const GemvParams p) {
   constexpr int kPerWord = 32 / kBits, kCodes = kV * kPerWord;  // codes per chunk
-  constexpr int kGemvRows = gemv_rows(kNT);
-  __shared__ float partial[kGemvWarps][kGemvRows][kNT];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int group = warp / split, part = warp % split;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + group) * kGemvRows;
-  const bool active = o0 < p.out;  // warp-uniform
-  const int chunks = p.in / kCodes, first = part * 32 + lane, step = split * 32;
-  float acc[kGemvRows][kNT] = {};
-  // Chunk c of each row: its words and its group's scale and bias.
-  auto load_chunk = [&](int c, uint32_t(&wd)[kGemvRows][kV], float(&s)[kGemvRows],
-                        float(&b)[kGemvRows]) {
-    const int g = c * kCodes / p.gs;
+  constexpr int kPieces = kCodes / 4;                           // float4s of x per chunk
+  constexpr int kRows = gemv_rows(kNT);
+  extern __shared__ float4 xs[];  // [kNT][x_row / 4], chunk-interleaved
+  __shared__ float partial[kGemvWarps][kRows][kNT];
+  const int x_row4 = p.x_row / 4;
+
+  // Stage x: 4 consecutive elements of a row (4 | in) always share (chunk, piece).
+  {
+    auto slot = [&](int t, int j) {  // float4 index of elements j..j+3 of token t
+      const int c = j / kCodes, m4 = (j % kCodes) / 4;
+      return t * x_row4 + ((c / 32) * kPieces + m4) * 32 + c % 32;
+    };
+    const int quads = p.in / 4;  // float4s per token
+    if (p.x_vec) {
+      // 16-byte loads: 4 f32 or 8 bf16 / f16 elements (2 float4s) each.
+      const int per = p.xt == DType::f32 ? 4 : 8, loads = p.in / per;
+      for (int i = threadIdx.x; i < kNT * loads; i += blockDim.x) {
+        const int t = i / loads, j = i % loads * per;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (t < p.T)
+          raw = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) +
+                                                (t * p.ldx + j) * (per == 4 ? 4 : 2));
+        if (p.xt == DType::f32) {
+          xs[slot(t, j)] = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y),
+                                       __uint_as_float(raw.z), __uint_as_float(raw.w));
+        } else {
+          float f[8];
+          const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-      // Rows past out (tail, or a whole inactive group) read row 0 instead; never stored.
-      const int64_t o = o0 + r < p.out ? o0 + r : 0;
-      const uint32_t* src = p.w + o * p.w_stride + static_cast<int64_t>(c) * kV;
-      if constexpr (kV == 4) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-        wd[r][0] = v.x, wd[r][1] = v.y, wd[r][2] = v.z, wd[r][3] = v.w;
-      } else {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) wd[r][k] = __ldg(src + k);
+          for (int k = 0; k < 4; ++k) {
+            const uint16_t lo = static_cast<uint16_t>(words[k]),
+                           hi = static_cast<uint16_t>(words[k] >> 16);
+            if (p.xt == DType::bf16) {
+              f[2 * k] = __bfloat162float(__ushort_as_bfloat16(lo));
+              f[2 * k + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+            } else {
+              f[2 * k] = __half2float(__ushort_as_half(lo));
+              f[2 * k + 1] = __half2float(__ushort_as_half(hi));
+            }
+          }
+          xs[slot(t, j)] = make_float4(f[0], f[1], f[2], f[3]);
+          xs[slot(t, j + 4)] = make_float4(f[4], f[5], f[6], f[7]);
+        }
       }
-      s[r] = load_any(p.scales, p.st, o * p.s_stride + g);
-      b[r] = load_any(p.biases, p.st, o * p.b_stride + g);
+    } else {
+      for (int i = threadIdx.x; i < kNT * quads; i += blockDim.x) {
+        const int t = i / quads, j = i % quads * 4;
+        float f[4] = {};
+        if (t < p.T)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) f[k] = load_any(p.x, p.xt, t * p.ldx + j + k);
+        xs[slot(t, j)] = make_float4(f[0], f[1], f[2], f[3]);
+      }
     }
-  };
-  uint32_t next_wd[kGemvRows][kV] = {};
-  float next_s[kGemvRows] = {}, next_b[kGemvRows] = {};
-  if (first < chunks) load_chunk(first, next_wd, next_s, next_b);
-    // Software pipelined: chunk c + step's loads are in flight while chunk c is decoded.
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int split = p.split, group = warp / split, part = warp % split;
+  const int groups_per_cta = kGemvWarps / split;
+  const int chunks = p.in / kCodes, first = part * 32 + lane, step = split * 32;
+  const int64_t rows_per_tile = static_cast<int64_t>(groups_per_cta) * kRows;
+  const int64_t tiles = (p.out + rows_per_tile - 1) / rows_per_tile;
+
 #pragma unroll 1
-  for (int c = first; c < chunks; c += step) {
-    uint32_t wd[kGemvRows][kV];
-    float s[kGemvRows], b[kGemvRows];
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // CTA-uniform
+    const int64_t o0 = tile * rows_per_tile + static_cast<int64_t>(group) * kRows;
+    // Chunk c of each row: its words and its group's scale and bias. Rows past out read row 0
+    // instead (never stored).
+    auto load_chunk = [&](int c, uint32_t(&wd)[kRows][kV], float(&s)[kRows], float(&b)[kRows]) {
+      const int g = c * kCodes / p.gs;
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-      s[r] = next_s[r], b[r] = next_b[r];
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t o = o0 + r < p.out ? o0 + r : 0;
+        const uint32_t* src = p.w + o * p.w_stride + static_cast<int64_t>(c) * kV;
+        if constexpr (kV == 4) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+          wd[r][0] = v.x, wd[r][1] = v.y, wd[r][2] = v.z, wd[r][3] = v.w;
+        } else {
+          wd[r][0] = __ldg(src);
+        }
+        s[r] = load_any(p.scales, p.st, o * p.s_stride + g);
+        b[r] = load_any(p.biases, p.st, o * p.b_stride + g);
+      }
+    };
+    float acc[kRows][kNT] = {};
+    uint32_t next_wd[kRows][kV] = {};
+    float next_s[kRows] = {}, next_b[kRows] = {};
+    if (first < chunks) load_chunk(first, next_wd, next_s, next_b);
+#pragma unroll 1
+    for (int c = first; c < chunks; c += step) {
+      uint32_t wd[kRows][kV];
+      float s[kRows], b[kRows];
 #pragma unroll
-      for (int k = 0; k < kV; ++k) wd[r][k] = next_wd[r][k];
-    }
-    if (c + step < chunks) load_chunk(c + step, next_wd, next_s, next_b);
-    float dot[kGemvRows][kNT] = {}, xsum[kNT] = {};
+      for (int r = 0; r < kRows; ++r) {
+        s[r] = next_s[r], b[r] = next_b[r];
 #pragma unroll
-    for (int k = 0; k < kV; ++k) {
-      float qf[kGemvRows][kPerWord];  // this word's codes of each row
+        for (int k = 0; k < kV; ++k) wd[r][k] = next_wd[r][k];
+      }
+      if (c + step < chunks) load_chunk(c + step, next_wd, next_s, next_b);
+      const float4* xc = xs + ((c / 32) * kPieces) * 32 + c % 32;  // piece m4 at xc[m4·32]
+      float dot[kRows][kNT] = {}, xsum[kNT] = {};
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) decode_word<kBits>(wd[r][k], qf[r]);
+      for (int k = 0; k < kV; ++k) {
 #pragma unroll
-      for (int t = 0; t < kNT; ++t) {  // rows T.. of xf are zero (padded to kNT rows)
-        const float* xr =
-            p.xf + static_cast<int64_t>(t) * p.in + static_cast<int64_t>(c) * kCodes + k * kPerWord;
+        for (int r = 0; r < kRows; ++r) {
+          float qf[kPerWord];  // word k's codes of row r
+          decode_word<kBits>(wd[r][k], qf);
 #pragma unroll
-        for (int q4 = 0; q4 < kPerWord / 4; ++q4) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(xr + q4 * 4));
-          xsum[t] += (xv.x + xv.y) + (xv.z + xv.w);
+          for (int t = 0; t < kNT; ++t) {  // staged rows T.. are zero
 #pragma unroll
-          for (int r = 0; r < kGemvRows; ++r) {
-            dot[r][t] += xv.x * qf[r][q4 * 4 + 0];
-            dot[r][t] += xv.y * qf[r][q4 * 4 + 1];
-            dot[r][t] += xv.z * qf[r][q4 * 4 + 2];
-            dot[r][t] += xv.w * qf[r][q4 * 4 + 3];
+            for (int q4 = 0; q4 < kPerWord / 4; ++q4) {
+              const float4 xv = xc[t * x_row4 + (k * (kPerWord / 4) + q4) * 32];
+              if (r == 0) xsum[t] += (xv.x + xv.y) + (xv.z + xv.w);
+              dot[r][t] += xv.x * qf[q4 * 4 + 0];
+              dot[r][t] += xv.y * qf[q4 * 4 + 1];
+              dot[r][t] += xv.z * qf[q4 * 4 + 2];
+              dot[r][t] += xv.w * qf[q4 * 4 + 3];
+            }
           }
         }
       }
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][t] += s[r] * dot[r][t] + b[r] * xsum[t];
     }
 #pragma unroll
-    for (int t = 0; t < kNT; ++t)
+    for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r) acc[r][t] += s[r] * dot[r][t] + b[r] * xsum[t];
-  }
+      for (int t = 0; t < kNT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+    if (split > 1) {  // CTA-uniform
+      if (lane == 0)
 #pragma unroll
-  for (int r = 0; r < kGemvRows; ++r)
+        for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int t = 0; t < kNT; ++t)
+          for (int t = 0; t < kNT; ++t) partial[warp][r][t] = acc[r][t];
+      __syncthreads();
+      if (part == 0)
 #pragma unroll
-      for (int m = 16; m > 0; m >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], m);
-  if (split > 1) {  // block-uniform
-    if (lane == 0)
+        for (int r = 0; r < kRows; ++r)
 #pragma unroll
-      for (int r = 0; r < kGemvRows; ++r)
+          for (int t = 0; t < kNT; ++t) {
+            float v = partial[warp][r][t];
+            for (int q = 1; q < split; ++q) v += partial[warp + q][r][t];
+            acc[r][t] = v;
+          }
+      __syncthreads();  // partial is rewritten by the next tile
+    }
+    if (lane == 0 && part == 0)
 #pragma unroll
-        for (int t = 0; t < kNT; ++t) partial[warp][r][t] = acc[r][t];
-    __syncthreads();
-    if (part != 0) return;
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t o = o0 + r;
+        if (o < p.out) {
+          const float bo = p.bias ? load_any(p.bias, p.bt, o) : 0.0f;
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r)
-#pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        float v = partial[warp][r][t];
-#pragma unroll
-        for (int q = 1; q < kGemvWarps; ++q)
-          if (q < split) v += partial[warp + q][r][t];
-        acc[r][t] = v;
+          for (int t = 0; t < kNT; ++t)
+            if (t < p.T) store_any(p.y, p.yt, t * p.y_stride + o, acc[r][t] + bo);
+        }
       }
-  }
-  if (lane != 0 || !active) return;
-#pragma unroll
-  for (int r = 0; r < kGemvRows; ++r) {
-    const int64_t o = o0 + r;
-    if (o >= p.out) break;
-    const float bo = p.bias ? load_any(p.bias, p.bt, o) : 0.0f;
-#pragma unroll
-    for (int t = 0; t < kNT; ++t)
-      if (t < p.T) store_any(p.y, p.yt, t * p.y_stride + o, acc[r][t] + bo);
   }
 }
 
@@ -342,71 +421,127 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int kBits, int kV>
-void launch_gemv(const GemvParams& p, cudaStream_t stream) {
-  // Parts per row group: each lane gets about 2 chunks of a long row, at most 4 warps per group.
-  const int chunks = p.in / (kV * 32 / kBits);
-  const int split = chunks >= 256 ? 4 : chunks >= 128 ? 2 : 1;
-  const int64_t nt = gemv_tokens(p.T);  // must match the rows of xf
-  const int64_t rows_per_block = kGemvWarps / split * gemv_rows(static_cast<int>(nt));
-  const auto blocks = static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block);
-  if (nt == 1)
-    linear_q_gemv_kernel<kBits, kV, 1><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
-  else if (nt == 2)
-    linear_q_gemv_kernel<kBits, kV, 2><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
-  else if (nt == 4)
-    linear_q_gemv_kernel<kBits, kV, 4><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
-  else
-    linear_q_gemv_kernel<kBits, kV, 8><<<blocks, kGemvWarps * 32, 0, stream>>>(p, split);
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();  // clear the failed query's error
+      n = 132;
+    }
+    return n;
+  }();
+  return sms;
+}
+
+template <int kBits, int kV, int kNT>
+void launch_gemv_nt(GemvParams p, cudaStream_t stream) {
+  constexpr int kCodes = kV * 32 / kBits, kRows = gemv_rows(kNT);
+  const int chunks = p.in / kCodes;
+  // Split K across the warps of a row group while the GPU is not full (about kGemvWarps·min
+  // CTAs of warps per SM) and each lane keeps at least one chunk per row.
+  const int64_t full = int64_t{sm_count()} * kGemvWarps * gemv_min_blocks(kNT);
+  const int64_t row_groups = (p.out + kRows - 1) / kRows;
+  p.split = 1;
+  while (p.split < kGemvWarps && chunks >= 64 * p.split && row_groups * p.split < full)
+    p.split *= 2;
+  p.x_row = static_cast<int>(gemv_x_row(p.in, kCodes));
+  const int64_t rows_per_tile = int64_t{kGemvWarps / p.split} * kRows;
+  const int64_t tiles = (p.out + rows_per_tile - 1) / rows_per_tile;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * gemv_min_blocks(kNT)));
+  const size_t smem = static_cast<size_t>(kNT) * p.x_row * 4;
+  if (smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(linear_q_gemv_kernel<kBits, kV, kNT>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+  linear_q_gemv_kernel<kBits, kV, kNT><<<blocks, kGemvWarps * 32, smem, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-constexpr int64_t kGemvMaxTokens = 8;
+template <int kBits, int kV>
+void launch_gemv(const GemvParams& p, int nt, cudaStream_t stream) {
+  if (nt == 1)
+    launch_gemv_nt<kBits, kV, 1>(p, stream);
+  else if (nt == 2)
+    launch_gemv_nt<kBits, kV, 2>(p, stream);
+  else if (nt == 4)
+    launch_gemv_nt<kBits, kV, 4>(p, stream);
+  else
+    launch_gemv_nt<kBits, kV, 8>(p, stream);
+}
+
+// Whether the 16-byte chunk variant applies (rows 16-byte aligned, whole chunks per row).
+bool gemv_vec(const QuantizedWeight& q, int64_t in) {
+  return aligned16(q.weight.data()) && q.weight.stride(0) % 4 == 0 && (in * q.bits / 32) % 4 == 0;
+}
+
+// Tokens per launch: 1, 2, 4 or 8 (the fewest launches), halved while the staged x does not fit.
+int gemv_tokens(int64_t T, int64_t x_row) {
+  int nt = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+  while (nt > 1 && static_cast<size_t>(nt) * x_row * 4 > kGemvMaxSmem) nt /= 2;
+  return nt;
+}
+
+int gemv_codes(const QuantizedWeight& q, int64_t in) {
+  return (gemv_vec(q, in) ? 4 : 1) * 32 / q.bits;
+}
 
 Reason linear_q_gemv_supports(const LinearQ& a) {
   if (a.x.size(0) > kGemvMaxTokens)
     return str("T=", a.x.size(0), " above ", kGemvMaxTokens, " (the tiled variant runs it)");
   if (a.x.size(1) > (int64_t{1} << 30) || a.y.size(1) > (int64_t{1} << 30))
     return std::string("in or out above 2^30");
+  const int64_t x_row = gemv_x_row(a.x.size(1), gemv_codes(a.w, a.x.size(1)));
+  if (static_cast<size_t>(x_row) * 4 > kGemvMaxSmem)
+    return str("in=", a.x.size(1), ": one token's f32 x (", x_row * 4, " bytes) above the ",
+               kGemvMaxSmem, "-byte shared-memory stage (the tiled variant runs it)");
   return {};
 }
 
 void linear_q_gemv_run(const LinearQ& a, Context& ctx) {
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
   if (T == 0 || out == 0) return;
-  const int64_t rows = gemv_tokens(T);
-  auto* xf = static_cast<float*>(ctx.workspace(static_cast<size_t>(rows * in) * 4 + 16));
-  to_f32_rows(ctx, a.x, xf, rows);
   const QuantizedWeight& q = a.w;
-  GemvParams p{xf,
-               q.weight.data_as<const uint32_t>(),
-               q.weight.stride(0),
-               q.scales.data(),
-               q.biases.data(),
-               q.scales.stride(0),
-               q.biases.stride(0),
-               q.scales.dtype(),
-               a.bias.defined() ? a.bias.data() : nullptr,
-               a.bias.defined() ? a.bias.dtype() : DType::f32,
-               a.y.data(),
-               a.y.dtype(),
-               a.y.stride(0),
-               static_cast<int>(T),
-               static_cast<int>(in),
-               static_cast<int>(out),
-               q.group_size};
-  const bool vec = aligned16(p.w) && p.w_stride % 4 == 0 && (in * q.bits / 32) % 4 == 0;
+  const bool vec = gemv_vec(q, in);
+  const int nt = gemv_tokens(T, gemv_x_row(in, gemv_codes(q, in)));
+  const size_t xs = dtype_size(a.x.dtype()), ys = dtype_size(a.y.dtype());
   const cudaStream_t stream = as_stream(ctx.stream());
-  if (q.bits == 4) {
-    if (vec)
-      launch_gemv<4, 4>(p, stream);
-    else
-      launch_gemv<4, 1>(p, stream);
-  } else {
-    if (vec)
-      launch_gemv<8, 4>(p, stream);
-    else
-      launch_gemv<8, 1>(p, stream);
+  for (int64_t t0 = 0; t0 < T; t0 += nt) {  // one launch per nt tokens
+    const void* x = static_cast<const char*>(a.x.data()) + t0 * a.x.stride(0) * xs;
+    GemvParams p{x,
+                 a.x.dtype(),
+                 a.x.stride(0),
+                 aligned16(x) && (a.x.stride(0) * xs) % 16 == 0 && (in * xs) % 16 == 0,
+                 q.weight.data_as<const uint32_t>(),
+                 q.weight.stride(0),
+                 q.scales.data(),
+                 q.biases.data(),
+                 q.scales.stride(0),
+                 q.biases.stride(0),
+                 q.scales.dtype(),
+                 a.bias.defined() ? a.bias.data() : nullptr,
+                 a.bias.defined() ? a.bias.dtype() : DType::f32,
+                 static_cast<char*>(a.y.data()) + t0 * a.y.stride(0) * ys,
+                 a.y.dtype(),
+                 a.y.stride(0),
+                 static_cast<int>(std::min<int64_t>(nt, T - t0)),
+                 static_cast<int>(in),
+                 static_cast<int>(out),
+                 q.group_size,
+                 1,
+                 0};
+    if (q.bits == 4) {
+      if (vec)
+        launch_gemv<4, 4>(p, nt, stream);
+      else
+        launch_gemv<4, 1>(p, nt, stream);
+    } else {
+      if (vec)
+        launch_gemv<8, 4>(p, nt, stream);
+      else
+        launch_gemv<8, 1>(p, nt, stream);
+    }
   }
 }
 

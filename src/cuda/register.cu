@@ -16,6 +16,7 @@ void register_cuda_kernels(Registry& r) {
   cuda::register_quant(r);
   cuda::register_moe(r);
   cuda::register_ssm(r);
+  cuda::register_ssm_chunk(r);
   cuda::register_gdn_chunk(r);
 }
 

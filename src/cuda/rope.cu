@@ -9,15 +9,15 @@
 // (full range reduction), never the fast f32 intrinsics. The products and sums of the rotation are
 // rounded one by one (__fmul_rn / __fadd_rn) so that they round as the CPU reference does.
 //
-// rope.cuda: one block of 256 threads per kTok = 4 tokens. Phase 1 computes the kTok·half
-// (cos, sin) pairs into shared memory (f64 pow + sincos, shared by all H heads); phase 2 rotates
-// (token, head, vector) items, a vector being V = 16 B / sizeof(T) elements of the first half and
-// the V matching ones of the second half (two 16-byte loads and stores), or V = 1 when a row is not
-// 16-byte aligned or half % V != 0. Out of place, phase 3 copies the pass-through dims.
-// (inv_freq is computed once per block into shared memory too.)
-// Bytes: T·H·rotary_dim·(read + write) (+ T·H·(D − rotary_dim)·(read + write) out of place);
-// memory-bound. x and out may differ in dtype (V counts x elements). supports(): rotary_dim <= 2048
-// (shared memory (2·kTok + 1)·half·4 B <= 36 KiB).
+// rope.cuda: one block of 256 threads per 8 tokens (4 when rotary_dim > 1024). Phase 1 computes the
+// tokens·half (cos, sin) pairs into shared memory (f64 pow + sincos, shared by all H heads); phase
+// 2 rotates (token, head, vector) items, two per thread and pass with their loads issued first, a
+// vector being V = 16 B / sizeof(T) elements of the first half and the V matching ones of the
+// second half (two 16-byte loads and stores), or V = 1 when a row is not 16-byte aligned or half %
+// V != 0. Out of place, phase 3 copies the pass-through dims. (inv_freq is computed once per block
+// into shared memory too.) Bytes: T·H·rotary_dim·(read + write) (+ T·H·(D − rotary_dim)·(read +
+// write) out of place); memory-bound. x and out may differ in dtype (V counts x elements).
+// supports(): rotary_dim <= 2048 (shared memory (2·tokens + 1)·half·4 B <= 36 KiB).
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/elementwise_vec.cuh"
@@ -29,7 +29,9 @@ namespace hybrid::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTok = 4;  // tokens per block
+constexpr int kTok = 4;            // tokens per block when rotary_dim > kTok8Rotary
+constexpr int kTokWide = 8;        // tokens per block for rotary_dim <= kTok8Rotary
+constexpr int kTok8Rotary = 1024;  // (2·8 + 1)·512·4 B = 34 KiB of shared memory
 constexpr int64_t kMaxRotary = 2048;
 
 struct RopeParams {
@@ -43,6 +45,7 @@ struct RopeParams {
   int H, D, rotary_dim;
   float theta;
   bool copy_tail;  // out is not x: copy dims [rotary_dim, D)
+  int tok;         // tokens per block: kTok or kTokWide
 };
 
 template <class Tx, class To, int V>
@@ -50,9 +53,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   extern __shared__ float shared[];
   const int half = p.rotary_dim / 2;
   float* inv_freq = shared;   // [half]
-  float* cs = shared + half;  // [kTok, half, 2]: cos, sin
-  const int64_t t0 = int64_t{blockIdx.x} * kTok;
-  const int ntok = static_cast<int>(p.T - t0 < kTok ? p.T - t0 : kTok);
+  float* cs = shared + half;  // [tokens, half, 2]: cos, sin
+  const int64_t t0 = int64_t{blockIdx.x} * p.tok;
+  const int ntok = static_cast<int>(p.T - t0 < p.tok ? p.T - t0 : p.tok);
 
   // Phase 1: inv_freq[i], then cos / sin of every (token, i) of the block.
   for (int i = threadIdx.x; i < half; i += kThreads) {
@@ -72,33 +75,49 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   }
   __syncthreads();
 
-  // Phase 2: rotate; item = (token, head, vector of V elements of the first half).
+  // Phase 2: rotate; item = (token, head, vector of V elements of the first half). Each thread
+  // takes 2 items per pass (items it and it + kThreads) and issues their 4 loads before any math.
   const int nvec = half / V;
   const int items = ntok * p.H * nvec;
-  for (int it = threadIdx.x; it < items; it += kThreads) {
-    const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
-    const int h = rem / nvec, i0 = (rem % nvec) * V;
-    const int64_t t = t0 + tok;
-    const Tx* xr = static_cast<const Tx*>(p.x) + t * p.xs0 + h * p.xs1;
-    To* orow = static_cast<To*>(p.out) + t * p.os0 + h * p.os1;
-    vec::Raw<Tx, V> r0, r1;
-    vec::load(xr + i0, r0);
-    vec::load(xr + i0 + half, r1);
-    float x0[V], x1[V], y0[V], y1[V];
-    vec::to_floats(r0, x0);
-    vec::to_floats(r1, x1);
-    const float* csr = cs + 2 * (tok * half + i0);
+  for (int it0 = threadIdx.x; it0 < items; it0 += 2 * kThreads) {
+    vec::Raw<Tx, V> r0[2], r1[2];
+    int64_t xoff[2], ooff[2];
+    int cs_at[2];
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float c = csr[2 * k], s = csr[2 * k + 1];
-      y0[k] = __fadd_rn(__fmul_rn(x0[k], c), -__fmul_rn(x1[k], s));
-      y1[k] = __fadd_rn(__fmul_rn(x1[k], c), __fmul_rn(x0[k], s));
+    for (int u = 0; u < 2; ++u) {
+      const int it = it0 + u * kThreads;
+      xoff[u] = -1;
+      if (it >= items) continue;
+      const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
+      const int h = rem / nvec, i0 = (rem % nvec) * V;
+      const int64_t t = t0 + tok;
+      xoff[u] = t * p.xs0 + h * p.xs1 + i0;
+      ooff[u] = t * p.os0 + h * p.os1 + i0;
+      cs_at[u] = 2 * (tok * half + i0);
+      const Tx* xr = static_cast<const Tx*>(p.x) + xoff[u];
+      vec::load(xr, r0[u]);
+      vec::load(xr + half, r1[u]);
     }
-    vec::Raw<To, V> o0, o1;
-    vec::from_floats(y0, o0);
-    vec::from_floats(y1, o1);
-    vec::store(orow + i0, o0);
-    vec::store(orow + i0 + half, o1);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (xoff[u] < 0) continue;
+      float x0[V], x1[V], y0[V], y1[V];
+      vec::to_floats(r0[u], x0);
+      vec::to_floats(r1[u], x1);
+      const float* csr = cs + cs_at[u];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float c = csr[2 * k], s = csr[2 * k + 1];
+        y0[k] = __fadd_rn(__fmul_rn(x0[k], c), -__fmul_rn(x1[k], s));
+        y1[k] = __fadd_rn(__fmul_rn(x1[k], c), __fmul_rn(x0[k], s));
+      }
+      vec::Raw<To, V> o0, o1;
+      vec::from_floats(y0, o0);
+      vec::from_floats(y1, o1);
+      To* orow = static_cast<To*>(p.out) + ooff[u];
+      vec::store(orow, o0);
+      vec::store(orow + half, o1);
+    }
   }
 
   // Phase 3 (out of place): out[d] = x[d] for d in [rotary_dim, D).
@@ -116,8 +135,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
 
 Reason rope_supports(const Rope& a) {
   if (a.rotary_dim > kMaxRotary) return str("rotary_dim ", a.rotary_dim, " above ", kMaxRotary);
-  if (a.x.size(1) * a.x.size(2) * kTok >= (int64_t{1} << 31))
-    return std::string("H·D above 2^31 / kTok");
+  if (a.x.size(1) * a.x.size(2) * kTokWide >= (int64_t{1} << 31))
+    return std::string("H·D above 2^31 / 8");
   if ((a.x.size(0) + kTok - 1) / kTok >= (int64_t{1} << 31)) return std::string("T too large");
   return {};
 }
@@ -140,8 +159,9 @@ void rope_cuda(const Rope& a, Context& ctx) {
   const bool vectorised = half % wide == 0 && vec::aligned16(p.x) && vec::aligned16(p.out) &&
                           vec::stride16(p.xs0, ex) && vec::stride16(p.xs1, ex) &&
                           vec::stride16(p.os0, eo) && vec::stride16(p.os1, eo);
-  const auto grid = static_cast<unsigned>((T + kTok - 1) / kTok);
-  const size_t smem = sizeof(float) * (2 * kTok + 1) * static_cast<size_t>(half);
+  p.tok = p.rotary_dim <= kTok8Rotary ? kTokWide : kTok;
+  const auto grid = static_cast<unsigned>((T + p.tok - 1) / p.tok);
+  const size_t smem = sizeof(float) * (2 * p.tok + 1) * static_cast<size_t>(half);
   dispatch_float(a.x.dtype(), Rope::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_float(a.out.dtype(), Rope::op_name, [&](auto to) {

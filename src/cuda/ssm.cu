@@ -1,5 +1,5 @@
-// CUDA: the Mamba-2 SSM family. ssm_step (decode), ssm_step_record / ssm_replay (seed 001) and
-// ssm_chunk_scan (chunked SSD prefill, CUDA cores, f32).
+// CUDA: the Mamba-2 SSM family's recurrent ops: ssm_step (decode) and ssm_step_record /
+// ssm_replay (seed 001). ssm_chunk_scan (chunked SSD prefill) is in ssm_chunk.cu.
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -7,32 +7,18 @@
 //   y[t,h,p] = (Σ_n S[p,n] · C[t,g,n] + D[h] · x[t,h,p]) · silu(z[t,h,p])
 //
 // ---- recurrent kernels (ssm_step, ssm_step_record, ssm_replay): ssm_rec_kernel ----
-// Block = (P-slice of kRows rows, head h, sequence); 4 warps, each owns kRowsPerWarp rows p of
-// the [P, N] state of (slot, h), held in f32 registers. Lane l owns NC = N/32 columns of each
-// row: contiguous [l·NC, l·NC + NC) when N = 32·NC and the pool rows are 16-byte aligned (one
-// vector load per lane per row: 16 B for f32 N = 128, 8 B for bf16), else interleaved columns
-// l + 32·c (any N ≤ 256, scalar loads, still coalesced). All rows of a warp are loaded before any
-// arithmetic, so kRowsPerWarp row loads are in flight per warp. y[p] = warp reduction of S·C.
-// Bytes: the pool is read once and written once per call (step), the tape is written once per
-// token (record) or read once per token (replay); the token tensors are a few KiB. Memory-bound:
-// decode at Mamba2-2.7B moves 2 · 80·64·128 · 4 B = 5.2 MB per sequence.
+// Memory-bound on the pool: every state element is read once and written once per call (the state
+// stays in f32 registers across the tokens of a sequence); the tape is written once per token
+// (record) or read once per token (replay); the token tensors are a few KiB. Bytes per sequence
+// at Mamba2-2.7B (H 80, P 64, N 128): 2 · 80·64·128 · 4 B = 5.24 MB f32, 2.62 MB bf16.
+// Work split (decode v2): block = (slice of rows p, head h, sequence), 4 warps. A state row [N] is
+// spread over LPR lanes (8; 4 at N = 32, 16 at N = 256), each owning NC = N / LPR columns as
+// 16-byte chunks (4 f32 / 8 bf16) interleaved over the group's lanes, so one load instruction
+// reads 128 contiguous bytes of a row; each thread holds 2 rows (a block: 32 rows at N = 128, so
+// 2 blocks per head at P = 64: B = 1 at H 80 is 160 blocks). All state loads of a thread are
+// issued before any arithmetic; y = S·C reduces over the group in log2(LPR) shuffle steps, the two
+// rows interleaved. Other N (≤ 256) or unaligned rows: 32 lanes a row, interleaved scalar columns.
 //
-// ---- chunked scan (ssm_chunk_scan), the SSD decomposition in four launches ----
-//   scan_offsets:  chunk_off[s] = Σ_{i<s} ceil(len_i / Q)                      (one thread)
-//   scan_chunk_state  grid (chunk, h): dt'_j, cs_j = Σ_{k≤j} dt'_k·A into the workspace and the
-//                  chunk-local state Sc[p,n] = Σ_j exp(cs_last - cs_j)·dt'_j·x_j[p]·B_j[n]
-//                  (16-token tiles of x and B in shared memory; 256 threads × 32 outputs).
-//   scan_state_pass grid (P·N / 256, h, seq): the sequential spine over the chunks of a
-//                  sequence, one thread per state element: S_enter[c] = S (written over Sc[c]),
-//                  S ← exp(cs_last[c])·S + Sc[c]; chunk_states rows; final state to the pool.
-//   scan_output    grid (chunk, h, Q / 16): 16 rows i of the chunk × all P:
-//                  y_i = exp(cs_i)·Σ_n C_i[n]·S_enter[p,n] + Σ_{j≤i} (C_i·B_j)·exp(cs_i -
-//                  cs_j)·dt'_j·x_j[p]
-//                  (+ D·x_i) · silu(z_i); C rows, 16-token B / x tiles and the 16×16 decay-masked
-//                  C·Bᵀ block in shared memory.
-// FLOPs per token and head ≈ 2·P·N (chunk state) + 2·P·N (inter) + Q·(N + P) (intra, causal half);
-// at Mamba2 shapes and Q = 256 ≈ 0.13 MFLOP, all on CUDA cores in f32. The workspace holds
-// Sc / S_enter [chunks, H, P, N] f32 plus dt' and cs [chunks, H, Q].
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -136,8 +122,8 @@ __device__ __forceinline__ bool flag_at(const void* p, DType t, int64_t i) {
 // ---- recurrent kernels -----------------------------------------------------------------------
 
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRows = kWarps * kRowsPerWarp;  // P rows per block
+constexpr int kRecThreads = kWarps * 32;
+constexpr int kRowsPerThread = 2;
 
 enum class Mode : int { step, record, replay };
 
@@ -157,18 +143,28 @@ struct RecParams {
   int H = 0, P = 0, N = 0;
 };
 
-// A row of NC elements owned by one lane, contiguous (VEC) or interleaved by 32.
-template <int NC, bool VEC>
-__device__ __forceinline__ int col(int lane, int c) {
-  return VEC ? lane * NC + c : c * 32 + lane;
-}
+// The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
+// of W contiguous elements; chunk j of lane `sub` starts at column (j·LPR + sub)·W. VEC: N =
+// LPR·NC exactly with 16-byte aligned rows, W = one 16-byte access (4 f32, 8 bf16; 8 bytes for
+// bf16 at N = 32). Else W = 1 (interleaved columns j·LPR + sub, guarded by N).
+template <int LPR, int NC, bool VEC, class St>
+struct RecLayout {
+  static constexpr int kVecElems = 16 / static_cast<int>(sizeof(St));
+  static constexpr int W = !VEC ? 1 : (NC < kVecElems ? NC : kVecElems);
+  static constexpr int kGroupRows = 32 / LPR;                         // rows a warp covers at once
+  static constexpr int kRows = kWarps * kGroupRows * kRowsPerThread;  // rows per block
+  static_assert(NC % W == 0 && 32 % LPR == 0, "bad row-group layout");
+  __device__ static __forceinline__ int col(int sub, int c) {
+    return ((c / W) * LPR + sub) * W + c % W;
+  }
+};
 
-// Vector load / store of NC contiguous elements (16-byte chunks where the row allows it).
-template <int NC, class T>
-__device__ __forceinline__ void vload(const T* p, float (&r)[NC]) {
-  constexpr int kBytes = NC * static_cast<int>(sizeof(T));
+// Vector load / store of W contiguous elements (16-byte or 8-byte accesses where they fit).
+template <int W, class T>
+__device__ __forceinline__ void vload(const T* p, float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
   if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / sizeof(T);
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
 #pragma unroll
     for (int k = 0; k < kBytes / 16; ++k) {
       const uint4 u = reinterpret_cast<const uint4*>(p)[k];
@@ -180,18 +176,18 @@ __device__ __forceinline__ void vload(const T* p, float (&r)[NC]) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     const T* e = reinterpret_cast<const T*>(&u);
 #pragma unroll
-    for (int i = 0; i < NC; ++i) r[i] = to_f32(e[i]);
+    for (int i = 0; i < W; ++i) r[i] = to_f32(e[i]);
   } else {
 #pragma unroll
-    for (int i = 0; i < NC; ++i) r[i] = to_f32(p[i]);
+    for (int i = 0; i < W; ++i) r[i] = to_f32(p[i]);
   }
 }
 
-template <int NC, class T>
-__device__ __forceinline__ void vstore(T* p, const float (&r)[NC]) {
-  constexpr int kBytes = NC * static_cast<int>(sizeof(T));
+template <int W, class T>
+__device__ __forceinline__ void vstore(T* p, const float* r) {
+  constexpr int kBytes = W * static_cast<int>(sizeof(T));
   if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / sizeof(T);
+    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
 #pragma unroll
     for (int k = 0; k < kBytes / 16; ++k) {
       uint4 u;
@@ -204,93 +200,104 @@ __device__ __forceinline__ void vstore(T* p, const float (&r)[NC]) {
     uint2 u;
     T* e = reinterpret_cast<T*>(&u);
 #pragma unroll
-    for (int i = 0; i < NC; ++i) e[i] = from_f32<T>(r[i]);
+    for (int i = 0; i < W; ++i) e[i] = from_f32<T>(r[i]);
     *reinterpret_cast<uint2*>(p) = u;
   } else {
 #pragma unroll
-    for (int i = 0; i < NC; ++i) p[i] = from_f32<T>(r[i]);
+    for (int i = 0; i < W; ++i) p[i] = from_f32<T>(r[i]);
   }
 }
 
-template <int NC, bool VEC, class T>
-__device__ __forceinline__ void load_row(const T* row, int lane, int N, float (&r)[NC]) {
+// The lane's NC elements of a pool row (zeros past N on the interleaved path).
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void load_row(const St* row, int sub, int N, float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   if constexpr (VEC) {
-    vload<NC>(row + lane * NC, r);
+#pragma unroll
+    for (int j = 0; j < NC / L::W; ++j) vload<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
   } else {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int n = col<NC, false>(lane, c);
+      const int n = L::col(sub, c);
       r[c] = n < N ? to_f32(row[n]) : 0.0f;
     }
   }
 }
 
-template <int NC, bool VEC, class T>
-__device__ __forceinline__ void store_row(T* row, int lane, int N, const float (&r)[NC]) {
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void store_row(St* row, int sub, int N, const float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   if constexpr (VEC) {
-    vstore<NC>(row + lane * NC, r);
+#pragma unroll
+    for (int j = 0; j < NC / L::W; ++j) vstore<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
   } else {
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      const int n = col<NC, false>(lane, c);
-      if (n < N) row[n] = from_f32<T>(r[c]);
+      const int n = L::col(sub, c);
+      if (n < N) row[n] = from_f32<St>(r[c]);
     }
   }
 }
 
 // Row of a run-time-dtype [rows, H, P, N] tensor (tape, state_out), lane's columns.
-template <int NC, bool VEC>
-__device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int p, int lane, int N,
+template <int LPR, int NC, bool VEC, class St>
+__device__ __forceinline__ void store_row_rt(const Arg& a, int64_t i, int h, int p, int sub, int N,
                                              const float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, VEC, St>;
   const int64_t base = i * a.s0 + h * a.s1 + p * a.s2;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int n = col<NC, VEC>(lane, c);
-    if (n < N) store_any(const_cast<void*>(a.p), a.dt, base + n, r[c]);
+    const int n = L::col(sub, c);
+    if (VEC || n < N) store_any(const_cast<void*>(a.p), a.dt, base + n, r[c]);
   }
 }
 
-// Padding sequence of ssm_step / ssm_step_record: y = 0, identity tape entries (dA = 1,
-// dBx = 0) and a zero state_out row; the pool is untouched.
-template <Mode mode, int NC, bool VEC>
-__device__ void pad_outputs(const RecParams& p, int seq, int bos, int eos, int h, int row0,
-                            int lane) {
-  const SsmIn& in = p.in;
-  const int P = p.P, N = p.N;
-  float zero[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
-  for (int t = bos; t < eos; ++t) {
-    if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, 0.0f);
-    if constexpr (mode == Mode::record) {
-      if (blockIdx.x == 0 && threadIdx.x == 0)
-        store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
-                  1.0f);
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, row0 + r, lane, N, zero);
-    }
-  }
-  if constexpr (mode == Mode::record)
-    if (p.state_out.p)
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, zero);
-}
-
-// One (P-slice, h, sequence): ssm_step (Mode::step), ssm_step_record, ssm_replay.
-// St = pool element type; the lane owns columns col(lane, c), c < NC, of kRowsPerWarp rows.
-template <Mode mode, int NC, bool VEC, class St>
-__global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p) {
+// One (P-slice, h, sequence): ssm_step (Mode::step), ssm_step_record, ssm_replay. St = pool
+// element type. Thread rows: row0 + r·kGroupRows, r < kRowsPerThread; lane columns L::col(sub, c).
+template <Mode mode, int LPR, int NC, bool VEC, class St>
+__global__ void __launch_bounds__(kRecThreads) ssm_rec_kernel(const RecParams p) {
+  using L = RecLayout<LPR, NC, VEC, St>;
+  constexpr int R = kRowsPerThread;
   const int seq = blockIdx.z, h = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows + warp * kRowsPerWarp;  // this warp's first row p
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPR;
+  const int row0 = blockIdx.x * L::kRows + warp * (L::kGroupRows * R) + lane / LPR;
   const int P = p.P, N = p.N;
   const int bos = p.cu_seqlens ? p.cu_seqlens[seq] : seq;
   const int eos = p.cu_seqlens ? p.cu_seqlens[seq + 1] : seq + 1;
   const int slot = p.slots[seq];
   const SsmIn& in = p.in;
+  const bool lead = sub == 0;  // writes the row's y
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) valid[r] = row0 + r * L::kGroupRows < P;
 
-  if (slot < 0) {  // padding: y = 0, identity tape, zero state_out, pool untouched
-    if constexpr (mode != Mode::replay) pad_outputs<mode, NC, VEC>(p, seq, bos, eos, h, row0, lane);
+  if (slot < 0) {  // padding: y = 0, identity tape (dA = 1, dBx = 0), zero state_out
+    if constexpr (mode != Mode::replay) {
+      float zero[NC];
+#pragma unroll
+      for (int c = 0; c < NC; ++c) zero[c] = 0.0f;
+      for (int t = bos; t < eos; ++t) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int prow = row0 + r * L::kGroupRows;
+          if (!valid[r]) continue;
+          if (lead) in.store_y(t, h, prow, 0.0f);
+          if constexpr (mode == Mode::record)
+            store_row_rt<LPR, NC, VEC, St>(p.dBx_log, t, h, prow, sub, N, zero);
+        }
+        if constexpr (mode == Mode::record)
+          if (blockIdx.x == 0 && threadIdx.x == 0)
+            store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
+                      1.0f);
+      }
+      if constexpr (mode == Mode::record)
+        if (p.state_out.p)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            if (valid[r])
+              store_row_rt<LPR, NC, VEC, St>(p.state_out, seq, h, row0 + r * L::kGroupRows, sub, N,
+                                             zero);
+    }
     return;
   }
 
@@ -298,12 +305,13 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
     if (p.num_steps[seq] == 0) return;  // k = 0: the snapshot stays as it is
   }
 
+  // The thread's R rows, all loads issued before any arithmetic.
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
-  float s[kRowsPerWarp][NC];
+  float s[R][NC];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    if (row0 + r < P) {
-      load_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
+  for (int r = 0; r < R; ++r) {
+    if (valid[r]) {
+      load_row<LPR, NC, VEC>(pool + (row0 + r * L::kGroupRows) * p.st_p, sub, N, s[r]);
     } else {
 #pragma unroll
       for (int c = 0; c < NC; ++c) s[r][c] = 0.0f;
@@ -312,17 +320,19 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
 
   if constexpr (mode == Mode::replay) {
     const int end = bos + p.num_steps[seq];
+#pragma unroll 1
     for (int t = bos; t < end; ++t) {
       if (p.mask && !flag_at(p.mask, p.mask_dt, t)) continue;
       const float dA = load_any(p.dA_log.p, p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1);
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (row0 + r >= P) continue;
-        const int64_t base = t * p.dBx_log.s0 + h * p.dBx_log.s1 + (row0 + r) * p.dBx_log.s2;
+      for (int r = 0; r < R; ++r) {
+        if (!valid[r]) continue;
+        const int64_t base =
+            t * p.dBx_log.s0 + h * p.dBx_log.s1 + (row0 + r * L::kGroupRows) * p.dBx_log.s2;
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-          const int n = col<NC, VEC>(lane, c);
-          if (n < N) s[r][c] = dA * s[r][c] + load_any(p.dBx_log.p, p.dBx_log.dt, base + n);
+          const int n = L::col(sub, c);
+          if (VEC || n < N) s[r][c] = dA * s[r][c] + load_any(p.dBx_log.p, p.dBx_log.dt, base + n);
         }
       }
     }
@@ -337,681 +347,61 @@ __global__ void __launch_bounds__(kWarps * 32) ssm_rec_kernel(const RecParams p)
       const int64_t b_base = t * in.B.s0 + g * in.B.s1, c_base = t * in.C.s0 + g * in.C.s1;
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
-        const int n = col<NC, VEC>(lane, c);
-        Bv[c] = n < N ? load_any(in.B.p, in.B.dt, b_base + n) : 0.0f;
-        Cv[c] = n < N ? load_any(in.C.p, in.C.dt, c_base + n) : 0.0f;
+        const int n = L::col(sub, c);
+        const bool in_n = VEC || n < N;
+        Bv[c] = in_n ? load_any(in.B.p, in.B.dt, b_base + n) : 0.0f;
+        Cv[c] = in_n ? load_any(in.C.p, in.C.dt, c_base + n) : 0.0f;
       }
       if constexpr (mode == Mode::record)
         if (blockIdx.x == 0 && threadIdx.x == 0)
           store_any(const_cast<void*>(p.dA_log.p), p.dA_log.dt, t * p.dA_log.s0 + h * p.dA_log.s1,
                     dA);
-      float my_y = 0.0f;  // lane r keeps row r's y
+      float xv[R], acc[R];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int prow = row0 + r;
-        const float xv = prow < P ? in.x_at(t, h, prow) : 0.0f;
-        const float dtx = dtp * xv;
-        float dBx[NC];
-        float acc = 0.0f;
+      for (int r = 0; r < R; ++r) {
+        const int prow = row0 + r * L::kGroupRows;
+        xv[r] = valid[r] ? in.x_at(t, h, prow) : 0.0f;
+        const float dtx = dtp * xv[r];
+        acc[r] = 0.0f;
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
-          dBx[c] = dtx * Bv[c];
-          s[r][c] = dA * s[r][c] + dBx[c];
-          acc += s[r][c] * Cv[c];
+          s[r][c] = dA * s[r][c] + dtx * Bv[c];
+          acc[r] += s[r][c] * Cv[c];
         }
-        acc = warp_sum(acc);
-        if (lane == r) my_y = in.finish(acc, D_h, xv, t, h, prow < P ? prow : 0);
-        if constexpr (mode == Mode::record)
-          if (prow < P) store_row_rt<NC, VEC>(p.dBx_log, t, h, prow, lane, N, dBx);
+        if constexpr (mode == Mode::record) {
+          if (valid[r]) {
+            float dBx[NC];
+#pragma unroll
+            for (int c = 0; c < NC; ++c) dBx[c] = dtx * Bv[c];
+            store_row_rt<LPR, NC, VEC, St>(p.dBx_log, t, h, prow, sub, N, dBx);
+          }
+        }
       }
-      if (lane < kRowsPerWarp && row0 + lane < P) in.store_y(t, h, row0 + lane, my_y);
+      // y = S·C over the row group, the R rows' reductions interleaved.
+#pragma unroll
+      for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int prow = row0 + r * L::kGroupRows;
+        if (valid[r] && lead) in.store_y(t, h, prow, in.finish(acc[r], D_h, xv[r], t, h, prow));
+      }
     }
   }
 
   if constexpr (mode == Mode::record) {
     if (p.state_out.p)
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        if (row0 + r < P) store_row_rt<NC, VEC>(p.state_out, seq, h, row0 + r, lane, N, s[r]);
+      for (int r = 0; r < R; ++r)
+        if (valid[r])
+          store_row_rt<LPR, NC, VEC, St>(p.state_out, seq, h, row0 + r * L::kGroupRows, sub, N,
+                                         s[r]);
   } else {  // step, replay: the pool row in place
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      if (row0 + r < P) store_row<NC, VEC>(pool + (row0 + r) * p.st_p, lane, N, s[r]);
-  }
-}
-
-// ---- chunked scan kernels ----------------------------------------------------------------------
-
-constexpr int kScanThreads = 256;
-constexpr int kTile = 16;     // tokens per B / x tile, rows i per output block
-constexpr int kMaxPN = 8192;  // state elements per pass of scan_chunk_state (256 × 32)
-constexpr int kAccState = kMaxPN / kScanThreads;
-constexpr int kMaxDim = 256;  // P, N ≤ 256
-constexpr int kAccOut = kTile * kMaxDim / kScanThreads;
-
-struct ScanParams {
-  SsmIn in;
-  int Q = 0, seqs = 0;
-  const int* cu_seqlens = nullptr;    // [seqs + 1]
-  const int* slots = nullptr;         // [seqs]
-  const void* has_initial = nullptr;  // [seqs] u8 | i32, or null
-  DType has_initial_dt = DType::i32;
-  void* state = nullptr;  // pool [slots, H, P, N], St
-  int64_t st_slot = 0, st_h = 0, st_p = 0;
-  Arg chunk_states;  // [num_chunks, H, P, N] or null
-  // Workspace.
-  int* chunk_off = nullptr;  // [seqs + 1]
-  float* dts = nullptr;      // [max_chunks, H, Q]: dt'
-  float* css = nullptr;      // [max_chunks, H, Q]: cumulative dt'·A
-  float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
-};
-
-__global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  int acc = 0;
-  off[0] = 0;
-  for (int s = 0; s < seqs; ++s) {
-    const int len = cu[s + 1] - cu[s];
-    acc += (len + Q - 1) / Q;
-    off[s + 1] = acc;
-  }
-}
-
-// The chunk c belongs to sequence s with off[s] <= c < off[s + 1]; -1 if c is past the end.
-__device__ __forceinline__ int find_seq(const int* off, int seqs, int c) {
-  if (c >= off[seqs]) return -1;
-  int lo = 0, hi = seqs - 1;  // off[lo] <= c, answer in [lo, hi]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (off[mid] <= c)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
-struct ChunkLoc {
-  int seq, slot, t0, L;
-};
-
-__device__ __forceinline__ bool locate(const ScanParams& p, int c, ChunkLoc& loc) {
-  loc.seq = find_seq(p.chunk_off, p.seqs, c);
-  if (loc.seq < 0) return false;
-  const int k = c - p.chunk_off[loc.seq];
-  loc.t0 = p.cu_seqlens[loc.seq] + k * p.Q;
-  loc.L = min(p.Q, p.cu_seqlens[loc.seq + 1] - loc.t0);
-  loc.slot = p.slots[loc.seq];
-  return true;
-}
-
-// Grid (max_chunks, H), 256 threads. dt', cs into the workspace; Sc[p,n] =
-// Σ_j exp(cs_last - cs_j)·dt'_j · x_j[p] · B_j[n]. FLOPs 2·L·P·N; bytes L·(P + N) in, P·N·4 out.
-__global__ void __launch_bounds__(kScanThreads) scan_chunk_state_kernel(const ScanParams p) {
-  const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
-  const SsmIn& in = p.in;
-  const int P = in.P, N = in.N, PN = P * N, Q = p.Q, L = loc.L;
-  __shared__ float dts[256], css[256];
-  __shared__ float xw[kTile][kMaxDim], Bs[kTile][kMaxDim];
-  const float A = in.A(h);
-  for (int j = tid; j < Q; j += kScanThreads) dts[j] = j < L ? in.dt_eff(loc.t0 + j, h) : 0.0f;
-  __syncthreads();
-  // cs_j = Σ_{k≤j} dt'_k·A: warp 0, lane l scans Q/32 contiguous entries, then the lane totals.
-  if (tid < 32) {
-    const int per = Q / 32, j0 = tid * per;
-    float run = 0.0f;
-    for (int j = j0; j < j0 + per; ++j) {
-      run += dts[j] * A;
-      css[j] = run;
-    }
-    float incl = run;  // inclusive scan of the lane totals
-    for (int o = 1; o < 32; o <<= 1) {
-      const float v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (tid >= o) incl += v;
-    }
-    const float before = incl - run;
-    for (int j = j0; j < j0 + per; ++j) css[j] += before;
-  }
-  __syncthreads();
-  const int64_t wrow = (static_cast<int64_t>(c) * in.H + h) * Q;
-  for (int j = tid; j < L; j += kScanThreads) {
-    p.dts[wrow + j] = dts[j];
-    p.css[wrow + j] = css[j];
-  }
-  const float cs_last = css[L - 1];
-  const int g = in.group(h);
-  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * PN;
-  for (int o0 = 0; o0 < PN; o0 += kMaxPN) {
-    float acc[kAccState];
-#pragma unroll
-    for (int r = 0; r < kAccState; ++r) acc[r] = 0.0f;
-    for (int j0 = 0; j0 < L; j0 += kTile) {
-      __syncthreads();  // the previous tile is consumed
-      for (int e = tid; e < kTile * P; e += kScanThreads) {
-        const int jj = e / P, pp = e % P, j = j0 + jj;
-        xw[jj][pp] = j < L ? expf(cs_last - css[j]) * dts[j] * in.x_at(loc.t0 + j, h, pp) : 0.0f;
-      }
-      for (int e = tid; e < kTile * N; e += kScanThreads) {
-        const int jj = e / N, n = e % N, j = j0 + jj;
-        Bs[jj][n] =
-            j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kAccState; ++r) {
-        const int o = o0 + tid + r * kScanThreads;
-        if (o < PN) {
-          const int pp = o / N, n = o % N;
-#pragma unroll
-          for (int jj = 0; jj < kTile; ++jj) acc[r] += xw[jj][pp] * Bs[jj][n];
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kAccState; ++r) {
-      const int o = o0 + tid + r * kScanThreads;
-      if (o < PN) Sc[o] = acc[r];
-    }
-  }
-}
-
-// Grid (ceil(P·N / 256), H, seqs): the spine over the chunks of one sequence, per element.
-template <class St>
-__global__ void __launch_bounds__(kScanThreads) scan_state_pass_kernel(const ScanParams p) {
-  const int seq = blockIdx.z, h = blockIdx.y;
-  const int P = p.in.P, N = p.in.N, PN = P * N, H = p.in.H, Q = p.Q;
-  const int o = blockIdx.x * kScanThreads + threadIdx.x;
-  if (o >= PN) return;
-  const int pp = o / N, n = o % N;
-  const int slot = p.slots[seq];
-  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
-  auto chunk_row = [&](int c) {
-    return c * p.chunk_states.s0 + h * p.chunk_states.s1 + pp * p.chunk_states.s2 + n;
-  };
-  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
-    if (p.chunk_states.p)
-      for (int c = c0; c < c1; ++c)
-        store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), 0.0f);
-    return;
-  }
-  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h + pp * p.st_p + n;
-  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
-  float S = initial ? to_f32(*pool) : 0.0f;
-  const int len = p.cu_seqlens[seq + 1] - p.cu_seqlens[seq];
-  for (int c = c0; c < c1; ++c) {
-    const int L = min(Q, len - (c - c0) * Q);
-    const int64_t row = static_cast<int64_t>(c) * H + h;
-    const float cs_last = p.css[row * Q + L - 1];
-    float* w = p.Sws + row * PN + o;
-    const float sc = *w;
-    *w = S;  // the state entering chunk c
-    S = expf(cs_last) * S + sc;
-    if (p.chunk_states.p)
-      store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), S);
-  }
-  *pool = from_f32<St>(S);
-}
-
-// Grid (max_chunks, H, Q / 16), dynamic shared memory (see scan_output_smem). Rows
-// i in [i0, i0 + 16) of chunk c, every p:
-//   y_i[p] = exp(cs_i)·Σ_n C_i[n]·S_enter[p,n] + Σ_{j≤i} (C_i·B_j)·exp(cs_i - cs_j)·dt'_j·x_j[p]
-// FLOPs per row 2·P·N (inter) + (i+1)·2·(N + P) (intra).
-__global__ void __launch_bounds__(kScanThreads) scan_output_kernel(const ScanParams p) {
-  const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-  const int i0 = blockIdx.z * kTile;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || i0 >= loc.L) return;
-  const SsmIn& in = p.in;
-  const int P = in.P, N = in.N, PN = P * N, Q = p.Q;
-  const int rows = min(kTile, loc.L - i0);
-  const int outs = kTile * P;  // outputs o = i·P + p of this block (rows ≥ `rows` unused)
-  if (loc.slot < 0) {          // padding: y = 0
-    for (int o = tid; o < rows * P; o += kScanThreads)
-      in.store_y(loc.t0 + i0 + o / P, h, o % P, 0.0f);
-    return;
-  }
-  extern __shared__ float smem[];
-  const int ldn = N + 1;         // padded rows: C·Bᵀ reads rows of Bs across lanes
-  float* Cs = smem;              // [16][N + 1]
-  float* Bs = Cs + kTile * ldn;  // [16][N + 1]
-  float* Xs = Bs + kTile * ldn;  // [16][max(P, 16)]: x tile, or S_enter tile [n][p]
-  const int ldx = max(P, kTile);
-  float* M = Xs + kTile * ldx;           // [16][17]: decay-masked C·Bᵀ · dt'
-  float* css = M + kTile * (kTile + 1);  // [Q]
-  float* dts = css + Q;                  // [Q]
-  const int64_t wrow = static_cast<int64_t>(c) * in.H + h;
-  const int jmax = i0 + rows;  // tokens j < jmax feed these rows
-  for (int j = tid; j < jmax; j += kScanThreads) {
-    css[j] = p.css[wrow * Q + j];
-    dts[j] = p.dts[wrow * Q + j];
-  }
-  const int g = in.group(h);
-  for (int e = tid; e < kTile * N; e += kScanThreads) {
-    const int ii = e / N, n = e % N;
-    Cs[ii * ldn + n] =
-        ii < rows ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + n)
-                  : 0.0f;
-  }
-  float acc[kAccOut];
-#pragma unroll
-  for (int r = 0; r < kAccOut; ++r) acc[r] = 0.0f;
-
-  // Inter-chunk: Σ_n C_i[n]·S_enter[p,n], n in tiles of 16 (Xs holds S_enter[p, n0 + nn] as
-  // [nn][p]).
-  const float* Se = p.Sws + wrow * PN;
-  for (int n0 = 0; n0 < N; n0 += kTile) {
-    __syncthreads();
-    for (int e = tid; e < kTile * P; e += kScanThreads) {
-      const int pp = e / kTile, nn = e % kTile;
-      Xs[nn * ldx + pp] = n0 + nn < N ? Se[pp * N + n0 + nn] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kAccOut; ++r) {
-      const int o = tid + r * kScanThreads;
-      if (o < outs) {
-        const int ii = o / P, pp = o % P;
-        const int nend = min(kTile, N - n0);
-        for (int nn = 0; nn < nend; ++nn) acc[r] += Cs[ii * ldn + n0 + nn] * Xs[nn * ldx + pp];
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kAccOut; ++r) {
-    const int o = tid + r * kScanThreads;
-    if (o < outs && o / P < rows) acc[r] *= expf(css[i0 + o / P]);
-  }
-
-  // Intra-chunk: tiles of 16 tokens j < jmax.
-  for (int j0 = 0; j0 < jmax; j0 += kTile) {
-    __syncthreads();
-    for (int e = tid; e < kTile * N; e += kScanThreads) {
-      const int jj = e / N, n = e % N, j = j0 + jj;
-      Bs[jj * ldn + n] =
-          j < jmax ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
-    }
-    for (int e = tid; e < kTile * P; e += kScanThreads) {
-      const int jj = e / P, pp = e % P, j = j0 + jj;
-      Xs[jj * ldx + pp] = j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
-    }
-    __syncthreads();
-    {  // M[ii][jj] = (C_i·B_j)·exp(cs_i - cs_j)·dt'_j for j ≤ i, else 0: one entry per thread
-      const int ii = tid / kTile, jj = tid % kTile, i = i0 + ii, j = j0 + jj;
-      float m = 0.0f;
-      if (ii < rows && j <= i) {
-        float dot = 0.0f;
-        for (int n = 0; n < N; ++n) dot += Cs[ii * ldn + n] * Bs[jj * ldn + n];
-        m = dot * expf(css[i] - css[j]) * dts[j];
-      }
-      M[ii * (kTile + 1) + jj] = m;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kAccOut; ++r) {
-      const int o = tid + r * kScanThreads;
-      if (o < outs) {
-        const int ii = o / P, pp = o % P;
-#pragma unroll
-        for (int jj = 0; jj < kTile; ++jj) acc[r] += M[ii * (kTile + 1) + jj] * Xs[jj * ldx + pp];
-      }
-    }
-  }
-
-  const float D_h = in.D_skip(h);
-#pragma unroll
-  for (int r = 0; r < kAccOut; ++r) {
-    const int o = tid + r * kScanThreads;
-    if (o < outs && o / P < rows) {
-      const int ii = o / P, pp = o % P;
-      const int64_t t = loc.t0 + i0 + ii;
-      in.store_y(t, h, pp, in.finish(acc[r], D_h, in.x_at(t, h, pp), t, h, pp));
-    }
-  }
-}
-
-size_t scan_output_smem(int P, int N, int Q) {
-  return sizeof(float) *
-         (2 * kTile * (N + 1) + kTile * std::max(P, kTile) + kTile * (kTile + 1) + 2 * Q);
-}
-
-// ---- chunked scan, tiled variant (P = 64, N % 64 == 0) ---------------------------------------
-// The same decomposition as above, with every product done as a 64 × 64 output tile per block
-// (256 threads, a 4 × 4 register micro-tile each, k staged 32 at a time in shared memory), and
-// C·Bᵀ computed once per (chunk, group) instead of once per head:
-//   scan_dt        grid (chunk, h), one warp: dt', cs into the workspace
-//   scan_cb        grid (chunk, g, (Q/64)² tiles, lower half): CB[c,g,i,j] = C_i·B_j   (f32, ws)
-//   scan_state_t   grid (chunk, h, N/64): Sc[p, n-tile] = Σ_j (w_j·x_j[p])·B_j[n]
-//   scan_state_pass (shared with the general path)
-//   scan_out_t     grid (chunk, h, Q/64): y rows i-tile × P = exp(cs_i)·C_i·S_enterᵀ +
-//                  Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j   (+ D·x, gate)
-// FLOPs per token and head: 2·P·N (state) + 2·P·N (inter) + ≈ Q·P (intra) + per group Q·N (CB);
-// FMA-bound on CUDA cores (each staged element feeds 64 FMAs; 2 LDS.128 per 16 FMAs).
-constexpr int kFT = 64;   // output tile edge
-constexpr int kFK = 32;   // k per shared-memory stage
-constexpr int kFLd = 68;  // padded row (floats; 16-byte aligned rows, 4-way conflicts on stores)
-
-struct FTile {
-  __align__(16) float a[kFK][kFLd];  // a[k][row]
-  __align__(16) float b[kFK][kFLd];  // b[k][col]
-};
-
-// acc[r][c] += Σ_k a[k][ty·4 + r] · b[k][tx·4 + c]
-__device__ __forceinline__ void tile_fma(const FTile& s, float (&acc)[4][4], int tx, int ty) {
-#pragma unroll 8
-  for (int k = 0; k < kFK; ++k) {
-    const float4 a = *reinterpret_cast<const float4*>(&s.a[k][ty * 4]);
-    const float4 b = *reinterpret_cast<const float4*>(&s.b[k][tx * 4]);
-    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[r][c] += av[r] * bv[c];
-  }
-}
-
-// dst[kk][cc] = f(kk, cc) for kk < 32, cc < 64. k_fast: consecutive threads take consecutive kk
-// (the source is contiguous along k), else consecutive cc.
-template <class F>
-__device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
-  for (int e = threadIdx.x; e < kFK * kFT; e += kScanThreads) {
-    const int kk = k_fast ? e % kFK : e / kFT;
-    const int cc = k_fast ? e / kFK : e % kFT;
-    dst[kk][cc] = f(kk, cc);
-  }
-}
-
-// Grid (max_chunks, H), 32 threads: dt'_j and cs_j = Σ_{k≤j} dt'_k·A for j < L.
-__global__ void __launch_bounds__(32) scan_dt_kernel(const ScanParams p) {
-  const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
-  const SsmIn& in = p.in;
-  const int Q = p.Q, per = Q / 32, j0 = lane * per;
-  const float A = in.A(h);
-  float v[8];
-  float run = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int j = j0 + k;
-    v[k] = (k < per && j < loc.L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
-  }
-  float cs[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    run += v[k] * A;
-    cs[k] = run;
-  }
-  float incl = run;
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += u;
-  }
-  const float before = incl - run;
-  const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int j = j0 + k;
-    if (k < per && j < loc.L) {
-      p.dts[row + j] = v[k];
-      p.css[row + j] = cs[k] + before;
-    }
-  }
-}
-
-// Grid (max_chunks, G, (Q/64)²): tile (ti, tj) of CB[c, g] = C·Bᵀ over the chunk, tj ≤ ti.
-// FLOPs 2·64·64·N per tile.
-__global__ void __launch_bounds__(kScanThreads) scan_cb_kernel(const ScanParams p, float* CB) {
-  const int c = blockIdx.x, g = blockIdx.y, nt = p.Q / kFT;
-  const int ti = blockIdx.z / nt, tj = blockIdx.z % nt;
-  ChunkLoc loc;
-  if (tj > ti || !locate(p, c, loc) || loc.slot < 0 || ti * kFT >= loc.L) return;
-  const SsmIn& in = p.in;
-  const int i0 = ti * kFT, j0 = tj * kFT, L = loc.L, Q = p.Q;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  __shared__ FTile s;
-  float acc[4][4] = {};
-  for (int k0 = 0; k0 < in.N; k0 += kFK) {
-    __syncthreads();
-    stage(s.a, true, [&](int kk, int ii) {
-      const int i = i0 + ii;
-      return i < L ? load_any(in.C.p, in.C.dt, (loc.t0 + i) * in.C.s0 + g * in.C.s1 + k0 + kk)
-                   : 0.0f;
-    });
-    stage(s.b, true, [&](int kk, int jj) {
-      const int j = j0 + jj;
-      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + k0 + kk)
-                   : 0.0f;
-    });
-    __syncthreads();
-    tile_fma(s, acc, tx, ty);
-  }
-  float* out = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-    *reinterpret_cast<float4*>(out + (i0 + ty * 4 + r) * Q + j0 + tx * 4) =
-        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-}
-
-// Grid (max_chunks, H, N/64): Sc[p, n0 + ·] = Σ_j (exp(cs_last - cs_j)·dt'_j·x_j[p])·B_j[n].
-// P = 64. FLOPs 2·L·64·64 per block.
-__global__ void __launch_bounds__(kScanThreads) scan_state_t_kernel(const ScanParams p) {
-  const int c = blockIdx.x, h = blockIdx.y, n0 = blockIdx.z * kFT;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
-  const SsmIn& in = p.in;
-  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int64_t row = static_cast<int64_t>(c) * in.H + h;
-  __shared__ FTile s;
-  __shared__ float w[256];
-  const float cs_last = p.css[row * Q + L - 1];
-  for (int j = threadIdx.x; j < L; j += kScanThreads)
-    w[j] = expf(cs_last - p.css[row * Q + j]) * p.dts[row * Q + j];
-  float acc[4][4] = {};
-  for (int j0 = 0; j0 < L; j0 += kFK) {
-    __syncthreads();  // w is written / the previous stage is consumed
-    stage(s.a, false, [&](int kk, int pp) {
-      const int j = j0 + kk;
-      return j < L ? w[j] * in.x_at(loc.t0 + j, h, pp) : 0.0f;
-    });
-    stage(s.b, false, [&](int kk, int nn) {
-      const int j = j0 + kk;
-      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n0 + nn)
-                   : 0.0f;
-    });
-    __syncthreads();
-    tile_fma(s, acc, tx, ty);
-  }
-  float* Sc = p.Sws + row * kFT * N;
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-    *reinterpret_cast<float4*>(Sc + (ty * 4 + r) * N + n0 + tx * 4) =
-        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-}
-
-// Grid (max_chunks, H, Q/64): rows [i0, i0 + 64) of the chunk × all 64 p. FLOPs per block
-// 2·64·64·N (inter) + 2·64·64·(i0 + 64) (intra).
-__global__ void __launch_bounds__(kScanThreads)
-    scan_out_t_kernel(const ScanParams p, const float* CB) {
-  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || i0 >= loc.L) return;
-  const SsmIn& in = p.in;
-  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
-  const int rows = min(kFT, L - i0), jmax = i0 + rows;
-  if (loc.slot < 0) {  // padding: y = 0
-    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
-      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
-    return;
-  }
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int64_t row = static_cast<int64_t>(c) * in.H + h;
-  __shared__ FTile s;
-  __shared__ float cs_s[256], dt_s[256];
-  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
-    cs_s[j] = p.css[row * Q + j];
-    dt_s[j] = p.dts[row * Q + j];
-  }
-  float acc[4][4] = {};
-  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
-  const float* Se = p.Sws + row * kFT * N;
-  for (int k0 = 0; k0 < N; k0 += kFK) {
-    __syncthreads();
-    stage(s.a, true, [&](int kk, int ii) {
-      return ii < rows
-                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
-                 : 0.0f;
-    });
-    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
-    __syncthreads();
-    tile_fma(s, acc, tx, ty);
-  }
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int ii = ty * 4 + r;
-    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) acc[r][q] *= d;
-  }
-  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
-  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
-  for (int j0 = 0; j0 < jmax; j0 += kFK) {
-    __syncthreads();
-    stage(s.a, true, [&](int kk, int ii) {
-      const int i = i0 + ii, j = j0 + kk;
-      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
-    });
-    stage(s.b, false, [&](int kk, int pp) {
-      const int j = j0 + kk;
-      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
-    });
-    __syncthreads();
-    tile_fma(s, acc, tx, ty);
-  }
-  const float D_h = in.D_skip(h);
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int ii = ty * 4 + r;
-    if (ii >= rows) continue;
-    const int64_t t = loc.t0 + i0 + ii;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int pp = tx * 4 + q;
-      in.store_y(t, h, pp, in.finish(acc[r][q], D_h, in.x_at(t, h, pp), t, h, pp));
-    }
-  }
-}
-
-// ---- output tile on tensor cores (y bf16) ---------------------------------------------------
-// scan_out_t with both products as bf16 mma.sync m16n8k16 (f32 accumulate), from the same
-// f32 shared-memory stages (rounded to bf16 when the fragments are built). 8 warps: warp w owns
-// rows (w % 4)·16 .. +16 and columns (w / 4)·32 .. +32 of the 64 × 64 tile (4 n-blocks of 8).
-// Accumulator layout (PTX m16n8k16, f32 C/D): element e of n-block nb is row lane/4 (+8 for
-// e ≥ 2), column nb·8 + (lane % 4)·2 + (e & 1). Used only when y is bf16: C·S_enter and the
-// decay-masked C·Bᵀ are rounded to bf16 (as mamba_ssm's Triton kernel does), which the bf16
-// tolerance of y absorbs; the states (chunk_states, pool) stay f32 CUDA-core sums.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// acc[nb][e] += Σ_k a[k][row]·b[k][col] over the stage's 32 k, bf16 inputs.
-__device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int warp, int lane) {
-  const int r0 = (warp % 4) * 16 + lane / 4, c0 = (warp / 4) * 32 + lane / 4;
-  const int kq = (lane % 4) * 2;
-#pragma unroll
-  for (int k16 = 0; k16 < kFK; k16 += 16) {
-    const int k = k16 + kq;
-    const uint32_t a0 = pack_bf16(s.a[k][r0], s.a[k + 1][r0]);
-    const uint32_t a1 = pack_bf16(s.a[k][r0 + 8], s.a[k + 1][r0 + 8]);
-    const uint32_t a2 = pack_bf16(s.a[k + 8][r0], s.a[k + 9][r0]);
-    const uint32_t a3 = pack_bf16(s.a[k + 8][r0 + 8], s.a[k + 9][r0 + 8]);
-#pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-      const int cc = c0 + nb * 8;
-      const uint32_t b0 = pack_bf16(s.b[k][cc], s.b[k + 1][cc]);
-      const uint32_t b1 = pack_bf16(s.b[k + 8][cc], s.b[k + 9][cc]);
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-          "{%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(acc[nb][0]), "+f"(acc[nb][1]), "+f"(acc[nb][2]), "+f"(acc[nb][3])
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-  }
-}
-
-// Grid (max_chunks, H, Q/64), as scan_out_t.
-__global__ void __launch_bounds__(kScanThreads)
-    scan_out_mma_kernel(const ScanParams p, const float* CB) {
-  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || i0 >= loc.L) return;
-  const SsmIn& in = p.in;
-  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
-  const int rows = min(kFT, L - i0), jmax = i0 + rows;
-  if (loc.slot < 0) {  // padding: y = 0
-    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
-      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
-    return;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(c) * in.H + h;
-  __shared__ FTile s;
-  __shared__ float cs_s[256], dt_s[256];
-  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
-    cs_s[j] = p.css[row * Q + j];
-    dt_s[j] = p.dts[row * Q + j];
-  }
-  float acc[4][4] = {};
-  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
-  const float* Se = p.Sws + row * kFT * N;
-  for (int k0 = 0; k0 < N; k0 += kFK) {
-    __syncthreads();
-    stage(s.a, true, [&](int kk, int ii) {
-      return ii < rows
-                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
-                 : 0.0f;
-    });
-    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
-    __syncthreads();
-    tile_mma(s, acc, warp, lane);
-  }
-  const int r_lo = (warp % 4) * 16 + lane / 4;  // this lane's rows r_lo and r_lo + 8
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int ii = r_lo + (e >= 2 ? 8 : 0);
-    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
-#pragma unroll
-    for (int nb = 0; nb < 4; ++nb) acc[nb][e] *= d;
-  }
-  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
-  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
-  for (int j0 = 0; j0 < jmax; j0 += kFK) {
-    __syncthreads();
-    stage(s.a, true, [&](int kk, int ii) {
-      const int i = i0 + ii, j = j0 + kk;
-      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
-    });
-    stage(s.b, false, [&](int kk, int pp) {
-      const int j = j0 + kk;
-      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
-    });
-    __syncthreads();
-    tile_mma(s, acc, warp, lane);
-  }
-  const float D_h = in.D_skip(h);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int ii = r_lo + (e >= 2 ? 8 : 0);
-    if (ii >= rows) continue;
-    const int64_t t = loc.t0 + i0 + ii;
-#pragma unroll
-    for (int nb = 0; nb < 4; ++nb) {
-      const int pp = (warp / 4) * 32 + nb * 8 + (lane % 4) * 2 + (e & 1);
-      in.store_y(t, h, pp, in.finish(acc[nb][e], D_h, in.x_at(t, h, pp), t, h, pp));
-    }
+    for (int r = 0; r < R; ++r)
+      if (valid[r])
+        store_row<LPR, NC, VEC>(pool + (row0 + r * L::kGroupRows) * p.st_p, sub, N, s[r]);
   }
 }
 
@@ -1031,51 +421,65 @@ bool rows_aligned(const Tensor& s) {
          (s.stride(1) * esz) % 16 == 0 && (s.stride(2) * esz) % 16 == 0;
 }
 
-Reason rec_supports_n(int64_t N) {
+// What the recurrent kernels refuse: N > 256 (a lane holds at most 8 interleaved columns) and a
+// pool that is not f32 or bf16. N in {32, 64, 128, 256} with 16-byte aligned pool rows takes the
+// vector path; any other N <= 256 or unaligned rows take the scalar interleaved path (slower, not
+// refused).
+Reason rec_supports_n(int64_t N, const Tensor& state) {
   if (N > 256) return str("N=", N, " > 256 is not built");
+  if (state.dtype() != DType::f32 && state.dtype() != DType::bf16)
+    return str("state ", dtype_name(state.dtype()), " is not built (f32, bf16)");
   return {};
 }
 
+// N → the row-group layout (LPR lanes per row, NC columns per lane, VEC). VEC: N in {32, 64, 128,
+// 256} with 16-byte aligned rows, 8 lanes a row (4 at N = 32, 16 at N = 256), 16-byte chunks. Else
+// (any N <= 256, or unaligned rows): 32 lanes a row, NC = N / 32 rounded up, interleaved scalar
+// columns.
 template <class Body>
 void dispatch_nc(int64_t N, bool vec, Body&& body) {
-  // VEC: N = 32·NC exactly and 16-byte aligned rows; else interleaved with NC ≥ N / 32.
-  const int nc = static_cast<int>((N + 31) / 32);
-  const bool exact = N % 32 == 0 && (nc == 1 || nc == 2 || nc == 4 || nc == 8);
-  if (vec && exact) {
-    switch (nc) {
-      case 1:
-        body(std::integral_constant<int, 1>{}, std::true_type{});
+  using std::integral_constant;
+  if (vec) {
+    switch (N) {
+      case 32:
+        body(integral_constant<int, 4>{}, integral_constant<int, 8>{}, std::true_type{});
         return;
-      case 2:
-        body(std::integral_constant<int, 2>{}, std::true_type{});
+      case 64:
+        body(integral_constant<int, 8>{}, integral_constant<int, 8>{}, std::true_type{});
         return;
-      case 4:
-        body(std::integral_constant<int, 4>{}, std::true_type{});
+      case 128:
+        body(integral_constant<int, 8>{}, integral_constant<int, 16>{}, std::true_type{});
+        return;
+      case 256:
+        body(integral_constant<int, 16>{}, integral_constant<int, 16>{}, std::true_type{});
         return;
       default:
-        body(std::integral_constant<int, 8>{}, std::true_type{});
-        return;
+        break;
     }
   }
+  const int nc = static_cast<int>((N + 31) / 32);
   if (nc <= 1)
-    body(std::integral_constant<int, 1>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 1>{}, std::false_type{});
   else if (nc <= 2)
-    body(std::integral_constant<int, 2>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 2>{}, std::false_type{});
   else if (nc <= 4)
-    body(std::integral_constant<int, 4>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 4>{}, std::false_type{});
   else
-    body(std::integral_constant<int, 8>{}, std::false_type{});
+    body(integral_constant<int, 32>{}, integral_constant<int, 8>{}, std::false_type{});
 }
 
 template <Mode mode>
 void launch_rec(const RecParams& p, const Tensor& state, int64_t seqs, Context& ctx) {
   if (seqs == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.P + kRows - 1) / kRows), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(seqs));
-  dispatch_nc(p.N, rows_aligned(state), [&](auto nc, auto vec) {
+  dispatch_nc(p.N, rows_aligned(state), [&](auto lpr, auto nc, auto vec) {
     dispatch_state(state.dtype(), [&](auto ts) {
-      ssm_rec_kernel<mode, decltype(nc)::value, decltype(vec)::value, decltype(ts)>
-          <<<grid, kWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+      constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
+      constexpr bool VEC = decltype(vec)::value;
+      using TS = decltype(ts);
+      constexpr int rows = RecLayout<LPR, NC, VEC, TS>::kRows;
+      const dim3 grid(static_cast<unsigned>((p.P + rows - 1) / rows), static_cast<unsigned>(p.H),
+                      static_cast<unsigned>(seqs));
+      ssm_rec_kernel<mode, LPR, NC, VEC, TS><<<grid, kRecThreads, 0, as_stream(ctx.stream())>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
@@ -1091,7 +495,7 @@ void set_pool(RecParams& p, const Tensor& state) {
 // ---- ssm_step --------------------------------------------------------------------------------
 
 Reason step_supports(const SsmStep& a) {
-  return rec_supports_n(a.B.size(2));
+  return rec_supports_n(a.B.size(2), a.state);
 }
 
 void step_cuda(const SsmStep& a, Context& ctx) {
@@ -1106,7 +510,7 @@ void step_cuda(const SsmStep& a, Context& ctx) {
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
 
 Reason record_supports(const SsmStepRecord& a) {
-  return rec_supports_n(a.B.size(2));
+  return rec_supports_n(a.B.size(2), a.state);
 }
 
 void record_cuda(const SsmStepRecord& a, Context& ctx) {
@@ -1124,7 +528,7 @@ void record_cuda(const SsmStepRecord& a, Context& ctx) {
 }
 
 Reason replay_supports(const SsmReplay& a) {
-  return rec_supports_n(a.dBx_log.size(3));
+  return rec_supports_n(a.dBx_log.size(3), a.state);
 }
 
 void replay_cuda(const SsmReplay& a, Context& ctx) {
@@ -1140,149 +544,12 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
   launch_rec<Mode::replay>(p, a.state, a.state_slots.size(0), ctx);
 }
 
-// ---- ssm_chunk_scan --------------------------------------------------------------------------
-
-Reason scan_supports(const SsmChunkScan& a) {
-  const int64_t P = a.x.size(2), N = a.B.size(2);
-  if (P > kMaxDim || N > kMaxDim) return str("P=", P, ", N=", N, ": both must be <= 256");
-  return {};
-}
-
-size_t align_up(size_t v) {
-  return (v + 255) & ~size_t{255};
-}
-
-void scan_cuda(const SsmChunkScan& a, Context& ctx) {
-  const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
-  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size;
-  if (seqs == 0) return;
-  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
-  // One workspace: chunk_off | dt' | cs | Sc / S_enter.
-  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
-  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
-  const size_t s_b = align_up(sizeof(float) * max_chunks * H * P * N);
-  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b));
-  ScanParams p;
-  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
-                a.dt_max);
-  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
-  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
-  p.slots = a.state_slots.data_as<const int>();
-  if (a.has_initial_state.defined())
-    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
-  p.state = a.state.data();
-  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
-  p.chunk_states = arg(a.chunk_states);
-  p.chunk_off = reinterpret_cast<int*>(ws);
-  p.dts = reinterpret_cast<float*>(ws + off_b);
-  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
-  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
-  cudaStream_t stream = as_stream(ctx.stream());
-
-  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  const unsigned hh = static_cast<unsigned>(H);
-  scan_chunk_state_kernel<<<dim3(static_cast<unsigned>(max_chunks), hh), kScanThreads, 0, stream>>>(
-      p);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  const dim3 pass_grid(static_cast<unsigned>((P * N + kScanThreads - 1) / kScanThreads), hh,
-                       static_cast<unsigned>(seqs));
-  dispatch_state(a.state.dtype(), [&](auto ts) {
-    scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
-  });
-  const size_t smem = scan_output_smem(static_cast<int>(P), static_cast<int>(N), p.Q);
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-        scan_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  scan_output_kernel<<<dim3(static_cast<unsigned>(max_chunks), hh,
-                            static_cast<unsigned>(Q / kTile)),
-                       kScanThreads, smem, stream>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
-}
-
-Reason scan_tiled_supports(const SsmChunkScan& a) {
-  const int64_t P = a.x.size(2), N = a.B.size(2);
-  if (P != 64) return str("P=", P, ": the tiled scan is built for P = 64");
-  if (N % 64 != 0 || N > kMaxDim) return str("N=", N, ": the tiled scan needs N % 64 == 0, <= 256");
-  return {};
-}
-
-Reason scan_mma_supports(const SsmChunkScan& a) {
-  if (a.y.dtype() != DType::bf16) return std::string("y must be bf16 (bf16 tensor-core products)");
-  return scan_tiled_supports(a);
-}
-
-void scan_tiled_run(const SsmChunkScan& a, Context& ctx, bool mma) {
-  const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
-  const int64_t G = a.B.size(1), seqs = a.state_slots.size(0), Q = a.chunk_size;
-  if (seqs == 0) return;
-  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
-  // One workspace: chunk_off | dt' | cs | Sc / S_enter | CB [max_chunks, G, Q, Q].
-  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
-  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
-  const size_t s_b = align_up(sizeof(float) * max_chunks * H * P * N);
-  const size_t cb_b = align_up(sizeof(float) * max_chunks * G * Q * Q);
-  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + cb_b));
-  ScanParams p;
-  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
-                a.dt_max);
-  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
-  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
-  p.slots = a.state_slots.data_as<const int>();
-  if (a.has_initial_state.defined())
-    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
-  p.state = a.state.data();
-  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
-  p.chunk_states = arg(a.chunk_states);
-  p.chunk_off = reinterpret_cast<int*>(ws);
-  p.dts = reinterpret_cast<float*>(ws + off_b);
-  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
-  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
-  float* CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b);
-  cudaStream_t stream = as_stream(ctx.stream());
-  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
-  const unsigned nt = static_cast<unsigned>(Q / kFT);
-
-  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  scan_cb_kernel<<<dim3(mc, static_cast<unsigned>(G), nt * nt), kScanThreads, 0, stream>>>(p, CB);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  scan_state_t_kernel<<<dim3(mc, hh, static_cast<unsigned>(N / kFT)), kScanThreads, 0, stream>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  const dim3 pass_grid(static_cast<unsigned>((P * N + kScanThreads - 1) / kScanThreads), hh,
-                       static_cast<unsigned>(seqs));
-  dispatch_state(a.state.dtype(), [&](auto ts) {
-    scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
-  });
-  if (mma)
-    scan_out_mma_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
-  else
-    scan_out_t_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
-  HYBRID_CUDA_CHECK_LAUNCH();
-}
-
-void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_tiled_run(a, ctx, false);
-}
-void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_tiled_run(a, ctx, true);
-}
-
 }  // namespace
 
 void register_ssm(Registry& r) {
   r.add<SsmStep>("ssm_step.cuda", DeviceType::cuda, 0, step_supports, step_cuda);
   r.add<SsmStepRecord>("ssm_step_record.cuda", DeviceType::cuda, 0, record_supports, record_cuda);
   r.add<SsmReplay>("ssm_replay.cuda", DeviceType::cuda, 0, replay_supports, replay_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda", DeviceType::cuda, 0, scan_supports, scan_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled", DeviceType::cuda, 1, scan_tiled_supports,
-                      scan_tiled_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled_mma", DeviceType::cuda, 2, scan_mma_supports,
-                      scan_mma_cuda);
 }
 
 }  // namespace hybrid::cuda

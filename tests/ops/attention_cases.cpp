@@ -91,8 +91,9 @@ struct AttnCase : Case {
   int64_t rotary_dim = 0;
   float theta = 1e4f;
   DType act = DType::f32, cache = DType::f32;
-  bool strided = false;  // q, k, v are views into a packed [T, (Hq + 2·Hkv)·D + 8] projection
-  bool varlen = false;   // append: with cu_seqlens (else one token per sequence)
+  bool strided = false;      // q, k, v are views into a packed [T, (Hq + 2·Hkv)·D + 8] projection
+  bool q_unaligned = false;  // with strided: q starts one element in (not 16-byte aligned)
+  bool varlen = false;       // append: with cu_seqlens (else one token per sequence)
 
   // Derived in init.
   int64_t N = 0, T = 0, S = 0, max_pages = 0, num_pages = 0;
@@ -116,6 +117,7 @@ struct AttnCase : Case {
       p += str(",rotary=", rotary_dim, ",theta=", theta);
     p += str(",act=", dtype_name(act), ",cache=", dtype_name(cache));
     if (strided) p += ",strided";
+    if (q_unaligned) p += ",q_unaligned";
     return p;
   }
 
@@ -173,7 +175,7 @@ struct AttnCase : Case {
   void init(Rng& rng, Slots& s) override {
     layout(rng);
     const Role cache_role = writes_cache() ? Role::inout : Role::in;
-    if (mode != Mode::append) packed(s, rng, "q", Hq, 0);
+    if (mode != Mode::append) packed(s, rng, "q", Hq, q_unaligned ? 1 : 0);
     if (writes_cache()) {
       packed(s, rng, "k", Hkv, Hq * D);
       packed(s, rng, "v", Hkv, (Hq + Hkv) * D);
@@ -555,6 +557,75 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_decode on the tensor-core split-KV path (bf16 / f16 q and caches): contexts that are no
+  // multiple of a 64-key tile or of a split, many splits with empty ones (short and padding
+  // sequences beside long ones: the split count comes from the page-table capacity), windows
+  // narrower than one split and starting mid-page, GQA 1 / 4 / 8 / 32 (two 16-head chunks) at
+  // every head dim, and a batch of short sequences that takes the single-split direct output.
+  {
+    auto c = make(Mode::decode, {4097, 3000, 1, 0, 65}, gqa8, 16, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {3001, 64, 129}, qwen3_next, 64, bf16, bf16);
+    c->window = 200;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {2500, 7}, qwen3_next, 16, bf16, bf16);
+    c->window = 40;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {1500, 200, 0}, Shape{32, 1, 64}, 32, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {1000, 999}, Shape{2, 2, 256}, 16, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {777, 2049, 5}, gqa4, 16, f16, f16);
+    c->window = 300;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {129, 64, 0, 1}, mha64, 0, f16, f16);
+    c->scale = 0.3f;
+    cases.push_back(std::move(c));
+    std::vector<int64_t> lens;
+    for (int64_t n = 0; n < 40; ++n) lens.push_back(n == 7 ? 0 : 1 + (n * 37) % 90);
+    c = make(Mode::decode, lens, gqa4, 16, bf16, bf16);
+    c->strided = true;
+    cases.push_back(std::move(c));
+  }
+
+  // attn_prefill.cuda_fa2 (128-row tiles over 8 warps, double-buffered K/V, per-warp causal
+  // skip): several 128-row tiles over a cached prefix, windows cutting warps and key tiles, no
+  // multiple of a tile anywhere, GQA 8 / 4 / 1 at D 256 / 128 / 64 / 256, page sizes 64, 16, 7.
+  {
+    auto c = make(Mode::prefill, {700}, qwen3_next, 64, bf16, bf16);
+    c->news = {400};
+    c->window = 77;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {1029, 5}, gqa4, 16, bf16, bf16);
+    c->news = {300, 5};
+    c->window = 200;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {513}, Shape{8, 2, 64}, 7, bf16, bf16);
+    c->news = {513};
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300, 0, 129}, Shape{2, 2, 256}, 16, bf16, bf16);
+    c->news = {300, 0, 128};
+    cases.push_back(std::move(c));
+  }
+
+  // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
+  // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
+  // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
+  // q that is not 16-byte aligned, which v3 refuses and v2 (attn_decode.cuda_tc) then serves.
+  {
+    auto c = make(Mode::decode, {9001}, qwen3_next, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {6003}, gqa1_128, 16, f16, f16);
+    c->window = 4097;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {5000, 1}, Shape{16, 4, 64}, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {2500, 70, 0}, qwen3_next, 16, bf16, bf16);
+    c->strided = true;
+    c->q_unaligned = true;
+    cases.push_back(std::move(c));
+  }
+
   // Perf only: decode B 1 / 32 / 128 / 1 at contexts 32768 / 8192 / 4096 / 131072 (pages of 16
   // and 64), prefill of one sequence of 4096 and 16384 tokens (causal, page 64).
   for (auto [B, ctx, page] : {std::tuple<int64_t, int64_t, int64_t>{1, 32768, 16},
@@ -592,6 +663,11 @@ void add_attention_cases(CaseList& cases) {
     c->rotary_dim = 128;
     c->theta = 1e6f;
     c->window = 32;
+    cases.push_back(std::move(c));
+    c = make(mode, {1500, 3, 0}, gqa8, 16, bf16, bf16);  // the tensor-core decode core, splits
+    c->rotary_dim = 128;
+    c->theta = 1e6f;
+    c->window = 300;
     cases.push_back(std::move(c));
     c = make(mode, {100, 1}, mha64, 0, f16, f32);
     c->rotary_dim = 32;

@@ -345,6 +345,15 @@ void add_conv_cases(CaseList& cases) {
     g.in_place = true, g.sdt = f32;
     add(cases, g);
   }
+  {  // the vectorised update (W 4, C % 8 == 0): more sequences than one block row takes (4),
+     // padding, bf16 / f32 pools, f32 and bf16 activations, SiLU or not, bias
+    ConvConfig g;
+    g.C = 1024, g.calls = {update(9)}, g.slots = {8, 0, -1, 1, 2, 3, 4, 5, 6}, g.pool = 9;
+    g.sdt = bf16, g.bias = true;
+    add(cases, g);
+    g.act = bf16, g.sdt = f32, g.silu = true;
+    add(cases, g);
+  }
   for (Odd o : {Odd{3, 1, 2}, Odd{7, 3, 4}, Odd{65, 2, 5}}) {
     ConvConfig g;  // T = number of sequences here
     g.C = o.C, g.W = o.W, g.calls = {update(o.T)}, g.pool = o.T + 1, g.bias = o.W != 4;

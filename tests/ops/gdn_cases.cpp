@@ -782,6 +782,49 @@ void add_gdn_cases(CaseList& cases) {
       std::nullopt, true, false));
   cases.push_back(make_unique<RecurrentCase>(gva3, Batch{{4, 6, 1}, {3, -1, 1}, {0, 1, 1}, 4}, bf16,
                                              bf16, true, std::nullopt, true, true));
+  // Decode v2 paths (src/cuda/gdn.cu): B = 1 at real shapes (f32 and bf16 pool; 2 rows a thread);
+  // a B = 256 decode batch (4 rows a thread) (real K = V = 128, 4 value heads to keep the f64
+  // oracle small) with padding slots and a shuffled pool; T = 1..16 tokens per sequence with
+  // per-token states at K = 128 (GVA 2 with an f32 pool, GVA 4 with a bf16 pool, a padding sequence
+  // among them); K = 256 (16 lanes a row); K = 64 / V = 96 with a bf16 pool, per-token states and
+  // padding.
+  const Heads k128g2{2, 4, 128, 128}, k128g4{1, 4, 128, 128};
+  for (DType st : {f32, bf16})
+    cases.push_back(make_unique<RecurrentCase>(next, Batch{{1}, {0}, {}, 1}, bf16, st, true,
+                                               std::nullopt, false, false));
+  {
+    Batch b{std::vector<int>(256, 1), std::vector<int>(256), {}, 256};
+    for (int n = 0; n < 256; ++n) b.slots[n] = n % 37 == 5 ? -1 : (n * 97) % 256;
+    cases.push_back(
+        make_unique<RecurrentCase>(k128g2, b, bf16, bf16, true, std::nullopt, false, false));
+    cases.push_back(
+        make_unique<RecurrentCase>(k128g2, b, bf16, f32, true, std::nullopt, false, true));
+  }
+  {
+    Batch b{{}, {}, {}, 17};
+    for (int T = 1; T <= 16; ++T) b.lens.push_back(T), b.slots.push_back(T == 7 ? -1 : 16 - T);
+    cases.push_back(
+        make_unique<RecurrentCase>(k128g2, b, bf16, f32, true, std::nullopt, true, false));
+    cases.push_back(
+        make_unique<RecurrentCase>(k128g4, b, f32, bf16, true, std::nullopt, true, false));
+  }
+  cases.push_back(make_unique<RecurrentCase>(Heads{1, 2, 256, 64}, Batch{{3, 1}, {1, 0}, {}, 2},
+                                             bf16, f32, true, std::nullopt, true, false));
+  cases.push_back(make_unique<RecurrentCase>(Heads{1, 2, 256, 64}, Batch{{2}, {0}, {}, 1}, f32,
+                                             bf16, true, std::nullopt, false, false));
+  cases.push_back(make_unique<RecurrentCase>(k64v96, Batch{{3, 0, 16, 2}, {0, -1, 2, -1}, {}, 3},
+                                             bf16, bf16, true, std::nullopt, true, false));
+  // The 4-rows-a-thread variant (chosen from 1024 blocks of the 2-row grid) with rows past V:
+  // K = 64 / V = 96 over 96 sequences, padding slots, per-token states, both pools.
+  {
+    Batch b{std::vector<int>(96, 1), std::vector<int>(96), {}, 96};
+    for (int n = 0; n < 96; ++n) b.slots[n] = n % 13 == 6 ? -1 : (n * 35) % 96;
+    cases.push_back(
+        make_unique<RecurrentCase>(k64v96, b, bf16, bf16, true, std::nullopt, true, false));
+    cases.push_back(
+        make_unique<RecurrentCase>(k64v96, b, f32, f32, true, std::nullopt, false, true));
+  }
+
   // Split anywhere and resumed from the saved state == whole sequence.
   cases.push_back(
       make_unique<PiecesCase>(small, std::vector<int>{5, 1, 0, 17, 40, 2, 1}, f32, f32));
@@ -818,6 +861,18 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(make_unique<GatesCase>(257, 6, f16, f32, true));
   cases.push_back(make_unique<GatesCase>(3, 1, f32, bf16, false));
 
+  // Decode v2: prep_step at B = 1 (real shapes, both pools) and a 256-sequence batch (4 value
+  // heads, K = V = 128, padding slots, shuffled pool), K = 64 / V = 96 with a bf16 pool.
+  for (DType st : {f32, bf16})
+    cases.push_back(make_unique<PrepStepCase>(next, std::vector<int>{0}, 1, bf16, st));
+  {
+    std::vector<int> slots(256);
+    for (int n = 0; n < 256; ++n) slots[n] = n % 41 == 3 ? -1 : (n * 131) % 256;
+    cases.push_back(make_unique<PrepStepCase>(k128g2, slots, 256, bf16, bf16));
+    cases.push_back(make_unique<PrepStepCase>(k128g4, slots, 256, bf16, f32));
+  }
+  cases.push_back(make_unique<PrepStepCase>(k64v96, std::vector<int>{1, -1, 0}, 2, bf16, bf16));
+
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.
   cases.push_back(make_unique<RecordReplayCase>("gdn_record", small,
                                                 Batch{{7, 4, 3}, {2, -1, 0}, {}, 3},
@@ -833,6 +888,18 @@ void add_gdn_cases(CaseList& cases) {
                                                 std::vector<int>{1, 0}, bf16, bf16, true));
   cases.push_back(make_unique<RecordReplayCase>("gdn_replay", next, Batch{{3}, {1}, {}, 2},
                                                 std::vector<int>{2}, bf16, f32, true));
+  // Decode v2: record / replay at K = V = 128 with a bf16 pool (GVA 2 and 4, padding, every k),
+  // K = 256, and K = 64 / V = 96 with a bf16 pool.
+  cases.push_back(make_unique<RecordReplayCase>("gdn_record", k128g2,
+                                                Batch{{4, 1, 16}, {1, -1, 0}, {}, 2},
+                                                std::vector<int>{2, 0, 9}, bf16, bf16, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_replay", k128g4, Batch{{5, 3}, {0, 1}, {}, 2},
+                                                std::vector<int>{5, 1}, f32, bf16, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_record", Heads{1, 2, 256, 64},
+                                                Batch{{3}, {0}, {}, 1}, std::vector<int>{2}, bf16,
+                                                f32, true));
+  cases.push_back(make_unique<RecordReplayCase>("gdn_replay", k64v96, Batch{{4, 2}, {1, 0}, {}, 2},
+                                                std::vector<int>{3, 2}, bf16, bf16, true));
 }
 
 }  // namespace hybrid::test

@@ -228,7 +228,8 @@ struct GdnChunkCase : Case {
   }
 
   // The CUDA tensor-core variant (K = V = 128, gdn_chunk_prefill.cuda_tc) multiplies bf16
-  // operands with f32 accumulation (k̂, q̂, v, T, W, S, P, V_new, h rounded to bf16), as FLA does.
+  // operands with f32 accumulation (k̂, q̂, v, T, W, S, P, V_new, h rounded to bf16; U stored in
+  // bf16 in the workspace), as FLA does.
   // Rounding k̂ and q̂ alone changes the recurrence by ~5e-6 nmse; a numpy emulation of the
   // kernels' rounding points at these cases' shapes (T = 65..1000, K = V = 128) gives nmse
   // 0.8e-5 .. 1.4e-5 for out and 0.7e-5 .. 1.1e-5 for the final state, max error ~6e-4 of
@@ -259,9 +260,9 @@ void add(CaseList& cases, Config c) {
 // 1x8192 0.521 ms, 1x32768 2.044, 8x4096 2.003, 1x131072 8.246, Hv 64 1x8192 0.864; FlashQLA
 // 0.280 ms at 1x8192 and 0.877 at 1x32768.
 struct ChunkPerfCase : Case {
-  int64_t B, T, Hv;
-  ChunkPerfCase(int64_t B, int64_t T, int64_t Hv) : B(B), T(T), Hv(Hv) {}
-  static constexpr int64_t Hk = 16, K = 128, V = 128;
+  int64_t B, T, Hv, Hk;
+  ChunkPerfCase(int64_t B, int64_t T, int64_t Hv, int64_t Hk = 16) : B(B), T(T), Hv(Hv), Hk(Hk) {}
+  static constexpr int64_t K = 128, V = 128;
   std::string op() const override { return "gdn_chunk_prefill"; }
   std::string params() const override {
     return str("prefill,B=", B, ",T=", T, ",Hk=", Hk, ",Hv=", Hv, ",K=", K, ",V=", V,
@@ -442,6 +443,84 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.l2norm = false;
     add(cases, c);
   }
+  // The tensor-core variant's partial chunks (K = V = 128): chunk lengths 37, 36, 1, 27, 22
+  // put the chunk end inside each 16-row block of the blocked inverse and zero-fill the tails
+  // of the spine's and stage 3's async copies; GVA 3 (K̂ written by one head of three); a
+  // sequence from zeros; f32 everything (the nmse 5e-5 bound applies to out and state).
+  {
+    Config c;
+    c.lens = {37, 100, 155};
+    c.slots = {1, 0, 2};
+    c.has_init = {1, 0, 1};
+    c.pool_rows = 3;
+    c.Hk = 1, c.Hv = 3, c.K = 128, c.V = 128;
+    add(cases, c);
+    // The same chunk ends in chunk-split resumption (bf16 activations; the pool stays f32: a
+    // bf16 pool rounds the state between pieces, which the oracle does not).
+    Config r;
+    r.lens = {220};
+    r.slots = {1};
+    r.pool_rows = 2;
+    r.pieces = {37, 91, 1, 91};
+    r.Hk = 1, r.Hv = 2, r.K = 128, r.V = 128;
+    r.act = DType::bf16;
+    add(cases, r);
+  }
+  // The CUDA tensor-core variant's split-sequence spine (N = 1 with few value heads): 1500 tokens
+  // at Hv 2 run as 6 segments of 4 chunks, with checkpoints every 192 tokens across segment
+  // ends; 1000 tokens at Hv 4 (GVA 2, bf16 inputs and pool, from zeros) as 4 segments, the last
+  // one partial; a padding sequence of 700 tokens (2 segments) whose checkpoint rows are zeros.
+  {
+    Config c;
+    c.lens = {1500};
+    c.slots = {1};
+    c.has_init = {1};
+    c.pool_rows = 2;
+    c.Hk = 1, c.Hv = 2, c.K = 128, c.V = 128;
+    c.every = 192;
+    add(cases, c);
+    c.lens = {1000};
+    c.slots = {0};
+    c.has_init = {0};
+    c.pool_rows = 1;
+    c.Hk = 2, c.Hv = 4;
+    c.act = c.pool = DType::bf16;
+    c.every = 0;
+    add(cases, c);
+    c.lens = {700};
+    c.slots = {-1};
+    c.has_init = {};
+    c.Hk = 1, c.Hv = 2;
+    c.act = c.pool = DType::f32;
+    c.every = 64;
+    add(cases, c);
+  }
+  // The CUDA tensor-core spine's deep ring (`cuda_tc_v3`: W, U, γ two chunks ahead, K̂ one,
+  // taken with 16-row slices, i.e. N·Hv·8 blocks that fit two per SM): sequences of 2 to 10
+  // chunks (the ring of 3 wraps several times), lengths not multiples of 64, an empty sequence
+  // and one of length 1, a padding slot, initial states from the pool and from zeros,
+  // checkpoints every 128 tokens, GVA 3 and packed bf16 activations (N = 5, Hv 6: 240 blocks);
+  // then chunk-split resumption with pieces of 5, 3 and 7 chunks (N = 1, Hv 2, no segments).
+  {
+    Config c;
+    c.lens = {600, 1, 0, 517, 193};
+    c.slots = {3, -1, 0, 1, 4};
+    c.has_init = {1, 1, 0, 1, 0};
+    c.pool_rows = 5;
+    c.Hk = 2, c.Hv = 6, c.K = 128, c.V = 128;
+    c.act = DType::bf16;
+    c.packed = true;
+    c.every = 128;
+    add(cases, c);
+    Config r;
+    r.lens = {833};
+    r.slots = {1};
+    r.pool_rows = 2;
+    r.pieces = {300, 129, 404};
+    r.Hk = 1, r.Hv = 2, r.K = 128, r.V = 128;
+    r.act = DType::bf16;
+    add(cases, r);
+  }
   // Perf only (CUDA benchmark shapes).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},
@@ -449,6 +528,10 @@ void add_gdn_chunk_cases(CaseList& cases) {
                           {1, 131072, 32},
                           {1, 8192, 64}})
     cases.push_back(std::make_unique<ChunkPerfCase>(B, T, Hv));
+  // A tensor-parallel shard of Qwen3-Next (TP 8: Hk 2, Hv 4), where the CUDA tensor-core
+  // variant splits the spine into segments.
+  cases.push_back(std::make_unique<ChunkPerfCase>(1, 8192, 4, 2));
+  cases.push_back(std::make_unique<ChunkPerfCase>(1, 32768, 4, 2));
 }
 
 }  // namespace hybrid::test

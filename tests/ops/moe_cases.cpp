@@ -177,6 +177,7 @@ struct ExpertsConfig {
   bool dup_in_token = false;  // ids[t, 1] = ids[t, 0]: one expert twice for one token
   bool strided = false;       // x and out rows strided (views into wider buffers)
   bool accumulate = false;
+  bool skewed = false;  // expert 0 is in every token (uneven load: one expert, many pairs)
 };
 
 // out[t] (+)= Σ_j w[t,j] · down[e] · h,  e = ids[t,j];
@@ -192,7 +193,8 @@ struct MoeExpertsCase : Case {
     return str("T=", p.T, ",E=", p.E, ",k=", p.K, ",Dm=", p.Dm, ",I=", p.I,
                ",x=", dtype_name(p.act), ",w=", dtype_name(p.wdt), swiglu() ? ",swiglu" : ",relu2",
                ",ids=", dtype_name(p.ids), p.dup_in_token ? ",dup_in_token" : "",
-               p.strided ? ",strided" : "", p.accumulate ? ",accumulate" : "");
+               p.strided ? ",strided" : "", p.accumulate ? ",accumulate" : "",
+               p.skewed ? ",skewed" : "");
   }
   void init(Rng& rng, Slots& s) override {
     if (p.strided)  // x rows inside a packed [T, Dm + 7] buffer at offset 2
@@ -212,7 +214,7 @@ struct MoeExpertsCase : Case {
       std::vector<int64_t> perm(p.E);
       std::iota(perm.begin(), perm.end(), 0);
       for (int64_t j = 0; j < p.K; ++j) {
-        std::swap(perm[j], perm[rng.randint(j, p.E - 1)]);
+        if (!(p.skewed && j == 0)) std::swap(perm[j], perm[rng.randint(j, p.E - 1)]);
         ids.set(t * p.K + j, static_cast<double>(perm[j]));
       }
       if (p.dup_in_token) ids.set(t * p.K + 1, static_cast<double>(perm[0]));
@@ -357,6 +359,19 @@ void add_moe_cases(CaseList& cases) {
   // CUDA paths: x converted by its own kernel (T·Dm > 65536); E = 1024 (route's shared memory
   // above 48 KiB).
   experts(cases, {40, 8, 2, 2048, 32, bf16, bf16});
+  // Decode (T = 1: the CUDA direct path, no sort): an expert chosen twice with i64 ids and
+  // accumulate; relu2 with f16 weights; f32 weights whose rows are not 16-byte vectors.
+  experts(cases,
+          {1, 8, 3, 96, 33, bf16, bf16, MoeActivation::swiglu, DType::i64, true, false, true});
+  experts(cases, {1, 64, 6, 256, 80, f16, f16, MoeActivation::relu2});
+  experts(cases, {1, 32, 4, 90, 37, f32, f32, MoeActivation::swiglu, DType::i32, false, true});
+  // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
+  // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
+  // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.
+  experts(cases, {21, 64, 4, 200, 520, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false,
+                  false, true});
+  experts(cases, {21, 16, 3, 90, 37, f32, f16, MoeActivation::relu2, DType::i64, false, true, false,
+                  true});
   route(cases, {3, 1024, 8, f32});
 
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts

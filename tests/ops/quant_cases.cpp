@@ -412,6 +412,22 @@ void add_quant_cases(CaseList& cases) {
   // CUDA GEMV token templates 2 and 8 with 16-byte chunks.
   lq(2, 512, 33, 8, 32, f16, f16, f32, f16, false);
   lq(8, 256, 65, 4, 64, bf16, bf16, bf16, std::nullopt, false);
+  // CUDA GEMV: every batch 1..8 (token padding inside the 1/2/4/8 templates), both bit widths,
+  // every group size, x f32 / bf16 / f16, odd out (row tiles with a tail), in = 640 (20 or 40
+  // chunks: a partial block of 32 chunks in the staged x), 16-byte and strided (4-byte) weights.
+  for (int64_t T = 1; T <= 8; ++T) {
+    const int bits = T % 2 ? 4 : 8, gs = T % 3 == 0 ? 32 : T % 3 == 1 ? 64 : 128;
+    const DType x = T % 3 == 0 ? f32 : T % 3 == 1 ? bf16 : f16;
+    lq(T, 640, 37 + 2 * T, bits, gs, x, x == f32 ? bf16 : x, T % 2 ? x : f32,
+       T % 4 == 0 ? std::optional<DType>(f32) : std::nullopt, T == 5 || T == 8);
+  }
+  // Long rows: K split over 2-4 warps of a row group (few rows: the GPU is not full).
+  lq(1, 8192, 19, 4, 128, bf16, bf16, bf16, bf16, false);
+  lq(2, 8192, 5, 8, 64, f32, f32, f32, std::nullopt, false);
+  // Staged x above the shared-memory stage at 8 tokens: two launches of 4 tokens (the second
+  // with 2), 8-bit g128; and at 4 tokens with strided weights.
+  lq(6, 4096, 45, 8, 128, bf16, bf16, f32, bf16, false);
+  lq(4, 8192, 23, 4, 32, f16, f16, f16, std::nullopt, true);
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})

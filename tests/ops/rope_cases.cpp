@@ -140,6 +140,8 @@ void add_rope_cases(CaseList& cases) {
   add(65, 3, 64, 2, 1e4f, f32, f32, 100000, false, false);
   add(9, 16, 256, 256, 1e7f, f32, bf16, 30000, false, true);
   add(7, 5, 96, 48, 1e6f, f32, f32, 70000, false, false);  // 2i/rd not exact in binary
+  // CUDA: rotary_dim above 1024 (4 tokens per block, 2 blocks and a tail of 1 token).
+  add(9, 2, 2048, 2048, 1e6f, bf16, bf16, 5000, false, false);
 }
 
 }  // namespace hybrid::test

@@ -618,6 +618,43 @@ struct SsmPerfCase : Case {
   void oracle(const Slots&, Expected&) override { fail("[ssm perf case] has no oracle"); }
 };
 
+// Decode with a bf16 pool (ssm_step, one token per sequence, the SsmPerfCase decode shapes):
+// half the state bytes of the f32 decode case.
+struct SsmStepBf16PerfCase : Case {
+  Shape sh;
+  int64_t B;
+  SsmStepBf16PerfCase(Shape sh, int64_t B) : sh(sh), B(B) {}
+  std::string op() const override { return "ssm_step"; }
+  std::string params() const override {
+    return str("decode,B=", B, ",H=", sh.H, ",P=", sh.P, ",N=", sh.N, ",G=", sh.G,
+               ",x=bf16,state=bf16,perf");
+  }
+  bool perf_only() const override { return true; }
+  void init(Rng& rng, Slots& s) override {
+    const int64_t H = sh.H, P = sh.P, N = sh.N, G = sh.G;
+    const DType bf16 = DType::bf16;
+    fill_uniform(s.input("x", bf16, {B, H, P}), rng, -1, 1);
+    fill_uniform(s.input("dt", bf16, {B, H}), rng, -1, 1);
+    fill_uniform(s.input("B", bf16, {B, G, N}), rng, -1, 1);
+    fill_uniform(s.input("C", bf16, {B, G, N}), rng, -1, 1);
+    fill_uniform(s.input("A_log", DType::f32, {H}), rng, 0.0, 1.5);
+    fill_uniform(s.input("D", DType::f32, {H}), rng, 0.5, 1.5);
+    fill_uniform(s.input("dt_bias", DType::f32, {H}), rng, -6.0, -2.5);
+    std::vector<double> slots(B);
+    for (int64_t n = 0; n < B; ++n) slots[n] = static_cast<double>(n);
+    fill_values(s.input("state_slots", DType::i32, {B}), slots);
+    fill_uniform(s.inout("state", bf16, {B, H, P, N}), rng, -0.1, 0.1);
+    s.output("y", bf16, {B, H, P});
+  }
+  void run(const Views& v, Context& ctx) override {
+    SsmStep a;
+    set_inputs(a, v, Opts{});
+    a.state = v.at("state"), a.state_slots = v.at("state_slots"), a.y = v.at("y");
+    ssm_step(a, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[ssm perf case] has no oracle"); }
+};
+
 }  // namespace
 
 void add_ssm_cases(CaseList& cases) {
@@ -644,6 +681,7 @@ void add_ssm_cases(CaseList& cases) {
   // Perf only (anchors.md): decode at B 1 / 64 / 256, chunked prefill at 1 x 16384 and 8 x 4096
   // with chunk 256 (the anchors' mamba_ssm setting) for Mamba2-2.7B and Nemotron-H-8B heads.
   for (int64_t B : {1, 64, 256}) add(new SsmPerfCase(mamba2, B, 1, 0, true));
+  for (int64_t B : {1, 64, 256}) add(new SsmStepBf16PerfCase(mamba2, B));
   for (const Shape& sh : {mamba2, nemotron}) {
     add(new SsmPerfCase(sh, 1, 16384, 256, false));
     add(new SsmPerfCase(sh, 8, 4096, 256, false));
@@ -657,6 +695,21 @@ void add_ssm_cases(CaseList& cases) {
   for (const Opts& o : {plain, all, bare, strided, bf16_state, f16})
     add(new StepCase(odd, o, {4, -1, 1, 6, 0, -3, 2}, 7));
   add(new StepCase(tiny, bare, {0}, 1));
+  // Decode v2 paths (the recurrent kernels of src/cuda/ssm.cu): B = 1 at real shapes (f32 and
+  // bf16 pool); a 256-sequence batch (real P 64 / N 128, 4 heads to keep the f64 oracle small)
+  // with padding slots and a shuffled pool, f32 and bf16 pools; N = 32 (4 lanes a row), N = 256
+  // (16 lanes a row) and N = 64 on the vector path, with both pools.
+  add(new StepCase(mamba2, plain, {0}, 1));
+  add(new StepCase(mamba2, bf16_state, {0}, 1));
+  {
+    Ints slots(256);
+    for (int64_t n = 0; n < 256; ++n) slots[n] = n % 29 == 4 ? -1 : (n * 77) % 256;
+    const Shape heads4{4, 64, 128, 2};
+    add(new StepCase(heads4, plain, slots, 256));
+    add(new StepCase(heads4, bf16_state, slots, 256));
+  }
+  for (const Shape& sh : {Shape{4, 8, 32, 2}, Shape{2, 6, 256, 1}, Shape{3, 40, 64, 3}})
+    for (const Opts& o : {all, bf16_state}) add(new StepCase(sh, o, {1, -1, 0}, 2));
 
   // ssm_step_record: varlen, padding, mask, bf16 tape, state_out; real shapes with few tokens.
   Opts bf16_log = all;
@@ -667,6 +720,8 @@ void add_ssm_cases(CaseList& cases) {
   add(new RecordCase(small, bf16_log, {4, 6}, {1, 0}, 2, true, false));
   add(new RecordCase(odd, bare, {1, 9}, {-1, 0}, 1, false, true));
   add(new RecordCase(odd, bf16_state, {8}, {0}, 1, true, true));
+  add(new RecordCase(mamba2, bf16_state, {2, 1}, {0, -1}, 1, true, true));
+  add(new RecordCase(Shape{2, 6, 256, 1}, all, {3, 2}, {1, 0}, 2, false, true, {2, 1}));
 
   // ssm_replay on random tapes (every k, masks, bf16), then record + replay(k) == k steps for
   // every k in [0, T] (one sequence per k), with and without masked steps.
@@ -707,10 +762,30 @@ void add_ssm_cases(CaseList& cases) {
   bf16_chunks.log = DType::bf16;
   add(new ScanCase(tiny, bf16_chunks, {511, 1}, {0, 1}, {1, 0}, 2, 64, true));
 
+  // The tensor-core path of CUDA (ssm_chunk_scan.cuda_v2: P = 64, N 64 / 128 / 256, bf16 x, B,
+  // C, y): several chunks and j tiles per chunk, partial last chunks, varlen with padding and
+  // mixed initial states, every option, f32 / bf16 pools and chunk_states, Q 64 / 128 / 256.
+  Opts v2 = all;  // z gate, dt_limit, D, dt_bias
+  v2.act = DType::bf16;
+  Opts v2_bare = bare;
+  v2_bare.act = DType::bf16;
+  Opts v2_bf16 = v2;
+  v2_bf16.state = v2_bf16.log = DType::bf16;
+  const Shape v2_g2{4, 64, 128, 2}, v2_n64{2, 64, 64, 1}, v2_n256{2, 64, 256, 1};
+  add(new ScanCase(mamba2, bf16, {300}, {0}, {1}, 1, 256, true));
+  add(new ScanCase(nemotron, bf16, {130, 126}, {1, 0}, {0, 1}, 2, 128, true));
+  add(new ScanCase(v2_g2, v2, {300, 0, 129, 64, 1}, {1, 3, -1, 0, 4}, {1, 1, 0, 0, 1}, 5, 128,
+                   true));
+  add(new ScanCase(v2_g2, v2, {520}, {0}, {}, 1, 256, true));
+  add(new ScanCase(v2_n64, v2_bare, {1, 63, 65, 200}, {0, 1, 2, 3}, {1, 0, 1, 0}, 4, 64, true));
+  add(new ScanCase(v2_n256, v2_bf16, {70, 450}, {1, 0}, {1, 1}, 2, 256, true));
+  add(new ScanCase(v2_n256, v2, {257}, {0}, {0}, 1, 64, false));
+
   // Pieces resumed from saved states == the whole sequence; 1-token pieces are decode steps.
   add(new PiecesCase(small, all, {100, 1, 64, 1, 1, 135}, 64));
   add(new PiecesCase(odd, bf16_state, {70, 1, 200}, 128));
   add(new PiecesCase(nemotron, plain, {6, 1, 3}, 128));
+  add(new PiecesCase(v2_g2, v2, {150, 1, 129, 64}, 128));
 }
 
 }  // namespace hybrid::test

@@ -26,6 +26,7 @@
 #include "hybrid/core/device.h"
 #include "hybrid/core/error.h"
 #include "hybrid/engine/model.h"
+#include "test_files.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
@@ -34,7 +35,7 @@ namespace {
 
 fs::path models_dir() {
   if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env) / "models";
-  return fs::path(__FILE__).parent_path().parent_path() / "data" / "models";
+  return hybrid::test_files::data_dir() / "models";
 }
 
 std::vector<int32_t> golden_prompt(const std::string& name) {

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "test_files.h"
 
 #include "hybrid/core/dtype.h"
 #include "hybrid/model/config.h"
@@ -42,7 +43,7 @@ namespace {
 
 fs::path data_dir() {
   if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env);
-  return fs::path(__FILE__).parent_path().parent_path() / "data";
+  return hybrid::test_files::data_dir();
 }
 
 std::string read_text(const fs::path& p) {

@@ -10,6 +10,7 @@
 
 #include "expect_error.h"
 #include "hybrid/model/config.h"
+#include "test_files.h"
 
 using namespace hybrid;
 namespace fs = std::filesystem;
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string data(const std::string& name) {
-  return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
+  return (hybrid::test_files::data_dir() / "configs" / name).string();
 }
 
 const char* kMinimalQwen3Next =

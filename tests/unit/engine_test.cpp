@@ -28,7 +28,7 @@ using namespace hybrid::test_files;
 namespace {
 
 std::string config_path(const std::string& name) {
-  return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
+  return (hybrid::test_files::data_dir() / "configs" / name).string();
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {

@@ -23,7 +23,7 @@ using namespace hybrid::test_files;
 namespace {
 
 std::string data(const std::string& name) {
-  return (fs::path(__FILE__).parent_path().parent_path() / "data" / "configs" / name).string();
+  return (hybrid::test_files::data_dir() / "configs" / name).string();
 }
 
 // Every tensor of the weight table, zero-filled, in its published dtype.

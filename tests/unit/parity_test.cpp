@@ -28,6 +28,7 @@
 
 #if __has_include("hybrid/engine/model.h")
 #include "hybrid/engine/model.h"
+#include "test_files.h"
 #define HYBRID_HAS_ENGINE_MODEL 1
 #else
 #define HYBRID_HAS_ENGINE_MODEL 0
@@ -40,7 +41,7 @@ using json = nlohmann::json;
 
 fs::path models_dir() {
   if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env) / "models";
-  return fs::path(__FILE__).parent_path().parent_path() / "data" / "models";
+  return hybrid::test_files::data_dir() / "models";
 }
 
 // The model folders that have a golden.json, sorted by name.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hybrid/model/tokenizer.h"
+#include "test_files.h"
 #include "unit/expect_error.h"
 
 namespace {
@@ -568,7 +569,7 @@ TEST(StopChecker, Errors) {
 TEST(StopChecker, WithIncrementalDecoder) {
   const fs::path dir = std::getenv("HYBRID_TEST_DATA")
                            ? fs::path(std::getenv("HYBRID_TEST_DATA")) / "tokenizer"
-                           : fs::path(__FILE__).parent_path().parent_path() / "data" / "tokenizer";
+                           : hybrid::test_files::data_dir() / "tokenizer";
   const hybrid::Tokenizer tok = hybrid::Tokenizer::from_file((dir / "qwen2.json").string());
   const std::string text = "Hi 世界! ends here.\n\nUser: more<|im_end|>tail";
   const std::vector<int32_t> ids = tok.encode(text);

@@ -14,6 +14,11 @@
 
 namespace hybrid::test_files {
 
+// tests/data of the source tree (an absolute path compiled in by tests/CMakeLists.txt).
+inline std::filesystem::path data_dir() {
+  return HYBRID_TEST_DATA_DIR;
+}
+
 // A fresh folder under the system's temporary directory, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;

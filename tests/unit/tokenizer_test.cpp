@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "test_files.h"
 #include "unit/expect_error.h"
 
 namespace {
@@ -22,7 +23,7 @@ using json = nlohmann::json;
 
 fs::path data_dir() {
   if (const char* env = std::getenv("HYBRID_TEST_DATA")) return fs::path(env) / "tokenizer";
-  return fs::path(__FILE__).parent_path().parent_path() / "data" / "tokenizer";
+  return hybrid::test_files::data_dir() / "tokenizer";
 }
 
 const json& goldens() {

@@ -1,0 +1,1364 @@
+// CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
+// priority: cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
+// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
+//
+// Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
+//   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
+//   S[p,n] ← dA · S[p,n] + (dt' · x[t,h,p]) · B[t,g,n]
+//   y[t,h,p] = (Σ_n S[p,n] · C[t,g,n] + D[h] · x[t,h,p]) · silu(z[t,h,p])
+//
+// ---- chunked scan (ssm_chunk_scan), the SSD decomposition in four launches ----
+//   scan_offsets:  chunk_off[s] = Σ_{i<s} ceil(len_i / Q)                      (one thread)
+//   scan_chunk_state  grid (chunk, h): dt'_j, cs_j = Σ_{k≤j} dt'_k·A into the workspace and the
+//                  chunk-local state Sc[p,n] = Σ_j exp(cs_last - cs_j)·dt'_j·x_j[p]·B_j[n]
+//                  (16-token tiles of x and B in shared memory; 256 threads × 32 outputs).
+//   scan_state_pass grid (P·N / 256, h, seq): the sequential spine over the chunks of a
+//                  sequence, one thread per state element: S_enter[c] = S (written over Sc[c]),
+//                  S ← exp(cs_last[c])·S + Sc[c]; chunk_states rows; final state to the pool.
+//   scan_output    grid (chunk, h, Q / 16): 16 rows i of the chunk × all P:
+//                  y_i = exp(cs_i)·Σ_n C_i[n]·S_enter[p,n] + Σ_{j≤i} (C_i·B_j)·exp(cs_i -
+//                  cs_j)·dt'_j·x_j[p]
+//                  (+ D·x_i) · silu(z_i); C rows, 16-token B / x tiles and the 16×16 decay-masked
+//                  C·Bᵀ block in shared memory.
+// FLOPs per token and head ≈ 2·P·N (chunk state) + 2·P·N (inter) + Q·(N + P) (intra, causal half);
+// at Mamba2 shapes and Q = 256 ≈ 0.13 MFLOP, all on CUDA cores in f32. The workspace holds
+// Sc / S_enter [chunks, H, P, N] f32 plus dt' and cs [chunks, H, Q].
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/dtype.cuh"
+#include "cuda/kernels.h"
+#include "cuda/ssm_common.cuh"
+#include "hybrid/ops/ssm.h"
+
+namespace hybrid::cuda {
+
+namespace {
+
+// ---- chunked scan kernels ----------------------------------------------------------------------
+
+constexpr int kScanThreads = 256;
+constexpr int kTile = 16;     // tokens per B / x tile, rows i per output block
+constexpr int kMaxPN = 8192;  // state elements per pass of scan_chunk_state (256 × 32)
+constexpr int kAccState = kMaxPN / kScanThreads;
+constexpr int kMaxDim = 256;  // P, N ≤ 256
+constexpr int kAccOut = kTile * kMaxDim / kScanThreads;
+
+struct ScanParams {
+  SsmIn in;
+  int Q = 0, seqs = 0;
+  const int* cu_seqlens = nullptr;    // [seqs + 1]
+  const int* slots = nullptr;         // [seqs]
+  const void* has_initial = nullptr;  // [seqs] u8 | i32, or null
+  DType has_initial_dt = DType::i32;
+  void* state = nullptr;  // pool [slots, H, P, N], St
+  int64_t st_slot = 0, st_h = 0, st_p = 0;
+  Arg chunk_states;  // [num_chunks, H, P, N] or null
+  // Workspace.
+  int* chunk_off = nullptr;  // [seqs + 1]
+  float* dts = nullptr;      // [max_chunks, H, Q]: dt'
+  float* css = nullptr;      // [max_chunks, H, Q]: cumulative dt'·A
+  float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
+};
+
+__global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int acc = 0;
+  off[0] = 0;
+  for (int s = 0; s < seqs; ++s) {
+    const int len = cu[s + 1] - cu[s];
+    acc += (len + Q - 1) / Q;
+    off[s + 1] = acc;
+  }
+}
+
+// The chunk c belongs to sequence s with off[s] <= c < off[s + 1]; -1 if c is past the end.
+__device__ __forceinline__ int find_seq(const int* off, int seqs, int c) {
+  if (c >= off[seqs]) return -1;
+  int lo = 0, hi = seqs - 1;  // off[lo] <= c, answer in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (off[mid] <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+struct ChunkLoc {
+  int seq, slot, t0, L;
+};
+
+__device__ __forceinline__ bool locate(const ScanParams& p, int c, ChunkLoc& loc) {
+  loc.seq = find_seq(p.chunk_off, p.seqs, c);
+  if (loc.seq < 0) return false;
+  const int k = c - p.chunk_off[loc.seq];
+  loc.t0 = p.cu_seqlens[loc.seq] + k * p.Q;
+  loc.L = min(p.Q, p.cu_seqlens[loc.seq + 1] - loc.t0);
+  loc.slot = p.slots[loc.seq];
+  return true;
+}
+
+// Grid (max_chunks, H), 256 threads. dt', cs into the workspace; Sc[p,n] =
+// Σ_j exp(cs_last - cs_j)·dt'_j · x_j[p] · B_j[n]. FLOPs 2·L·P·N; bytes L·(P + N) in, P·N·4 out.
+__global__ void __launch_bounds__(kScanThreads) scan_chunk_state_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int P = in.P, N = in.N, PN = P * N, Q = p.Q, L = loc.L;
+  __shared__ float dts[256], css[256];
+  __shared__ float xw[kTile][kMaxDim], Bs[kTile][kMaxDim];
+  const float A = in.A(h);
+  for (int j = tid; j < Q; j += kScanThreads) dts[j] = j < L ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+  __syncthreads();
+  // cs_j = Σ_{k≤j} dt'_k·A: warp 0, lane l scans Q/32 contiguous entries, then the lane totals.
+  if (tid < 32) {
+    const int per = Q / 32, j0 = tid * per;
+    float run = 0.0f;
+    for (int j = j0; j < j0 + per; ++j) {
+      run += dts[j] * A;
+      css[j] = run;
+    }
+    float incl = run;  // inclusive scan of the lane totals
+    for (int o = 1; o < 32; o <<= 1) {
+      const float v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (tid >= o) incl += v;
+    }
+    const float before = incl - run;
+    for (int j = j0; j < j0 + per; ++j) css[j] += before;
+  }
+  __syncthreads();
+  const int64_t wrow = (static_cast<int64_t>(c) * in.H + h) * Q;
+  for (int j = tid; j < L; j += kScanThreads) {
+    p.dts[wrow + j] = dts[j];
+    p.css[wrow + j] = css[j];
+  }
+  const float cs_last = css[L - 1];
+  const int g = in.group(h);
+  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * PN;
+  for (int o0 = 0; o0 < PN; o0 += kMaxPN) {
+    float acc[kAccState];
+#pragma unroll
+    for (int r = 0; r < kAccState; ++r) acc[r] = 0.0f;
+    for (int j0 = 0; j0 < L; j0 += kTile) {
+      __syncthreads();  // the previous tile is consumed
+      for (int e = tid; e < kTile * P; e += kScanThreads) {
+        const int jj = e / P, pp = e % P, j = j0 + jj;
+        xw[jj][pp] = j < L ? expf(cs_last - css[j]) * dts[j] * in.x_at(loc.t0 + j, h, pp) : 0.0f;
+      }
+      for (int e = tid; e < kTile * N; e += kScanThreads) {
+        const int jj = e / N, n = e % N, j = j0 + jj;
+        Bs[jj][n] =
+            j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kAccState; ++r) {
+        const int o = o0 + tid + r * kScanThreads;
+        if (o < PN) {
+          const int pp = o / N, n = o % N;
+#pragma unroll
+          for (int jj = 0; jj < kTile; ++jj) acc[r] += xw[jj][pp] * Bs[jj][n];
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kAccState; ++r) {
+      const int o = o0 + tid + r * kScanThreads;
+      if (o < PN) Sc[o] = acc[r];
+    }
+  }
+}
+
+// Grid (ceil(P·N / 256), H, seqs): the spine over the chunks of one sequence, per element.
+template <class St>
+__global__ void __launch_bounds__(kScanThreads) scan_state_pass_kernel(const ScanParams p) {
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int P = p.in.P, N = p.in.N, PN = P * N, H = p.in.H, Q = p.Q;
+  const int o = blockIdx.x * kScanThreads + threadIdx.x;
+  if (o >= PN) return;
+  const int pp = o / N, n = o % N;
+  const int slot = p.slots[seq];
+  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  auto chunk_row = [&](int c) {
+    return c * p.chunk_states.s0 + h * p.chunk_states.s1 + pp * p.chunk_states.s2 + n;
+  };
+  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
+    if (p.chunk_states.p)
+      for (int c = c0; c < c1; ++c)
+        store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), 0.0f);
+    return;
+  }
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h + pp * p.st_p + n;
+  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+  float S = initial ? to_f32(*pool) : 0.0f;
+  const int len = p.cu_seqlens[seq + 1] - p.cu_seqlens[seq];
+  for (int c = c0; c < c1; ++c) {
+    const int L = min(Q, len - (c - c0) * Q);
+    const int64_t row = static_cast<int64_t>(c) * H + h;
+    const float cs_last = p.css[row * Q + L - 1];
+    float* w = p.Sws + row * PN + o;
+    const float sc = *w;
+    *w = S;  // the state entering chunk c
+    S = expf(cs_last) * S + sc;
+    if (p.chunk_states.p)
+      store_any(const_cast<void*>(p.chunk_states.p), p.chunk_states.dt, chunk_row(c), S);
+  }
+  *pool = from_f32<St>(S);
+}
+
+// Grid (max_chunks, H, Q / 16), dynamic shared memory (see scan_output_smem). Rows
+// i in [i0, i0 + 16) of chunk c, every p:
+//   y_i[p] = exp(cs_i)·Σ_n C_i[n]·S_enter[p,n] + Σ_{j≤i} (C_i·B_j)·exp(cs_i - cs_j)·dt'_j·x_j[p]
+// FLOPs per row 2·P·N (inter) + (i+1)·2·(N + P) (intra).
+__global__ void __launch_bounds__(kScanThreads) scan_output_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int i0 = blockIdx.z * kTile;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int P = in.P, N = in.N, PN = P * N, Q = p.Q;
+  const int rows = min(kTile, loc.L - i0);
+  const int outs = kTile * P;  // outputs o = i·P + p of this block (rows ≥ `rows` unused)
+  if (loc.slot < 0) {          // padding: y = 0
+    for (int o = tid; o < rows * P; o += kScanThreads)
+      in.store_y(loc.t0 + i0 + o / P, h, o % P, 0.0f);
+    return;
+  }
+  extern __shared__ float smem[];
+  const int ldn = N + 1;         // padded rows: C·Bᵀ reads rows of Bs across lanes
+  float* Cs = smem;              // [16][N + 1]
+  float* Bs = Cs + kTile * ldn;  // [16][N + 1]
+  float* Xs = Bs + kTile * ldn;  // [16][max(P, 16)]: x tile, or S_enter tile [n][p]
+  const int ldx = max(P, kTile);
+  float* M = Xs + kTile * ldx;           // [16][17]: decay-masked C·Bᵀ · dt'
+  float* css = M + kTile * (kTile + 1);  // [Q]
+  float* dts = css + Q;                  // [Q]
+  const int64_t wrow = static_cast<int64_t>(c) * in.H + h;
+  const int jmax = i0 + rows;  // tokens j < jmax feed these rows
+  for (int j = tid; j < jmax; j += kScanThreads) {
+    css[j] = p.css[wrow * Q + j];
+    dts[j] = p.dts[wrow * Q + j];
+  }
+  const int g = in.group(h);
+  for (int e = tid; e < kTile * N; e += kScanThreads) {
+    const int ii = e / N, n = e % N;
+    Cs[ii * ldn + n] =
+        ii < rows ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + n)
+                  : 0.0f;
+  }
+  float acc[kAccOut];
+#pragma unroll
+  for (int r = 0; r < kAccOut; ++r) acc[r] = 0.0f;
+
+  // Inter-chunk: Σ_n C_i[n]·S_enter[p,n], n in tiles of 16 (Xs holds S_enter[p, n0 + nn] as
+  // [nn][p]).
+  const float* Se = p.Sws + wrow * PN;
+  for (int n0 = 0; n0 < N; n0 += kTile) {
+    __syncthreads();
+    for (int e = tid; e < kTile * P; e += kScanThreads) {
+      const int pp = e / kTile, nn = e % kTile;
+      Xs[nn * ldx + pp] = n0 + nn < N ? Se[pp * N + n0 + nn] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kAccOut; ++r) {
+      const int o = tid + r * kScanThreads;
+      if (o < outs) {
+        const int ii = o / P, pp = o % P;
+        const int nend = min(kTile, N - n0);
+        for (int nn = 0; nn < nend; ++nn) acc[r] += Cs[ii * ldn + n0 + nn] * Xs[nn * ldx + pp];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kAccOut; ++r) {
+    const int o = tid + r * kScanThreads;
+    if (o < outs && o / P < rows) acc[r] *= expf(css[i0 + o / P]);
+  }
+
+  // Intra-chunk: tiles of 16 tokens j < jmax.
+  for (int j0 = 0; j0 < jmax; j0 += kTile) {
+    __syncthreads();
+    for (int e = tid; e < kTile * N; e += kScanThreads) {
+      const int jj = e / N, n = e % N, j = j0 + jj;
+      Bs[jj * ldn + n] =
+          j < jmax ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n) : 0.0f;
+    }
+    for (int e = tid; e < kTile * P; e += kScanThreads) {
+      const int jj = e / P, pp = e % P, j = j0 + jj;
+      Xs[jj * ldx + pp] = j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    }
+    __syncthreads();
+    {  // M[ii][jj] = (C_i·B_j)·exp(cs_i - cs_j)·dt'_j for j ≤ i, else 0: one entry per thread
+      const int ii = tid / kTile, jj = tid % kTile, i = i0 + ii, j = j0 + jj;
+      float m = 0.0f;
+      if (ii < rows && j <= i) {
+        float dot = 0.0f;
+        for (int n = 0; n < N; ++n) dot += Cs[ii * ldn + n] * Bs[jj * ldn + n];
+        m = dot * expf(css[i] - css[j]) * dts[j];
+      }
+      M[ii * (kTile + 1) + jj] = m;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kAccOut; ++r) {
+      const int o = tid + r * kScanThreads;
+      if (o < outs) {
+        const int ii = o / P, pp = o % P;
+#pragma unroll
+        for (int jj = 0; jj < kTile; ++jj) acc[r] += M[ii * (kTile + 1) + jj] * Xs[jj * ldx + pp];
+      }
+    }
+  }
+
+  const float D_h = in.D_skip(h);
+#pragma unroll
+  for (int r = 0; r < kAccOut; ++r) {
+    const int o = tid + r * kScanThreads;
+    if (o < outs && o / P < rows) {
+      const int ii = o / P, pp = o % P;
+      const int64_t t = loc.t0 + i0 + ii;
+      in.store_y(t, h, pp, in.finish(acc[r], D_h, in.x_at(t, h, pp), t, h, pp));
+    }
+  }
+}
+
+size_t scan_output_smem(int P, int N, int Q) {
+  return sizeof(float) *
+         (2 * kTile * (N + 1) + kTile * std::max(P, kTile) + kTile * (kTile + 1) + 2 * Q);
+}
+
+// ---- chunked scan, tiled variant (P = 64, N % 64 == 0) ---------------------------------------
+// The same decomposition as above, with every product done as a 64 × 64 output tile per block
+// (256 threads, a 4 × 4 register micro-tile each, k staged 32 at a time in shared memory), and
+// C·Bᵀ computed once per (chunk, group) instead of once per head:
+//   scan_dt        grid (chunk, h), one warp: dt', cs into the workspace
+//   scan_cb        grid (chunk, g, (Q/64)² tiles, lower half): CB[c,g,i,j] = C_i·B_j   (f32, ws)
+//   scan_state_t   grid (chunk, h, N/64): Sc[p, n-tile] = Σ_j (w_j·x_j[p])·B_j[n]
+//   scan_state_pass (shared with the general path)
+//   scan_out_t     grid (chunk, h, Q/64): y rows i-tile × P = exp(cs_i)·C_i·S_enterᵀ +
+//                  Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j   (+ D·x, gate)
+// FLOPs per token and head: 2·P·N (state) + 2·P·N (inter) + ≈ Q·P (intra) + per group Q·N (CB);
+// FMA-bound on CUDA cores (each staged element feeds 64 FMAs; 2 LDS.128 per 16 FMAs).
+constexpr int kFT = 64;   // output tile edge
+constexpr int kFK = 32;   // k per shared-memory stage
+constexpr int kFLd = 68;  // padded row (floats; 16-byte aligned rows, 4-way conflicts on stores)
+
+struct FTile {
+  __align__(16) float a[kFK][kFLd];  // a[k][row]
+  __align__(16) float b[kFK][kFLd];  // b[k][col]
+};
+
+// acc[r][c] += Σ_k a[k][ty·4 + r] · b[k][tx·4 + c]
+__device__ __forceinline__ void tile_fma(const FTile& s, float (&acc)[4][4], int tx, int ty) {
+#pragma unroll 8
+  for (int k = 0; k < kFK; ++k) {
+    const float4 a = *reinterpret_cast<const float4*>(&s.a[k][ty * 4]);
+    const float4 b = *reinterpret_cast<const float4*>(&s.b[k][tx * 4]);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][c] += av[r] * bv[c];
+  }
+}
+
+// dst[kk][cc] = f(kk, cc) for kk < 32, cc < 64. k_fast: consecutive threads take consecutive kk
+// (the source is contiguous along k), else consecutive cc.
+template <class F>
+__device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
+  for (int e = threadIdx.x; e < kFK * kFT; e += kScanThreads) {
+    const int kk = k_fast ? e % kFK : e / kFT;
+    const int cc = k_fast ? e / kFK : e % kFT;
+    dst[kk][cc] = f(kk, cc);
+  }
+}
+
+// Grid (max_chunks, H), 32 threads: dt'_j and cs_j = Σ_{k≤j} dt'_k·A for j < L.
+__global__ void __launch_bounds__(32) scan_dt_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, per = Q / 32, j0 = lane * per;
+  const float A = in.A(h);
+  float v[8];
+  float run = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = j0 + k;
+    v[k] = (k < per && j < loc.L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+  }
+  float cs[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    run += v[k] * A;
+    cs[k] = run;
+  }
+  float incl = run;
+  for (int o = 1; o < 32; o <<= 1) {
+    const float u = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += u;
+  }
+  const float before = incl - run;
+  const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int j = j0 + k;
+    if (k < per && j < loc.L) {
+      p.dts[row + j] = v[k];
+      p.css[row + j] = cs[k] + before;
+    }
+  }
+}
+
+// Grid (max_chunks, G, (Q/64)²): tile (ti, tj) of CB[c, g] = C·Bᵀ over the chunk, tj ≤ ti.
+// FLOPs 2·64·64·N per tile.
+__global__ void __launch_bounds__(kScanThreads) scan_cb_kernel(const ScanParams p, float* CB) {
+  const int c = blockIdx.x, g = blockIdx.y, nt = p.Q / kFT;
+  const int ti = blockIdx.z / nt, tj = blockIdx.z % nt;
+  ChunkLoc loc;
+  if (tj > ti || !locate(p, c, loc) || loc.slot < 0 || ti * kFT >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int i0 = ti * kFT, j0 = tj * kFT, L = loc.L, Q = p.Q;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  __shared__ FTile s;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < in.N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii;
+      return i < L ? load_any(in.C.p, in.C.dt, (loc.t0 + i) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                   : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int jj) {
+      const int j = j0 + jj;
+      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + k0 + kk)
+                   : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  float* out = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    *reinterpret_cast<float4*>(out + (i0 + ty * 4 + r) * Q + j0 + tx * 4) =
+        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+}
+
+// Grid (max_chunks, H, N/64): Sc[p, n0 + ·] = Σ_j (exp(cs_last - cs_j)·dt'_j·x_j[p])·B_j[n].
+// P = 64. FLOPs 2·L·64·64 per block.
+__global__ void __launch_bounds__(kScanThreads) scan_state_t_kernel(const ScanParams p) {
+  const int c = blockIdx.x, h = blockIdx.y, n0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float w[256];
+  const float cs_last = p.css[row * Q + L - 1];
+  for (int j = threadIdx.x; j < L; j += kScanThreads)
+    w[j] = expf(cs_last - p.css[row * Q + j]) * p.dts[row * Q + j];
+  float acc[4][4] = {};
+  for (int j0 = 0; j0 < L; j0 += kFK) {
+    __syncthreads();  // w is written / the previous stage is consumed
+    stage(s.a, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < L ? w[j] * in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int nn) {
+      const int j = j0 + kk;
+      return j < L ? load_any(in.B.p, in.B.dt, (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n0 + nn)
+                   : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  float* Sc = p.Sws + row * kFT * N;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    *reinterpret_cast<float4*>(Sc + (ty * 4 + r) * N + n0 + tx * 4) =
+        make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+}
+
+// Grid (max_chunks, H, Q/64): rows [i0, i0 + 64) of the chunk × all 64 p. FLOPs per block
+// 2·64·64·N (inter) + 2·64·64·(i0 + 64) (intra).
+__global__ void __launch_bounds__(kScanThreads)
+    scan_out_t_kernel(const ScanParams p, const float* CB) {
+  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int rows = min(kFT, L - i0), jmax = i0 + rows;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
+      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
+    return;
+  }
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float cs_s[256], dt_s[256];
+  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  float acc[4][4] = {};
+  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
+  const float* Se = p.Sws + row * kFT * N;
+  for (int k0 = 0; k0 < N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      return ii < rows
+                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                 : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int ii = ty * 4 + r;
+    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[r][q] *= d;
+  }
+  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
+  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  for (int j0 = 0; j0 < jmax; j0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii, j = j0 + kk;
+      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    __syncthreads();
+    tile_fma(s, acc, tx, ty);
+  }
+  const float D_h = in.D_skip(h);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int ii = ty * 4 + r;
+    if (ii >= rows) continue;
+    const int64_t t = loc.t0 + i0 + ii;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int pp = tx * 4 + q;
+      in.store_y(t, h, pp, in.finish(acc[r][q], D_h, in.x_at(t, h, pp), t, h, pp));
+    }
+  }
+}
+
+// ---- output tile on tensor cores (y bf16) ---------------------------------------------------
+// scan_out_t with both products as bf16 mma.sync m16n8k16 (f32 accumulate), from the same
+// f32 shared-memory stages (rounded to bf16 when the fragments are built). 8 warps: warp w owns
+// rows (w % 4)·16 .. +16 and columns (w / 4)·32 .. +32 of the 64 × 64 tile (4 n-blocks of 8).
+// Accumulator layout (PTX m16n8k16, f32 C/D): element e of n-block nb is row lane/4 (+8 for
+// e ≥ 2), column nb·8 + (lane % 4)·2 + (e & 1). Used only when y is bf16: C·S_enter and the
+// decay-masked C·Bᵀ are rounded to bf16 (as mamba_ssm's Triton kernel does), which the bf16
+// tolerance of y absorbs; the states (chunk_states, pool) stay f32 CUDA-core sums.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// acc[nb][e] += Σ_k a[k][row]·b[k][col] over the stage's 32 k, bf16 inputs.
+__device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int warp, int lane) {
+  const int r0 = (warp % 4) * 16 + lane / 4, c0 = (warp / 4) * 32 + lane / 4;
+  const int kq = (lane % 4) * 2;
+#pragma unroll
+  for (int k16 = 0; k16 < kFK; k16 += 16) {
+    const int k = k16 + kq;
+    const uint32_t a0 = pack_bf16(s.a[k][r0], s.a[k + 1][r0]);
+    const uint32_t a1 = pack_bf16(s.a[k][r0 + 8], s.a[k + 1][r0 + 8]);
+    const uint32_t a2 = pack_bf16(s.a[k + 8][r0], s.a[k + 9][r0]);
+    const uint32_t a3 = pack_bf16(s.a[k + 8][r0 + 8], s.a[k + 9][r0 + 8]);
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const int cc = c0 + nb * 8;
+      const uint32_t b0 = pack_bf16(s.b[k][cc], s.b[k + 1][cc]);
+      const uint32_t b1 = pack_bf16(s.b[k + 8][cc], s.b[k + 9][cc]);
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+          "{%8,%9}, {%0,%1,%2,%3};\n"
+          : "+f"(acc[nb][0]), "+f"(acc[nb][1]), "+f"(acc[nb][2]), "+f"(acc[nb][3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+  }
+}
+
+// Grid (max_chunks, H, Q/64), as scan_out_t.
+__global__ void __launch_bounds__(kScanThreads)
+    scan_out_mma_kernel(const ScanParams p, const float* CB) {
+  const int c = blockIdx.x, h = blockIdx.y, i0 = blockIdx.z * kFT;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, N = in.N, g = in.group(h);
+  const int rows = min(kFT, L - i0), jmax = i0 + rows;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = threadIdx.x; o < rows * kFT; o += kScanThreads)
+      in.store_y(loc.t0 + i0 + o / kFT, h, o % kFT, 0.0f);
+    return;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  __shared__ FTile s;
+  __shared__ float cs_s[256], dt_s[256];
+  for (int j = threadIdx.x; j < jmax; j += kScanThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  float acc[4][4] = {};
+  // Inter-chunk: Σ_n C_i[n]·S_enter[p, n].
+  const float* Se = p.Sws + row * kFT * N;
+  for (int k0 = 0; k0 < N; k0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      return ii < rows
+                 ? load_any(in.C.p, in.C.dt, (loc.t0 + i0 + ii) * in.C.s0 + g * in.C.s1 + k0 + kk)
+                 : 0.0f;
+    });
+    stage(s.b, true, [&](int kk, int pp) { return Se[pp * N + k0 + kk]; });
+    __syncthreads();
+    tile_mma(s, acc, warp, lane);
+  }
+  const int r_lo = (warp % 4) * 16 + lane / 4;  // this lane's rows r_lo and r_lo + 8
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int ii = r_lo + (e >= 2 ? 8 : 0);
+    const float d = ii < rows ? expf(cs_s[i0 + ii]) : 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) acc[nb][e] *= d;
+  }
+  // Intra-chunk: Σ_{j≤i} (CB[i,j]·exp(cs_i - cs_j)·dt'_j)·x_j[p].
+  const float* cb = CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  for (int j0 = 0; j0 < jmax; j0 += kFK) {
+    __syncthreads();
+    stage(s.a, true, [&](int kk, int ii) {
+      const int i = i0 + ii, j = j0 + kk;
+      return (ii < rows && j <= i) ? cb[i * Q + j] * expf(cs_s[i] - cs_s[j]) * dt_s[j] : 0.0f;
+    });
+    stage(s.b, false, [&](int kk, int pp) {
+      const int j = j0 + kk;
+      return j < jmax ? in.x_at(loc.t0 + j, h, pp) : 0.0f;
+    });
+    __syncthreads();
+    tile_mma(s, acc, warp, lane);
+  }
+  const float D_h = in.D_skip(h);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int ii = r_lo + (e >= 2 ? 8 : 0);
+    if (ii >= rows) continue;
+    const int64_t t = loc.t0 + i0 + ii;
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const int pp = (warp / 4) * 32 + nb * 8 + (lane % 4) * 2 + (e & 1);
+      in.store_y(t, h, pp, in.finish(acc[nb][e], D_h, in.x_at(t, h, pp), t, h, pp));
+    }
+  }
+}
+
+// ---- v2: the SSD on tensor cores (P = 64; bf16 x, B, C, y with 16-byte aligned rows) -------
+// Every product is bf16 mma.sync m16n8k16 (f32 accumulate) with ldmatrix fragments from padded
+// bf16 shared memory; ldmatrix.trans gives the transposed operands (x and B are stored as they
+// lie in memory, token-major). Four launches:
+//   scan_offsets  (shared with v1)
+//   v2_state  grid (H, chunk), 8 warps: dt', cs (warp scan) into the workspace, then
+//             Sc[p, n] = Σ_j (w_j·x_j[p])·B_j[n], w_j = exp(cs_last - cs_j)·dt'_j: M = P (4 warps
+//             × 16 rows), N split in two halves over the warp pairs, K = the chunk's tokens in
+//             64-token stages. w·x is split into bf16 hi + lo (two MMAs), so Sc keeps ~2⁻¹⁶
+//             relative error: the states (pool, chunk_states) are f32 results.
+//   v2_pass   grid (P·N / 1024, H, seq): the spine, 4 state elements per thread: S_enter[c] as
+//             bf16 (the output kernel's operand), S ← exp(cs_last)·S + Sc[c], chunk_states, pool.
+//   v2_out    grid (H · Q/64, chunk), 4 warps × 16 rows i, tiles staged with cp.async (the next B
+//             and x tiles load while the current ones are used): acc = exp(cs_i)·C_i·S_enterᵀ, then
+//             per 64-token j tile up to the diagonal, flash-attention shaped: S = C·B_jᵀ into
+//             registers, S ⊙ exp(cs_i - cs_j)·dt'_j (j ≤ i) rounded to bf16 and used straight as
+//             the A fragments of acc += S·X_j (the accumulator layout of m16n8 is the A layout of
+//             k16). No C·Bᵀ workspace. Epilogue: + D·x, · silu(z), bf16 pairs.
+// Rounding: the y path rounds S_enter and the masked C·Bᵀ to bf16 (as mamba_ssm does) and uses the
+// fast exp for the decays (relative error ~1e-6 over the chunk's range); y is bf16.
+constexpr int kV2P = 64;   // head dim P
+constexpr int kV2J = 64;   // tokens per j stage; rows i per output block
+constexpr int kV2Pad = 8;  // bf16 row padding (16 B): the 8 rows of an ldmatrix hit 8 bank groups
+constexpr int kV2StateThreads = 256, kV2OutThreads = 128, kV2PassThreads = 256;
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a·b, m16n8k16, bf16 in, f32 accumulate.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Fragment addresses (lane l, r = l & 7, sel = (l >> 3) & 1, hi = l >> 4), for a tile at
+// (row0, col0) of a row-major bf16 array with leading dimension ld:
+//   A [m][k], no trans:  (m0 + r + 8·sel, k0 + 8·hi)  -> a0..a3
+//   A stored [k][m]:     (k0 + r + 8·hi, m0 + 8·sel)  with .trans -> a0..a3
+//   B stored [n][k]:     (n0 + r + 8·hi, k0 + 8·sel)  -> b0, b1 of n8 block n0, b0, b1 of n0 + 8
+//   B stored [k][n]:     (k0 + r + 8·sel, n0 + 8·hi)  with .trans -> the same
+struct Lane {
+  int r, sel, hi;
+  __device__ explicit Lane(int lane) : r(lane & 7), sel((lane >> 3) & 1), hi(lane >> 4) {}
+};
+
+__device__ __forceinline__ uint4 zero4() {
+  return make_uint4(0u, 0u, 0u, 0u);
+}
+__device__ __forceinline__ uint4 ld16(const bf16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void st16(bf16* p, uint4 v) {
+  *reinterpret_cast<uint4*>(p) = v;
+}
+
+// 16 bytes global -> shared without registers (cp.async, L2 only); bytes = 0 stores zeros (the
+// source is not read). Completion in commit groups: cp_async_wait<n> waits until at most n of
+// this thread's most recent groups are pending; a __syncthreads() then publishes the copies.
+__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
+}
+
+// Dynamic shared memory of v2_state: x·w hi and lo [64 j][P + 8], B [64 j][N + 8] (bf16), then
+// dt', cs and w [256] (f32).
+size_t v2_state_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (kV2P + kV2Pad) + kV2J * (N + kV2Pad)) +
+         sizeof(float) * 3 * 256;
+}
+
+// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16).
+template <int N>
+__global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanParams p) {
+  constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad;
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, L = loc.L, g = in.group(h);
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* xh = reinterpret_cast<bf16*>(v2_smem);  // [64 j][ldx]: bf16(w_j·x_j[p])
+  bf16* xl = xh + kV2J * ldx;                   // [64 j][ldx]: the remainder, rounded
+  bf16* bs = xl + kV2J * ldx;                   // [64 j][ldb]: B_j[n]
+  float* cs_s = reinterpret_cast<float*>(bs + kV2J * ldb);
+  float* w_s = cs_s + 256;
+
+  // dt'_j, cs_j = Σ_{k≤j} dt'_k·A (warp 0: lane l scans Q/32 contiguous entries, then the lane
+  // totals), w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end).
+  if (warp == 0) {
+    const int per = Q / 32, j0 = lane * per;
+    const float A = in.A(h);
+    float v[8], cs[8], run = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      v[k] = (k < per && j < L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+      run += v[k] * A;
+      cs[k] = run;
+    }
+    float incl = run;
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    const float before = incl - run;
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per) cs_s[j] = cs[k] + before;
+      if (k < per && j < L) {
+        p.dts[row + j] = v[k];
+        p.css[row + j] = cs[k] + before;
+      }
+    }
+    __syncwarp();
+    const float cs_last = cs_s[L - 1];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per) w_s[j] = j < L ? expf(cs_last - cs_s[j]) * v[k] : 0.0f;
+    }
+  }
+
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  const int wm = warp % 4, wn = warp / 4;  // rows p [16·wm, +16), columns n [wn·N/2, +N/2)
+  const Lane ln(lane);
+  float acc[NB][4] = {};
+  for (int j0 = 0; j0 < L; j0 += kV2J) {
+    __syncthreads();  // w_s written (first stage) / the previous stage consumed
+    for (int e = tid; e < kV2J * kV2P / 8; e += kV2StateThreads) {
+      const int jj = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + jj;
+      uint4 hi = zero4(), lo = zero4();
+      if (j < L) {
+        const uint4 raw = ld16(X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + p8);
+        const __nv_bfloat162* xv = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+        __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+        const float wj = w_s[j];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(xv[q]);
+          const float a = wj * f.x, b = wj * f.y;
+          hv[q] = __floats2bfloat162_rn(a, b);
+          const float2 hf = __bfloat1622float2(hv[q]);
+          lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+        }
+      }
+      st16(xh + jj * ldx + p8, hi);
+      st16(xl + jj * ldx + p8, lo);
+    }
+    for (int e = tid; e < kV2J * N / 8; e += kV2StateThreads) {
+      const int jj = e / (N / 8), n8 = (e % (N / 8)) * 8, j = j0 + jj;
+      st16(bs + jj * ldb + n8,
+           j < L ? ld16(Bg + (loc.t0 + j) * in.B.s0 + g * in.B.s1 + n8) : zero4());
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k0 = 0; k0 < kV2J; k0 += 16) {
+      if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
+        uint32_t ah[4], al[4];
+        const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
+        ldsm_x4_t(ah, xh + xo);
+        ldsm_x4_t(al, xl + xo);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          uint32_t b[4];
+          ldsm_x4_t(b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma16816(acc[nb], ah, b[0], b[1]);
+          mma16816(acc[nb], al, b[0], b[1]);
+          mma16816(acc[nb + 1], ah, b[2], b[3]);
+          mma16816(acc[nb + 1], al, b[2], b[3]);
+        }
+      }
+    }
+  }
+  // Sc [P][N] f32: accumulator element e of n8 block nb is row lane/4 (+8 for e ≥ 2), column
+  // nb·8 + (lane % 4)·2 + (e & 1).
+  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
+  const int pr = wm * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int n = wn * (N / 2) + nb * 8 + (lane % 4) * 2;
+    *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
+// Grid (ceil(P·N / 1024), H, seqs), 256 threads × 4 consecutive state elements: the spine over
+// the chunks of one sequence. Reads Sc (f32), writes S_enter (bf16), chunk_states, the pool.
+template <class St>
+__global__ void __launch_bounds__(kV2PassThreads) v2_pass_kernel(const ScanParams p, bf16* Se) {
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int N = p.in.N, PN = kV2P * N, H = p.in.H, Q = p.Q;
+  const int o = (blockIdx.x * kV2PassThreads + threadIdx.x) * 4;
+  if (o >= PN) return;
+  const int pp = o / N, n = o % N;  // N % 16 == 0: the 4 elements share the row pp
+  const int slot = p.slots[seq];
+  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  const Arg& cst = p.chunk_states;
+  auto chunk_row = [&](int c) { return c * cst.s0 + h * cst.s1 + pp * cst.s2 + n; };
+  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
+    if (cst.p)
+      for (int c = c0; c < c1; ++c)
+        for (int q = 0; q < 4; ++q)
+          store_any(const_cast<void*>(cst.p), cst.dt, chunk_row(c) + q, 0.0f);
+    return;
+  }
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h + pp * p.st_p + n;
+  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+  float S[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) S[q] = initial ? to_f32(pool[q]) : 0.0f;
+  const int len = p.cu_seqlens[seq + 1] - p.cu_seqlens[seq];
+  // Chunks in batches of kAhead: their Sc and cs_last loads are issued together (they do not
+  // depend on S), so the chain waits for one memory round trip per batch, not per chunk.
+  constexpr int kAhead = 8;
+  for (int cb = c0; cb < c1; cb += kAhead) {
+    float4 sc[kAhead];
+    float decay[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int c = cb + k;
+      if (c < c1) {
+        const int L = min(Q, len - (c - c0) * Q);
+        const int64_t row = static_cast<int64_t>(c) * H + h;
+        decay[k] = expf(__ldg(p.css + row * Q + L - 1));
+        sc[k] = __ldg(reinterpret_cast<const float4*>(p.Sws + row * PN + o));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const int c = cb + k;
+      if (c >= c1) break;
+      const int64_t row = static_cast<int64_t>(c) * H + h;
+      const __nv_bfloat162 enter[2] = {__floats2bfloat162_rn(S[0], S[1]),
+                                       __floats2bfloat162_rn(S[2], S[3])};
+      *reinterpret_cast<uint2*>(Se + row * PN + o) = *reinterpret_cast<const uint2*>(enter);
+      S[0] = decay[k] * S[0] + sc[k].x;
+      S[1] = decay[k] * S[1] + sc[k].y;
+      S[2] = decay[k] * S[2] + sc[k].z;
+      S[3] = decay[k] * S[3] + sc[k].w;
+      if (cst.p)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          store_any(const_cast<void*>(cst.p), cst.dt, chunk_row(c) + q, S[q]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) pool[q] = from_f32<St>(S[q]);
+}
+
+// Dynamic shared memory of v2_out: C rows and the B tile [64][N + 8] (S_enter [64 p][N + 8] shares
+// the B tile's space: it is consumed before the first j tile), x tile [64][P + 8] (bf16), cs and
+// dt' [256] (f32). N = 128: 46 KiB, so 4 blocks (16 warps) per SM with 126 registers.
+size_t v2_out_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (N + kV2Pad) + kV2J * (kV2P + kV2Pad)) +
+         sizeof(float) * 2 * 256;
+}
+
+// Grid (H · Q/64, max_chunks), 128 threads: rows [i0, i0 + 64) of chunk c, head h, every p.
+__global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams p, const bf16* Se) {
+  const int nt = p.Q / kV2J;
+  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, N = in.N, Q = p.Q, g = in.group(h);
+  const int rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < rows * kV2P; o += kV2OutThreads)
+      in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  const int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                   // [64 j][ldn]
+  bf16* Ss = Bs;                                // [64 p][ldn]: S_enter, before the first j tile
+  bf16* Xs = Bs + kV2J * ldn;                   // [64 j][ldx]
+  float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);
+  float* dt_s = cs_s + 256;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  // Tile loads (cp.async, zero rows past the tokens that feed these rows). The j loop is a
+  // two-stage pipeline over single buffers: the B tile of j tile jt + 1 loads while S·X of tile jt
+  // runs, and its x tile while C·Bᵀ of tile jt + 1 runs. Commit order: {C, S_enter}, X[0], B[0],
+  // then per tile B[jt + 1], X[jt + 1] (empty groups past the last tile keep the counts uniform).
+  auto load_B = [&](int j0) {
+    for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+      const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
+      const bool ok = j < jmax;
+      cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8, ok);
+    }
+  };
+  auto load_X = [&](int j0) {
+    for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
+      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
+      const bool ok = j < jmax;
+      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8, ok);
+    }
+  };
+  for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
+    const bool ok = i < L;
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8, ok);
+    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8, true);
+  }
+  cp_async_commit();
+  load_X(0);
+  cp_async_commit();
+  for (int j = tid; j < jmax; j += kV2OutThreads) {
+    cs_s[j] = p.css[row * Q + j];
+    dt_s[j] = p.dts[row * Q + j];
+  }
+  cp_async_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  __syncthreads();
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  float acc[8][4] = {};
+  // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(cs_i).
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldsm_x4(a, Cs + a_off + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldsm_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma16816(acc[nb], a, b[0], b[1]);
+      mma16816(acc[nb + 1], a, b[2], b[3]);
+    }
+  }
+  const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;  // this lane's rows
+  const float cs_a = ia < L ? cs_s[ia] : 0.0f, cs_b = ib < L ? cs_s[ib] : 0.0f;
+  {
+    const float da = ia < L ? __expf(cs_a) : 0.0f, db = ib < L ? __expf(cs_b) : 0.0f;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      acc[nb][0] *= da, acc[nb][1] *= da;
+      acc[nb][2] *= db, acc[nb][3] *= db;
+    }
+  }
+  __syncthreads();  // S_enter (in the B tile's space) is consumed
+  load_B(0);
+  cp_async_commit();
+  // Intra-chunk: 64-token j tiles up to the diagonal one.
+  for (int jt = 0; jt <= ti; ++jt) {
+    const int j0 = jt * kV2J;
+    // B[jt] landed: pending groups are {X[0], B[0]} at jt = 0 (wait for all), else {B[jt], X[jt]}.
+    if (jt == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();
+    __syncthreads();
+    // On the diagonal tile warp w's rows need only j < 16·(w + 1): n8 blocks < 2w + 2.
+    const bool diag = jt == ti;
+    const int nb_end = diag ? 2 * warp + 2 : 8;
+    float s[8][4] = {};
+    for (int k0 = 0; k0 < N; k0 += 16) {
+      uint32_t a[4];
+      ldsm_x4(a, Cs + a_off + k0);
+#pragma unroll
+      for (int nb = 0; nb < 8; nb += 2) {
+        if (nb < nb_end) {
+          uint32_t b[4];
+          ldsm_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+          mma16816(s[nb], a, b[0], b[1]);
+          mma16816(s[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with B[jt]: load B[jt + 1] into its space
+    if (jt < ti) load_B(j0 + kV2J);
+    cp_async_commit();
+    // S[i][j] ← S·exp(cs_i - cs_j)·dt'_j for j ≤ i < L, else 0.
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nb * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? ia : ib;
+        const float cs_i = e < 2 ? cs_a : cs_b;
+        s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
+      }
+    }
+    cp_async_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
+    __syncthreads();
+    // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
+#pragma unroll
+    for (int kt = 0; kt < kV2J / 16; ++kt) {
+      if (!diag || kt <= warp) {
+        const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                               pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                               pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                               pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldsm_x4_t(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma16816(acc[nb], a, b[0], b[1]);
+          mma16816(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with X[jt]: load X[jt + 1] into its space
+    if (jt < ti) load_X(j0 + kV2J);
+    cp_async_commit();
+  }
+  // y = (acc + D·x)·silu(z), two adjacent p per store.
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const int pp = nb * 8 + (lane % 4) * 2;
+      const float2 xv = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(X + t * in.x.s0 + h * in.x.s1 + pp));
+      const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
+      const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
+      *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
+          __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
+// ---- host side -----------------------------------------------------------------------------
+
+// ---- ssm_chunk_scan --------------------------------------------------------------------------
+
+Reason scan_supports(const SsmChunkScan& a) {
+  const int64_t P = a.x.size(2), N = a.B.size(2);
+  if (P > kMaxDim || N > kMaxDim) return str("P=", P, ", N=", N, ": both must be <= 256");
+  return {};
+}
+
+size_t align_up(size_t v) {
+  return (v + 255) & ~size_t{255};
+}
+
+void scan_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
+  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  // One workspace: chunk_off | dt' | cs | Sc / S_enter.
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t s_b = align_up(sizeof(float) * max_chunks * H * P * N);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const unsigned hh = static_cast<unsigned>(H);
+  scan_chunk_state_kernel<<<dim3(static_cast<unsigned>(max_chunks), hh), kScanThreads, 0, stream>>>(
+      p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const dim3 pass_grid(static_cast<unsigned>((P * N + kScanThreads - 1) / kScanThreads), hh,
+                       static_cast<unsigned>(seqs));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  const size_t smem = scan_output_smem(static_cast<int>(P), static_cast<int>(N), p.Q);
+  if (smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+        scan_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  scan_output_kernel<<<dim3(static_cast<unsigned>(max_chunks), hh,
+                            static_cast<unsigned>(Q / kTile)),
+                       kScanThreads, smem, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+Reason scan_tiled_supports(const SsmChunkScan& a) {
+  const int64_t P = a.x.size(2), N = a.B.size(2);
+  if (P != 64) return str("P=", P, ": the tiled scan is built for P = 64");
+  if (N % 64 != 0 || N > kMaxDim) return str("N=", N, ": the tiled scan needs N % 64 == 0, <= 256");
+  return {};
+}
+
+Reason scan_mma_supports(const SsmChunkScan& a) {
+  if (a.y.dtype() != DType::bf16) return std::string("y must be bf16 (bf16 tensor-core products)");
+  return scan_tiled_supports(a);
+}
+
+void scan_tiled_run(const SsmChunkScan& a, Context& ctx, bool mma) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), P = a.x.size(2), N = a.B.size(2);
+  const int64_t G = a.B.size(1), seqs = a.state_slots.size(0), Q = a.chunk_size;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  // One workspace: chunk_off | dt' | cs | Sc / S_enter | CB [max_chunks, G, Q, Q].
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t s_b = align_up(sizeof(float) * max_chunks * H * P * N);
+  const size_t cb_b = align_up(sizeof(float) * max_chunks * G * Q * Q);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + cb_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
+  float* CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  const unsigned nt = static_cast<unsigned>(Q / kFT);
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_cb_kernel<<<dim3(mc, static_cast<unsigned>(G), nt * nt), kScanThreads, 0, stream>>>(p, CB);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  scan_state_t_kernel<<<dim3(mc, hh, static_cast<unsigned>(N / kFT)), kScanThreads, 0, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const dim3 pass_grid(static_cast<unsigned>((P * N + kScanThreads - 1) / kScanThreads), hh,
+                       static_cast<unsigned>(seqs));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    scan_state_pass_kernel<decltype(ts)><<<pass_grid, kScanThreads, 0, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  if (mma)
+    scan_out_mma_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
+  else
+    scan_out_t_kernel<<<dim3(mc, hh, nt), kScanThreads, 0, stream>>>(p, CB);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void scan_tiled_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_tiled_run(a, ctx, false);
+}
+void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_tiled_run(a, ctx, true);
+}
+
+// ---- v2 host side ----------------------------------------------------------------------------
+
+bool rows16(const Tensor& t) {  // bf16 rows starting on 16-byte boundaries
+  if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
+  for (int d = 0; d + 1 < t.rank(); ++d)
+    if (t.stride(d) % 8 != 0) return false;
+  return true;
+}
+
+Reason scan_v2_supports(const SsmChunkScan& a) {
+  const int64_t P = a.x.size(2), N = a.B.size(2);
+  if (P != kV2P) return str("P=", P, ": the tensor-core scan is built for P = 64");
+  if (N != 64 && N != 128 && N != 256)
+    return str("N=", N, ": the tensor-core scan needs 64/128/256");
+  for (const Tensor* t : {&a.x, &a.B, &a.C, &a.y})
+    if (t->dtype() != DType::bf16) return std::string("x, B, C and y must be bf16");
+  for (const Tensor* t : {&a.x, &a.B, &a.C, &a.y})
+    if (!rows16(*t)) return std::string("x, B, C, y rows must start on 16-byte boundaries");
+  if (a.x.size(0) / a.chunk_size + a.state_slots.size(0) > 65535)
+    return std::string("more than 65535 chunks");
+  return {};
+}
+
+void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
+  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16).
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
+  const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
+  bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b + s_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const size_t st_smem = v2_state_smem(static_cast<int>(N));
+  auto state = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(st_smem)));
+    kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (N == 64)
+    state(v2_state_kernel<64>);
+  else if (N == 128)
+    state(v2_state_kernel<128>);
+  else
+    state(v2_state_kernel<256>);
+  const dim3 pass_grid(static_cast<unsigned>((PN / 4 + kV2PassThreads - 1) / kV2PassThreads), hh,
+                       static_cast<unsigned>(seqs));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    v2_pass_kernel<decltype(ts)><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+  const size_t out_smem = v2_out_smem(static_cast<int>(N));
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(v2_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(out_smem)));
+  v2_out_kernel<<<dim3(hh * static_cast<unsigned>(Q / kV2J), mc), kV2OutThreads, out_smem,
+                  stream>>>(p, Se);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void register_ssm_chunk(Registry& r) {
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda", DeviceType::cuda, 0, scan_supports, scan_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled", DeviceType::cuda, 1, scan_tiled_supports,
+                      scan_tiled_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_tiled_mma", DeviceType::cuda, 2, scan_mma_supports,
+                      scan_mma_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v2", DeviceType::cuda, 3, scan_v2_supports,
+                      scan_v2_cuda);
+}
+
+}  // namespace hybrid::cuda
