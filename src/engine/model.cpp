@@ -91,8 +91,9 @@ std::vector<int32_t> eos_token_ids(const std::string& dir) {
 Model::Model(std::unique_ptr<engine::Runner> runner) : runner_(std::move(runner)) {}
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string& dir, Device device) {
-  return std::unique_ptr<Model>(new Model(std::make_unique<engine::Runner>(dir, device)));
+std::unique_ptr<Model> Model::load(const std::string& dir, Device device,
+                                   const LoadProgress& progress) {
+  return std::unique_ptr<Model>(new Model(std::make_unique<engine::Runner>(dir, device, progress)));
 }
 
 int64_t Model::vocab_size() const {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include <unistd.h>
 
@@ -110,7 +111,9 @@ std::optional<size_t> device_memory_budget() {
 
 // ---- loading ----------------------------------------------------------------------------------
 
-Runner::Runner(const std::string& dir, Device device) : device_(device), ws_(device) {
+Runner::Runner(const std::string& dir, Device device,
+               const std::function<void(int64_t, int64_t)>& progress)
+    : device_(device), ws_(device) {
   if (!fs::exists(dir)) fail("[model] ", dir, ": no such file or directory");
   if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a folder (pass the model's folder)");
   if (!fs::exists(fs::path(dir) / "config.json"))
@@ -125,10 +128,10 @@ Runner::Runner(const std::string& dir, Device device) : device_(device), ws_(dev
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
          arch_name(cfg_.arch));
+  size_t need = 0;
   {
     // Before anything is uploaded: the weights must fit in the device's memory (free memory on
     // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets).
-    size_t need = 0;
     for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
       need += static_cast<size_t>(bytes);
     size_t available = 0;
@@ -150,7 +153,7 @@ Runner::Runner(const std::string& dir, Device device) : device_(device), ws_(dev
            format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
-  load_weights(ckpt, spec);
+  load_weights(ckpt, spec, static_cast<int64_t>(need), progress);
 }
 
 Runner::~Runner() {
@@ -173,7 +176,8 @@ std::vector<float> Runner::download(const Tensor& t) {
   return v;
 }
 
-void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
+void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t total_bytes,
+                          const std::function<void(int64_t, int64_t)>& progress) {
   const Config& c = cfg_;
   const WeightLayout& L = spec.layout;
   const std::string& P = L.prefix;
@@ -185,14 +189,26 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
   // lives until the next upload (its rows are copied into a HostMatrix before that).
   Context host_ctx(Device::cpu());
   std::vector<std::unique_ptr<OwnedTensor>> dequantized;
+  // Bytes of the checkpoint read so far (each tensor counted once; some are viewed twice),
+  // reported to `progress` as each tensor is first read.
+  int64_t done_bytes = 0;
+  std::set<std::string> counted;
+  auto count = [&](const std::string& name, const Tensor& t) {
+    if (!counted.insert(name).second) return;
+    done_bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+    if (progress) progress(std::min(done_bytes, total_bytes), total_bytes);
+  };
   auto view = [&](const std::string& name) -> Tensor {
     const Tensor v = ckpt.view(name);
+    count(name, v);
     const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
                                  [&](const TensorSpec& t) { return t.name == name; });
     if (it == spec.tensors.end() || it->bits == 0) return v;
     const TensorSpec& scales = *(it + 1);
     const TensorSpec& biases = *(it + 2);
     const Tensor sc = ckpt.view(scales.name), bi = ckpt.view(biases.name);
+    count(scales.name, sc);
+    count(biases.name, bi);
     std::vector<int64_t> shape = v.shape();
     const int64_t in = shape.back() * 32 / it->bits;
     shape.back() = in;
@@ -395,6 +411,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec) {
     }
     layers_.push_back(std::move(w));
   }
+  if (progress) progress(total_bytes, total_bytes);
 }
 
 // ---- caches -----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,7 +98,9 @@ class Workspace {
 
 class Runner {
  public:
-  Runner(const std::string& dir, Device device);
+  // `progress` (optional) is called as the weights load: checkpoint bytes read so far, total.
+  Runner(const std::string& dir, Device device,
+         const std::function<void(int64_t done, int64_t total)>& progress = {});
   ~Runner();
 
   const Config& config() const { return cfg_; }
@@ -134,7 +137,8 @@ class Runner {
   size_t workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows) const;
 
  private:
-  void load_weights(const Checkpoint& ckpt, const ModelSpec& spec);
+  void load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t total_bytes,
+                    const std::function<void(int64_t, int64_t)>& progress);
   // The varlen arguments of one forward call, made once for all layers: T new tokens of N
   // sequences; decode = one token per sequence after a prefix. All views into the workspace,
   // filled by one host-to-device copy of `staging_`.

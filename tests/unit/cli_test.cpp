@@ -9,6 +9,9 @@
 //   several prompts         -p repeated / -f FILE: one batch, each continuation labelled, equal
 //                           to the prompt run alone
 //   bench                   the llama-bench table with pp and tg rows
+//   without -m              the demo model ($HYBRID_DEMO_MODEL here); its absence is an error
+//   newcomer errors         say what to do (what -m takes; the nested folder that holds the model;
+//                           weights larger than the memory: a sparse 1 TiB checkpoint)
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -24,6 +27,10 @@
 #include <string>
 #include <vector>
 #include "test_files.h"
+
+#include "hybrid/core/dtype.h"
+#include "hybrid/model/config.h"
+#include "hybrid/model/model.h"
 
 #ifndef HYBRID_CLI_PATH
 #error "HYBRID_CLI_PATH (the built hybrid binary) must be defined by tests/CMakeLists.txt"
@@ -51,13 +58,14 @@ struct CliResult {
   std::string out, err;
 };
 
-// Runs `hybrid <args>` through the shell; stdout and stderr go to temporary files.
-CliResult cli(const std::string& args) {
+// Runs `hybrid <args>` through the shell (with `env`, "NAME='value' ...", set for it); stdout and
+// stderr go to temporary files.
+CliResult cli(const std::string& args, const std::string& env = "") {
   const fs::path tmp = fs::temp_directory_path();
   const std::string tag = std::to_string(::getpid());
   const fs::path out = tmp / ("hybrid_cli_test_" + tag + ".out");
   const fs::path err = tmp / ("hybrid_cli_test_" + tag + ".err");
-  const std::string cmd = std::string("'") + HYBRID_CLI_PATH + "' " + args + " >'" + out.string() +
+  const std::string cmd = env + " '" + HYBRID_CLI_PATH + "' " + args + " >'" + out.string() +
                           "' 2>'" + err.string() + "'";
   const int status = std::system(cmd.c_str());
   CliResult r;
@@ -316,6 +324,116 @@ TEST(Cli, BenchPrintsTheLlamaBenchTable) {
   EXPECT_TRUE(std::regex_match(lines[3], row)) << lines[3];
   EXPECT_NE(lines[2].find("pp32"), std::string::npos);
   EXPECT_NE(lines[3].find("tg8"), std::string::npos);
+}
+
+TEST(Cli, WithoutModelFolderRunsTheDemoModel) {
+  // $HYBRID_DEMO_MODEL stands in for models/demo: a golden model, so the ids are known.
+  const Golden g = golden("qwen3_next_gva2_k64");
+  const std::string env = "HYBRID_DEMO_MODEL='" + g.dir.string() + "'";
+  const CliResult r =
+      cli("run --ids " + join(g.prompt, ",") + " -n " + std::to_string(g.greedy.size()) +
+              " --print-ids --prefill-chunk 64 --device cpu",
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line(r.out), join(g.greedy, " "));
+  EXPECT_NE(r.err.find("no -m DIR given: using the demo model " + g.dir.string() + " on cpu"),
+            std::string::npos)
+      << r.err;
+  // The load reports its weight bytes and device.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(loaded [0-9.]+ \S+ of weights onto cpu in)")))
+      << r.err;
+  // info without -m describes the same model.
+  const CliResult info = cli("info", env);
+  ASSERT_EQ(info.code, 0) << info.err;
+  EXPECT_NE(info.out.find("architecture  qwen3_next"), std::string::npos) << info.out;
+
+  const CliResult missing = cli("run -p hello", "HYBRID_DEMO_MODEL=/nonexistent/demo");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("error: no -m DIR given and the bundled demo model is missing: "
+                             "/nonexistent/demo has no config.json"),
+            std::string::npos)
+      << missing.err;
+  EXPECT_NE(missing.err.find("set HYBRID_DEMO_MODEL=DIR or pass -m DIR"), std::string::npos);
+}
+
+TEST(Cli, NewcomerErrorsSayWhatToDo) {
+  // A path that does not exist: what -m takes.
+  CliResult r = cli("run -m /nonexistent/model -p hello");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("-m takes the folder of a Hugging Face checkpoint: config.json, "
+                       "*.safetensors, tokenizer.json"),
+            std::string::npos)
+      << r.err;
+  // The top of a Hugging Face cache entry: the snapshot folder below it is named.
+  const fs::path top = fs::temp_directory_path() / "hybrid_cli_test_hf_cache";
+  fs::remove_all(top);
+  const fs::path snapshot = top / "models--org--name" / "snapshots" / "0123abcd";
+  fs::create_directories(snapshot);
+  fs::copy_file(data_dir() / "models" / "mamba2_g2" / "config.json", snapshot / "config.json");
+  for (const std::string cmd : {"run", "info", "bench"}) {
+    r = cli(cmd + " -m '" + top.string() + "'" + (cmd == "run" ? " --ids 1,2" : ""));
+    EXPECT_EQ(r.code, 1) << cmd;
+    EXPECT_NE(r.err.find("error: [config] " + top.string() +
+                         ": not a model folder (no config.json); did you mean -m " +
+                         snapshot.string() + " ?"),
+              std::string::npos)
+        << cmd << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // A folder with no model anywhere below: how to get one.
+  fs::remove_all(top / "models--org--name");
+  r = cli("run -m '" + top.string() + "' --ids 1,2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("pass the folder that holds config.json and the *.safetensors files"),
+            std::string::npos)
+      << r.err;
+  fs::remove_all(top);
+}
+
+// A model folder whose safetensors file declares every tensor of `config_json`'s architecture
+// (names and shapes from describe_model, bf16) over a sparse file: no disk space, any size.
+fs::path sparse_model(const std::string& name, const std::string& config_json) {
+  const fs::path dir = fs::temp_directory_path() / ("hybrid_cli_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_json;
+  const hybrid::ModelSpec spec = hybrid::describe_model(hybrid::load_config(dir.string()));
+  json header = json::object();
+  int64_t offset = 0;
+  for (const hybrid::TensorSpec& t : spec.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    header[t.name] = {
+        {"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {offset, offset + 2 * n}}};
+    offset += 2 * n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream f(dir / "model.safetensors", std::ios::binary);
+  const uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((len >> (8 * i)) & 0xff));
+  f << text;
+  f.close();
+  fs::resize_file(dir / "model.safetensors", 8 + text.size() + static_cast<uint64_t>(offset));
+  return dir;
+}
+
+TEST(Cli, WeightsLargerThanMemorySayWhatToDo) {
+  // Mamba2 with a 2^27 x 4096 bf16 embedding: 1 TiB of weights (and ~70 M more), more than any
+  // test machine has.
+  const fs::path dir = sparse_model("too_big", R"({"model_type": "mamba2", "hidden_size": 4096,
+      "num_hidden_layers": 1, "vocab_size": 134217728, "num_heads": 128, "head_dim": 64,
+      "state_size": 16, "n_groups": 1, "expand": 2, "conv_kernel": 4, "chunk_size": 64,
+      "tie_word_embeddings": true})");
+  const CliResult r = cli("run -m '" + dir.string() + "' --ids 1,2 -n 2 --device cpu");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.err,
+      std::regex(R"(error: \[model\] the weights need [0-9]+ bytes \(1\.00 TiB\) but cpu has )"
+                 R"([0-9]+ bytes \([0-9.]+ [KMGT]iB\) of memory; use a smaller checkpoint or a )"
+                 R"(machine with more memory\n$)")))
+      << r.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace

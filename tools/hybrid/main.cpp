@@ -11,15 +11,22 @@
 //                           each continuation printed after the batch ends, under a label.
 //   hybrid bench -m DIR [-p 512] [-n 128] [-r 3]
 //                           prompt processing and generation tokens/s, llama-bench's table
+// Without -m every command uses the bundled demo model (docs/DEMO.md): $HYBRID_DEMO_MODEL, else
+// models/demo of the source tree this binary was built from; it runs on CUDA when a GPU is present
+// (unless --device says otherwise), else on the CPU.
+// Loading shows the weight bytes read and long prompts the prefill progress, on standard error
+// (redrawn in place on a terminal, a line every few seconds otherwise).
 // Errors (no such path, a folder without config.json, an unknown model_type, a missing or
 // wrong-shaped tensor, ids out of range, a prompt longer than the context, no tokenizer.json for
-// -p) print one line each and exit 1; usage errors exit 2.
+// -p, weights larger than the device's memory) print one line each, saying what to do where there
+// is something to do, and exit 1; usage errors exit 2.
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -27,6 +34,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "hybrid/core/error.h"
 #include "hybrid/engine/model.h"
@@ -36,6 +45,11 @@
 #include "hybrid/model/safetensors.h"
 #include "hybrid/model/tokenizer.h"
 
+#ifndef HYBRID_SOURCE_DIR
+#error \
+    "HYBRID_SOURCE_DIR (the source tree, for models/demo) must be defined by tools/hybrid/CMakeLists.txt"
+#endif
+
 using namespace hybrid;
 namespace fs = std::filesystem;
 
@@ -43,6 +57,9 @@ namespace {
 
 const char* kUsage =
     "usage: hybrid <command> [options]\n"
+    "  Without -m DIR, the bundled demo model (models/demo, or $HYBRID_DEMO_MODEL) is used, on\n"
+    "  CUDA when a GPU is present. DIR: a Hugging Face checkpoint folder (config.json,\n"
+    "  *.safetensors, tokenizer.json), e.g. from `hf download ORG/NAME --local-dir DIR`.\n"
     "commands:\n"
     "  info -m DIR [--kv-dtype bf16|f16|f32]   describe the model in DIR and check its weights\n"
     "  logits -m DIR --ids 1,2,3 --out FILE.npy [--device cpu|cuda]\n"
@@ -64,7 +81,7 @@ const char* kUsage =
     "      --stop STR           stop at this text (repeatable; \\n \\t escapes)\n"
     "      --print-ids          print only the generated ids, space-separated, on one line\n"
     "      --prefill-chunk C    prompt tokens per prefill step (default 512)\n"
-    "      --device cpu|cuda    (default cpu)\n"
+    "      --device cpu|cuda    (default cpu; the demo model: cuda when a GPU is present)\n"
     "      --no-graph           run the CUDA decode step eagerly (no CUDA graph)\n"
     "  bench -m DIR [-p 512] [-n 128] [-r 3] [--device cpu|cuda] [--prefill-chunk C] [--no-graph]\n"
     "                                           pp/tg tokens/s (mean +- stddev), markdown table\n"
@@ -132,6 +149,122 @@ std::string layer_summary(const Config& c) {
   return s;
 }
 
+// The bundled demo model's folder: $HYBRID_DEMO_MODEL, else models/demo of the source tree.
+std::string demo_model_dir() {
+  if (const char* env = std::getenv("HYBRID_DEMO_MODEL"); env && *env) return env;
+  return (fs::path(HYBRID_SOURCE_DIR) / "models" / "demo").string();
+}
+
+// A folder below `dir` (at most 4 levels down, first in name order) that holds a config.json, as
+// in a Hugging Face cache (models--ORG--NAME/snapshots/HASH/) or an archive unpacked into a
+// folder of its own; empty when there is none. Looks at 20000 entries at most (-m $HOME).
+std::string nested_model_folder(const fs::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  for (int seen = 0; !ec && it != end && seen < 20000; it.increment(ec), ++seen) {
+    if (it.depth() >= 4) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->path().filename() == "config.json") found.push_back(it->path().parent_path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found.empty() ? std::string() : found.front();
+}
+
+// The folder checks of Model::load, made first (before the tokenizer and the config are read) so
+// that a newcomer's mistake gets a message that says what to pass instead.
+void check_model_folder(const std::string& dir) {
+  if (!fs::exists(dir))
+    throw Error("[model] " + dir +
+                ": no such file or directory (-m takes the folder of a Hugging Face checkpoint: "
+                "config.json, *.safetensors, tokenizer.json; without -m hybrid runs its demo "
+                "model)");
+  if (!fs::is_directory(dir))
+    throw Error("[model] " + dir + ": not a folder (pass the folder that holds config.json)");
+  if (!fs::exists(fs::path(dir) / "config.json")) {
+    const std::string nested = nested_model_folder(dir);
+    throw Error("[config] " + dir + ": not a model folder (no config.json); " +
+                (nested.empty()
+                     ? std::string("pass the folder that holds config.json and the "
+                                   "*.safetensors files, e.g. one made by `hf download ORG/NAME "
+                                   "--local-dir DIR`")
+                     : "did you mean -m " + nested + " ?"));
+  }
+}
+
+// Progress of a long step on standard error: on a terminal one line redrawn in place (at most
+// every 0.1 s); otherwise (a log) a line at most every 2 s, so short steps print nothing.
+class Meter {
+ public:
+  Meter() : tty_(isatty(fileno(stderr)) != 0), last_(std::chrono::steady_clock::now()) {}
+  void show(const std::string& text, bool last) {
+    if (text == shown_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (tty_) {
+      if (since < 0.1 && !last) return;
+      std::fprintf(stderr, "\r\033[Khybrid: %s", text.c_str());
+      drawn_ = true;
+    } else {
+      if (since < 2.0 || last) return;
+      std::fprintf(stderr, "hybrid: %s\n", text.c_str());
+    }
+    std::fflush(stderr);
+    last_ = now;
+    shown_ = text;
+  }
+  // Clears the redrawn line (on a terminal) before the next message.
+  void done() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+  std::string shown_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+std::string percent(int64_t done, int64_t total) {
+  return std::to_string(total > 0 ? done * 100 / total : 100) + "%";
+}
+
+// Model::load with the weight bytes shown as they are read, one line when done, and what to do
+// when the weights do not fit.
+std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
+  Meter meter;
+  int64_t total_bytes = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> m;
+  try {
+    m = Model::load(dir, device, [&](int64_t done, int64_t total) {
+      total_bytes = total;
+      meter.show("loading " + dir + ": " + format_bytes(done) + " / " + format_bytes(total) + " (" +
+                     percent(done, total) + ")",
+                 done == total);
+    });
+  } catch (const Error& e) {
+    meter.done();
+    const std::string what = e.what();
+    if (what.find("the weights need") == std::string::npos &&
+        what.find("out of memory") == std::string::npos)
+      throw;
+    throw Error(what + "; " +
+                (device.is_cuda()
+                     ? "run it on the CPU (--device cpu), free the GPU (nvidia-smi lists what "
+                       "holds it), or use a smaller checkpoint"
+                     : "use a smaller checkpoint or a machine with more memory"));
+  }
+  meter.done();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "hybrid: loaded %s of weights onto %s in %.2f s\n",
+               format_bytes(total_bytes).c_str(), to_string(device).c_str(), s);
+  return m;
+}
+
 bool has_safetensors(const fs::path& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
@@ -142,10 +275,7 @@ bool has_safetensors(const fs::path& dir) {
 }
 
 int info(const std::string& dir, int64_t kv_dtype_bytes, const std::string& kv_dtype) {
-  if (!fs::exists(dir)) throw Error(dir + ": no such file or directory");
-  if (!fs::is_directory(dir)) throw Error(dir + ": not a folder (pass the model's folder)");
-  if (!fs::exists(fs::path(dir) / "config.json"))
-    throw Error(dir + ": not a model folder (no config.json)");
+  check_model_folder(dir);
   Config cfg = load_config(dir);
 
   std::optional<Checkpoint> ckpt;
@@ -317,13 +447,6 @@ struct RunOptions {
   bool cuda_graphs = true;
 };
 
-// The folder checks of Model::load, made before the tokenizer is looked for.
-void check_model_folder(const std::string& dir) {
-  if (!fs::exists(dir)) throw Error("[model] " + dir + ": no such file or directory");
-  if (!fs::is_directory(dir))
-    throw Error("[model] " + dir + ": not a folder (pass the model's folder)");
-}
-
 // "prompt eval time =    12.34 ms /    80 tokens (    0.15 ms per token,  6481.20 tokens per
 // second)", llama.cpp's llama_perf_context_print line.
 void print_timing(const char* what, double seconds, int64_t count, const char* unit) {
@@ -393,7 +516,7 @@ int run_batch(const RunOptions& o) {
     texts.emplace_back(tok, true);
   }
 
-  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  std::unique_ptr<Model> m = load_model(o.model, o.device);
   m->set_cuda_graphs(o.cuda_graphs);
   GenerateOptions g;
   g.max_new_tokens = o.n;
@@ -494,29 +617,41 @@ int run(const RunOptions& o) {
   std::optional<IncrementalDecoder> text;
   if (tok) text.emplace(*tok, true);
   const bool show_text = tok && !o.print_ids;
+
   const bool show_ids = o.print_ids || !tok;
   if (!tok && !o.print_ids)
     std::fprintf(stderr, "hybrid: %s has no tokenizer.json: printing the generated ids\n",
                  o.model.c_str());
 
-  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  std::unique_ptr<Model> m = load_model(o.model, o.device);
   m->set_cuda_graphs(o.cuda_graphs);
+  // On a terminal the prompt's text comes first, as llama-cli shows it (written with the first
+  // text, after the prefill progress line is gone); a pipe gets only the continuation.
+  bool echo_prompt = show_text && o.prompt && !o.chat && isatty(fileno(stdout));
+  auto write_text = [&](const std::string& s) {
+    if (echo_prompt) {
+      std::fwrite(o.prompt->data(), 1, o.prompt->size(), stdout);
+      echo_prompt = false;
+    }
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
   GenerateOptions g;
   g.max_new_tokens = o.n;
   g.capacity = ctx > 0 ? std::min(ctx, P + std::max<int64_t>(o.n, 1)) : 0;
   g.prefill_chunk = o.prefill_chunk;
   g.sampling = o.sampling;
+  Meter prefill_meter;
   if (P > o.prefill_chunk)
-    g.on_prefill = [](int64_t done, int64_t total) {
-      std::fprintf(stderr, "hybrid: prefill %lld / %lld tokens\n", static_cast<long long>(done),
-                   static_cast<long long>(total));
+    g.on_prefill = [&](int64_t done, int64_t total) {
+      prefill_meter.show("prefill " + std::to_string(done) + " / " + std::to_string(total) +
+                             " prompt tokens (" + percent(done, total) + ")",
+                         done == total);
+      if (done == total) prefill_meter.done();
     };
   g.on_token = [&](int32_t id) {
     StopChecker::Result r = stop.push(id, text ? text->push(id) : std::string());
-    if (show_text && !r.emit.empty()) {
-      std::fwrite(r.emit.data(), 1, r.emit.size(), stdout);
-      std::fflush(stdout);
-    }
+    if (show_text && !r.emit.empty()) write_text(r.emit);
     return !r.stop;
   };
   const auto t0 = std::chrono::steady_clock::now();
@@ -524,7 +659,7 @@ int run(const RunOptions& o) {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string tail = stop.finish(text ? text->flush() : std::string());
   if (show_text) {
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    write_text(tail);
     std::printf("\n");
   }
   if (show_ids) {
@@ -566,7 +701,7 @@ std::pair<double, double> mean_stddev(const std::vector<double>& v) {
 int bench(const BenchOptions& o) {
   check_model_folder(o.model);
   const Config cfg = load_config(o.model);
-  std::unique_ptr<Model> m = Model::load(o.model, o.device);
+  std::unique_ptr<Model> m = load_model(o.model, o.device);
   m->set_cuda_graphs(o.cuda_graphs);
   const Checkpoint ckpt(o.model);
   const ModelSpec spec = describe_model(cfg, detect_layout(cfg, ckpt));
@@ -638,7 +773,7 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   if (cmd != "info" && cmd != "logits" && cmd != "run" && cmd != "bench")
     return usage_error("unknown command '" + cmd + "'");
-  std::string model, kv_dtype = "bf16", out, device_name = "cpu";
+  std::string model, kv_dtype = "bf16", out, device_name;
   std::optional<std::vector<int32_t>> ids;
   std::vector<std::string> prompts;  // -p (repeatable) and -f FILE, in order
   RunOptions ro;
@@ -771,7 +906,22 @@ int main(int argc, char** argv) {
       return usage_error("unknown option '" + a + "' for " + cmd);
     }
   }
-  if (model.empty()) return usage_error(cmd + " needs -m DIR");
+  if (model.empty()) {
+    // The bundled demo model, on the GPU when there is one (unless --device says otherwise).
+    model = demo_model_dir();
+    if (device_name.empty()) device_name = cuda_device_count() > 0 ? "cuda" : "cpu";
+    if (!fs::exists(fs::path(model) / "config.json")) {
+      std::fprintf(stderr,
+                   "error: no -m DIR given and the bundled demo model is missing: %s has no "
+                   "config.json (it ships in the source tree as models/demo; set "
+                   "HYBRID_DEMO_MODEL=DIR or pass -m DIR)\n",
+                   model.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "hybrid: no -m DIR given: using the demo model %s on %s\n", model.c_str(),
+                 device_name.c_str());
+  }
+  if (device_name.empty()) device_name = "cpu";
   if (cmd == "info") {
     int64_t kv_bytes = 0;
     if (kv_dtype == "bf16" || kv_dtype == "f16") {
@@ -808,7 +958,8 @@ int main(int argc, char** argv) {
       bo.device = device;
       return bench(bo);
     }
-    std::unique_ptr<Model> m = Model::load(model, device);
+    check_model_folder(model);
+    std::unique_ptr<Model> m = load_model(model, device);
     const std::vector<float> l = m->logits(*ids);
     write_npy(out, l, static_cast<int64_t>(ids->size()), m->vocab_size());
     return 0;

@@ -57,7 +57,11 @@ class Model {
   // Loads config.json + *.safetensors (+ tokenizer.json when present) from `dir` onto `device`.
   // Errors (hybrid::Error) name what was wrong: missing folder, no config.json, unknown
   // model_type, missing / wrong-shaped tensor, weights larger than the device's memory.
-  static std::unique_ptr<Model> load(const std::string& dir, Device device);
+  // `progress`, when given, is called as the weights are read: checkpoint bytes so far and their
+  // total (the last call has done == total).
+  using LoadProgress = std::function<void(int64_t done_bytes, int64_t total_bytes)>;
+  static std::unique_ptr<Model> load(const std::string& dir, Device device,
+                                     const LoadProgress& progress = {});
   int64_t vocab_size() const;
   // f32 logits of every position of one sequence run from an empty state: [T, vocab] row-major.
   // ids out of range are an error naming the position.
