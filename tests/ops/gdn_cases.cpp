@@ -825,6 +825,31 @@ void add_gdn_cases(CaseList& cases) {
         make_unique<RecurrentCase>(k64v96, b, f32, f32, true, std::nullopt, false, true));
   }
 
+  // Decode v3 (gdn_recurrent.cuda_stream: persistent blocks over (tile, head, sequence) items,
+  // the pool streamed through shared memory): real shapes at B = 64 (f32 pool: 2 rows a thread,
+  // 8192 items; bf16 pool: 4 rows a thread, 64-row tiles) with padding slots and a shuffled pool,
+  // so every block takes several items and each stage's barrier goes through several phases; a
+  // varlen batch of 1..4 tokens over 128 sequences with per-token states, padding slots and
+  // sequences without an initial state (the stage armed with 0 bytes) in the same blocks.
+  {
+    Batch b{std::vector<int>(64, 1), std::vector<int>(64), {}, 70};
+    for (int n = 0; n < 64; ++n) b.slots[n] = n % 23 == 4 ? -1 : (n * 29) % 70;
+    for (DType st : {f32, bf16})
+      cases.push_back(
+          make_unique<RecurrentCase>(next, b, bf16, st, true, std::nullopt, false, false));
+  }
+  {
+    Batch b{{}, {}, {}, 130};
+    for (int n = 0; n < 128; ++n) {
+      b.lens.push_back(1 + n % 4);
+      b.slots.push_back(n % 19 == 7 ? -1 : (n * 53) % 130);
+      b.init.push_back(n % 11 == 2 ? 0 : 1);
+    }
+    for (DType st : {f32, bf16})
+      cases.push_back(
+          make_unique<RecurrentCase>(k128g2, b, f32, st, true, std::nullopt, true, false));
+  }
+
   // Split anywhere and resumed from the saved state == whole sequence.
   cases.push_back(
       make_unique<PiecesCase>(small, std::vector<int>{5, 1, 0, 17, 40, 2, 1}, f32, f32));
@@ -872,6 +897,13 @@ void add_gdn_cases(CaseList& cases) {
     cases.push_back(make_unique<PrepStepCase>(k128g4, slots, 256, bf16, f32));
   }
   cases.push_back(make_unique<PrepStepCase>(k64v96, std::vector<int>{1, -1, 0}, 2, bf16, bf16));
+  // Decode v3 (gdn_prep_step.cuda_stream): real shapes at B = 64, both pools, padding slots.
+  {
+    std::vector<int> slots(64);
+    for (int n = 0; n < 64; ++n) slots[n] = n % 17 == 9 ? -1 : (n * 37) % 66;
+    for (DType st : {f32, bf16})
+      cases.push_back(make_unique<PrepStepCase>(next, slots, 66, bf16, st));
+  }
 
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.
   cases.push_back(make_unique<RecordReplayCase>("gdn_record", small,
