@@ -12,6 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/common.cuh"
 
@@ -73,24 +76,50 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
-// Blocks of a persistent grid: SMs × resident blocks of `kernel` per SM (at least 1), capped by
-// the number of items. Queried per call (cheap; the values are cached by the driver).
-template <class Kernel>
-int64_t persistent_blocks(Kernel kernel, int threads, size_t smem, int64_t items) {
-  int dev = 0, sms = 0, per_sm = 0;
+// Host side, cached per device (and per kernel) so that a decode step pays no driver queries:
+// the SM count, the compute capability's major number, and the blocks of a kernel resident per
+// SM with `smem` dynamic shared-memory bytes (its dynamic limit raised to `smem` first).
+struct DeviceInfo {
+  int sms = 0, major = 0;
+};
+
+inline DeviceInfo device_info() {
+  static std::mutex mu;
+  static std::map<int, DeviceInfo> cache;
+  int dev = 0;
   HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const int64_t blocks = int64_t{sms} * (per_sm > 0 ? per_sm : 1);
-  return blocks < items ? blocks : items;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceInfo d;
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  cache.emplace(dev, d);
+  return d;
 }
 
-// SMs of the current device.
-inline int device_sms() {
-  int dev = 0, sms = 0;
+inline int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
   HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({kernel, dev});
+  if (it != cache.end()) return it->second;
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  per_sm = per_sm > 0 ? per_sm : 1;
+  cache.emplace(std::make_pair(kernel, dev), per_sm);
+  return per_sm;
+}
+
+// Blocks of a persistent grid over `items` items: SMs × resident blocks, capped by the items.
+// Every launch of `kernel` must pass the same threads and smem.
+inline int64_t persistent_blocks(const void* kernel, int threads, size_t smem, int64_t items) {
+  const int64_t blocks = int64_t{device_info().sms} * resident_blocks(kernel, threads, smem);
+  return blocks < items ? blocks : items;
 }
 
 }  // namespace hybrid::cuda

@@ -810,7 +810,7 @@ void launch(const GdnParams& p, Mode mode, DType in, DType state, int64_t N, Con
 template <Mode mode>
 void launch_stream(const GdnParams& p, DType in, DType state, int64_t N, Context& ctx) {
   if (N == 0) return;
-  const int64_t min_items = 2 * int64_t{device_sms()};
+  const int64_t min_items = 2 * int64_t{device_info().sms};
   dispatch_k(p.K, [&](auto lpr, auto kc) {
     dispatch_in_state(in, state, [&](auto tin, auto ts) {
       constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
@@ -822,9 +822,8 @@ void launch_stream(const GdnParams& p, DType in, DType state, int64_t N, Context
         const int64_t items = N * p.Hv * tiles;
         auto* kernel = gdn_stream_kernel<mode, LPR, KC, R, decltype(tin), TS>;
         constexpr size_t smem = size_t{kStages} * kTileElems<LPR, KC, TS, R> * sizeof(TS);
-        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
-        const int64_t blocks = persistent_blocks(kernel, kThreads, smem, items);
+        const int64_t blocks =
+            persistent_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem, items);
         kernel<<<static_cast<unsigned>(blocks), kThreads, smem, as_stream(ctx.stream())>>>(p, items,
                                                                                            tiles);
         HYBRID_CUDA_CHECK_LAUNCH();
@@ -848,9 +847,7 @@ Reason stream_supports(int64_t K, const Tensor& state) {
   if (state.stride(2) != K) return str("state row stride ", state.stride(2), " != K=", K);
   if (state.size(2) > std::numeric_limits<int>::max() / K)
     return std::string("state: V·K must fit an int");
-  int dev = 0, major = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int major = device_info().major;
   if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
   return {};
 }

@@ -687,9 +687,7 @@ Reason step_stream_supports(const SsmStep& a) {
         (t->stride(0) * esz) % 16 || (t->stride(1) * esz) % 16)
       return std::string("B, C: rows must be 16-byte aligned with unit column stride");
   }
-  int dev = 0, major = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const int major = device_info().major;
   if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
   return {};
 }
@@ -702,7 +700,7 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
   p.slots = a.state_slots.data_as<const int>();
   const int64_t seqs = a.state_slots.size(0);
   if (seqs == 0) return;
-  const int64_t min_items = 2 * int64_t{device_sms()};
+  const int64_t min_items = 2 * int64_t{device_info().sms};
   dispatch_nc(p.N, true, [&](auto lpr, auto nc, auto vec) {
     dispatch_state(a.state.dtype(), [&](auto ts) {
       if constexpr (decltype(vec)::value) {  // always: N is one of the vector sizes
@@ -715,9 +713,8 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
           const int64_t items = seqs * p.H * tiles;
           auto* kernel = ssm_stream_kernel<LPR, NC, R, TS>;
           constexpr size_t smem = size_t{kStages} * rows * LPR * NC * sizeof(TS);
-          HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-          const int64_t blocks = persistent_blocks(kernel, kRecThreads, smem, items);
+          const int64_t blocks =
+              persistent_blocks(reinterpret_cast<const void*>(kernel), kRecThreads, smem, items);
           kernel<<<static_cast<unsigned>(blocks), kRecThreads, smem, as_stream(ctx.stream())>>>(
               p, items, tiles);
           HYBRID_CUDA_CHECK_LAUNCH();
