@@ -557,6 +557,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<R>)
 constexpr int kStages = 4;
 constexpr int kStreamMinBlocks = 3;
 
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
+// The first token's q, k rows (prep: the conv_out segments), the v row and the gates of (t, hv)
+// pulled into L1 before the stage wait, so that gdn_tokens' loads after it are L1 hits (for a
+// decode step they are otherwise one L2 round trip after the state arrives). One 128-byte line
+// per warp lane (the rows are at most 2 · 256 · 4 B + 256 · 4 B = 3 KiB).
+template <Mode mode, class In>
+__device__ __forceinline__ void prefetch_token(const GdnParams& p, int hv, int t) {
+  if (threadIdx.x >= 32) return;
+  const int hk = hv / (p.Hv / p.Hk);
+  const int lane = threadIdx.x;
+  // Lane l touches byte min(128·l, bytes − 1) of each row: every line of the row, never past it.
+  const int bytes_k = p.K * static_cast<int>(sizeof(In)),
+            bytes_v = p.V * static_cast<int>(sizeof(In));
+  const char *q, *k, *v;
+  if (mode == Mode::prep) {
+    const In* row = static_cast<const In*>(p.q) + t * p.q_t;
+    q = reinterpret_cast<const char*>(row + hk * p.K);
+    k = reinterpret_cast<const char*>(row + (p.Hk + hk) * p.K);
+    v = reinterpret_cast<const char*>(row + 2 * p.Hk * p.K + hv * p.V);
+  } else {
+    q = reinterpret_cast<const char*>(static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h);
+    k = reinterpret_cast<const char*>(static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h);
+    v = reinterpret_cast<const char*>(static_cast<const In*>(p.v) + t * p.v_t + hv * p.v_h);
+  }
+  if (lane * 128 < bytes_k + 127) {
+    prefetch_l1(q + min(lane * 128, bytes_k - 1));
+    prefetch_l1(k + min(lane * 128, bytes_k - 1));
+  }
+  if (lane * 128 < bytes_v + 127) prefetch_l1(v + min(lane * 128, bytes_v - 1));
+}
+
 template <class S>
 constexpr int kStreamRows = sizeof(S) == 2 ? 4 : 2;  // rows a thread (large grids)
 
@@ -629,6 +663,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks)
       ahead_read = reads(ahead, ahead_slot);
     }
     const int row0 = tile * L::kRows + ln.first;
+    if (slot >= 0 && bos < eos) prefetch_token<mode, In>(p, hv, bos);
 
     mbar_wait(&full[stage], static_cast<uint32_t>(i / kStages) & 1u);
     float s[R][KC];
