@@ -35,6 +35,10 @@
 // Compiled for sm_90a at K = 128: R = 2: 110 (f32 q/k/v) / 128 (bf16) registers, 4 blocks per SM,
 // 64 KiB (f32 pool) / 32 KiB (bf16) of state loads in flight per SM; R = 4: ≤ 168 registers, 3
 // blocks per SM, 96 / 48 KiB. No spills (the build passes --warn-on-spills).
+//
+// Decode v3 (gdn_recurrent / gdn_prep_step .cuda_stream, gdn_stream_kernel below): the same lane
+// layout and arithmetic, the pool tiles streamed through shared memory by TMA bulk copies in a
+// persistent grid, so the bytes in flight no longer depend on the registers (bf16 pools too).
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -18,6 +18,8 @@
 // 2 blocks per head at P = 64: B = 1 at H 80 is 160 blocks). All state loads of a thread are
 // issued before any arithmetic; y = S·C reduces over the group in log2(LPR) shuffle steps, the two
 // rows interleaved. Other N (≤ 256) or unaligned rows: 32 lanes a row, interleaved scalar columns.
+// Decode v3 (ssm_step.cuda_stream, ssm_stream_kernel): the same lane layout and arithmetic for
+// ssm_step, the pool tiles streamed through shared memory by TMA bulk copies in a persistent grid.
 //
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
