@@ -203,10 +203,16 @@ void unfused_views(const Views& v, const Heads& h, bool packed, Tensor& q, Tenso
       Tensor(base + 2 * h.Hk * h.K * es, conv.dtype(), conv.device(), {T, h.Hv, h.V}, {rs, h.V, 1});
 }
 
+// row_pad > 0: rows of K + row_pad elements (a pool whose rows are not packed: the decode-v3
+// kernels refuse it and the v2 kernels run).
 Slot& add_pool(Slots& s, Rng& rng, const std::string& name, Role role, DType dt, int64_t slots,
-               const Heads& h) {
-  Slot& p = role == Role::inout ? s.inout(name, dt, {slots, h.Hv, h.V, h.K})
-                                : s.input(name, dt, {slots, h.Hv, h.V, h.K});
+               const Heads& h, int64_t row_pad = 0) {
+  const int64_t row = h.K + row_pad;
+  Slot& p = row_pad > 0
+                ? s.strided(name, role, dt, {slots, h.Hv, h.V, h.K},
+                            {h.Hv * h.V * row, h.V * row, row, 1}, 0, slots * h.Hv * h.V * row)
+            : role == Role::inout ? s.inout(name, dt, {slots, h.Hv, h.V, h.K})
+                                  : s.input(name, dt, {slots, h.Hv, h.V, h.K});
   fill_normal(p, rng, 0.0, 0.3);
   return p;
 }
@@ -219,6 +225,7 @@ struct RecurrentCase : Case {
   DType act, sdt;
   bool l2, per_token, packed;
   std::optional<float> scale;
+  int64_t row_pad = 0;  // > 0: pool rows of K + row_pad elements (the v2 kernels run)
 
   RecurrentCase(Heads h, Batch b, DType act, DType sdt, bool l2, std::optional<float> scale,
                 bool per_token, bool packed)
@@ -236,12 +243,13 @@ struct RecurrentCase : Case {
     return str(batch_text(b), ",", heads_text(h), ",x=", dtype_name(act),
                ",state=", dtype_name(sdt), l2 ? ",l2" : "",
                scale ? str(",scale=", *scale) : std::string(), per_token ? ",states_per_token" : "",
-               packed ? ",packed_conv_views" : "");
+               packed ? ",packed_conv_views" : "",
+               row_pad ? str(",pool_row_stride=K+", row_pad) : std::string());
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t T = b.T();
     fill_unfused(s, rng, h, T, act, packed, l2);
-    add_pool(s, rng, "state", Role::inout, sdt, b.num_slots, h);
+    add_pool(s, rng, "state", Role::inout, sdt, b.num_slots, h, row_pad);
     add_varlen(s, b);
     s.output("out", act, {T, h.Hv, h.V});
     if (per_token) s.output("states_per_token", DType::f32, {T, h.Hv, h.V, h.K});
@@ -848,6 +856,16 @@ void add_gdn_cases(CaseList& cases) {
     for (DType st : {f32, bf16})
       cases.push_back(
           make_unique<RecurrentCase>(k128g2, b, f32, st, true, std::nullopt, true, false));
+  }
+
+  // The v2 fallback (gdn_recurrent.cuda) at real shapes: a pool whose rows are not packed (row
+  // stride K + 8: still 16-byte aligned for both dtypes), B = 64 with padding slots.
+  for (DType st : {f32, bf16}) {
+    Batch b{std::vector<int>(64, 1), std::vector<int>(64), {}, 66};
+    for (int n = 0; n < 64; ++n) b.slots[n] = n % 23 == 4 ? -1 : (n * 31) % 66;
+    auto c = make_unique<RecurrentCase>(next, b, bf16, st, true, std::nullopt, false, false);
+    c->row_pad = 8;
+    cases.push_back(std::move(c));
   }
 
   // Split anywhere and resumed from the saved state == whole sequence.

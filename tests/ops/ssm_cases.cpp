@@ -718,6 +718,9 @@ void add_ssm_cases(CaseList& cases) {
     Ints slots(64);
     for (int64_t n = 0; n < 64; ++n) slots[n] = n % 21 == 8 ? -1 : (n * 41) % 67;
     for (const Opts& o : {plain, bf16, bf16_state}) add(new StepCase(mamba2, o, slots, 67));
+    // The v2 fallback (ssm_step.cuda) at the same shape: B / C rows read out of wider buffers
+    // at odd offsets (not 16-byte aligned), which the v3 kernel refuses.
+    add(new StepCase(mamba2, strided, slots, 67));
   }
 
   // ssm_step_record: varlen, padding, mask, bf16 tape, state_out; real shapes with few tokens.
