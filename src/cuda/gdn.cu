@@ -35,13 +35,19 @@
 // Compiled for sm_90a at K = 128: R = 2: 110 (f32 q/k/v) / 128 (bf16) registers, 4 blocks per SM,
 // 64 KiB (f32 pool) / 32 KiB (bf16) of state loads in flight per SM; R = 4: ≤ 168 registers, 3
 // blocks per SM, 96 / 48 KiB. No spills (the build passes --warn-on-spills).
+//
+// Decode v3 (gdn_recurrent / gdn_prep_step .cuda_stream, gdn_stream_kernel below): the same lane
+// layout and arithmetic, the pool tiles streamed through shared memory by TMA bulk copies in a
+// persistent grid, so the bytes in flight no longer depend on the registers (bf16 pools too).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
+#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -190,6 +196,195 @@ struct GdnParams {
   float scale = 1.0f;
   bool l2norm = false;
 };
+
+// The lane's KC columns of row `i` of a [rows, K] per-column parameter (RMSNorm weights, f32 or
+// bf16, unit column stride and 16-byte aligned rows: stream_supports): the lane's chunks as
+// vector loads under one dtype switch, so they go out back to back (v2 reads a scalar through a
+// dtype branch per column).
+template <int LPR, int KC, class S>
+__device__ __forceinline__ void load_cols(const Scalars& w, int64_t i, int sub, float (&r)[KC]) {
+  using L = Layout<LPR, KC, S>;
+  auto chunks = [&](const auto* row) {
+#pragma unroll
+    for (int j = 0; j < KC / L::W; ++j) vload<L::W>(row + L::col(sub, j * L::W), r + j * L::W);
+  };
+  if (w.dtype == DType::bf16)
+    chunks(static_cast<const __nv_bfloat16*>(w.p) + i * w.s0);
+  else
+    chunks(static_cast<const float*>(w.p) + i * w.s0);
+}
+
+// The thread's place in an item (a slice of L::kRows rows of one (hv, n)): row group, lane in
+// the group, and the first of its R rows within the slice (rows first + r·kGroupRows).
+template <int LPR>
+struct Lane {
+  int sub, first;
+  bool lead;  // writes the row's scalars (o, u)
+  template <class L>
+  __device__ __forceinline__ static Lane make() {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return {lane % LPR, warp * (L::kRows / kWarps) + lane / LPR, lane % LPR == 0};
+  }
+};
+
+// A padding sequence (slot < 0): zero outputs (and tape entries), pool untouched. row0: the
+// thread's first row; tape_item: this item writes the per-(token, head) tape entries.
+template <Mode mode, int LPR, int KC, int R, class In, class S>
+__device__ __forceinline__ void gdn_padding(const GdnParams& p, int hv, int bos, int eos, int row0,
+                                            bool tape_item) {
+  using L = Layout<LPR, KC, S, R>;
+  const Lane<LPR> ln = Lane<LPR>::template make<L>();
+  const int hk = hv / (p.Hv / p.Hk);
+  const bool tape_k_group =
+      mode == Mode::record && tape_item && hv % (p.Hv / p.Hk) == 0 && threadIdx.x < LPR;
+  In* out = static_cast<In*>(p.out);
+  float zero[KC];
+#pragma unroll
+  for (int c = 0; c < KC; ++c) zero[c] = 0.0f;
+  for (int t = bos; t < eos; ++t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int row = row0 + r * L::kGroupRows;
+      if (row >= p.V) continue;
+      if (ln.lead) {
+        out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(0.0f);
+        if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row] = 0.0f;
+      }
+      if (p.states_per_token)
+        store_row<LPR, KC, S>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row) * p.K,
+                              ln.sub, zero);
+    }
+    if (mode == Mode::record && tape_item && threadIdx.x == 0)
+      p.tape_alpha[int64_t(t) * p.Hv + hv] = 0.0f;
+    if (tape_k_group)
+      store_row<LPR, KC, S>(p.tape_k + (int64_t(t) * p.Hk + hk) * p.K, ln.sub, zero);
+  }
+}
+
+// Tokens [bos, eos) of one item whose old rows s (f32, R rows of the thread, zeros past V) are
+// loaded: outputs, optional per-token states and tape, then the rows written back to `pool`
+// (this (slot, hv)'s [V, K] block) unless recording.
+template <Mode mode, int LPR, int KC, int R, class In, class S>
+__device__ __forceinline__ void gdn_tokens(const GdnParams& p, int hv, int bos, int eos, int row0,
+                                           bool tape_item, S* pool, float (&s)[R][KC]) {
+  using L = Layout<LPR, KC, S, R>;
+  const Lane<LPR> ln = Lane<LPR>::template make<L>();
+  const int sub = ln.sub;
+  const int hk = hv / (p.Hv / p.Hk);
+  const bool tape_block = mode == Mode::record && tape_item;
+  const bool tape_k_group = tape_block && hv % (p.Hv / p.Hk) == 0 && threadIdx.x < LPR;
+  In* out = static_cast<In*>(p.out);
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) valid[r] = row0 + r * L::kGroupRows < p.V;
+
+#pragma unroll 1
+  for (int t = bos; t < eos; ++t) {
+    float q[KC], k[KC], alpha, beta;
+    if (mode == Mode::prep) {
+      // Seed 000: per-head RMSNorm of q and k with weights; g and β from raw a, b. The scalar
+      // loads first, the math after.
+      const float a_raw = p.a_raw.at(t, hv), dt_bias = p.dt_bias.at(hv);
+      const float A_log = p.A_log.at(hv), b_raw = p.b_raw.at(t, hv);
+      const In* row = static_cast<const In*>(p.q) + t * p.q_t;  // conv_out row
+      // q̂ = w ⊙ x / rms(x): the weights (L1 hits, one dtype switch for all columns, so the loads
+      // go out back to back) multiply in as the columns arrive, the norm after the reduction.
+      load_cols<LPR, KC, S>(p.q_norm, hk, sub, q);
+      load_cols<LPR, KC, S>(p.k_norm, hk, sub, k);
+      float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const int kc = L::col(sub, c);
+        const float xq = to_f32(row[hk * p.K + kc]), xk = to_f32(row[(p.Hk + hk) * p.K + kc]);
+        qq += xq * xq;
+        kk += xk * xk;
+        q[c] *= xq;
+        k[c] *= xk;
+      }
+      const float inv_k = __frcp_rn(static_cast<float>(p.K));  // exact: K is a power of 2
+      const float qr = rsqrtf(group_sum<LPR>(qq) * inv_k + p.eps);
+      const float kr = rsqrtf(group_sum<LPR>(kk) * inv_k + p.eps);
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        q[c] *= qr;
+        k[c] *= kr;
+      }
+      const float x = a_raw + dt_bias;
+      const float softplus = x > 20.0f ? x : log1pf(__expf(x));
+      alpha = __expf(-__expf(A_log) * softplus);
+      beta = __frcp_rn(1.0f + __expf(-b_raw));  // = 1 / (1 + e^-b), no division slow path
+    } else {
+      const In* qp = static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h;
+      const In* kp = static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) {
+        const int kc = L::col(sub, c);
+        q[c] = to_f32(qp[kc]), k[c] = to_f32(kp[kc]);
+      }
+      if (p.l2norm) {
+        float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) qq += q[c] * q[c], kk += k[c] * k[c];
+        const float qr = rsqrtf(group_sum<LPR>(qq) + 1e-6f);
+        const float kr = rsqrtf(group_sum<LPR>(kk) + 1e-6f);
+#pragma unroll
+        for (int c = 0; c < KC; ++c) q[c] *= qr, k[c] *= kr;
+      }
+#pragma unroll
+      for (int c = 0; c < KC; ++c) q[c] *= p.scale;
+      alpha = __expf(p.g.at(t, hv));
+      beta = p.beta.at(t, hv);
+    }
+    const In* vrow = mode == Mode::prep
+                         ? static_cast<const In*>(p.q) + t * p.q_t + 2 * p.Hk * p.K + hv * p.V
+                         : static_cast<const In*>(p.v) + t * p.v_t + hv * p.v_h;
+    float vr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) vr[r] = valid[r] ? to_f32(vrow[row0 + r * L::kGroupRows]) : 0.0f;
+
+    // Partial dot products of the lane's columns, then one interleaved group reduction of
+    // k̂·q̂ and each row's S·k̂, S·q̂.
+    float red[1 + 2 * R];
+    red[0] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < KC; ++c) red[0] += k[c] * q[c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) sk += s[r][c] * k[c], sq += s[r][c] * q[c];
+      red[1 + 2 * r] = sk, red[2 + 2 * r] = sq;
+    }
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < 1 + 2 * R; ++i) red[i] += __shfl_xor_sync(0xffffffffu, red[i], o);
+    const float kq = red[0];
+
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float u = beta * (vr[r] - alpha * red[1 + 2 * r]);
+      const float o = alpha * red[2 + 2 * r] + u * kq;
+#pragma unroll
+      for (int c = 0; c < KC; ++c) s[r][c] = alpha * s[r][c] + u * k[c];
+      const int row = row0 + r * L::kGroupRows;
+      if (valid[r] && ln.lead) {
+        out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
+        if (mode == Mode::record) p.tape_u[(int64_t(t) * p.Hv + hv) * p.V + row] = u;
+      }
+      if (p.states_per_token && valid[r])
+        store_row<LPR, KC, S>(p.states_per_token + ((int64_t(t) * p.Hv + hv) * p.V + row) * p.K,
+                              sub, s[r]);
+    }
+    if (tape_block && threadIdx.x == 0) p.tape_alpha[int64_t(t) * p.Hv + hv] = alpha;
+    if (tape_k_group) store_row<LPR, KC, S>(p.tape_k + (int64_t(t) * p.Hk + hk) * p.K, sub, k);
+  }
+
+  if (mode != Mode::record)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (valid[r]) store_row<LPR, KC, S>(pool + (row0 + r * L::kGroupRows) * p.st_row, sub, s[r]);
+}
 
 // One (row slice, hv, n). In = q/k/v/conv_out/out element type, S = state element type.
 template <int LPR, int KC, int R, class In, class S>
@@ -351,6 +546,153 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<R>)
       if (valid[r]) store_row<LPR, KC, S>(pool + (row0 + r * L::kGroupRows) * p.st_row, sub, s[r]);
 }
 
+// ---- v3: the pool streamed through shared memory (gdn_recurrent / gdn_prep_step .cuda_stream) --
+//
+// Persistent grid: block b takes the items b, b + gridDim.x, ... (item = (tile, hv, n) in that
+// order, tile = L::kRows consecutive rows of the (slot, hv) [V, K] block, which are contiguous in
+// the pool: the row stride is K). One thread issues each tile's 1-D TMA bulk copy into one of
+// kStages shared-memory stages (bulk_pipe.cuh), kStages items ahead; the block waits on the
+// stage, reads its rows into registers (the 8 lanes of a row group read 128 contiguous bytes of a
+// row: conflict-free), releases the stage with one barrier (its next tile is issued right after)
+// and runs the v2 arithmetic (gdn_tokens), writing the rows back with 16-byte stores. R = 2 rows a
+// thread for f32 pools and 4 for bf16, so a tile is 16 KiB at K = 128 for both (32 / 64 rows);
+// 4 stages = 64 KiB of shared memory a block, 3 blocks per SM: up to 12 tiles, 192 KiB of state
+// in flight per SM, whatever the pool's dtype (v2: 64 / 32 KiB, bounded by the registers).
+constexpr int kStages = 4;
+constexpr int kStreamMinBlocks = 3;
+
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
+// The first token's q, k rows (prep: the conv_out segments), the v row and the gates of (t, hv)
+// pulled into L1 before the stage wait, so that gdn_tokens' loads after it are L1 hits (for a
+// decode step they are otherwise one L2 round trip after the state arrives). One 128-byte line
+// per warp lane (the rows are at most 2 · 256 · 4 B + 256 · 4 B = 3 KiB).
+template <Mode mode, class In>
+__device__ __forceinline__ void prefetch_token(const GdnParams& p, int hv, int t) {
+  if (threadIdx.x >= 32) return;
+  const int hk = hv / (p.Hv / p.Hk);
+  const int lane = threadIdx.x;
+  // Lane l touches byte min(128·l, bytes − 1) of each row: every line of the row, never past it.
+  const int bytes_k = p.K * static_cast<int>(sizeof(In)),
+            bytes_v = p.V * static_cast<int>(sizeof(In));
+  const char *q, *k, *v;
+  if (mode == Mode::prep) {
+    const In* row = static_cast<const In*>(p.q) + t * p.q_t;
+    q = reinterpret_cast<const char*>(row + hk * p.K);
+    k = reinterpret_cast<const char*>(row + (p.Hk + hk) * p.K);
+    v = reinterpret_cast<const char*>(row + 2 * p.Hk * p.K + hv * p.V);
+  } else {
+    q = reinterpret_cast<const char*>(static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h);
+    k = reinterpret_cast<const char*>(static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h);
+    v = reinterpret_cast<const char*>(static_cast<const In*>(p.v) + t * p.v_t + hv * p.v_h);
+  }
+  if (lane * 128 < bytes_k + 127) {
+    prefetch_l1(q + min(lane * 128, bytes_k - 1));
+    prefetch_l1(k + min(lane * 128, bytes_k - 1));
+  }
+  if (lane * 128 < bytes_v + 127) prefetch_l1(v + min(lane * 128, bytes_v - 1));
+}
+
+template <class S>
+constexpr int kStreamRows = sizeof(S) == 2 ? 4 : 2;  // rows a thread (large grids)
+
+template <int LPR, int KC, class S, int R>
+constexpr int kTileElems = Layout<LPR, KC, S, R>::kRows* LPR* KC;
+
+template <Mode mode, int LPR, int KC, int R, class In, class S>
+__global__ void __launch_bounds__(kThreads, kStreamMinBlocks)
+    gdn_stream_kernel(const GdnParams p, const int64_t items, const int tiles) {
+  using L = Layout<LPR, KC, S, R>;
+  constexpr int kTile = kTileElems<LPR, KC, S, R>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  S* stage_rows = reinterpret_cast<S*>(smem_raw);  // [kStages][L::kRows][K]
+  __shared__ uint64_t full[kStages];
+  const Lane<LPR> ln = Lane<LPR>::template make<L>();
+  const int64_t stride = gridDim.x;
+  S* const pool_base = static_cast<S*>(p.state);
+
+  // Item → (tile, hv, n); whether its rows are read (a real slot with an initial state).
+  auto slot_of = [&](int64_t item) { return p.slots[item / tiles / p.Hv]; };
+  auto reads = [&](int64_t item, int slot) {
+    const int64_t n = item / tiles / p.Hv;
+    return slot >= 0 && !(p.has_initial && p.has_initial[n] == 0);
+  };
+  // One thread: arm the stage and copy the item's rows (0 bytes: nothing to read).
+  auto issue = [&](int64_t item, int slot, bool read, int stage) {
+    const int tile = static_cast<int>(item % tiles);
+    const int hv = static_cast<int>(item / tiles % p.Hv);
+    const int rows = min(L::kRows, p.V - tile * L::kRows);
+    const uint32_t bytes = read ? static_cast<uint32_t>(rows * p.K * sizeof(S)) : 0u;
+    mbar_arrive_expect_tx(&full[stage], bytes);
+    if (bytes)
+      bulk_g2s(stage_rows + stage * kTile,
+               pool_base + slot * p.st_slot + hv * p.st_head + int64_t(tile) * L::kRows * p.K,
+               bytes, &full[stage]);
+  };
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      const int64_t item = blockIdx.x + s * stride;
+      if (item >= items) break;
+      const int slot = slot_of(item);
+      issue(item, slot, reads(item, slot), s);
+    }
+  }
+
+  int i = 0;
+#pragma unroll 1
+  for (int64_t item = blockIdx.x; item < items; item += stride, ++i) {
+    const int stage = i % kStages;
+    const int tile = static_cast<int>(item % tiles);
+    const int hv = static_cast<int>(item / tiles % p.Hv);
+    const int n = static_cast<int>(item / tiles / p.Hv);
+    const int slot = p.slots[n];
+    const bool read = reads(item, slot);
+    const int bos = p.cu_seqlens ? p.cu_seqlens[n] : n;
+    const int eos = p.cu_seqlens ? p.cu_seqlens[n + 1] : n + 1;
+    // The item kStages ahead (it reuses this stage): its slot lookup overlaps the wait.
+    const int64_t ahead = item + kStages * stride;
+    int ahead_slot = -1;
+    bool ahead_read = false;
+    if (threadIdx.x == 0 && ahead < items) {
+      ahead_slot = slot_of(ahead);
+      ahead_read = reads(ahead, ahead_slot);
+    }
+    const int row0 = tile * L::kRows + ln.first;
+    if (slot >= 0 && bos < eos) prefetch_token<mode, In>(p, hv, bos);
+
+    mbar_wait(&full[stage], static_cast<uint32_t>(i / kStages) & 1u);
+    float s[R][KC];
+    const S* tile_rows = stage_rows + stage * kTile;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (read && row0 + r * L::kGroupRows < p.V) {
+        load_row<LPR, KC, S>(tile_rows + (ln.first + r * L::kGroupRows) * (LPR * KC), ln.sub, s[r]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < KC; ++c) s[r][c] = 0.0f;
+      }
+    }
+    __syncthreads();  // every thread has its rows: the stage is free
+    if (threadIdx.x == 0 && ahead < items) issue(ahead, ahead_slot, ahead_read, stage);
+
+    if (slot < 0) {
+      gdn_padding<mode, LPR, KC, R, In, S>(p, hv, bos, eos, row0, tile == 0);
+    } else {
+      S* pool = pool_base + slot * p.st_slot + hv * p.st_head;
+      gdn_tokens<mode, LPR, KC, R, In, S>(p, hv, bos, eos, row0, tile == 0, pool, s);
+    }
+  }
+}
+
 // gdn_replay: S ← α_t S + u_t k̂_tᵀ for the first num_tokens[n] tokens, from the pool snapshot.
 // Same layout as gdn_recurrent_kernel; no reductions. Bytes: the pool rows read and written once
 // (or written to state_out), the tape read once per token (4·(K + V + 1) B per token and head).
@@ -501,6 +843,54 @@ void launch(const GdnParams& p, Mode mode, DType in, DType state, int64_t N, Con
   });
 }
 
+// v3 (gdn_stream_kernel). R = kStreamRows (16 KiB tiles at K = 128) once that grid has at least
+// 2 items per SM; smaller grids (B = 1, 2 at Hv 32) take 2 rows a thread (bf16: 8 KiB tiles,
+// twice the items) so that more SMs share the few bytes.
+template <Mode mode>
+void launch_stream(const GdnParams& p, DType in, DType state, int64_t N, Context& ctx) {
+  if (N == 0) return;
+  const int64_t min_items = 2 * int64_t{device_info().sms};
+  dispatch_k(p.K, [&](auto lpr, auto kc) {
+    dispatch_in_state(in, state, [&](auto tin, auto ts) {
+      constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
+      using TS = decltype(ts);
+      auto run = [&](auto rows_per_thread) {
+        constexpr int R = decltype(rows_per_thread)::value;
+        constexpr int rows = Layout<LPR, KC, TS, R>::kRows;
+        const int tiles = (p.V + rows - 1) / rows;
+        const int64_t items = N * p.Hv * tiles;
+        auto* kernel = gdn_stream_kernel<mode, LPR, KC, R, decltype(tin), TS>;
+        constexpr size_t smem = size_t{kStages} * kTileElems<LPR, KC, TS, R> * sizeof(TS);
+        const int64_t blocks =
+            persistent_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem, items);
+        kernel<<<static_cast<unsigned>(blocks), kThreads, smem, as_stream(ctx.stream())>>>(p, items,
+                                                                                           tiles);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      constexpr int kBig = kStreamRows<TS>;
+      constexpr int big_rows = Layout<LPR, KC, TS, kBig>::kRows;
+      if constexpr (kBig != 2) {
+        if (N * p.Hv * ((p.V + big_rows - 1) / big_rows) < min_items) {
+          run(std::integral_constant<int, 2>{});
+          return;
+        }
+      }
+      run(std::integral_constant<int, kBig>{});
+    });
+  });
+}
+
+// What the v3 variants refuse beyond v2: pool rows that are not packed (row stride != K: a tile
+// of rows must be one contiguous bulk copy) and devices before sm_90 (TMA bulk copies).
+Reason stream_supports(int64_t K, const Tensor& state) {
+  if (state.stride(2) != K) return str("state row stride ", state.stride(2), " != K=", K);
+  if (state.size(2) > std::numeric_limits<int>::max() / K)
+    return std::string("state: V·K must fit an int");
+  const int major = device_info().major;
+  if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
+  return {};
+}
+
 void set_state(GdnParams& p, const Tensor& state) {
   p.state = state.data();
   p.st_slot = state.stride(0);
@@ -547,6 +937,19 @@ void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
   launch(p, Mode::recurrent, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
+Reason recurrent_stream_supports(const GdnRecurrent& a) {
+  if (Reason r = recurrent_supports(a)) return r;
+  return stream_supports(a.q.size(2), a.state);
+}
+
+void recurrent_stream_cuda(const GdnRecurrent& a, Context& ctx) {
+  GdnParams p = token_params(a);
+  p.has_initial =
+      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  launch_stream<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
+}
+
 // ---- gdn_prep_chunk / gdn_prep_step ---------------------------------------------------------
 
 template <class Args>
@@ -584,6 +987,23 @@ void prep_step_cuda(const GdnPrepStep& a, Context& ctx) {
   p.cu_seqlens = nullptr;  // one token per sequence: no cu_seqlens, one launch
   p.slots = a.state_slots.data_as<const int>();
   launch(p, Mode::prep, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
+}
+
+Reason prep_step_stream_supports(const GdnPrepStep& a) {
+  if (Reason r = prep_supports(a)) return r;
+  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
+    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
+        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
+      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  return stream_supports(a.q_norm_weight.size(1), a.state);
+}
+
+void prep_step_stream_cuda(const GdnPrepStep& a, Context& ctx) {
+  GdnParams p;
+  prep_params(a, p);
+  p.cu_seqlens = nullptr;
+  p.slots = a.state_slots.data_as<const int>();
+  launch_stream<Mode::prep>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------
@@ -676,6 +1096,11 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 }  // namespace
 
 void register_gdn(Registry& r) {
+  // v3 (shared-memory streaming, decode batches); the v2 kernels below stay as fallbacks.
+  r.add<GdnRecurrent>("gdn_recurrent.cuda_stream", DeviceType::cuda, 1, recurrent_stream_supports,
+                      recurrent_stream_cuda);
+  r.add<GdnPrepStep>("gdn_prep_step.cuda_stream", DeviceType::cuda, 1, prep_step_stream_supports,
+                     prep_step_stream_cuda);
   r.add<GdnRecurrent>("gdn_recurrent.cuda", DeviceType::cuda, 0, recurrent_supports,
                       recurrent_cuda);
   r.add<GdnPrepChunk>("gdn_prep_chunk.cuda", DeviceType::cuda, 0, prep_supports<GdnPrepChunk>,

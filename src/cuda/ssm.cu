@@ -18,6 +18,8 @@
 // 2 blocks per head at P = 64: B = 1 at H 80 is 160 blocks). All state loads of a thread are
 // issued before any arithmetic; y = S·C reduces over the group in log2(LPR) shuffle steps, the two
 // rows interleaved. Other N (≤ 256) or unaligned rows: 32 lanes a row, interleaved scalar columns.
+// Decode v3 (ssm_step.cuda_stream, ssm_stream_kernel): the same lane layout and arithmetic for
+// ssm_step, the pool tiles streamed through shared memory by TMA bulk copies in a persistent grid.
 //
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -405,6 +408,169 @@ __global__ void __launch_bounds__(kRecThreads) ssm_rec_kernel(const RecParams p)
   }
 }
 
+// ---- v3: ssm_step with the pool streamed through shared memory (ssm_step.cuda_stream) ----------
+//
+// As gdn.cu's v3: a persistent grid whose block b takes the items b, b + gridDim.x, ... (item =
+// (tile, h, sequence), tile = kRows consecutive rows p of the (slot, h) [P, N] block, contiguous in
+// the pool: the row stride is N). One thread issues each tile's 1-D TMA bulk copy into one of
+// kStages shared-memory stages (bulk_pipe.cuh) kStages items ahead; the block waits on the stage,
+// reads its rows into registers (conflict-free: a row group reads 128 contiguous bytes), releases
+// the stage with one barrier and issues the tile kStages items ahead, then updates the rows and
+// writes them back with 16-byte stores. The item's token inputs (dt, B, C, x, z and the per-head
+// parameters) are loaded before the wait, so their latency hides behind it; B and C go out as
+// 16-byte loads under one dtype switch (v2: a dtype branch around every scalar). R = 2 rows a
+// thread for f32 pools and 4 for bf16: 16 KiB tiles at N = 128 (32 / 64 rows); 4 stages = 64 KiB
+// a block, 3 blocks per SM. Grids with fewer than 2 items per SM at R = 4 (bf16, B = 1) take R = 2.
+constexpr int kStages = 4;
+
+template <class St>
+constexpr int kStreamRows = sizeof(St) == 2 ? 4 : 2;
+
+template <int LPR, int R>
+constexpr int kStreamTileRows = kWarps*(32 / LPR) * R;
+
+// The lane's NC columns of row (i, j) of a [T, G, N] tensor whose rows are 16-byte aligned with
+// unit column stride (stream_supports): vector chunks under one dtype switch.
+template <int LPR, int NC, class St>
+__device__ __forceinline__ void load_cols(const Arg& a, int64_t i, int j, int sub, float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, true, St>;
+  auto chunks = [&](const auto* row) {
+#pragma unroll
+    for (int k = 0; k < NC / L::W; ++k) vload<L::W>(row + L::col(sub, k * L::W), r + k * L::W);
+  };
+  const int64_t base = i * a.s0 + j * a.s1;
+  if (a.dt == DType::bf16)
+    chunks(static_cast<const __nv_bfloat16*>(a.p) + base);
+  else if (a.dt == DType::f16)
+    chunks(static_cast<const __half*>(a.p) + base);
+  else
+    chunks(static_cast<const float*>(a.p) + base);
+}
+
+template <int LPR, int NC, int R, class St>
+__global__ void __launch_bounds__(kRecThreads, 3)
+    ssm_stream_kernel(const RecParams p, const int64_t items, const int tiles) {
+  using L = RecLayout<LPR, NC, true, St>;
+  constexpr int kGroupRows = 32 / LPR;
+  constexpr int kRows = kStreamTileRows<LPR, R>;
+  constexpr int kTile = kRows * LPR * NC;  // elements of a stage
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  St* stage_rows = reinterpret_cast<St*>(smem_raw);  // [kStages][kRows][N]
+  __shared__ uint64_t full[kStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane % LPR;
+  const int first = warp * (kGroupRows * R) + lane / LPR;  // thread's rows: first + r·kGroupRows
+  const bool lead = sub == 0;                              // writes the row's y
+  const int P = p.P, N = p.N;
+  const SsmIn& in = p.in;
+  const int64_t stride = gridDim.x;
+  St* const pool_base = static_cast<St*>(p.state);
+
+  // One thread: arm the stage and copy the item's rows (0 bytes for a padding sequence).
+  auto issue = [&](int64_t item, int slot, int stage) {
+    const int tile = static_cast<int>(item % tiles);
+    const int h = static_cast<int>(item / tiles % p.H);
+    const int rows = min(kRows, P - tile * kRows);
+    const uint32_t bytes = slot >= 0 ? static_cast<uint32_t>(rows * N * sizeof(St)) : 0u;
+    mbar_arrive_expect_tx(&full[stage], bytes);
+    if (bytes)
+      bulk_g2s(stage_rows + stage * kTile,
+               pool_base + slot * p.st_slot + h * p.st_h + int64_t(tile) * kRows * N, bytes,
+               &full[stage]);
+  };
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      const int64_t item = blockIdx.x + s * stride;
+      if (item >= items) break;
+      issue(item, p.slots[item / tiles / p.H], s);
+    }
+  }
+
+  int i = 0;
+#pragma unroll 1
+  for (int64_t item = blockIdx.x; item < items; item += stride, ++i) {
+    const int stage = i % kStages;
+    const int tile = static_cast<int>(item % tiles);
+    const int h = static_cast<int>(item / tiles % p.H);
+    const int seq = static_cast<int>(item / tiles / p.H);
+    const int64_t t = seq;  // one token per sequence
+    const int slot = p.slots[seq];
+    const int64_t ahead = item + kStages * stride;  // reuses this stage
+    const int ahead_slot = threadIdx.x == 0 && ahead < items ? p.slots[ahead / tiles / p.H] : -1;
+    const int row0 = tile * kRows + first;
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) valid[r] = row0 + r * kGroupRows < P;
+
+    // The token's inputs, independent of the state: issued before the wait.
+    float Bv[NC], Cv[NC], xv[R];
+    float dtp = 0.0f, A = 0.0f, D_h = 0.0f;
+    if (slot >= 0) {
+      const int g = in.group(h);
+      load_cols<LPR, NC, St>(in.B, t, g, sub, Bv);
+      load_cols<LPR, NC, St>(in.C, t, g, sub, Cv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) xv[r] = valid[r] ? in.x_at(t, h, row0 + r * kGroupRows) : 0.0f;
+      dtp = in.dt_eff(t, h);
+      A = in.A(h);
+      D_h = in.D_skip(h);
+    }
+
+    mbar_wait(&full[stage], static_cast<uint32_t>(i / kStages) & 1u);
+    float s[R][NC];
+    const St* tile_rows = stage_rows + stage * kTile;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (slot >= 0 && valid[r]) {
+        load_row<LPR, NC, true>(tile_rows + (first + r * kGroupRows) * N, sub, N, s[r]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) s[r][c] = 0.0f;
+      }
+    }
+    __syncthreads();  // every thread has its rows: the stage is free
+    if (threadIdx.x == 0 && ahead < items) issue(ahead, ahead_slot, stage);
+
+    if (slot < 0) {  // padding: y = 0, pool untouched
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (valid[r] && lead) in.store_y(t, h, row0 + r * kGroupRows, 0.0f);
+      continue;
+    }
+    const float dA = expf(dtp * A);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float dtx = dtp * xv[r];
+      acc[r] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        s[r][c] = dA * s[r][c] + dtx * Bv[c];
+        acc[r] += s[r][c] * Cv[c];
+      }
+    }
+    // y = S·C over the row group, the R rows' reductions interleaved.
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    St* pool = pool_base + slot * p.st_slot + h * p.st_h;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int prow = row0 + r * kGroupRows;
+      if (!valid[r]) continue;
+      if (lead) in.store_y(t, h, prow, in.finish(acc[r], D_h, xv[r], t, h, prow));
+      store_row<LPR, NC, true>(pool + prow * N, sub, N, s[r]);
+    }
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 template <class Body>
@@ -507,6 +673,68 @@ void step_cuda(const SsmStep& a, Context& ctx) {
   launch_rec<Mode::step>(p, a.state, a.state_slots.size(0), ctx);
 }
 
+// v3: what ssm_step.cuda_stream refuses beyond v2 (the v2 kernel takes these): N not in {32, 64,
+// 128, 256}, pool rows not packed (row stride != N: a tile is one contiguous bulk copy) or not
+// 16-byte aligned, B / C rows that are not 16-byte aligned with unit column stride (vector
+// loads), devices before sm_90 (TMA bulk copies).
+Reason step_stream_supports(const SsmStep& a) {
+  if (Reason r = step_supports(a)) return r;
+  const int64_t N = a.B.size(2);
+  if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");
+  if (!rows_aligned(a.state) || a.state.stride(2) != N)
+    return std::string("state: rows must be packed (row stride N) and 16-byte aligned");
+  for (const Tensor* t : {&a.B, &a.C}) {
+    const size_t esz = dtype_size(t->dtype());
+    if (t->stride(2) != 1 || reinterpret_cast<uintptr_t>(t->data()) % 16 ||
+        (t->stride(0) * esz) % 16 || (t->stride(1) * esz) % 16)
+      return std::string("B, C: rows must be 16-byte aligned with unit column stride");
+  }
+  const int major = device_info().major;
+  if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
+  return {};
+}
+
+void step_stream_cuda(const SsmStep& a, Context& ctx) {
+  RecParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  set_pool(p, a.state);
+  p.slots = a.state_slots.data_as<const int>();
+  const int64_t seqs = a.state_slots.size(0);
+  if (seqs == 0) return;
+  const int64_t min_items = 2 * int64_t{device_info().sms};
+  dispatch_nc(p.N, true, [&](auto lpr, auto nc, auto vec) {
+    dispatch_state(a.state.dtype(), [&](auto ts) {
+      if constexpr (decltype(vec)::value) {  // always: N is one of the vector sizes
+        constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
+        using TS = decltype(ts);
+        auto run = [&](auto rows_per_thread) {
+          constexpr int R = decltype(rows_per_thread)::value;
+          constexpr int rows = kStreamTileRows<LPR, R>;
+          const int tiles = (p.P + rows - 1) / rows;
+          const int64_t items = seqs * p.H * tiles;
+          auto* kernel = ssm_stream_kernel<LPR, NC, R, TS>;
+          constexpr size_t smem = size_t{kStages} * rows * LPR * NC * sizeof(TS);
+          const int64_t blocks =
+              persistent_blocks(reinterpret_cast<const void*>(kernel), kRecThreads, smem, items);
+          kernel<<<static_cast<unsigned>(blocks), kRecThreads, smem, as_stream(ctx.stream())>>>(
+              p, items, tiles);
+          HYBRID_CUDA_CHECK_LAUNCH();
+        };
+        constexpr int kBig = kStreamRows<TS>;
+        constexpr int big_rows = kStreamTileRows<LPR, kBig>;
+        if constexpr (kBig != 2) {
+          if (seqs * p.H * ((p.P + big_rows - 1) / big_rows) < min_items) {
+            run(std::integral_constant<int, 2>{});
+            return;
+          }
+        }
+        run(std::integral_constant<int, kBig>{});
+      }
+    });
+  });
+}
+
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
 
 Reason record_supports(const SsmStepRecord& a) {
@@ -547,6 +775,9 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 }  // namespace
 
 void register_ssm(Registry& r) {
+  // v3 (shared-memory streaming); the v2 kernel below stays as the fallback.
+  r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,
+                 step_stream_cuda);
   r.add<SsmStep>("ssm_step.cuda", DeviceType::cuda, 0, step_supports, step_cuda);
   r.add<SsmStepRecord>("ssm_step_record.cuda", DeviceType::cuda, 0, record_supports, record_cuda);
   r.add<SsmReplay>("ssm_replay.cuda", DeviceType::cuda, 0, replay_supports, replay_cuda);

@@ -203,10 +203,16 @@ void unfused_views(const Views& v, const Heads& h, bool packed, Tensor& q, Tenso
       Tensor(base + 2 * h.Hk * h.K * es, conv.dtype(), conv.device(), {T, h.Hv, h.V}, {rs, h.V, 1});
 }
 
+// row_pad > 0: rows of K + row_pad elements (a pool whose rows are not packed: the decode-v3
+// kernels refuse it and the v2 kernels run).
 Slot& add_pool(Slots& s, Rng& rng, const std::string& name, Role role, DType dt, int64_t slots,
-               const Heads& h) {
-  Slot& p = role == Role::inout ? s.inout(name, dt, {slots, h.Hv, h.V, h.K})
-                                : s.input(name, dt, {slots, h.Hv, h.V, h.K});
+               const Heads& h, int64_t row_pad = 0) {
+  const int64_t row = h.K + row_pad;
+  Slot& p = row_pad > 0
+                ? s.strided(name, role, dt, {slots, h.Hv, h.V, h.K},
+                            {h.Hv * h.V * row, h.V * row, row, 1}, 0, slots * h.Hv * h.V * row)
+            : role == Role::inout ? s.inout(name, dt, {slots, h.Hv, h.V, h.K})
+                                  : s.input(name, dt, {slots, h.Hv, h.V, h.K});
   fill_normal(p, rng, 0.0, 0.3);
   return p;
 }
@@ -219,6 +225,7 @@ struct RecurrentCase : Case {
   DType act, sdt;
   bool l2, per_token, packed;
   std::optional<float> scale;
+  int64_t row_pad = 0;  // > 0: pool rows of K + row_pad elements (the v2 kernels run)
 
   RecurrentCase(Heads h, Batch b, DType act, DType sdt, bool l2, std::optional<float> scale,
                 bool per_token, bool packed)
@@ -236,12 +243,13 @@ struct RecurrentCase : Case {
     return str(batch_text(b), ",", heads_text(h), ",x=", dtype_name(act),
                ",state=", dtype_name(sdt), l2 ? ",l2" : "",
                scale ? str(",scale=", *scale) : std::string(), per_token ? ",states_per_token" : "",
-               packed ? ",packed_conv_views" : "");
+               packed ? ",packed_conv_views" : "",
+               row_pad ? str(",pool_row_stride=K+", row_pad) : std::string());
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t T = b.T();
     fill_unfused(s, rng, h, T, act, packed, l2);
-    add_pool(s, rng, "state", Role::inout, sdt, b.num_slots, h);
+    add_pool(s, rng, "state", Role::inout, sdt, b.num_slots, h, row_pad);
     add_varlen(s, b);
     s.output("out", act, {T, h.Hv, h.V});
     if (per_token) s.output("states_per_token", DType::f32, {T, h.Hv, h.V, h.K});
@@ -825,6 +833,41 @@ void add_gdn_cases(CaseList& cases) {
         make_unique<RecurrentCase>(k64v96, b, f32, f32, true, std::nullopt, false, true));
   }
 
+  // Decode v3 (gdn_recurrent.cuda_stream: persistent blocks over (tile, head, sequence) items,
+  // the pool streamed through shared memory): real shapes at B = 64 (f32 pool: 2 rows a thread,
+  // 8192 items; bf16 pool: 4 rows a thread, 64-row tiles) with padding slots and a shuffled pool,
+  // so every block takes several items and each stage's barrier goes through several phases; a
+  // varlen batch of 1..4 tokens over 128 sequences with per-token states, padding slots and
+  // sequences without an initial state (the stage armed with 0 bytes) in the same blocks.
+  {
+    Batch b{std::vector<int>(64, 1), std::vector<int>(64), {}, 70};
+    for (int n = 0; n < 64; ++n) b.slots[n] = n % 23 == 4 ? -1 : (n * 29) % 70;
+    for (DType st : {f32, bf16})
+      cases.push_back(
+          make_unique<RecurrentCase>(next, b, bf16, st, true, std::nullopt, false, false));
+  }
+  {
+    Batch b{{}, {}, {}, 130};
+    for (int n = 0; n < 128; ++n) {
+      b.lens.push_back(1 + n % 4);
+      b.slots.push_back(n % 19 == 7 ? -1 : (n * 53) % 130);
+      b.init.push_back(n % 11 == 2 ? 0 : 1);
+    }
+    for (DType st : {f32, bf16})
+      cases.push_back(
+          make_unique<RecurrentCase>(k128g2, b, f32, st, true, std::nullopt, true, false));
+  }
+
+  // The v2 fallback (gdn_recurrent.cuda) at real shapes: a pool whose rows are not packed (row
+  // stride K + 8: still 16-byte aligned for both dtypes), B = 64 with padding slots.
+  for (DType st : {f32, bf16}) {
+    Batch b{std::vector<int>(64, 1), std::vector<int>(64), {}, 66};
+    for (int n = 0; n < 64; ++n) b.slots[n] = n % 23 == 4 ? -1 : (n * 31) % 66;
+    auto c = make_unique<RecurrentCase>(next, b, bf16, st, true, std::nullopt, false, false);
+    c->row_pad = 8;
+    cases.push_back(std::move(c));
+  }
+
   // Split anywhere and resumed from the saved state == whole sequence.
   cases.push_back(
       make_unique<PiecesCase>(small, std::vector<int>{5, 1, 0, 17, 40, 2, 1}, f32, f32));
@@ -872,6 +915,13 @@ void add_gdn_cases(CaseList& cases) {
     cases.push_back(make_unique<PrepStepCase>(k128g4, slots, 256, bf16, f32));
   }
   cases.push_back(make_unique<PrepStepCase>(k64v96, std::vector<int>{1, -1, 0}, 2, bf16, bf16));
+  // Decode v3 (gdn_prep_step.cuda_stream): real shapes at B = 64, both pools, padding slots.
+  {
+    std::vector<int> slots(64);
+    for (int n = 0; n < 64; ++n) slots[n] = n % 17 == 9 ? -1 : (n * 37) % 66;
+    for (DType st : {f32, bf16})
+      cases.push_back(make_unique<PrepStepCase>(next, slots, 66, bf16, st));
+  }
 
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.
   cases.push_back(make_unique<RecordReplayCase>("gdn_record", small,

@@ -710,6 +710,18 @@ void add_ssm_cases(CaseList& cases) {
   }
   for (const Shape& sh : {Shape{4, 8, 32, 2}, Shape{2, 6, 256, 1}, Shape{3, 40, 64, 3}})
     for (const Opts& o : {all, bf16_state}) add(new StepCase(sh, o, {1, -1, 0}, 2));
+  // Decode v3 (ssm_step.cuda_stream: persistent blocks over (tile, head, sequence) items, the
+  // pool streamed through shared memory): real shapes at B = 64 with padding slots and a shuffled
+  // pool (f32: 2 tiles a head, bf16: 1; several items a block, each stage through several
+  // phases): f32, bf16 activations and pool, and every option (z, limits) over a bf16 pool.
+  {
+    Ints slots(64);
+    for (int64_t n = 0; n < 64; ++n) slots[n] = n % 21 == 8 ? -1 : (n * 41) % 67;
+    for (const Opts& o : {plain, bf16, bf16_state}) add(new StepCase(mamba2, o, slots, 67));
+    // The v2 fallback (ssm_step.cuda) at the same shape: B / C rows read out of wider buffers
+    // at odd offsets (not 16-byte aligned), which the v3 kernel refuses.
+    add(new StepCase(mamba2, strided, slots, 67));
+  }
 
   // ssm_step_record: varlen, padding, mask, bf16 tape, state_out; real shapes with few tokens.
   Opts bf16_log = all;

@@ -1,0 +1,125 @@
+// Streaming a recurrent-state pool through shared memory with 1-D TMA bulk copies (sm_90):
+// one thread arms a stage's mbarrier with the byte count it expects and issues
+// cp.async.bulk global → shared; every thread of the block waits on the stage's phase parity.
+// Used by the decode-v3 kernels (gdn.cu, ssm.cu): a persistent block walks its items (tiles of
+// state rows), several tiles ahead in flight whatever the arithmetic of the current one does.
+//
+// Phase protocol: stage s is used by the block's local items s, s + kStages, ...; the j-th use
+// of a stage completes phase j, so item i waits on parity (i / kStages) & 1. A stage armed with
+// 0 bytes (padding slot, zero initial state) completes at the arrive itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "cuda/common.cuh"
+
+namespace hybrid::cuda {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// One thread: a barrier that completes after `count` arrivals (and the expected bytes).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+#endif
+}
+
+// After the inits, before the barrier that publishes them to the block and the async proxy.
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// Arrive once and add `bytes` to the transaction count the current phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+
+// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) into this block's
+// shared memory, completing on `bar`.
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+#endif
+}
+
+// Spin until the phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Host side, cached per device (and per kernel) so that a decode step pays no driver queries:
+// the SM count, the compute capability's major number, and the blocks of a kernel resident per
+// SM with `smem` dynamic shared-memory bytes (its dynamic limit raised to `smem` first).
+struct DeviceInfo {
+  int sms = 0, major = 0;
+};
+
+inline DeviceInfo device_info() {
+  static std::mutex mu;
+  static std::map<int, DeviceInfo> cache;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceInfo d;
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  cache.emplace(dev, d);
+  return d;
+}
+
+inline int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({kernel, dev});
+  if (it != cache.end()) return it->second;
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  per_sm = per_sm > 0 ? per_sm : 1;
+  cache.emplace(std::make_pair(kernel, dev), per_sm);
+  return per_sm;
+}
+
+// Blocks of a persistent grid over `items` items: SMs × resident blocks, capped by the items.
+// Every launch of `kernel` must pass the same threads and smem.
+inline int64_t persistent_blocks(const void* kernel, int threads, size_t smem, int64_t items) {
+  const int64_t blocks = int64_t{device_info().sms} * resident_blocks(kernel, threads, smem);
+  return blocks < items ? blocks : items;
+}
+
+}  // namespace hybrid::cuda
