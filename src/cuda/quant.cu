@@ -271,13 +271,15 @@ __device__ __forceinline__ float bits16_to_f32(unsigned short u, bool bf) {
   return bf ? from_bf16 : from_f16;
 }
 
-// kCompact (the linear_q.gemv_v3 variant; same sums in the same order, so the same bits):
+// kCompact (the linear_q.gemv_v3 variant; 8-bit: the v2 sums in the v2 order; 4-bit: the codes
+// decoded with an offset, decode_word_offset4):
 //   - the chunk math loops over the kV words of a chunk (`#pragma unroll 1`, the words shifted
 //     down in registers) instead of unrolling all kV·kRows word decodes: the v2 kernel's code is
-//     45-70 KB per instantiation (<4, 4, 1>: 56.7 KB, readelf of the cubin), its hot loop alone
-//     ~14 KB per chunk (kV·kRows = 32 unrolled word decodes with their 256 FMAs), more than an
-//     SM sub-partition's instruction cache holds, and every launch starts with a cold fetch of
-//     it from DRAM after the harness's L2 flush; v3's loop body is one word (~1/4 of that);
+//     45-70 KB per instantiation (<4, 4, 1>: 56.7 KB, readelf of the cubin), its chunk loop alone
+//     1591 PTX instructions at 8 rows (kV·kRows = 32 unrolled word decodes with their 256 FMAs,
+//     ~20 KB of SASS), more than an SM sub-partition's instruction cache holds; v3's inner loop
+//     body is one word of the 8 rows (~270 PTX instructions);
+//   - 4-bit codes by decode_word_offset4 (one byte permute per code, no subtract);
 //   - scales and biases (bf16 / f16 only) are read with plain 16-bit loads and a select instead
 //     of load_any's 3-way dtype branches (16 of them per chunk at 8 rows, in the hot loop);
 //   - the first tile's first chunk of weights is loaded before x is staged (the two latencies
