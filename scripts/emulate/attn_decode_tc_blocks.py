@@ -4,6 +4,7 @@
 # partial layout, merge skipping empty splits) against a direct softmax reference.
 import numpy as np, math
 BN, S_STAGES, ROWS, WARPS = 64, 3, 16, 4  # kTcBN, kTcStages, kTcRows, kTcWarps
+WIDE_MERGE = False  # True: attn_merge_wide_kernel (attn_decode.cuda_tc2); the cases run both
 
 def locate(table, n, pos, page, num_pages):
     col = pos // page
@@ -91,7 +92,26 @@ def run(q, kc, vc, table, seq_lens, window, scale, splits_override=None):
                     if splits == 1: out[n, h0 + r] = Ov / L if L > 0 else 0
                     else:
                         part_o[n, h0 + r, split] = Ov; part_ml[n, h0 + r, split] = (M, L)
-    if splits > 1:
+    if splits > 1 and WIDE_MERGE:
+        # attn_merge_wide_kernel (cuda_tc2): thread t < splits holds split t's (m, l); column sums
+        # by 8 lanes j over splits s = j (mod 8) with a select dropping weight-0 splits, then the
+        # 8 partial sums added in order.
+        for n in range(N):
+            for h in range(Hq):
+                ml_ = part_ml[n, h]
+                assert not np.isnan(ml_[:, 0]).any(), "unwritten m"
+                M = ml_[:, 0].max()
+                w = np.array([0.0 if x == -np.inf else 2.0 ** (x - M) for x in ml_[:, 0]])
+                L = (w * ml_[:, 1]).sum()
+                part = np.zeros((8, D))
+                for j in range(8):
+                    for s_ in range(j, splits, 8):
+                        if w[s_] != 0:  # the kernel's select: a weight-0 split's o_s is never used
+                            assert not np.isnan(part_o[n, h, s_]).any(), "unwritten o of a used split"
+                            part[j] += w[s_] * part_o[n, h, s_]
+                tot = part.sum(axis=0)
+                out[n, h] = tot / L if L > 0 else 0
+    elif splits > 1:
         for n in range(N):
             for h in range(Hq):
                 ms = part_ml[n, h, :, 0]
@@ -141,16 +161,25 @@ def case(lens, Hq, Hkv, D, page, window=0, scale=None, seed=0, splits_override=N
     print(f"lens={lens} Hq={Hq} Hkv={Hkv} D={D} page={page} window={window} splits={splits} max|err|={err:.2e}")
     assert err < 1e-9, "mismatch"
 
-case([4097, 3000, 1, 0, 65], 8, 1, 128, 16)
-case([3001, 64, 129], 16, 2, 64, 64, window=200)   # D 64 to keep it fast; splits as planned at D 256 differ
-case([2500, 7], 16, 2, 64, 16, window=40)
-case([1500, 200, 0], 32, 1, 64, 32)
-case([1000, 999], 2, 2, 64, 16)
-case([777, 2049, 5], 32, 8, 64, 16, window=300)
-case([129, 64, 0, 1], 4, 4, 64, 0, scale=0.3)
-case([1 + (n * 37) % 90 if n != 7 else 0 for n in range(40)], 32, 8, 64, 16)
-case([1029, 257, 1, 0], 16, 2, 64, 16)
-case([5000], 16, 2, 64, 16, splits_override=7)    # contexts not a multiple of the split
-case([130, 64, 65], 8, 1, 64, 16, splits_override=256)  # more splits than tiles: most empty
-case([300, 299], 8, 1, 64, 7, window=100, splits_override=3)  # odd page size, window mid-page
+def all_cases():
+    case([4097, 3000, 1, 0, 65], 8, 1, 128, 16)
+    case([3001, 64, 129], 16, 2, 64, 64, window=200)   # D 64 to keep it fast; splits as planned at D 256 differ
+    case([2500, 7], 16, 2, 64, 16, window=40)
+    case([1500, 200, 0], 32, 1, 64, 32)
+    case([1000, 999], 2, 2, 64, 16)
+    case([777, 2049, 5], 32, 8, 64, 16, window=300)
+    case([129, 64, 0, 1], 4, 4, 64, 0, scale=0.3)
+    case([1 + (n * 37) % 90 if n != 7 else 0 for n in range(40)], 32, 8, 64, 16)
+    case([1029, 257, 1, 0], 16, 2, 64, 16)
+    case([5000], 16, 2, 64, 16, splits_override=7)    # contexts not a multiple of the split
+    case([130, 64, 65], 8, 1, 64, 16, splits_override=256)  # more splits than tiles: most empty
+    case([300, 299], 8, 1, 64, 7, window=100, splits_override=3)  # odd page size, window mid-page
+    case([9001], 16, 2, 64, 64)                     # B 1, one long sequence (cuda_tc2 cases)
+    case([6003], 2, 2, 64, 16, window=4097)
+    case([2500, 70, 0], 16, 2, 64, 16, splits_override=66)
+
+
+for WIDE_MERGE in (False, True):
+    print(f"merge: {'attn_merge_wide_kernel' if WIDE_MERGE else 'attn_merge_kernel'}")
+    all_cases()
 print("all emulated cases match")

@@ -271,6 +271,58 @@ __global__ void attn_merge_kernel(const AttnParams p, int D) {
   }
 }
 
+// The same combination, wider (attn_decode.cuda_tc2): block (row · Hq + h, 32 columns of D), 256
+// threads. Thread t < splits reads split t's (m, l); M and L = Σ_s 2^(m_s−M) l_s by warp shuffles
+// and 8 shared partials; then thread (lane c, warp j) sums the splits s ≡ j (mod 8) of column c,
+// every load independent of the others (an empty split, weight 0, is dropped by a select: its o_s
+// may be unwritten), and warp 0 adds the 8 partial sums in a fixed order (deterministic).
+constexpr int kMergeCols = 32, kMergeWarps = 8, kMergeThreads = kMergeCols * kMergeWarps;
+static_assert(kMergeThreads >= kMaxSplits, "one split per thread for (m, l)");
+__global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const AttnParams p, int D) {
+  __shared__ float w_s[kMaxSplits];
+  __shared__ float red_s[2][kMergeWarps];
+  __shared__ float o_s[kMergeWarps][kMergeCols];
+  const int rh = blockIdx.x;
+  const int r = rh / p.Hq, h = rh % p.Hq;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * 2;
+  const float* po = p.part_o + static_cast<int64_t>(rh) * p.splits * D;
+  const bool has = tid < p.splits;
+  const float m = has ? ml[2 * tid] : -INFINITY;
+  const float l = has ? ml[2 * tid + 1] : 0.0f;
+  float M = warp_max(m);
+  if (lane == 0) red_s[0][warp] = M;
+  __syncthreads();
+  M = red_s[0][0];
+#pragma unroll
+  for (int j = 1; j < kMergeWarps; ++j) M = fmaxf(M, red_s[0][j]);
+  const float w = has ? merge_weight(m, M) : 0.0f;
+  if (has) w_s[tid] = w;
+  const float lw = warp_sum(w * l);
+  if (lane == 0) red_s[1][warp] = lw;
+  __syncthreads();
+  float L = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMergeWarps; ++j) L += red_s[1][j];
+
+  const int d = blockIdx.y * kMergeCols + lane;
+  float O = 0.0f;
+#pragma unroll 8
+  for (int s = warp; s < p.splits; s += kMergeWarps) {
+    const float x = po[static_cast<int64_t>(s) * D + d];
+    const float ws = w_s[s];
+    O += ws != 0.0f ? ws * x : 0.0f;
+  }
+  o_s[warp][lane] = O;
+  __syncthreads();
+  if (warp == 0) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMergeWarps; ++j) tot += o_s[j][lane];
+    store_any(p.out, p.o_dtype, r * p.o_t + h * p.o_h + d, L > 0.0f ? tot / L : 0.0f);
+  }
+}
+
 // ---- tensor-core split-KV decode (bf16 / f16) ------------------------------------------------
 
 // decode_tc_kernel: block (split, KV head · 16-head chunk, sequence), 4 warps. The chunk's query
@@ -301,7 +353,11 @@ constexpr size_t tc_smem_bytes() {
   return (static_cast<size_t>(kTcRows) * D + static_cast<size_t>(kTcStages<D>) * 2 * kTcBN * D) * 2;
 }
 
-template <int D, class C>
+// kQAsync (attn_decode.cuda_tc2): Q arrives by 16-byte cp.async (q 16-byte aligned, checked by
+// tc2_query_reason), issued before seq_lens is read and committed with the first tile, so the
+// block's prologue is three round trips (seq_lens, page table, data). Without it (cuda_tc) Q is
+// loaded element by element through load_any, whose dtype branches serialise the loads.
+template <int D, class C, bool kQAsync>
 __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams p) {
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int BN = kTcBN, S = kTcStages<D>, OS = kTcOStride<D>;
@@ -320,6 +376,18 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
   const int gc = min(kTcRows, p.group - hc * kTcRows);
   const int n = blockIdx.z;
 
+  if constexpr (kQAsync) {
+    // Q of the chunk's heads, rows past gc zero-filled; joins the first tile's commit group.
+    const C* qbase = static_cast<const C*>(p.q);
+#pragma unroll
+    for (int i = tid; i < kTcRows * CH; i += kTcThreads) {
+      const int r = i / CH, ch = i % CH;
+      const bool ok = r < gc;
+      cp_async16(q_s + swz<D>(r, ch), qbase + (ok ? n * p.q_t + (h0 + r) * p.q_h + ch * 8 : 0),
+                 ok ? 16 : 0);
+    }
+  }
+
   // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles.
   const int pos = p.seq_lens[n] - 1;  // −1: padding sequence
   const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
@@ -330,6 +398,10 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
   const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
 
   if (ntiles == 0) {
+    if constexpr (kQAsync) {
+      cp_commit();
+      cp_wait<0>();  // no copy left in flight into the block's shared memory
+    }
     for (int i = tid; i < gc * D; i += kTcThreads) {
       const int h = h0 + i / D, d = i % D;
       if (p.splits == 1) {
@@ -382,11 +454,13 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
     }
   };
 
-  // Q of the chunk's heads, rows past gc zero (q has C's dtype: the conversion is exact).
-  for (int i = tid; i < kTcRows * D; i += kTcThreads) {
-    const int r = i / D, d = i % D;
-    const float x = r < gc ? load_any(p.q, p.q_dtype, n * p.q_t + (h0 + r) * p.q_h + d) : 0.0f;
-    q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
+  if constexpr (!kQAsync) {
+    // Q of the chunk's heads, rows past gc zero (q has C's dtype: the conversion is exact).
+    for (int i = tid; i < kTcRows * D; i += kTcThreads) {
+      const int r = i / D, d = i % D;
+      const float x = r < gc ? load_any(p.q, p.q_dtype, n * p.q_t + (h0 + r) * p.q_h + d) : 0.0f;
+      q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
+    }
   }
 #pragma unroll
   for (int i = 0; i < S - 1; ++i) {
@@ -661,22 +735,23 @@ void launch_attn_d(const AttnParams& p, DType cache, cudaStream_t st) {
   });
 }
 
-template <int D, class C>
+template <int D, class C, bool kQAsync>
 void launch_tc_d(const AttnParams& p, cudaStream_t st) {
   constexpr size_t smem = tc_smem_bytes<D>();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-      decode_tc_kernel<D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, C, kQAsync>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
   const dim3 grid(p.splits, p.Hkv * p.hchunks, p.N);
-  decode_tc_kernel<D, C><<<grid, kTcThreads, smem, st>>>(p);
+  decode_tc_kernel<D, C, kQAsync><<<grid, kTcThreads, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int D, bool kQAsync>
 void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
   if (cache == DType::f16)
-    launch_tc_d<D, __half>(p, st);
+    launch_tc_d<D, __half, kQAsync>(p, st);
   else
-    launch_tc_d<D, __nv_bfloat16>(p, st);
+    launch_tc_d<D, __nv_bfloat16, kQAsync>(p, st);
 }
 
 int sm_count() {
@@ -686,9 +761,11 @@ int sm_count() {
   return std::max(sms, 1);
 }
 
-// Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows) or
-// the tensor-core decode_tc_kernel (decode rows only).
-enum class Core { cuda_core, tensor_core };
+// Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
+// the tensor-core decode_tc_kernel (decode rows only) with element-wise Q loads and the narrow
+// merge (v2, attn_decode.cuda_tc), or with cp.async Q and the wide merge (v3,
+// attn_decode.cuda_tc2; q 16-byte aligned).
+enum class Core { cuda_core, tensor_core, tensor_core_v3 };
 
 // Fills the fields shared by every attention launch and picks the split count from the shapes
 // (keys_max: the page-table capacity, or the window; the real lengths live on the device, so the
@@ -700,7 +777,8 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
   p.pt = table_of(page_table);
   p.Hkv = static_cast<int>(k_cache.size(2));
   p.group = p.Hq / p.Hkv;
-  const int heads_per_block = core == Core::tensor_core ? kTcRows : kGC;
+  const bool tc = core != Core::cuda_core;
+  const int heads_per_block = tc ? kTcRows : kGC;
   p.hchunks = (p.group + heads_per_block - 1) / heads_per_block;
   p.window = static_cast<int>(std::min<int64_t>(window, INT32_MAX));
   const float sc = scale ? *scale : 1.0f / std::sqrt(static_cast<float>(D));
@@ -712,7 +790,7 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
   // the tensor-core kernel 1 at D 256 (200 KiB of shared memory), 2 at D 128, 4 at D 64. Pick the
   // split count s minimising waves(s) · (keys/s + 64), 64 keys standing for a block's fixed cost
   // (q load, pipeline fill, merge, partial write), s <= kMaxSplits and >= 64 keys per split.
-  const int64_t per_sm = core == Core::cuda_core ? 3 : (D == 256 ? 1 : (D == 128 ? 2 : 4));
+  const int64_t per_sm = !tc ? 3 : (D == 256 ? 1 : (D == 128 ? 2 : 4));
   const int64_t resident = sm_count() * per_sm;
   const int64_t s_max = std::clamp<int64_t>(keys_max / 64, 1, kMaxSplits);
   int64_t splits = 1;
@@ -739,22 +817,38 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
     p.part_ml = p.part_o + static_cast<size_t>(p.rows) * p.Hq * p.splits * D;
   }
   const cudaStream_t st = as_stream(ctx.stream());
+  auto launch_d = [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    switch (core) {
+      case Core::tensor_core:
+        launch_tc_dtype<kD, false>(p, cache, st);
+        break;
+      case Core::tensor_core_v3:
+        launch_tc_dtype<kD, true>(p, cache, st);
+        break;
+      default:
+        launch_attn_d<kD>(p, cache, st);
+        break;
+    }
+  };
   switch (D) {
     case 64:
-      core == Core::tensor_core ? launch_tc_dtype<64>(p, cache, st)
-                                : launch_attn_d<64>(p, cache, st);
+      launch_d(std::integral_constant<int, 64>{});
       break;
     case 128:
-      core == Core::tensor_core ? launch_tc_dtype<128>(p, cache, st)
-                                : launch_attn_d<128>(p, cache, st);
+      launch_d(std::integral_constant<int, 128>{});
       break;
     default:
-      core == Core::tensor_core ? launch_tc_dtype<256>(p, cache, st)
-                                : launch_attn_d<256>(p, cache, st);
+      launch_d(std::integral_constant<int, 256>{});
       break;
   }
   if (p.splits > 1) {
-    attn_merge_kernel<<<p.rows * p.Hq, static_cast<int>(D), 0, st>>>(p, static_cast<int>(D));
+    if (core == Core::tensor_core_v3) {
+      const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
+      attn_merge_wide_kernel<<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
+    } else {
+      attn_merge_kernel<<<p.rows * p.Hq, static_cast<int>(D), 0, st>>>(p, static_cast<int>(D));
+    }
     HYBRID_CUDA_CHECK_LAUNCH();
   }
 }
@@ -774,6 +868,15 @@ Reason tc_decode_reason(DType q_dtype, int64_t N, const Tensor& k_cache, const T
     return "tensor-core decode takes at most 65535 sequences, got " + std::to_string(N);
   if (!offsets_fit_int32(k_cache) || !offsets_fit_int32(v_cache))
     return std::string("tensor-core decode needs cache offsets below 2^31 elements");
+  return std::nullopt;
+}
+
+// Why v3 (cp.async Q) cannot read this q (nullopt: it can): base and strides 16-byte aligned.
+Reason tc2_query_reason(const Tensor& q) {
+  const int64_t es = static_cast<int64_t>(dtype_size(q.dtype()));
+  if (reinterpret_cast<uintptr_t>(q.data()) % 16 != 0 || (q.stride(0) * es) % 16 != 0 ||
+      (q.stride(1) * es) % 16 != 0)
+    return std::string("tensor-core decode v3 needs q 16-byte aligned (base and strides)");
   return std::nullopt;
 }
 
@@ -839,6 +942,15 @@ void decode_tc_cuda(const AttnDecode& a, Context& ctx) {
   decode_with(a, Core::tensor_core, ctx);
 }
 
+Reason decode_tc2_supports(const AttnDecode& a) {
+  if (Reason r = decode_tc_supports(a)) return r;
+  return tc2_query_reason(a.q);
+}
+
+void decode_tc2_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core_v3, ctx);
+}
+
 Reason prefill_simple_supports(const AttnPrefill& a) {
   return dims_supported(a.q.size(2), a.k_cache);
 }
@@ -867,9 +979,13 @@ void fused_cuda(const RopeKvAppendAttnDecode& a, Context& ctx) {
   AttnParams p = query_params(a.q, a.out);
   p.seq_lens = a.seq_lens.data_as<const int>();
   p.N = N;
-  // The rotated q (q's dtype) feeds the tensor-core decode core when it can take it.
-  const Core core =
-      tc_decode_reason(a.q.dtype(), N, a.k_cache, a.v_cache) ? Core::cuda_core : Core::tensor_core;
+  // The rotated q (q's dtype, in the 256-byte aligned workspace with rows of Hq · D elements, so
+  // 16-byte aligned for D in {64, 128, 256}) feeds the tensor-core decode core when it can take
+  // it: v3 (attn_decode.cuda_tc2's), or v2 with kFusedDecodeV3 = false.
+  constexpr bool kFusedDecodeV3 = true;
+  const Core core = tc_decode_reason(a.q.dtype(), N, a.k_cache, a.v_cache)
+                        ? Core::cuda_core
+                        : (kFusedDecodeV3 ? Core::tensor_core_v3 : Core::tensor_core);
   plan_attention(p, a.k_cache, a.v_cache, a.page_table, D, a.window, a.scale, core);
   // One workspace request: q_rot [N, Hq, D] (q's dtype) then the split partials.
   const size_t qrot_bytes =
@@ -905,6 +1021,8 @@ void register_attention_prefill_tc(Registry& r);
 void register_attention(Registry& r) {
   using namespace attn;
   r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc2", DeviceType::cuda, 20, decode_tc2_supports,
+                    decode_tc2_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc", DeviceType::cuda, 10, decode_tc_supports,
                     decode_tc_cuda);
   r.add<AttnDecode>("attn_decode.cuda", DeviceType::cuda, 0, decode_supports, decode_cuda);

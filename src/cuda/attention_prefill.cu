@@ -49,6 +49,7 @@ struct PrefillParams {
   const int* seq_lens = nullptr;  // [N]
   int2* tiles = nullptr;          // [max_tiles] (sequence, first row) or (−1, 0)
   int N = 0, T = 0, Hq = 0, group = 1, max_tiles = 0, window = 0;
+  int tile_rows = kBM;  // query rows per tile (plan_tiles_kernel): kBM, or kBM2 for the fa2 kernel
   float scale_log2 = 1.0f;
   void* out = nullptr;  // [T, Hq, D]
   DType o_dtype = DType::bf16;
@@ -61,7 +62,7 @@ __global__ void plan_tiles_kernel(const PrefillParams p) {
   int b = 0;
   for (int n = 0; n < p.N; ++n) {
     const int L = p.cu[n + 1] - p.cu[n];
-    for (int r0 = 0; r0 < L && b < p.max_tiles; r0 += kBM) p.tiles[b++] = make_int2(n, r0);
+    for (int r0 = 0; r0 < L && b < p.max_tiles; r0 += p.tile_rows) p.tiles[b++] = make_int2(n, r0);
   }
   for (; b < p.max_tiles; ++b) p.tiles[b] = make_int2(-1, 0);
 }
@@ -262,6 +263,232 @@ __global__ void __launch_bounds__(kThreads) prefill_tc_kernel(const PrefillParam
   }
 }
 
+// ---- prefill_fa2_kernel (attn_prefill.cuda_fa2) -----------------------------------------------
+//
+// Block = (query head, tile of kBM2 = 128 query rows of one sequence), 8 warps × 16 rows; the
+// grid's x is the head, so the heads of one GQA group (same K/V) run side by side, and tiles go
+// last (most keys) first. Per key tile of kBN<D> keys (32 at D 256, 64 otherwise), K and V are
+// double-buffered: at the top of tile i a thread waits for its copies of tile i, one barrier
+// makes everyone's visible and retires tile i − 1 (every warp is past it), then the copies of
+// tile i + 1 go into the other stage and run during all of tile i's S = Q Kᵀ, softmax and O += P V
+// (one barrier per tile; the single-buffered prefill_tc_kernel has three). The page lookup of a
+// row is done once for K and V. A warp whose 16 rows all lie before the tile (causal) or past
+// its keys (window) skips the tile's math (it would be an exact no-op: every score masked);
+// masks are applied only on tiles that cut the warp's rows. Shared memory: Q 128 · D and 2 · 2 ·
+// kBN · D, bf16: 128 KiB at D 256, 96 KiB at D 128, 48 KiB at D 64. Registers: as
+// prefill_tc_kernel per thread (O 16 × D and S 16 × kBN per warp), 255 at D 256: one block
+// (8 warps) per SM.
+constexpr int kBM2 = 128, kWarps2 = kBM2 / 16, kThreads2 = kWarps2 * 32;
+
+template <int D>
+constexpr size_t fa2_smem_bytes() {
+  return (static_cast<size_t>(kBM2) + 2 * 2 * kBN<D>)*D * sizeof(__nv_bfloat16);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads2, 1) prefill_fa2_kernel(const PrefillParams p) {
+  constexpr int CH = D / 8;  // 16-byte chunks per row
+  constexpr int BN = kBN<D>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBM2, D]
+  __nv_bfloat16* kv_s = q_s + kBM2 * D;                             // [2 stages][K, V][BN, D]
+
+  const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
+  if (tile.x < 0) return;
+  const int n = tile.x, r0 = tile.y;
+  const int h = blockIdx.x, hk = h / p.group;
+  const int L = p.cu[n + 1] - p.cu[n];
+  const int rows = min(kBM2, L - r0);
+  const int prefix = p.seq_lens[n] - L;
+  const int pos0 = prefix + r0;          // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
+  const int t0 = p.cu[n] + r0;           // packed row of the first query
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
+    for (int i = tid; i < rows * D; i += kThreads2)
+      store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
+    return;
+  }
+  const int lo_first = p.window > 0 ? max(0, pos0 - p.window + 1) : 0;
+  const int j_begin = lo_first / BN * BN;
+
+  // Q tile (rows past `rows` zero-filled); joins the first K/V tile's commit group.
+  for (int i = tid; i < kBM2 * CH; i += kThreads2) {
+    const int r = i / CH, ch = i % CH;
+    const bool ok = r < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
+    cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
+  }
+  // K and V of keys [j0, j0 + BN) into stage st (invalid keys zero-filled). Thread tid copies, in
+  // step `it`, 16-byte chunk ch = c % CH of row r = c / CH, c = tid + 256·it: a warp covers
+  // RPI = 32 / CH whole rows per step, BN / 8 rows per tile. Lane i < BN / 8 looks up the warp's
+  // i-th row (step i / RPI, row i % RPI of it) once for K and V and passes the two offsets to the
+  // copying lanes through row_off_s (−1: key absent).
+  constexpr int RPI = 32 / CH;                // rows per warp per step
+  constexpr int STEPS = BN * CH / kThreads2;  // steps per tile
+  static_assert(CH <= 32 && STEPS * RPI == BN / kWarps2 && BN / kWarps2 <= 32, "whole rows");
+  __shared__ int2 row_off_s[kWarps2][BN / kWarps2];
+  const __nv_bfloat16* kbase = static_cast<const __nv_bfloat16*>(p.k.p);
+  const __nv_bfloat16* vbase = static_cast<const __nv_bfloat16*>(p.v.p);
+  auto load_kv = [&](int st, int j0) {
+    __nv_bfloat16* ks = kv_s + st * 2 * BN * D;
+    __nv_bfloat16* vs = ks + BN * D;
+    __syncwarp();  // the warp's lanes are done reading the previous call's offsets
+    if (lane < BN / kWarps2) {
+      const int r = (warp * 32 + (lane / RPI) * kThreads2) / CH + lane % RPI;
+      const int j = j0 + r;
+      int2 off = make_int2(-1, 0);  // element offsets; below 2^31 (supports())
+      if (j <= pos_last) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0)
+          off = make_int2(static_cast<int>(p.k.offset(kv.x, kv.y, hk)),
+                          static_cast<int>(p.v.offset(kv.x, kv.y, hk)));
+      }
+      row_off_s[warp][lane] = off;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < STEPS; ++it) {
+      const int2 o = row_off_s[warp][it * RPI + lane / CH];
+      const int c = tid + it * kThreads2;
+      const int r = c / CH, ch = c % CH;
+      const bool ok = o.x >= 0;
+      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? o.x + ch * 8 : 0), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? o.y + ch * 8 : 0), ok ? 16 : 0);
+    }
+  };
+  load_kv(0, j_begin);
+  cp_commit();
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int g = lane / 4, c4 = lane % 4;
+  // This thread's two rows (g and g + 8 of the warp's 16) and their key ranges.
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = warp * 16 + g + hr * 8;
+    row_pos[hr] = r < rows ? pos0 + r : -1;  // padding rows attend to nothing
+    row_lo[hr] = p.window > 0 ? max(0, row_pos[hr] - p.window + 1) : 0;
+  }
+  // The warp's valid rows: positions [w_first, w_last] (none when the warp is past `rows`), keys
+  // [w_lo_first, w_last] reach at least one of them, [w_lo_last, w_first] reach all of them.
+  const int w_rows = min(16, rows - warp * 16);
+  const int w_first = pos0 + warp * 16, w_last = w_first + w_rows - 1;
+  const int w_lo_first = p.window > 0 ? max(0, w_first - p.window + 1) : 0;
+  const int w_lo_last = p.window > 0 ? max(0, w_last - p.window + 1) : 0;
+
+  int st = 0;
+  for (int j0 = j_begin; j0 <= pos_last; j0 += BN, st ^= 1) {
+    cp_wait<0>();     // this thread's copies of tile j0 (and Q) landed ...
+    __syncthreads();  // ... everyone's; and every warp is done with the other stage
+    if (j0 + BN <= pos_last) load_kv(st ^ 1, j0 + BN);
+    cp_commit();
+    // Skip a tile no row of the warp reaches (exact no-op: every score would be masked).
+    if (w_rows <= 0 || j0 > w_last || j0 + BN - 1 < w_lo_first) continue;
+    const __nv_bfloat16* ks = kv_s + st * 2 * BN * D;
+    const __nv_bfloat16* vs = ks + BN * D;
+
+    // S = Q Kᵀ for the warp's 16 rows × BN keys.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q_s + swz<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16));
+#pragma unroll
+      for (int nt = 0; nt < BN / 16; ++nt) {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    ks + swz<D>(nt * 16 + (lane % 8) + (lane / 16) * 8, kk * 2 + (lane / 8) % 2));
+        mma_bf16(s[2 * nt], a, b[0], b[1]);
+        mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
+      }
+    }
+    // Masks (causal, window, padding rows) only where the tile cuts the warp's rows.
+    const bool full = j0 + BN - 1 <= w_first && j0 >= w_lo_last && w_rows == 16;
+    float corr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x *= p.scale_log2;
+          if (!full) {
+            const int j = j0 + nt * 8 + c4 * 2 + e;
+            if (j > row_pos[hr] || j < row_lo[hr]) x = -INFINITY;
+          }
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hr], mx);
+      corr[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x = exp2f(x - base);  // masked: exp2(−inf) = 0
+          sum += x;
+        }
+      l[hr] = l[hr] * corr[hr] + sum;  // thread-partial, reduced over the quad at the end
+      m[hr] = m_new;
+    }
+
+    // O = O · corr + P V (P rounded to bf16 as the A operand, straight from S).
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            b, vs + swz<D>(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dt * 2 + lane / 16));
+        mma_bf16(o[2 * dt], a, b[0], b[1]);
+        mma_bf16(o[2 * dt + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_wait<0>();  // no copy left in flight (the last commit group is empty)
+
+  // Normalise and store rows g, g + 8 of the warp.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float tot = l[hr];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    const int r = warp * 16 + g + hr * 8;
+    if (r >= rows) continue;
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+    const int64_t ob = (t0 + r) * p.o_t + h * p.o_h;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = dt * 8 + c4 * 2;
+      store_any(p.out, p.o_dtype, ob + d, o[dt][hr * 2] * inv);
+      store_any(p.out, p.o_dtype, ob + d + 1, o[dt][hr * 2 + 1] * inv);
+    }
+  }
+}
+
 Reason prefill_tc_supports(const AttnPrefill& a) {
   const int64_t D = a.q.size(2);
   if (D != 64 && D != 128 && D != 256)
@@ -292,7 +519,8 @@ void launch_tc(const PrefillParams& p, cudaStream_t st) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
+// The fields of every tensor-core prefill launch (tile list not yet placed).
+PrefillParams prefill_params(const AttnPrefill& a) {
   PrefillParams p;
   p.q = a.q.data_as<const __nv_bfloat16>();
   p.q_t = a.q.stride(0), p.q_h = a.q.stride(1);
@@ -315,10 +543,15 @@ void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
   p.Hq = static_cast<int>(a.q.size(1));
   p.group = p.Hq / static_cast<int>(a.k_cache.size(2));
   p.window = static_cast<int>(std::min<int64_t>(a.window, INT32_MAX));
-  const int64_t D = a.q.size(2);
-  p.scale_log2 = (a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(D))) * kLog2e;
+  p.scale_log2 = (a.scale ? *a.scale : 1.0f / std::sqrt(static_cast<float>(a.q.size(2)))) * kLog2e;
   p.out = a.out.data(), p.o_dtype = a.out.dtype();
   p.o_t = a.out.stride(0), p.o_h = a.out.stride(1);
+  return p;
+}
+
+void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p = prefill_params(a);
+  const int64_t D = a.q.size(2);
   // Σ_n ceil(L_n / kBM) <= T / kBM + N.
   p.max_tiles = p.T / kBM + p.N;
   p.tiles = static_cast<int2*>(
@@ -340,11 +573,55 @@ void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
   }
 }
 
+Reason prefill_fa2_supports(const AttnPrefill& a) {
+  if (Reason r = prefill_tc_supports(a)) return r;
+  const int64_t tiles = a.q.size(0) / kBM2 + (a.cu_seqlens.size(0) - 1);
+  if (tiles > 65535)
+    return "fa2 prefill takes at most 65535 query tiles (grid y), got " + std::to_string(tiles);
+  if (a.q.size(1) > 65535) return std::string("fa2 prefill takes at most 65535 query heads");
+  return std::nullopt;
+}
+
+template <int D>
+void launch_fa2(const PrefillParams& p, cudaStream_t st) {
+  constexpr size_t smem = fa2_smem_bytes<D>();
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+      prefill_fa2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  prefill_fa2_kernel<D><<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void prefill_fa2_cuda(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p = prefill_params(a);
+  p.tile_rows = kBM2;
+  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
+  p.max_tiles = p.T / kBM2 + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  switch (a.q.size(2)) {
+    case 64:
+      launch_fa2<64>(p, st);
+      break;
+    case 128:
+      launch_fa2<128>(p, st);
+      break;
+    default:
+      launch_fa2<256>(p, st);
+      break;
+  }
+}
+
 }  // namespace
 
 }  // namespace attn
 
 void register_attention_prefill_tc(Registry& r) {
+  r.add<AttnPrefill>("attn_prefill.cuda_fa2", DeviceType::cuda, 20, attn::prefill_fa2_supports,
+                     attn::prefill_fa2_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_tc", DeviceType::cuda, 10, attn::prefill_tc_supports,
                      attn::prefill_tc_cuda);
 }

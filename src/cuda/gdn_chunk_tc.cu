@@ -23,12 +23,14 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 
 namespace hybrid::cuda {
 
@@ -41,15 +43,6 @@ constexpr int kTP = kC + 8;  // padded row (bf16) of 64-wide tiles
 
 using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
 __device__ __forceinline__ uint32_t ld2(const bf16* p) {
@@ -72,10 +65,6 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[2], const bf16* s, int ld, 
   b[1] = ld2(s + (n0 + g) * ld + k0 + 2 * q + 8);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // B fragments of two n-tiles from a tile stored [k][n] (row-major, rows of `ld` elements, 16-byte
 // aligned): k rows k0..k0+15, columns n0..n0+15. b0 = n-tile n0, b1 = n-tile n0 + 8. Lanes 0-15
 // address rows k0 + lane of columns n0.., lanes 16-31 the same rows at n0 + 8 (matrices 2, 3).
@@ -87,20 +76,61 @@ __device__ __forceinline__ void load_b2_trans(uint32_t (&b0)[2], uint32_t (&b1)[
                : "r"(smem_u32(row)));
 }
 
-// Async copies global -> shared; src_bytes = 0 zero-fills (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
+// Async copies global -> shared (cp_async16, cp_commit: cuda/mma.cuh); src_bytes = 0 zero-fills
+// (src must still be a valid address).
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(src_bytes)
                : "memory");
 }
-__device__ __forceinline__ void cp_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+// Cluster and mbarrier primitives of the cluster spine (sm_90).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
 }
+// Every thread of every block of the cluster arrives (release), then waits for all (acquire).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// The one arrival of the barrier's phase, expecting `bytes` of copies (from any block).
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into the shared
+// memory of every block of the cluster in `mask`, at dst's offset, completing on each one's bar.
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, uint32_t bytes,
+                                               uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1], %2, [%3], %4;\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(mask)
+      : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -128,25 +158,60 @@ struct SpineSplit {
   float* m = nullptr;      // [S, Hv, K, K] M_s
 };
 
-// Shared memory of the spine with SL V rows per block: Ws, Ks [2][64][136], Us [2][64][SL + 8],
-// Sb [SL][136], VT [SL][72] (bf16), γ [2][64] f32: 93 696 bytes at SL = 32, 82 944 at SL = 16.
-template <int SL>
+// Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
+// (K̂ always has 2): Ws [NW][64][136], Ks [2][64][136], Us [NW][64][SL + 8], Sb [SL][136],
+// VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
+// NW = 3 (SL = 16 only): 103 680 bytes, still two blocks per SM (2 x (103 680 + 1 KiB reserved)
+// <= 228 KiB).
+// The cluster spine adds 5 mbarriers (8 bytes each) at the end.
+template <int SL, int NW = 2, int CZ = 0>
 constexpr int spine_smem() {
-  return (2 * 2 * kC * kWP + 2 * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 + 2 * kC * 4;
+  return (NW * kC * kWP + 2 * kC * kWP + NW * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 +
+         NW * kC * 4 + (CZ > 0 ? 5 * 8 : 0);
 }
+static_assert(2 * (spine_smem<16, 3, 8>() + 1024) <= 228 * 1024,
+              "deep-ring spine: 2 blocks per SM");
+static_assert(spine_smem<16, 3>() % 8 == 0, "cluster spine: mbarriers 8-byte aligned");
 
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
-template <class St, int SL>
+// NW = 2: W, U, γ and K̂ of chunk c+1 are copied (one cp.async group) while chunk c computes.
+// NW = 3 (the deep ring of `cuda_tc_v3`): W, U, γ of chunk c+2 and K̂ of chunk c+1 are copied
+// while chunk c computes, as two groups committed in that order each chunk (empty ones too, so
+// that the counts below hold at the ends): A_c = {K̂(c+1)}, B_c = {W, U, γ of c+2}; the
+// prologue commits B_{-2} = {W, U, γ of 0}, A_{-1} = {K̂(0)}, B_{-1} = {W, U, γ of 1}. At the
+// start of chunk c the groups ..., B_{c-2}, A_{c-1}, B_{c-1} are committed and W(c) is in
+// B_{c-2}: wait_group 2. Before the S update, A_c and B_c are committed too and K̂(c) is in
+// A_{c-1}: wait_group 3, then the barrier that publishes VT publishes K̂ as well. So W / U / γ
+// get two chunks of time to land, K̂ a chunk and a half, instead of one chunk.
+// CZ > 0, "CL" (the cluster spine; SL = 16, NW = 3; launched as clusters of CZ = 8 or 4 slice
+// blocks of one (run, head), which all run the same chunks): W and K̂ are read from L2 once per
+// cluster instead of once per block. Block r of the cluster copies rows r, r + CZ, .. of each tile
+// (256 contiguous bytes each) with cp.async.bulk multicast to all CZ blocks; each block's mbarrier
+// of the buffer (fullW[3], fullK[2], one arrival: its thread 0's expect_tx of the 64 rows' 16 KiB)
+// completes when all 64 have landed.
+// Rows past L are copies of row L − 1 (no zero fill): their V_new is replaced by 0 and their VT
+// column is 0, so they add nothing. Reuse: a block issues into a buffer only after a cluster
+// barrier whose arrive every block makes at the end of the chunk that last read it, so no block
+// still reads it and its barrier's previous phase is complete. U and γ stay per block (cp.async,
+// one group per chunk: group c holds chunk c's, wait_group 1 at the start of chunk c).
+template <class St, int SL, int NW = 2, int CZ = 0>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
+  static_assert(NW == 2 || NW == 3, "ring of 2 or 3 buffers");
+  static_assert(CZ == 0 || (SL == 16 && NW == 3 && (CZ == 4 || CZ == 8)),
+                "cluster spine: 16-row slices, ring of 3, clusters of 4 or 8");
+  constexpr bool CL = CZ > 0;
+  constexpr int kCZ = CL ? CZ : 1;  // cluster size in the (CL-only) multicast code
   constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [2][64][136] W rows [i][d]
-  bf16* Ks = Ws + 2 * kC * kWP;                         // [2][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + 2 * kC * kWP;                         // [2][64][SL+8] U slice [i][v]
-  bf16* Sb = Us + 2 * kC * kUP;                         // [SL][136]    bf16(S) [v][d]
-  bf16* VT = Sb + SL * kWP;                             // [SL][72]     (V_new·e)ᵀ [v][i]
-  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [2][64]      γ
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [NW][64][136] W rows [i][d]
+  bf16* Ks = Ws + NW * kC * kWP;                        // [2][64][136]  K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                         // [NW][64][SL+8] U slice [i][v]
+  bf16* Sb = Us + NW * kC * kUP;                        // [SL][136]     bf16(S) [v][d]
+  bf16* VT = Sb + SL * kWP;                             // [SL][72]      (V_new·e)ᵀ [v][i]
+  float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [NW][64]      γ
+  uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + NW * kC);  // [3] (CL only)
+  uint64_t* fullK = fullW + 3;                                  // [2] (CL only)
 
   constexpr int kZ = kD / SL;  // V slices per head
   const bool split = sp.seg_chunks > 0;
@@ -204,19 +269,17 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const bf16* kn = static_cast<const bf16*>(p.kn);
   bf16* vnew = static_cast<bf16*>(p.vnew);
   bf16* h = static_cast<bf16*>(p.h);
-  // Chunk cs of this sequence into buffer b: W, K̂ rows (16 x 16 bytes each), the U slice (4 x 16
-  // bytes per row) and γ; rows past L zero-filled (their source address clamped to row L − 1).
-  auto prefetch = [&](int cs, int b) {
+  // Chunk cs of this sequence: W rows (16 x 16 bytes each), the U slice (SL / 8 x 16 bytes per
+  // row) and γ into ring buffer bw; K̂ rows into buffer bk; rows past L zero-filled (their source
+  // address clamped to row L − 1). No commit (the caller groups the copies).
+  auto copy_wu = [&](int cs, int bw) {
     const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* ws = Ws + b * kC * kWP;
-    bf16* ks = Ks + b * kC * kWP;
-    bf16* us = Us + b * kC * kUP;
+    bf16* ws = Ws + bw * kC * kWP;
+    bf16* us = Us + bw * kC * kUP;
     for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
       const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       const int64_t t = t0 + min(i, L - 1);
-      const int bytes = i < L ? 16 : 0;
-      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, bytes);
-      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, bytes);
+      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, i < L ? 16 : 0);
     }
     for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
       const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
@@ -224,16 +287,95 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
     }
     if (tid < kC)
-      cp_async4(gs + b * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
                 tid < L ? 4 : 0);
-    cp_commit();
+  };
+  auto copy_k = [&](int cs, int bk) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* ks = Ks + bk * kC * kWP;
+    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
+      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, i < L ? 16 : 0);
+    }
   };
 
-  if (cs_begin < cs_end) prefetch(cs_begin, 0);
+  // CL: U slice and γ of chunk cs into ring buffer bw (cp.async, no commit).
+  auto copy_u = [&](int cs, int bw) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    bf16* us = Us + bw * kC * kUP;
+    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
+      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
+      const int64_t t = t0 + min(i, L - 1);
+      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
+    }
+    if (tid < kC)
+      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
+                tid < L ? 4 : 0);
+  };
+  // CL: this block's 64 / CZ rows of chunk cs's W (is_k = false) or K̂ tile to all blocks of the
+  // cluster, and this block's own barrier armed for the 64 rows.
+  const uint32_t rank = CL ? cluster_rank() : 0;
+  auto multicast = [&](int cs, bool is_k, bf16* dst, uint64_t* bar) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    if (tid == 0) mbar_arrive_expect(bar, kC * kD * sizeof(bf16));
+    if (tid < kC / kCZ) {
+      const int i = static_cast<int>(rank) + kCZ * tid;
+      const int64_t t = t0 + min(i, L - 1);
+      const bf16* src = is_k ? kn + (t * p.Hk + hk) * kD : w + (t * p.Hv + hv) * kD;
+      bulk_multicast(dst + i * kWP, src, kD * sizeof(bf16), bar, (1u << kCZ) - 1);
+    }
+  };
+
+  if constexpr (CL) {
+    if (tid == 0) {
+      for (int b = 0; b < 3; ++b) mbar_init(fullW + b, 1);
+      for (int b = 0; b < 2; ++b) mbar_init(fullK + b, 1);
+      mbar_init_fence();
+    }
+    cluster_arrive();  // every block's barriers initialised before any copy can complete on them
+    cluster_wait();
+    if (cs_begin < cs_end) {
+      multicast(cs_begin, false, Ws, fullW);
+      multicast(cs_begin, true, Ks, fullK);
+      copy_u(cs_begin, 0);
+    }
+    cp_commit();
+    if (cs_begin + 1 < cs_end) {
+      multicast(cs_begin + 1, false, Ws + kC * kWP, fullW + 1);
+      copy_u(cs_begin + 1, 1);
+    }
+    cp_commit();
+    cluster_arrive();  // paired with the cluster wait of the first chunk (or the one after the
+                       // loop)
+  } else if constexpr (NW == 2) {
+    if (cs_begin < cs_end) {
+      copy_wu(cs_begin, 0);
+      copy_k(cs_begin, 0);
+      cp_commit();
+    }
+  } else {  // B_{-2}, A_{-1}, B_{-1} (see above)
+    if (cs_begin < cs_end) copy_wu(cs_begin, 0);
+    cp_commit();
+    if (cs_begin < cs_end) copy_k(cs_begin, 0);
+    cp_commit();
+    if (cs_begin + 1 < cs_end) copy_wu(cs_begin + 1, 1);
+    cp_commit();
+  }
+  const int c_first = p.first_chunk[n];
   for (int cs = cs_begin; cs < cs_end; ++cs) {
-    const int b = (cs - cs_begin) & 1;
-    const int c = p.first_chunk[n] + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    cp_wait<0>();  // this thread's copies of chunk cs have landed (the only group in flight)
+    const int j = cs - cs_begin, bk = j & 1, bw = NW == 2 ? bk : j % NW;
+    const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    // This thread's copies of W, U, γ of chunk cs have landed (NW = 2: the only group in flight,
+    // K̂ too; NW = 3: B_{cs-2}, with A_{cs-1} and B_{cs-1} allowed in flight).
+    if constexpr (CL) {
+      mbar_wait(fullW + bw, (j / 3) & 1);  // W of chunk cs (this buffer's (j / 3)-th use)
+      cp_wait<1>();                        // U, γ of chunk cs (group j; group j + 1 in flight)
+    } else if constexpr (NW == 2) {
+      cp_wait<0>();
+    } else {
+      cp_wait<2>();
+    }
     // Sb = bf16(S): every read of Sb by the previous chunk came before its second barrier.
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -246,9 +388,32 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
               __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
         }
     __syncthreads();  // chunk cs's buffers (every thread's copies) and Sb visible
-    // Chunk cs + 1 into buffer b ^ 1, whose last reads (chunk cs − 1) all came before the barrier
-    // above; it lands while this chunk computes.
-    if (cs + 1 < cs_end) prefetch(cs + 1, b ^ 1);
+    // NW = 2: chunk cs + 1 into buffers bk ^ 1, whose last reads (chunk cs − 1) all came before
+    // the barrier above; it lands while this chunk computes. NW = 3: K̂ of cs + 1 into bk ^ 1
+    // (last read by chunk cs − 1's S update) and W, U, γ of cs + 2 into (j + 2) % 3 (last read
+    // by chunk cs − 1 before its second barrier), both before the barrier above.
+    if constexpr (CL) {
+      // Every block of the cluster has finished chunk cs − 1 (its arrive at the end of it), so
+      // K̂ buffer bk ^ 1 and W / U / γ buffer (j + 2) % 3 are free in all of them.
+      cluster_wait();
+      if (cs + 1 < cs_end) multicast(cs + 1, true, Ks + (bk ^ 1) * kC * kWP, fullK + (bk ^ 1));
+      if (cs + 2 < cs_end) {
+        multicast(cs + 2, false, Ws + ((j + 2) % NW) * kC * kWP, fullW + (j + 2) % NW);
+        copy_u(cs + 2, (j + 2) % NW);
+      }
+      cp_commit();  // group j + 2
+    } else if constexpr (NW == 2) {
+      if (cs + 1 < cs_end) {
+        copy_wu(cs + 1, bk ^ 1);
+        copy_k(cs + 1, bk ^ 1);
+        cp_commit();
+      }
+    } else {
+      if (cs + 1 < cs_end) copy_k(cs + 1, bk ^ 1);
+      cp_commit();  // A_cs
+      if (cs + 2 < cs_end) copy_wu(cs + 2, (j + 2) % NW);
+      cp_commit();  // B_cs
+    }
 
     // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
@@ -258,10 +423,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
     }
 
-    const bf16* ws = Ws + b * kC * kWP;
-    const bf16* ks = Ks + b * kC * kWP;
-    const bf16* us = Us + b * kC * kUP;
-    const float* gb = gs + b * kC;
+    const bf16* ws = Ws + bw * kC * kWP;
+    const bf16* ks = Ks + bk * kC * kWP;
+    const bf16* us = Us + bw * kC * kUP;
+    const float* gb = gs + bw * kC;
     const float g_last = gb[L - 1];
     const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
     const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
@@ -277,7 +442,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       for (int nt = 0; nt < kNV; ++nt) {
         uint32_t bb[2];
         load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
-        mma16816(acc[nt], a, bb);
+        mma_bf16(acc[nt], a, bb);
       }
     }
 #pragma unroll
@@ -297,7 +462,11 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
         VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
       }
-    __syncthreads();  // VT visible
+    if constexpr (CL)
+      mbar_wait(fullK + bk, (j / 2) & 1);  // K̂ of chunk cs (this buffer's (j / 2)-th use)
+    else if constexpr (NW == 3)
+      cp_wait<3>();   // K̂ of chunk cs (A_{cs-1}) has landed
+    __syncthreads();  // VT visible (NW = 3: and K̂ of chunk cs)
 
     // S ← e^{γ_L} S + VT · K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
     const float decay = expf(g_last);
@@ -318,11 +487,14 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         load_b2_trans(b0, b1, ks, kWP, 16 * kt, 32 * warp + 16 * np, lane);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma16816(s[mt][2 * np], a[mt], b0);
-          mma16816(s[mt][2 * np + 1], a[mt], b1);
+          mma_bf16(s[mt][2 * np], a[mt], b0);
+          mma_bf16(s[mt][2 * np + 1], a[mt], b1);
         }
       }
     }
+    // CL: this block is done reading chunk cs's W, U, γ (before the second barrier) and K̂ (the
+    // MMAs above): the next chunk's cluster wait lets the other blocks reuse those buffers.
+    if constexpr (CL) cluster_arrive();
     const int end = cs * kC + L;
     if (p.every > 0 && end % p.every == 0 && !local) {
       float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
@@ -337,8 +509,12 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           }
     }
     // No barrier here: the next chunk writes Sb (read before this chunk's second barrier), then
-    // VT and buffer b only after its first barrier, which every thread reaches after its MMAs.
+    // VT and the ring buffers only after its first barrier, which every thread reaches after its
+    // MMAs.
   }
+  // CL: paired with the last arrive. Every copy into a block is one of its own chunks, which it
+  // waited for; this wait also keeps every block of the cluster resident until all are done.
+  if constexpr (CL) cluster_wait();
   // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
   // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
   float* to = nullptr;
@@ -415,7 +591,13 @@ __global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, co
 constexpr int kWuSmem = 2 * kC * kWP * 2 + (2 * kC * (kC + 1) + 16 * 48 + 3 * kC) * 4;
 static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fit in A and R");
 
-template <class In>
+// kFastInverse (the `cuda_tc_v3` variant): the same inverse with compile-time loops, so that the
+// shared-memory loads of each sum are issued together instead of one dependent iteration at a
+// time: the diagonal block's column is kept in registers (16 values, fully unrolled), and the
+// block rows' sums run over all m < r0 (r0 = 16, 32, 48 unrolled; the added T entries above the
+// diagonal are exact zeros, before the first nonzero term in the first sum and after the last
+// in the second, so the results are the same up to the sign of an exact zero).
+template <class In, bool kFastInverse = false>
 __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
@@ -522,7 +704,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
       for (int nt = 0; nt < 8; ++nt) {
         uint32_t b[2];
         load_b(b, Kb, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(acc[nt], a, b);
+        mma_bf16(acc[nt], a, b);
       }
     }
 #pragma unroll
@@ -536,32 +718,74 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   __syncthreads();
   // Diagonal block of warp w: lane j < 16 owns column col = 16w + j; its entries T_m,col for
   // m <= col are the identity's, the rest it writes itself row by row (no barrier needed).
-  if (lane < 16) {
-    const int b0 = 16 * warp, col = b0 + lane;
-    for (int i = b0 + 1; i < b0 + 16; ++i) {
-      float sum = 0.0f;
-      for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
-      if (i > col) Tm[i * ld + col] = -sum;
-    }
-  }
-  __syncthreads();
-  // Block rows 1..3, rows r0..r0+15 and columns j < r0:
-  //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
-  for (int r0 = 16; r0 < kC; r0 += 16) {
-    for (int e = tid; e < 16 * r0; e += blockDim.x) {
-      const int i = r0 + e / r0, j = e % r0;
-      float sum = 0.0f;
-      for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
-      Rs[e] = -sum;
+  if constexpr (kFastInverse) {
+    if (lane < 16) {  // t[ii] = T[b0 + ii][b0 + lane]: 0 above the diagonal, 1 on it
+      const int b0 = 16 * warp;
+      float t[16];
+#pragma unroll
+      for (int ii = 0; ii < 16; ++ii) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * ld + b0 + mm] * t[mm];
+        t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+      }
+#pragma unroll
+      for (int ii = 1; ii < 16; ++ii)
+        if (ii > lane) Tm[(b0 + ii) * ld + b0 + lane] = t[ii];
     }
     __syncthreads();
-    for (int e = tid; e < 16 * r0; e += blockDim.x) {
-      const int ii = e / r0, i = r0 + ii, j = e % r0;
-      float sum = 0.0f;
-      for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
-      Tm[i * ld + j] = sum;
+    // Block rows 1..3 as below, r0 a compile-time constant in each.
+#pragma unroll
+    for (int rb = 1; rb < kC / 16; ++rb) {
+      const int r0 = 16 * rb;
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int m = 0; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];  // T_mj = 0, m < j
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+#pragma unroll 1
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+#pragma unroll
+        for (int mm = 0; mm < 16; ++mm)  // T[i][r0 + mm] = 0 for mm > ii
+          sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
+  } else {
+    if (lane < 16) {
+      const int b0 = 16 * warp, col = b0 + lane;
+      for (int i = b0 + 1; i < b0 + 16; ++i) {
+        float sum = 0.0f;
+        for (int m = b0; m < i; ++m) sum += Af[i * ld + m] * Tm[m * ld + col];
+        if (i > col) Tm[i * ld + col] = -sum;
+      }
     }
     __syncthreads();
+    // Block rows 1..3, rows r0..r0+15 and columns j < r0:
+    //   (I + A_bb) T[rows, j] = −A[rows, :r0] T[:r0, j].
+    for (int r0 = 16; r0 < kC; r0 += 16) {
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int i = r0 + e / r0, j = e % r0;
+        float sum = 0.0f;
+        for (int m = j; m < r0; ++m) sum += Af[i * ld + m] * Tm[m * ld + j];
+        Rs[e] = -sum;
+      }
+      __syncthreads();
+      for (int e = tid; e < 16 * r0; e += blockDim.x) {
+        const int ii = e / r0, i = r0 + ii, j = e % r0;
+        float sum = 0.0f;
+        for (int mm = 0; mm <= ii; ++mm) sum += Tm[i * ld + r0 + mm] * Rs[mm * r0 + j];
+        Tm[i * ld + j] = sum;
+      }
+      __syncthreads();
+    }
   }
   // Tb, Tu over A and R (dead since the last barrier).
   for (int e = tid; e < kC * kC; e += blockDim.x) {
@@ -587,8 +811,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
       for (int np = 0; np < 8; ++np) {
         uint32_t b0[2], b1[2];
         load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
-        mma16816(acc[2 * np], a, b0);
-        mma16816(acc[2 * np + 1], a, b1);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
       }
     }
 #pragma unroll
@@ -698,7 +922,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     for (int nt = 0; nt < 16; ++nt) {
       uint32_t b[2];
       load_b(b, Hs, kWP, nt * 8, 16 * ks, g, q);
-      mma16816(acc[nt], a, b);
+      mma_bf16(acc[nt], a, b);
     }
   }
   const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
@@ -730,7 +954,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       for (int nt = 0; nt < 8; ++nt) {
         uint32_t b[2];
         load_b(b, Ks, kWP, nt * 8, 16 * ks, g, q);
-        mma16816(pa[nt], a, b);
+        mma_bf16(pa[nt], a, b);
       }
     }
     __syncwarp();  // every lane's reads of these Q̂ rows are done before P overwrites them
@@ -755,8 +979,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     for (int np = 0; np < 8; ++np) {
       uint32_t b0[2], b1[2];
       load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
-      mma16816(acc[2 * np], a, b0);
-      mma16816(acc[2 * np + 1], a, b1);
+      mma_bf16(acc[2 * np], a, b0);
+      mma_bf16(acc[2 * np + 1], a, b1);
     }
   }
 #pragma unroll
@@ -822,7 +1046,102 @@ int spine_segments(const Params& p, bool narrow, int sms, std::string& why) {
   return S;
 }
 
-void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+// HYBRID_GDN_CHUNK_STAGES=1: CUDA events around each stage's launches and, per call, one log line
+// with each stage's µs. It is a diagnostic asked for by name, so the line is logged at warn level
+// (the default level shows it) and the call waits for its last event; off (no events, no waiting)
+// when the variable is unset or not "1", and while the stream is being captured into a graph.
+class StageTimer {
+ public:
+  explicit StageTimer(Context& ctx) : stream_(as_stream(ctx.stream())) {
+    const char* env = std::getenv("HYBRID_GDN_CHUNK_STAGES");
+    if (!env || std::string(env) != "1") return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();  // clear a failed query's error; no timing under capture
+      return;
+    }
+    for (auto& e : events_) HYBRID_CUDA_CHECK(cudaEventCreate(&e));
+    on_ = true;
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    if (on_)
+      for (auto& e : events_) cudaEventDestroy(e);
+  }
+  // Event i (0: before the index kernel, 1: before stage 1, 2: before the spine, 3: before stage
+  // 3, 4: after it).
+  void mark(int i) {
+    if (on_) HYBRID_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
+  }
+  void report(Context& ctx, const std::string& what) {
+    if (!on_) return;
+    HYBRID_CUDA_CHECK(cudaEventSynchronize(events_[kEvents - 1]));
+    float ms[kEvents - 1];
+    for (int i = 0; i + 1 < kEvents; ++i)
+      HYBRID_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events_[i], events_[i + 1]));
+    auto us = [](float x) { return std::to_string(static_cast<int>(x * 1000.0f + 0.5f)); };
+    ctx.log(LogLevel::warn, "[gdn_chunk_prefill] stages (" + what + "): index " + us(ms[0]) +
+                                " us, stage 1 (wu) " + us(ms[1]) + " us, spine " + us(ms[2]) +
+                                " us, stage 3 (output) " + us(ms[3]) + " us, total " +
+                                us(ms[0] + ms[1] + ms[2] + ms[3]) + " us");
+  }
+
+ private:
+  static constexpr int kEvents = 5;
+  cudaStream_t stream_;
+  cudaEvent_t events_[kEvents] = {};
+  bool on_ = false;
+};
+
+// What `cuda_tc_v3` changes over `cuda_tc` (each can be turned off here to bisect on the GPU).
+struct TcOptions {
+  bool deep_ring = false;      // spine: W, U, γ copied two chunks ahead (16-row slices only;
+                               // 32-row slices keep the ring of 2 and say so at debug level)
+  bool fast_inverse = false;   // stage 1: the inverse in compile-time loops (wu_tc_kernel)
+  bool cluster_spine = false;  // with deep_ring: W and K̂ multicast to the 8 slices of a head
+                               // (spine_tc_kernel CL), when its clusters all fit at once
+};
+
+// Clusters of the cluster spine that fit on the GPU at once (0 if the query fails), per pool
+// dtype; the kernel's shared-memory attributes are set here as for its launch.
+template <class St, int CZ>
+int spine_cluster_capacity() {
+  static const int clusters = [] {
+    auto* kern = spine_tc_kernel<St, 16, 3, CZ>;
+    constexpr int smem = spine_smem<16, 3, CZ>();
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, CZ);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = CZ;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return clusters;
+}
+
+// The tensor-core op.
+void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
+  const bool deep_ring = opt.deep_ring;
   Params p = make_params(a);
   const int sms = sm_count();
   // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
@@ -846,12 +1165,22 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
   else
     ctx.log(LogLevel::debug,
             "[gdn_chunk_prefill] cuda_tc: split-sequence spine not used: " + no_split);
+  const bool ring3 = deep_ring && narrow;
+  if (deep_ring && !narrow)
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc_v3: spine ring of 2 (32-row spine slices: " +
+                std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
+                " blocks of 16 rows would not fit two per SM; the deep ring needs 16-row slices)");
+  StageTimer timer(ctx);
+  timer.mark(0);
   launch_chunk_index(p, ctx);
+  timer.mark(1);
   const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
-    auto* kern = wu_tc_kernel<decltype(tin)>;
+    auto* kern =
+        opt.fast_inverse ? wu_tc_kernel<decltype(tin), true> : wu_tc_kernel<decltype(tin), false>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -863,6 +1192,7 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     wu(__nv_bfloat16{});
   else
     wu(float{});
+  timer.mark(2);
   SpineSplit sp;
   if (S > 1) {
     char* base = static_cast<char*>(p.extra);
@@ -872,17 +1202,34 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     sp.b = reinterpret_cast<float*>(base + seg_bytes);
     sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
   }
-  auto spine = [&](auto ts, auto sl) {
-    constexpr int SL = decltype(sl)::value;
-    auto* kern = spine_tc_kernel<decltype(ts), SL>;
+  auto spine = [&](auto ts, auto sl, auto nw, auto cz) {
+    constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value, CZ = decltype(cz)::value;
+    constexpr int smem = spine_smem<SL, NW, CZ>();
+    auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ>;
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, spine_smem<SL>()));
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
-      kern<<<dim3(x, static_cast<unsigned>(p.Hv), z), 128, spine_smem<SL>(),
-             as_stream(ctx.stream())>>>(p, run);
-      HYBRID_CUDA_CHECK_LAUNCH();
+      const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
+      if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(128);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = as_stream(ctx.stream());
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = CZ;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+      } else {
+        kern<<<grid, 128, smem, as_stream(ctx.stream())>>>(p, run);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      }
     };
     if (S == 1) {
       launch(static_cast<unsigned>(p.N), kD / SL, sp);
@@ -901,16 +1248,52 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     pass.pass1 = 0;
     launch(static_cast<unsigned>(S - 1), kD / SL, pass);
   };
+  // The deep ring (W, U, γ two chunks ahead) fits two blocks per SM at 16 rows only; the cluster
+  // spine is the deep ring with W and K̂ shared by the 8 slices of a head, used when all its
+  // clusters of the largest launch fit on the GPU at once (else the deep ring, logged).
+  // Clusters of 8 when all of the largest launch's clusters fit at once, else of 4 when those do
+  // (half the sharing, easier to place on the GPCs), else no clusters (the deep ring; logged).
+  // HYBRID_GDN_CHUNK_CLUSTER=8 or 4 forces the size (to test both on any GPU; a launch whose
+  // clusters do not all fit runs them in waves, slower but correct), =0 turns clusters off.
+  using i0 = std::integral_constant<int, 0>;
+  using i16 = std::integral_constant<int, 16>;
   auto with_slice = [&](auto ts) {
-    if (narrow)
-      spine(ts, std::integral_constant<int, 16>{});
+    using St = decltype(ts);
+    if (ring3 && opt.cluster_spine) {
+      const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
+      const int cap8 = spine_cluster_capacity<St, 8>(), cap4 = spine_cluster_capacity<St, 4>();
+      int cz = int64_t{cap8} * 8 >= blocks ? 8 : int64_t{cap4} * 4 >= blocks ? 4 : 0;
+      const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
+      if (force &&
+          (std::string(force) == "8" || std::string(force) == "4" || std::string(force) == "0"))
+        cz = std::atoi(force);
+      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
+                                   " spine blocks; clusters of 8 / 4 that fit at once: " +
+                                   std::to_string(cap8) + " / " + std::to_string(cap4) +
+                                   (cz > 0 ? "; clusters of " + std::to_string(cz)
+                                           : std::string("; no clusters (deep ring only)")) +
+                                   (force ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
+      if (cz == 8) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 8>{});
+        return;
+      }
+      if (cz == 4) {
+        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 4>{});
+        return;
+      }
+    }
+    if (ring3)
+      spine(ts, i16{}, std::integral_constant<int, 3>{}, i0{});
+    else if (narrow)
+      spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{});
     else
-      spine(ts, std::integral_constant<int, 32>{});
+      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{});
   };
   if (a.state.dtype() == DType::bf16)
     with_slice(bf16{});
   else
     with_slice(float{});
+  timer.mark(3);
   auto output = [&](auto tin, auto tout) {
     auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
     HYBRID_CUDA_CHECK(
@@ -930,6 +1313,32 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
     with_out(__nv_bfloat16{});
   else
     with_out(float{});
+  timer.mark(4);
+  timer.report(ctx, std::string(opt.cluster_spine               ? "cuda_tc_v3_cluster"
+                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                                : "cuda_tc") +
+                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
+                        std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
+                        std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
+                        "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
+                        " segment(s)");
+}
+
+void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_run(a, ctx, TcOptions{});
+}
+void tc_v3_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  tc_run(a, ctx, opt);
+}
+void tc_v3_cluster_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  tc_run(a, ctx, opt);
 }
 
 }  // namespace
@@ -938,6 +1347,15 @@ void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
 void register_gdn_chunk_tc(Registry& r) {
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc", DeviceType::cuda, 10, gdn_chunk::tc_supports,
                          gdn_chunk::tc_cuda);
+  // cuda_tc with the spine's W, U, γ copied two chunks ahead (16-row slices; spine_tc_kernel) and
+  // stage 1's inverse in compile-time loops (wu_tc_kernel; TcOptions). Remove this line to fall
+  // back to cuda_tc.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3", DeviceType::cuda, 20,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cuda);
+  // cuda_tc_v3 with the cluster spine (W and K̂ multicast to the 8 slices of a head). Remove this
+  // line to fall back to cuda_tc_v3.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3_cluster", DeviceType::cuda, 30,
+                         gdn_chunk::tc_supports, gdn_chunk::tc_v3_cluster_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -1,6 +1,9 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
-// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
+// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
+// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
+// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
+// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
+// per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -29,10 +32,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 #include "cuda/ssm_common.cuh"
 #include "hybrid/ops/ssm.h"
 
@@ -64,6 +72,7 @@ struct ScanParams {
   float* dts = nullptr;      // [max_chunks, H, Q]: dt'
   float* css = nullptr;      // [max_chunks, H, Q]: cumulative dt'·A
   float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
+  float* CB = nullptr;       // v3: [max_chunks, G, Q, Q]: C_i·B_j of the chunk (tiles j0 ≤ i0)
 };
 
 __global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
@@ -572,10 +581,6 @@ __global__ void __launch_bounds__(kScanThreads)
 // e ≥ 2), column nb·8 + (lane % 4)·2 + (e & 1). Used only when y is bf16: C·S_enter and the
 // decay-masked C·Bᵀ are rounded to bf16 (as mamba_ssm's Triton kernel does), which the bf16
 // tolerance of y absorbs; the states (chunk_states, pool) stay f32 CUDA-core sums.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // acc[nb][e] += Σ_k a[k][row]·b[k][col] over the stage's 32 k, bf16 inputs.
 __device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int warp, int lane) {
@@ -593,11 +598,8 @@ __device__ __forceinline__ void tile_mma(const FTile& s, float (&acc)[4][4], int
       const int cc = c0 + nb * 8;
       const uint32_t b0 = pack_bf16(s.b[k][cc], s.b[k + 1][cc]);
       const uint32_t b1 = pack_bf16(s.b[k + 8][cc], s.b[k + 9][cc]);
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-          "{%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(acc[nb][0]), "+f"(acc[nb][1]), "+f"(acc[nb][2]), "+f"(acc[nb][3])
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      const uint32_t a[4] = {a0, a1, a2, a3};
+      mma_bf16(acc[nb], a, b0, b1);
     }
   }
 }
@@ -693,6 +695,10 @@ __global__ void __launch_bounds__(kScanThreads)
 //             registers, S ⊙ exp(cs_i - cs_j)·dt'_j (j ≤ i) rounded to bf16 and used straight as
 //             the A fragments of acc += S·X_j (the accumulator layout of m16n8 is the A layout of
 //             k16). No C·Bᵀ workspace. Epilogue: + D·x, · silu(z), bf16 pairs.
+// v3 (cuda_v3): scan_dt (chunk, h) writes dt', cs first and v2_state<N, kPre> reads them with all
+// warps; v3_cb (G · tiles, chunk) writes C·Bᵀ [chunks, G, Q, Q] f32 once per group (lower 64×64
+// tiles) right before v3_out<N>, which reads each tile instead of recomputing it per head (half
+// of v2_out's MMAs at N = 128); same values as v2's in-register product.
 // Rounding: the y path rounds S_enter and the masked C·Bᵀ to bf16 (as mamba_ssm does) and uses the
 // fast exp for the decays (relative error ~1e-6 over the chunk's range); y is bf16.
 constexpr int kV2P = 64;   // head dim P
@@ -700,32 +706,6 @@ constexpr int kV2J = 64;   // tokens per j stage; rows i per output block
 constexpr int kV2Pad = 8;  // bf16 row padding (16 B): the 8 rows of an ldmatrix hit 8 bank groups
 constexpr int kV2StateThreads = 256, kV2OutThreads = 128, kV2PassThreads = 256;
 using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Four 8×8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d += a·b, m16n8k16, bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Fragment addresses (lane l, r = l & 7, sel = (l >> 3) & 1, hi = l >> 4), for a tile at
 // (row0, col0) of a row-major bf16 array with leading dimension ld:
@@ -748,21 +728,6 @@ __device__ __forceinline__ void st16(bf16* p, uint4 v) {
   *reinterpret_cast<uint4*>(p) = v;
 }
 
-// 16 bytes global -> shared without registers (cp.async, L2 only); bytes = 0 stores zeros (the
-// source is not read). Completion in commit groups: cp_async_wait<n> waits until at most n of
-// this thread's most recent groups are pending; a __syncthreads() then publishes the copies.
-__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int n>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(n));
-}
-
 // Dynamic shared memory of v2_state: x·w hi and lo [64 j][P + 8], B [64 j][N + 8] (bf16), then
 // dt', cs and w [256] (f32).
 size_t v2_state_smem(int N) {
@@ -770,8 +735,10 @@ size_t v2_state_smem(int N) {
          sizeof(float) * 3 * 256;
 }
 
-// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16).
-template <int N>
+// Grid (H, max_chunks), 256 threads. NB = n8 blocks per warp (N / 16). kPre (v3): dt' and cs were
+// written by scan_dt_kernel (the same arithmetic, so the same values); every thread reads one
+// token's instead of warp 0 computing the chunk's while the other 7 warps wait.
+template <int N, bool kPre = false>
 __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad;
   const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -788,7 +755,12 @@ __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanPar
 
   // dt'_j, cs_j = Σ_{k≤j} dt'_k·A (warp 0: lane l scans Q/32 contiguous entries, then the lane
   // totals), w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end).
-  if (warp == 0) {
+  if constexpr (kPre) {
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+    const float cs_last = p.css[row + L - 1];
+    for (int j = tid; j < Q; j += kV2StateThreads)
+      w_s[j] = j < L ? expf(cs_last - p.css[row + j]) * p.dts[row + j] : 0.0f;
+  } else if (warp == 0) {
     const int per = Q / 32, j0 = lane * per;
     const float A = in.A(h);
     float v[8], cs[8], run = 0.0f;
@@ -863,16 +835,17 @@ __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanPar
       if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
         uint32_t ah[4], al[4];
         const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
-        ldsm_x4_t(ah, xh + xo);
-        ldsm_x4_t(al, xl + xo);
+        ldmatrix_x4_trans(ah, xh + xo);
+        ldmatrix_x4_trans(al, xl + xo);
 #pragma unroll
         for (int nb = 0; nb < NB; nb += 2) {
           uint32_t b[4];
-          ldsm_x4_t(b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
-          mma16816(acc[nb], ah, b[0], b[1]);
-          mma16816(acc[nb], al, b[0], b[1]);
-          mma16816(acc[nb + 1], ah, b[2], b[3]);
-          mma16816(acc[nb + 1], al, b[2], b[3]);
+          ldmatrix_x4_trans(
+              b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], ah, b[0], b[1]);
+          mma_bf16(acc[nb], al, b[0], b[1]);
+          mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+          mma_bf16(acc[nb + 1], al, b[2], b[3]);
         }
       }
     }
@@ -961,15 +934,30 @@ size_t v2_out_smem(int N) {
          sizeof(float) * 2 * 256;
 }
 
-// Grid (H · Q/64, max_chunks), 128 threads: rows [i0, i0 + 64) of chunk c, head h, every p.
-__global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams p, const bf16* Se) {
+// v3: the C·Bᵀ tile [64 i][64 j] f32 in the B tile's space, rows of kCBLd floats (72: the float2
+// fragment reads of a half warp, 4 rows × 4 column pairs, hit 32 distinct banks).
+constexpr int kCBLd = 72;
+size_t v3_out_smem(int N) {
+  const size_t b_space = std::max(sizeof(bf16) * kV2J * (N + kV2Pad), sizeof(float) * kV2J * kCBLd);
+  return sizeof(bf16) * (kV2J * (N + kV2Pad) + kV2J * (kV2P + kV2Pad)) + b_space +
+         sizeof(float) * 2 * 256;
+}
+
+// Rows [i0, i0 + 64) of chunk c, head h, every p (grid (H · Q/64, max_chunks), 128 threads).
+// kN = 0: N from the arguments (v2); kN = 64 / 128 / 256: N known when compiled (v3), so the k
+// loops over N unroll and the tile-load index math divides by constants. kCB (v3): the C·Bᵀ
+// tiles come from p.CB (v3_cb_kernel, once per group) instead of being recomputed per head: the
+// B tile load becomes a load of the f32 C·Bᵀ tile, and its 64-MMA product per warp a 16-float2
+// read of this lane's accumulator positions.
+template <int kN, bool kCB>
+__device__ __forceinline__ void out_body(const ScanParams& p, const bf16* Se) {
   const int nt = p.Q / kV2J;
   const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
   const int c = blockIdx.y, i0 = ti * kV2J;
   ChunkLoc loc;
   if (!locate(p, c, loc) || i0 >= loc.L) return;
   const SsmIn& in = p.in;
-  const int L = loc.L, N = in.N, Q = p.Q, g = in.group(h);
+  const int L = loc.L, N = kN ? kN : in.N, Q = p.Q, g = in.group(h);
   const int rows = min(kV2J, L - i0), jmax = i0 + rows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (loc.slot < 0) {  // padding: y = 0
@@ -980,9 +968,10 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
   const int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
   extern __shared__ __align__(16) unsigned char v2_smem[];
   bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][ldn]
-  bf16* Bs = Cs + kV2J * ldn;                   // [64 j][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                   // [64 j][ldn] (kCB: C·Bᵀ [64 i][kCBLd] f32)
   bf16* Ss = Bs;                                // [64 p][ldn]: S_enter, before the first j tile
-  bf16* Xs = Bs + kV2J * ldn;                   // [64 j][ldx]
+  const int b_space = kCB ? max(kV2J * ldn, 2 * kV2J * kCBLd) : kV2J * ldn;  // bf16 elements
+  bf16* Xs = Bs + b_space;                                                   // [64 j][ldx]
   float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);
   float* dt_s = cs_s + 256;
   const int64_t row = static_cast<int64_t>(c) * in.H + h;
@@ -994,33 +983,45 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
   // runs, and its x tile while C·Bᵀ of tile jt + 1 runs. Commit order: {C, S_enter}, X[0], B[0],
   // then per tile B[jt + 1], X[jt + 1] (empty groups past the last tile keep the counts uniform).
   auto load_B = [&](int j0) {
-    for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
-      const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
-      const bool ok = j < jmax;
-      cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8, ok);
+    if constexpr (kCB) {  // C·Bᵀ rows i0.., columns j0.. (16 floats a row per 4 threads)
+      const float* src = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + i0 * Q + j0;
+      float* dst = reinterpret_cast<float*>(Bs);
+      for (int e = tid; e < kV2J * kV2J / 4; e += kV2OutThreads) {
+        const int r = e / (kV2J / 4), c4 = (e % (kV2J / 4)) * 4;
+        cp_async16(dst + r * kCBLd + c4, src + r * Q + c4);
+      }
+    } else {
+      for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+        const int r = e / nv, n8 = (e % nv) * 8, j = j0 + r;
+        const bool ok = j < jmax;
+        cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8,
+                   ok ? 16 : 0);
+      }
     }
   };
   auto load_X = [&](int j0) {
     for (int e = tid; e < kV2J * kV2P / 8; e += kV2OutThreads) {
       const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
       const bool ok = j < jmax;
-      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8, ok);
+      cp_async16(Xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
+                 ok ? 16 : 0);
     }
   };
   for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
     const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
     const bool ok = i < L;
-    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8, ok);
-    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8, true);
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
+               ok ? 16 : 0);
+    cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8);
   }
-  cp_async_commit();
+  cp_commit();
   load_X(0);
-  cp_async_commit();
+  cp_commit();
   for (int j = tid; j < jmax; j += kV2OutThreads) {
     cs_s[j] = p.css[row * Q + j];
     dt_s[j] = p.dts[row * Q + j];
   }
-  cp_async_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
   __syncthreads();
   const Lane ln(lane);
   const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
@@ -1028,13 +1029,13 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
   // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(cs_i).
   for (int k0 = 0; k0 < N; k0 += 16) {
     uint32_t a[4];
-    ldsm_x4(a, Cs + a_off + k0);
+    ldmatrix_x4(a, Cs + a_off + k0);
 #pragma unroll
     for (int nb = 0; nb < 8; nb += 2) {
       uint32_t b[4];
-      ldsm_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-      mma16816(acc[nb], a, b[0], b[1]);
-      mma16816(acc[nb + 1], a, b[2], b[3]);
+      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(acc[nb], a, b[0], b[1]);
+      mma_bf16(acc[nb + 1], a, b[2], b[3]);
     }
   }
   const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;  // this lane's rows
@@ -1049,36 +1050,47 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
   }
   __syncthreads();  // S_enter (in the B tile's space) is consumed
   load_B(0);
-  cp_async_commit();
+  cp_commit();
   // Intra-chunk: 64-token j tiles up to the diagonal one.
   for (int jt = 0; jt <= ti; ++jt) {
     const int j0 = jt * kV2J;
     // B[jt] landed: pending groups are {X[0], B[0]} at jt = 0 (wait for all), else {B[jt], X[jt]}.
     if (jt == 0)
-      cp_async_wait<0>();
+      cp_wait<0>();
     else
-      cp_async_wait<1>();
+      cp_wait<1>();
     __syncthreads();
     // On the diagonal tile warp w's rows need only j < 16·(w + 1): n8 blocks < 2w + 2.
     const bool diag = jt == ti;
     const int nb_end = diag ? 2 * warp + 2 : 8;
     float s[8][4] = {};
-    for (int k0 = 0; k0 < N; k0 += 16) {
-      uint32_t a[4];
-      ldsm_x4(a, Cs + a_off + k0);
+    if constexpr (kCB) {  // this lane's accumulator positions of the C·Bᵀ tile
+      const float* cb =
+          reinterpret_cast<const float*>(Bs) + (warp * 16 + lane / 4) * kCBLd + (lane % 4) * 2;
 #pragma unroll
-      for (int nb = 0; nb < 8; nb += 2) {
-        if (nb < nb_end) {
-          uint32_t b[4];
-          ldsm_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-          mma16816(s[nb], a, b[0], b[1]);
-          mma16816(s[nb + 1], a, b[2], b[3]);
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 u = *reinterpret_cast<const float2*>(cb + nb * 8);
+        const float2 v = *reinterpret_cast<const float2*>(cb + 8 * kCBLd + nb * 8);
+        s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
+      }
+    } else {
+      for (int k0 = 0; k0 < N; k0 += 16) {
+        uint32_t a[4];
+        ldmatrix_x4(a, Cs + a_off + k0);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          if (nb < nb_end) {
+            uint32_t b[4];
+            ldmatrix_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+            mma_bf16(s[nb], a, b[0], b[1]);
+            mma_bf16(s[nb + 1], a, b[2], b[3]);
+          }
         }
       }
     }
     __syncthreads();  // every warp is done with B[jt]: load B[jt + 1] into its space
     if (jt < ti) load_B(j0 + kV2J);
-    cp_async_commit();
+    cp_commit();
     // S[i][j] ← S·exp(cs_i - cs_j)·dt'_j for j ≤ i < L, else 0.
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
@@ -1089,7 +1101,7 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
         s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
       }
     }
-    cp_async_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
+    cp_wait<1>();  // X[jt] landed (B[jt + 1] may be in flight)
     __syncthreads();
     // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
 #pragma unroll
@@ -1102,15 +1114,15 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
           uint32_t b[4];
-          ldsm_x4_t(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
-          mma16816(acc[nb], a, b[0], b[1]);
-          mma16816(acc[nb + 1], a, b[2], b[3]);
+          ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
         }
       }
     }
     __syncthreads();  // every warp is done with X[jt]: load X[jt + 1] into its space
     if (jt < ti) load_X(j0 + kV2J);
-    cp_async_commit();
+    cp_commit();
   }
   // y = (acc + D·x)·silu(z), two adjacent p per store.
   const float D_h = in.D_skip(h);
@@ -1130,6 +1142,81 @@ __global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams 
       *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
           __floats2bfloat162_rn(v0, v1);
     }
+  }
+}
+
+__global__ void __launch_bounds__(kV2OutThreads) v2_out_kernel(const ScanParams p, const bf16* Se) {
+  out_body<0, false>(p, Se);
+}
+
+// v3: N fixed when compiled, C·Bᵀ from p.CB; at most 128 registers so 4 blocks (16 warps) stay
+// resident per SM (N = 64: 3 blocks, 170 registers: at 128 it spilled 4 bytes).
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
+    v3_out_kernel(const ScanParams p, const bf16* Se) {
+  out_body<N, true>(p, Se);
+}
+
+// Dynamic shared memory of v3_cb: C rows and B rows [64][N + 8] (bf16).
+size_t v3_cb_smem(int N) {
+  return sizeof(bf16) * 2 * kV2J * (N + kV2Pad);
+}
+
+// Grid (G · nt(nt + 1)/2, max_chunks), nt = Q / 64, 128 threads (4 warps × 16 rows i): the tile
+// (ti, jt ≤ ti) of CB[c, g] = C_i·B_jᵀ over n, i in [64·ti, +64), j in [64·jt, +64), f32. Rows
+// and columns past the chunk's tokens are zeros (C, B rows loaded as zeros); every tile with
+// 64·ti < L is written whole, so v3_out reads no uninitialized workspace. Padding chunks
+// (slot < 0) are skipped: v3_out writes y = 0 there without reading CB. FLOPs 2·64·64·N a tile.
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p) {
+  constexpr int ldn = N + kV2Pad, nv = N / 8;
+  const int ntri = (p.Q / kV2J) * (p.Q / kV2J + 1) / 2;
+  const int g = blockIdx.x / ntri, c = blockIdx.y;
+  int k = blockIdx.x % ntri, ti = 0;  // k = ti(ti + 1)/2 + jt
+  while (k > ti) k -= ++ti;
+  const int jt = k, i0 = ti * kV2J, j0 = jt * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0 || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                   // [64 j][ldn]
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  for (int e = tid; e < kV2J * nv; e += kV2OutThreads) {
+    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r, j = j0 + r;
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (i < L ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
+               i < L ? 16 : 0);
+    cp_async16(Bs + r * ldn + n8, Bg + (loc.t0 + (j < L ? j : 0)) * in.B.s0 + g * in.B.s1 + n8,
+               j < L ? 16 : 0);
+  }
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  const Lane ln(lane);
+  float s[8][4] = {};
+#pragma unroll
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldmatrix_x4(a, Cs + (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, Bs + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(s[nb], a, b[0], b[1]);
+      mma_bf16(s[nb + 1], a, b[2], b[3]);
+    }
+  }
+  // Accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column nb·8 + (lane%4)·2 +
+  // e&1.
+  float* out = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  const int ia = i0 + warp * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+    const int j = j0 + nb * 8 + (lane % 4) * 2;
+    *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
+    *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
   }
 }
 
@@ -1267,7 +1354,65 @@ void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_tiled_run(a, ctx, true);
 }
 
-// ---- v2 host side ----------------------------------------------------------------------------
+// ---- v2 / v3 host side -----------------------------------------------------------------------
+
+bool env_on(const char* name) {  // set, non-empty and not "0"
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// HYBRID_SSM_CHUNK_STAGES=1: CUDA events between the launches of one call, then a synchronize
+// and one debug-level log line with each kernel's µs (hybrid-ops: add --log debug). Off while the
+// stream is being captured into a CUDA graph (no synchronize there). Costs a host sync per call:
+// a diagnostic, not for serving.
+class StageTimer {
+ public:
+  StageTimer(Context& ctx, cudaStream_t stream, const char* variant)
+      : ctx_(ctx), stream_(stream), variant_(variant) {
+    if (!env_on("HYBRID_SSM_CHUNK_STAGES") || ctx.log_level() < LogLevel::debug) return;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    HYBRID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return;
+    on_ = true;
+    mark(nullptr);
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  ~StageTimer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  // Records an event after the launches so far; `stage` names the launches since the last mark.
+  void mark(const char* stage) {
+    if (!on_) return;
+    cudaEvent_t e;
+    HYBRID_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+    HYBRID_CUDA_CHECK(cudaEventRecord(e, stream_));
+    if (stage != nullptr) names_.push_back(stage);
+  }
+  void report(const std::string& shape) {
+    if (!on_ || events_.size() < 2) return;
+    HYBRID_CUDA_CHECK(cudaEventSynchronize(events_.back()));
+    std::string line = str(variant_, " stages (us) [", shape, "]:");
+    float total = 0.0f;
+    for (size_t k = 0; k + 1 < events_.size(); ++k) {
+      float ms = 0.0f;
+      HYBRID_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[k], events_[k + 1]));
+      total += ms;
+      line += str(" ", names_[k], " ", static_cast<int>(ms * 1e4f) / 10.0, ",");
+    }
+    line += str(" total ", static_cast<int>(total * 1e4f) / 10.0);
+    ctx_.log(LogLevel::debug, line);
+  }
+
+ private:
+  Context& ctx_;
+  cudaStream_t stream_;
+  const char* variant_;
+  bool on_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<const char*> names_;
+};
 
 bool rows16(const Tensor& t) {  // bf16 rows starting on 16-byte boundaries
   if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
@@ -1290,17 +1435,27 @@ Reason scan_v2_supports(const SsmChunkScan& a) {
   return {};
 }
 
-void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
+// v3 = v2 with the output kernel compiled per N (v3_out_kernel<N>). HYBRID_SSM_CHUNK_V3=0 turns it
+// off (v2 runs), so both can be tested and timed from one build.
+Reason scan_v3_supports(const SsmChunkScan& a) {
+  const char* v = std::getenv("HYBRID_SSM_CHUNK_V3");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V3=0");
+  return scan_v2_supports(a);
+}
+
+void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
   const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
   const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
   if (seqs == 0) return;
   const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
-  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16).
+  const int64_t G = a.B.size(1);
+  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16) | v3: CB (f32).
   const size_t off_b = align_up(sizeof(int) * (seqs + 1));
   const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
   const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
   const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
-  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b));
+  const size_t cb_b = v3 ? align_up(sizeof(float) * max_chunks * G * Q * Q) : 0;
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b));
   ScanParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -1317,11 +1472,14 @@ void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
   p.css = reinterpret_cast<float*>(ws + off_b + q_b);
   p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
   bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b + s_b);
+  if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  StageTimer timer(ctx, stream, v3 ? "ssm_chunk_scan.cuda_v3" : "ssm_chunk_scan.cuda_v2");
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
+  timer.mark("offsets");
   const size_t st_smem = v2_state_smem(static_cast<int>(N));
   auto state = [&](auto kernel) {
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1329,24 +1487,75 @@ void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
     kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  if (N == 64)
+  if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes loads
+    scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    timer.mark("dt");
+    if (N == 64)
+      state(v2_state_kernel<64, true>);
+    else if (N == 128)
+      state(v2_state_kernel<128, true>);
+    else
+      state(v2_state_kernel<256, true>);
+  } else if (N == 64) {
     state(v2_state_kernel<64>);
-  else if (N == 128)
+  } else if (N == 128) {
     state(v2_state_kernel<128>);
-  else
+  } else {
     state(v2_state_kernel<256>);
+  }
+  timer.mark("state");
   const dim3 pass_grid(static_cast<unsigned>((PN / 4 + kV2PassThreads - 1) / kV2PassThreads), hh,
                        static_cast<unsigned>(seqs));
   dispatch_state(a.state.dtype(), [&](auto ts) {
     v2_pass_kernel<decltype(ts)><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
-  const size_t out_smem = v2_out_smem(static_cast<int>(N));
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(v2_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(out_smem)));
-  v2_out_kernel<<<dim3(hh * static_cast<unsigned>(Q / kV2J), mc), kV2OutThreads, out_smem,
-                  stream>>>(p, Se);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  timer.mark("pass");
+  if (v3) {  // C·Bᵀ once per (chunk, group), right before the output kernel reads it (L2)
+    const int64_t nt = Q / kV2J;
+    const dim3 cb_grid(static_cast<unsigned>(G * nt * (nt + 1) / 2), mc);
+    const size_t cb_smem = v3_cb_smem(static_cast<int>(N));
+    auto cb = [&](auto kernel) {
+      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(cb_smem)));
+      kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (N == 64)
+      cb(v3_cb_kernel<64>);
+    else if (N == 128)
+      cb(v3_cb_kernel<128>);
+    else
+      cb(v3_cb_kernel<256>);
+    timer.mark("cb");
+  }
+  const size_t out_smem = v3 ? v3_out_smem(static_cast<int>(N)) : v2_out_smem(static_cast<int>(N));
+  const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
+  auto out = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(out_smem)));
+    kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (!v3)
+    out(v2_out_kernel);
+  else if (N == 64)
+    out(v3_out_kernel<64>);
+  else if (N == 128)
+    out(v3_out_kernel<128>);
+  else
+    out(v3_out_kernel<256>);
+  timer.mark("out");
+  timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", a.B.size(1), " N=", N, " Q=", Q,
+                   " chunks<=", max_chunks));
+}
+
+void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_v2_run(a, ctx, false);
+}
+void scan_v3_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_v2_run(a, ctx, true);
 }
 
 }  // namespace
@@ -1359,6 +1568,8 @@ void register_ssm_chunk(Registry& r) {
                       scan_mma_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v2", DeviceType::cuda, 3, scan_v2_supports,
                       scan_v2_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 4, scan_v3_supports,
+                      scan_v3_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -91,8 +91,9 @@ struct AttnCase : Case {
   int64_t rotary_dim = 0;
   float theta = 1e4f;
   DType act = DType::f32, cache = DType::f32;
-  bool strided = false;  // q, k, v are views into a packed [T, (Hq + 2·Hkv)·D + 8] projection
-  bool varlen = false;   // append: with cu_seqlens (else one token per sequence)
+  bool strided = false;      // q, k, v are views into a packed [T, (Hq + 2·Hkv)·D + 8] projection
+  bool q_unaligned = false;  // with strided: q starts one element in (not 16-byte aligned)
+  bool varlen = false;       // append: with cu_seqlens (else one token per sequence)
 
   // Derived in init.
   int64_t N = 0, T = 0, S = 0, max_pages = 0, num_pages = 0;
@@ -116,6 +117,7 @@ struct AttnCase : Case {
       p += str(",rotary=", rotary_dim, ",theta=", theta);
     p += str(",act=", dtype_name(act), ",cache=", dtype_name(cache));
     if (strided) p += ",strided";
+    if (q_unaligned) p += ",q_unaligned";
     return p;
   }
 
@@ -173,7 +175,7 @@ struct AttnCase : Case {
   void init(Rng& rng, Slots& s) override {
     layout(rng);
     const Role cache_role = writes_cache() ? Role::inout : Role::in;
-    if (mode != Mode::append) packed(s, rng, "q", Hq, 0);
+    if (mode != Mode::append) packed(s, rng, "q", Hq, q_unaligned ? 1 : 0);
     if (writes_cache()) {
       packed(s, rng, "k", Hkv, Hq * D);
       packed(s, rng, "v", Hkv, (Hq + Hkv) * D);
@@ -583,6 +585,44 @@ void add_attention_cases(CaseList& cases) {
     for (int64_t n = 0; n < 40; ++n) lens.push_back(n == 7 ? 0 : 1 + (n * 37) % 90);
     c = make(Mode::decode, lens, gqa4, 16, bf16, bf16);
     c->strided = true;
+    cases.push_back(std::move(c));
+  }
+
+  // attn_prefill.cuda_fa2 (128-row tiles over 8 warps, double-buffered K/V, per-warp causal
+  // skip): several 128-row tiles over a cached prefix, windows cutting warps and key tiles, no
+  // multiple of a tile anywhere, GQA 8 / 4 / 1 at D 256 / 128 / 64 / 256, page sizes 64, 16, 7.
+  {
+    auto c = make(Mode::prefill, {700}, qwen3_next, 64, bf16, bf16);
+    c->news = {400};
+    c->window = 77;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {1029, 5}, gqa4, 16, bf16, bf16);
+    c->news = {300, 5};
+    c->window = 200;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {513}, Shape{8, 2, 64}, 7, bf16, bf16);
+    c->news = {513};
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300, 0, 129}, Shape{2, 2, 256}, 16, bf16, bf16);
+    c->news = {300, 0, 128};
+    cases.push_back(std::move(c));
+  }
+
+  // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
+  // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
+  // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
+  // q that is not 16-byte aligned, which v3 refuses and v2 (attn_decode.cuda_tc) then serves.
+  {
+    auto c = make(Mode::decode, {9001}, qwen3_next, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {6003}, gqa1_128, 16, f16, f16);
+    c->window = 4097;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {5000, 1}, Shape{16, 4, 64}, 64, bf16, bf16);
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {2500, 70, 0}, qwen3_next, 16, bf16, bf16);
+    c->strided = true;
+    c->q_unaligned = true;
     cases.push_back(std::move(c));
   }
 

@@ -495,6 +495,32 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.every = 64;
     add(cases, c);
   }
+  // The CUDA tensor-core spine's deep ring (`cuda_tc_v3`: W, U, γ two chunks ahead, K̂ one,
+  // taken with 16-row slices, i.e. N·Hv·8 blocks that fit two per SM): sequences of 2 to 10
+  // chunks (the ring of 3 wraps several times), lengths not multiples of 64, an empty sequence
+  // and one of length 1, a padding slot, initial states from the pool and from zeros,
+  // checkpoints every 128 tokens, GVA 3 and packed bf16 activations (N = 5, Hv 6: 240 blocks);
+  // then chunk-split resumption with pieces of 5, 3 and 7 chunks (N = 1, Hv 2, no segments).
+  {
+    Config c;
+    c.lens = {600, 1, 0, 517, 193};
+    c.slots = {3, -1, 0, 1, 4};
+    c.has_init = {1, 1, 0, 1, 0};
+    c.pool_rows = 5;
+    c.Hk = 2, c.Hv = 6, c.K = 128, c.V = 128;
+    c.act = DType::bf16;
+    c.packed = true;
+    c.every = 128;
+    add(cases, c);
+    Config r;
+    r.lens = {833};
+    r.slots = {1};
+    r.pool_rows = 2;
+    r.pieces = {300, 129, 404};
+    r.Hk = 1, r.Hv = 2, r.K = 128, r.V = 128;
+    r.act = DType::bf16;
+    add(cases, r);
+  }
   // Perf only (CUDA benchmark shapes).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},

@@ -260,8 +260,10 @@ Results collect(const Slots& slots, const Staged& st, Context& ctx,
   return out;
 }
 
-Results execute(Case& c, const Slots& slots, Device dev, std::vector<std::string>& problems) {
+Results execute(Case& c, const Slots& slots, Device dev, std::vector<std::string>& problems,
+                LogLevel log_level) {
   Context ctx(dev);
+  ctx.set_log_level(log_level);
   Staged st = stage(slots, dev, ctx);
   c.run(st.views, ctx);
   ctx.synchronize();
@@ -331,8 +333,13 @@ std::string compare(const Slot& slot, const std::vector<double>& got,
 
 bool case_selected(const Case& c, const std::vector<std::string>& ops) {
   if (ops.empty()) return true;
-  for (const std::string& o : ops)
+  static const std::string kPerfSuffix = ":perf";  // "OP:perf": only OP's perf-only cases
+  for (const std::string& o : ops) {
     if (o == c.op() || o == c.name()) return true;
+    if (o.size() > kPerfSuffix.size() && o.ends_with(kPerfSuffix) && c.perf_only() &&
+        o.compare(0, o.size() - kPerfSuffix.size(), c.op()) == 0)
+      return true;
+  }
   return false;
 }
 
@@ -344,12 +351,12 @@ Outcome run_case(Case& c, const RunOptions& opt) {
   Results got, ref;
   const Device dev = opt.backend == DeviceType::cpu ? Device::cpu() : Device::cuda(0);
   try {
-    got = execute(c, slots, dev, problems);
+    got = execute(c, slots, dev, problems, opt.log_level);
     if (opt.backend == DeviceType::cpu) {
       c.oracle(slots, ref);
     } else {
       std::vector<std::string> cpu_problems;
-      ref = execute(c, slots, Device::cpu(), cpu_problems);
+      ref = execute(c, slots, Device::cpu(), cpu_problems, LogLevel::warn);
       for (auto& p : cpu_problems) problems.push_back("cpu reference: " + p);
     }
   } catch (const Unsupported& e) {
@@ -438,6 +445,7 @@ int run_perf(const PerfOptions& opt) {
   }
   const Device dev = cuda ? Device::cuda(0) : Device::cpu();
   Context ctx(dev);
+  ctx.set_log_level(opt.run.log_level);
   double copy_gbps = 0, gemm_tflops = 0;
   Buffer l2_flush;
   if (cuda) {

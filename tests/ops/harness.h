@@ -162,6 +162,7 @@ struct RunOptions {
   std::vector<std::string> ops;  // op names or full case names; empty = all
   uint64_t seed = 42;
   bool verbose = false;
+  LogLevel log_level = LogLevel::warn;  // of the contexts the cases run in (--log LEVEL)
   std::string argv0 = "hybrid-ops";
 };
 

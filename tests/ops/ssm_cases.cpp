@@ -780,6 +780,16 @@ void add_ssm_cases(CaseList& cases) {
   add(new ScanCase(v2_n64, v2_bare, {1, 63, 65, 200}, {0, 1, 2, 3}, {1, 0, 1, 0}, 4, 64, true));
   add(new ScanCase(v2_n256, v2_bf16, {70, 450}, {1, 0}, {1, 1}, 2, 256, true));
   add(new ScanCase(v2_n256, v2, {257}, {0}, {0}, 1, 64, false));
+  // cuda_v3 (the same supports as v2, C·Bᵀ per (chunk, group) in a workspace read by every head
+  // of the group): several groups of several heads, so a wrong group or chunk offset into CB
+  // shows; varlen with a padding slot between real ones, an empty sequence, initial states from
+  // shuffled slots, partial last chunks (every j tile of Q 256 and the 1-token chunk), chunk
+  // states; N 64 at Q 128 with G 2. HYBRID_SSM_CHUNK_V3=0 runs these on v2.
+  const Shape v3_g4{8, 64, 128, 4}, v3_n64{4, 64, 64, 2};
+  add(new ScanCase(v3_g4, v2, {600, 5, 0, 257, 130}, {2, -1, 4, 0, 3}, {1, 0, 1, 1, 0}, 5, 256,
+                   true));
+  add(new ScanCase(v3_g4, v2_bf16, {193, 64}, {1, 0}, {1, 1}, 2, 64, true));
+  add(new ScanCase(v3_n64, v2_bare, {129, 128, 1, 300}, {3, 0, 1, -1}, {1, 0, 1, 1}, 4, 128, true));
 
   // Pieces resumed from saved states == the whole sequence; 1-token pieces are decode steps.
   add(new PiecesCase(small, all, {100, 1, 64, 1, 1, 135}, 64));

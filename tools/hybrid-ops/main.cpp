@@ -1,6 +1,8 @@
 // hybrid-ops: the op test and benchmark tool.
 //   hybrid-ops test [-b cpu|cuda] [-o OP|'CASE(params)' ...] [--seed N] [-v]
 //   hybrid-ops perf [-b cpu|cuda] [-o ...] [--seed N] [--reps N] [--csv]
+// -o takes op names, full case names, and OP:perf (only OP's perf-only cases, the benchmark
+// shapes).
 //   hybrid-ops list
 // `test -b cpu` checks the CPU backend against each case's f64 oracle; `test -b cuda` checks the
 // CUDA backend against the CPU backend. Without a GPU, `-b cuda` exits 77 (a skip for CTest).
@@ -23,9 +25,11 @@ int usage(const char* argv0) {
   std::fprintf(
       stderr,
       "usage: %s test|perf|list [-b cpu|cuda] [-o OP[,OP...]] [--seed N] [-v] [--reps N] [--csv]\n"
+      "       [--log error|warn|info|debug]\n"
       "  test   check every case (cpu: against the f64 oracle; cuda: against the CPU backend)\n"
       "  perf   time every case (cuda: after measuring the copy and GEMM ceilings)\n"
-      "  list   every op, its kernels per backend and its number of cases\n",
+      "  list   every op, its kernels per backend and its number of cases\n"
+      "  -o     op names, case names 'OP(params)', or OP:perf (only OP's benchmark shapes)\n",
       argv0);
   return 2;
 }
@@ -105,6 +109,13 @@ int main(int argc, char** argv) {
       opt.run.seed = std::strtoull(value().c_str(), nullptr, 10);
     } else if (a == "-v") {
       opt.run.verbose = true;
+    } else if (a == "--log") {
+      try {
+        opt.run.log_level = parse_log_level(value());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hybrid-ops: %s\n", e.what());
+        return 2;
+      }
     } else if (a == "--reps") {
       opt.min_reps = std::atoi(value().c_str());
     } else if (a == "--csv") {
