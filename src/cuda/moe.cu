@@ -410,9 +410,30 @@ __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int
   }
 }
 
+// x [Dm] (dtype Tx) -> xs [Dm] f32 in shared memory, each thread's 8 loads issued before its
+// stores (one L2 round trip per 8·blockDim elements instead of one per blockDim).
+template <class Tx>
+__device__ __forceinline__ void stage_x_batched(const Tx* __restrict__ x, int Dm, float* xs) {
+  constexpr int kBatch = 8;
+  for (int d0 = threadIdx.x; d0 < Dm; d0 += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int d = d0 + u * blockDim.x;
+      v[u] = d < Dm ? to_f32(x[d]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int d = d0 + u * blockDim.x;
+      if (d < Dm) xs[d] = v[u];
+    }
+  }
+}
+
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
-// Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first.
-template <class Tw, bool kVec>
+// Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first
+// (kBatchedStage: 8 loads per thread in flight, the v3 variant; else one load at a time).
+template <class Tw, bool kVec, bool kBatchedStage>
 __global__ void __launch_bounds__(kExpWarps * 32, 4)
     moe_gate_up_kernel(const float* __restrict__ xf,  // [T, Dm] f32 (sorted pairs)
                        const void* x, DType xt,       // [1, Dm] (direct pairs)
@@ -421,7 +442,16 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
                        float* __restrict__ h) {  // [P, I]
   extern __shared__ float x_shared[];            // [Dm] (direct pairs)
   if (P.ids) {
-    for (int d = threadIdx.x; d < Dm; d += blockDim.x) x_shared[d] = load_any(x, xt, d);
+    if constexpr (kBatchedStage) {
+      if (xt == DType::bf16)
+        stage_x_batched(static_cast<const __nv_bfloat16*>(x), Dm, x_shared);
+      else if (xt == DType::f16)
+        stage_x_batched(static_cast<const __half*>(x), Dm, x_shared);
+      else
+        stage_x_batched(static_cast<const float*>(x), Dm, x_shared);
+    } else {
+      for (int d = threadIdx.x; d < Dm; d += blockDim.x) x_shared[d] = load_any(x, xt, d);
+    }
     __syncthreads();
   }
   int e, p0, p1;
@@ -531,6 +561,44 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int* __res
   }
 }
 
+// v3 combine, same sum in the same order: grid (T, ceil(Dm / kCombineThreads)), one output
+// element per thread. The K (pos, weight) pairs of token t are read once per CTA into shared
+// memory, so a thread's y loads do not wait on index loads and `#pragma unroll` issues 4 of them
+// at a time (the v2 kernel above runs one CTA per token and one dependent L2 round trip per
+// (d, j): ~80 serial round trips per thread at Dm 2048, K 10, ~25 µs at decode).
+constexpr int kCombineThreads = 256, kCombineMaxK = 256;
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_v3_kernel(const float* __restrict__ y, const int* __restrict__ pos_of_pair, Pairs P,
+                          const void* weights, DType wt, int64_t w_s0, int64_t w_s1, void* out,
+                          DType ot, int64_t out_s0, int K, int Dm, bool accumulate) {
+  __shared__ int pos_s[kCombineMaxK];
+  __shared__ float w_s[kCombineMaxK];
+  const int64_t t = blockIdx.x;
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    int pos;
+    if (P.ids) {
+      int e, p0, p1;
+      pos = pairs_of(P, j, e, p0, p1) ? j : -1;
+    } else {
+      pos = pos_of_pair[t * K + j];
+    }
+    pos_s[j] = pos;
+    w_s[j] = pos >= 0 ? load_any(weights, wt, t * w_s0 + j * w_s1) : 0.0f;
+  }
+  __syncthreads();
+  const int d = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (d >= Dm) return;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int j = 0; j < K; ++j) {
+    const int pos = pos_s[j];
+    const float yv = y[static_cast<int64_t>(pos >= 0 ? pos : 0) * Dm + d];  // row 0: not used
+    if (pos >= 0) acc += w_s[j] * yv;
+  }
+  const int64_t o = t * out_s0 + d;
+  store_any(out, ot, o, accumulate ? load_any(out, ot, o) + acc : acc);
+}
+
 // x -> f32 rows [T, Dm] (a copy: out may alias x).
 template <class Tx>
 __global__ void moe_x_f32_kernel(const Tx* __restrict__ x, int64_t ldx, float* xf, int64_t T,
@@ -556,6 +624,18 @@ bool vec_ok(const Tensor& w) {
          (w.stride(1) * es) % 16 == 0 && (w.size(2) * es) % 16 == 0;
 }
 
+Reason moe_experts_v3_supports(const MoeExperts& a) {
+  if (Reason r = moe_experts_supports(a)) return r;
+  if (a.ids.size(1) > kCombineMaxK)
+    return str("k=", a.ids.size(1), " above ", kCombineMaxK, " (the v3 combine's shared memory)");
+  if (a.x.size(1) > int64_t{65535} * kCombineThreads)
+    return str("Dm=", a.x.size(1), " above the v3 combine's grid.y x ", kCombineThreads);
+  return {};
+}
+
+// v2 (kV3 false) and v3: v3 stages the decode path's x with batched loads and combines with the
+// parallel kernel; the expert kernels are the same.
+template <bool kV3>
 void moe_experts_run(const MoeExperts& a, Context& ctx) {
   const int64_t T = a.x.size(0), Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
   const int64_t K = a.ids.size(1), P = T * K;
@@ -618,9 +698,9 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
         HYBRID_CUDA_CHECK_LAUNCH();
       };
       if (vec_ok(a.gate_up))
-        launch(moe_gate_up_kernel<Tw, true>);
+        launch(moe_gate_up_kernel<Tw, true, kV3>);
       else
-        launch(moe_gate_up_kernel<Tw, false>);
+        launch(moe_gate_up_kernel<Tw, false, kV3>);
     });
   }
   dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
@@ -638,10 +718,19 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
     else
       launch(moe_down_kernel<Tw, false>);
   });
-  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(
-      y, L.pos_of_pair, pairs, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
-      a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0), static_cast<int>(K),
-      static_cast<int>(Dm), a.accumulate);
+  if constexpr (kV3) {
+    const dim3 grid(static_cast<unsigned>(T),
+                    static_cast<unsigned>((Dm + kCombineThreads - 1) / kCombineThreads));
+    moe_combine_v3_kernel<<<grid, kCombineThreads, 0, stream>>>(
+        y, L.pos_of_pair, pairs, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
+        a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0), static_cast<int>(K),
+        static_cast<int>(Dm), a.accumulate);
+  } else {
+    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream>>>(
+        y, L.pos_of_pair, pairs, a.weights.data(), a.weights.dtype(), a.weights.stride(0),
+        a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0), static_cast<int>(K),
+        static_cast<int>(Dm), a.accumulate);
+  }
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -649,7 +738,10 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
-  r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports, moe_experts_run);
+  r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,
+                    moe_experts_run<true>);
+  r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports,
+                    moe_experts_run<false>);
 }
 
 }  // namespace hybrid::cuda

@@ -140,8 +140,9 @@ TeamShape team_shape(int64_t vecs) {
 // h = x (+ residual) rounded to T; out = h·rsqrt(mean(h²) + eps)·(w or 1 + w).
 // Every thread reads all its vectors before it writes any (out / residual_out may alias x /
 // residual: no __restrict__ on them). kE elements per 16-byte vector, kN vectors per thread; `team`
-// threads per row.
-template <class T, class W, int kN>
+// threads per row. kEarlyW (the v3 variants): the thread's weight vectors are loaded with x, before
+// the team reduction, instead of after it (one L2 round trip less on the critical path).
+template <class T, class W, int kN, bool kEarlyW>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_regs_kernel(const T* x, int64_t x_stride,                  // [T, D]
                          const T* residual, int64_t residual_stride,    // [T, D] or null
@@ -156,12 +157,14 @@ __global__ void __launch_bounds__(kThreads)
   const bool live = row < rows;
   const int vecs = D / kE;
   vec::Raw<T, kE> h[kN];
+  vec::Raw<W, kE> w_early[kEarlyW ? kN : 1];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     const int v = k * team + tt;
     if (!live || v >= vecs) continue;
     vec::load(x + row * x_stride + v * kE, h[k]);
+    if constexpr (kEarlyW) vec::load(weight + v * kE, w_early[k]);
   }
   if (residual) {
     vec::Raw<T, kE> r[kN];
@@ -196,7 +199,10 @@ __global__ void __launch_bounds__(kThreads)
     const int v = k * team + tt;
     if (!live || v >= vecs) continue;
     vec::Raw<W, kE> w;
-    vec::load(weight + v * kE, w);
+    if constexpr (kEarlyW)
+      w = w_early[k];
+    else
+      vec::load(weight + v * kE, w);
     vec::Raw<T, kE> o;
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
@@ -208,8 +214,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w.
-template <class T, class W, int kN>
+// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w. kEarlyW: as
+// rms_norm_regs_kernel.
+template <class T, class W, int kN, bool kEarlyW>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_gated_regs_kernel(const T* x, int64_t x_stride,  // [T, C]
                                const T* z, int64_t z_stride,  // [T, C]
@@ -226,6 +233,7 @@ __global__ void __launch_bounds__(kThreads)
   const int g0 = live ? static_cast<int>(row % groups) * group_size : 0;
   const int vecs = group_size / kE;
   float xv[kN][kE], gate[kN][kE];
+  vec::Raw<W, kE> w_early[kEarlyW ? kN : 1];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
@@ -234,6 +242,7 @@ __global__ void __launch_bounds__(kThreads)
     if (live && v < vecs) {
       vec::load(x + t * x_stride + g0 + v * kE, xr);
       vec::load(z + t * z_stride + g0 + v * kE, zr);
+      if constexpr (kEarlyW) vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w_early[k]);
     } else {
 #pragma unroll
       for (int e = 0; e < kE; ++e) xr.elem()[e] = zr.elem()[e] = from_f32<T>(0.0f);
@@ -252,7 +261,10 @@ __global__ void __launch_bounds__(kThreads)
     const int v = k * team + tt;
     if (!live || v >= vecs) continue;
     vec::Raw<W, kE> w;
-    vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
+    if constexpr (kEarlyW)
+      w = w_early[k];
+    else
+      vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
     vec::Raw<T, kE> o;
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
@@ -306,6 +318,24 @@ unsigned team_blocks(int64_t rows, int team) {
   return static_cast<unsigned>((rows + per_block - 1) / per_block);
 }
 
+// Whether the rows-in-registers kernel applies (16-byte rows, a team shape).
+bool rms_norm_fast(const RmsNorm& a) {
+  const int64_t D = a.x.size(1);
+  const size_t es = dtype_size(a.x.dtype());
+  return team_shape(D * static_cast<int64_t>(es) / 16).team > 0 &&
+         (D * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) && rows16(a.out) &&
+         rows16_or_absent(a.residual) && rows16_or_absent(a.residual_out) &&
+         vec::aligned16(a.weight.data());
+}
+
+// v3: the fast path only (weights loaded early); the rest runs rms_norm.cuda.
+Reason rms_norm_v3_supports(const RmsNorm& a) {
+  if (Reason r = rms_norm_supports(a)) return r;
+  if (!rms_norm_fast(a)) return std::string("rows not 16-byte vectors (rms_norm.cuda runs them)");
+  return {};
+}
+
+template <bool kV3>
 void rms_norm_cuda(const RmsNorm& a, Context& ctx) {
   const int64_t T = a.x.size(0), D = a.x.size(1);
   if (T == 0) return;
@@ -313,9 +343,7 @@ void rms_norm_cuda(const RmsNorm& a, Context& ctx) {
   const bool fused = a.residual.defined();
   const size_t es = dtype_size(a.x.dtype());
   const TeamShape shape = team_shape(D * static_cast<int64_t>(es) / 16);
-  const bool fast = shape.team > 0 && (D * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) &&
-                    rows16(a.out) && rows16_or_absent(a.residual) &&
-                    rows16_or_absent(a.residual_out) && vec::aligned16(a.weight.data());
+  const bool fast = rms_norm_fast(a);
   dispatch_float(a.x.dtype(), RmsNorm::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_weight(a.weight.dtype(), [&](auto tw) {
@@ -326,7 +354,7 @@ void rms_norm_cuda(const RmsNorm& a, Context& ctx) {
       const int64_t res_out_s = fused ? a.residual_out.stride(0) : 0;
       if (fast) {
         dispatch_per(shape.per, [&](auto n) {
-          rms_norm_regs_kernel<Tx, Tw, decltype(n)::value>
+          rms_norm_regs_kernel<Tx, Tw, decltype(n)::value, kV3>
               <<<team_blocks(T, shape.team), kThreads, 0, stream>>>(
                   a.x.data_as<const Tx>(), a.x.stride(0), res, res_s, res_out, res_out_s,
                   a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
@@ -350,14 +378,30 @@ Reason rms_norm_gated_supports(const RmsNormGated& a) {
   return {};
 }
 
+bool rms_norm_gated_fast(const RmsNormGated& a) {
+  const int64_t gs = a.group_size;
+  const size_t es = dtype_size(a.x.dtype());
+  return team_shape(gs * static_cast<int64_t>(es) / 16).team > 0 &&
+         (gs * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) && rows16(a.z) && rows16(a.out) &&
+         vec::aligned16(a.weight.data());
+}
+
+// v3: the fast path only (weights loaded early); the rest runs rms_norm_gated.cuda.
+Reason rms_norm_gated_v3_supports(const RmsNormGated& a) {
+  if (Reason r = rms_norm_gated_supports(a)) return r;
+  if (!rms_norm_gated_fast(a))
+    return std::string("groups not 16-byte vectors (rms_norm_gated.cuda runs them)");
+  return {};
+}
+
+template <bool kV3>
 void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
   const int64_t T = a.x.size(0), C = a.x.size(1), gs = a.group_size, G = C / gs;
   if (T == 0) return;
   const cudaStream_t stream = as_stream(ctx.stream());
   const size_t es = dtype_size(a.x.dtype());
   const TeamShape shape = team_shape(gs * static_cast<int64_t>(es) / 16);
-  const bool fast = shape.team > 0 && (gs * static_cast<int64_t>(es)) % 16 == 0 && rows16(a.x) &&
-                    rows16(a.z) && rows16(a.out) && vec::aligned16(a.weight.data());
+  const bool fast = rms_norm_gated_fast(a);
   dispatch_float(a.x.dtype(), RmsNormGated::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_weight(a.weight.dtype(), [&](auto tw) {
@@ -365,7 +409,7 @@ void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
       const bool shared_weight = a.weight.size(0) != C;
       if (fast) {
         dispatch_per(shape.per, [&](auto n) {
-          rms_norm_gated_regs_kernel<Tx, Tw, decltype(n)::value>
+          rms_norm_gated_regs_kernel<Tx, Tw, decltype(n)::value, kV3>
               <<<team_blocks(T * G, shape.team), kThreads, 0, stream>>>(
                   a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
                   a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
@@ -387,9 +431,13 @@ void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
 }  // namespace
 
 void register_norm(Registry& r) {
-  r.add<RmsNorm>("rms_norm.cuda", DeviceType::cuda, 0, rms_norm_supports, rms_norm_cuda);
+  r.add<RmsNorm>("rms_norm.cuda_v3", DeviceType::cuda, 10, rms_norm_v3_supports,
+                 rms_norm_cuda<true>);
+  r.add<RmsNorm>("rms_norm.cuda", DeviceType::cuda, 0, rms_norm_supports, rms_norm_cuda<false>);
+  r.add<RmsNormGated>("rms_norm_gated.cuda_v3", DeviceType::cuda, 10, rms_norm_gated_v3_supports,
+                      rms_norm_gated_cuda<true>);
   r.add<RmsNormGated>("rms_norm_gated.cuda", DeviceType::cuda, 0, rms_norm_gated_supports,
-                      rms_norm_gated_cuda);
+                      rms_norm_gated_cuda<false>);
 }
 
 }  // namespace hybrid::cuda

@@ -191,6 +191,20 @@ __device__ __forceinline__ void decode_word(uint32_t word, float (&f)[32 / kBits
   }
 }
 
+// v3, 4-bit: the 8 codes of a word as f[k] = 0.5 + code_k / 256 (exact), ONE byte permute per
+// code and no subtract: each code (0..15, from the even / odd nibble masks) becomes byte 2 under
+// the exponent byte 0x3F (0x3F0q0000 = 2^-1·(1 + q/128)). The chunk's sum is then corrected once:
+// Σ x·q = 256·Σ x·f − 128·Σ x (f32; the offset costs ~4 bits of the 24, relative error ~1e-6).
+__device__ __forceinline__ void decode_word_offset4(uint32_t word, float (&f)[8]) {
+  constexpr uint32_t kHalf = 0x3F000000u;
+  const uint32_t lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;  // even / odd codes
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(__byte_perm(lo, kHalf, 0x7044u | (i << 8)));
+    f[2 * i + 1] = __uint_as_float(__byte_perm(hi, kHalf, 0x7044u | (i << 8)));
+  }
+}
+
 // GEMV (T <= 8 tokens per launch, kNT = 1, 2, 4 or 8 of them in registers).
 //
 // A "chunk" is what one lane loads of one row at a time: kV u32 words (kV = 4: 16 bytes = 32
@@ -250,7 +264,28 @@ int64_t gemv_x_row(int64_t in, int codes) {
   return (chunks + 31) / 32 * 32 * codes;
 }
 
-template <int kBits, int kV, int kNT>
+// A bf16 (bf) or f16 value from its 16 bits, as f32 (exact): a select, not a branch.
+__device__ __forceinline__ float bits16_to_f32(unsigned short u, bool bf) {
+  const float from_bf16 = __uint_as_float(static_cast<uint32_t>(u) << 16);
+  const float from_f16 = __half2float(__ushort_as_half(u));
+  return bf ? from_bf16 : from_f16;
+}
+
+// kCompact (the linear_q.gemv_v3 variant; 8-bit: the v2 sums in the v2 order; 4-bit: the codes
+// decoded with an offset, decode_word_offset4):
+//   - the chunk math loops over the kV words of a chunk (`#pragma unroll 1`, the words shifted
+//     down in registers) instead of unrolling all kV·kRows word decodes: the v2 kernel's code is
+//     45-70 KB per instantiation (<4, 4, 1>: 56.7 KB, readelf of the cubin), its chunk loop alone
+//     1591 PTX instructions at 8 rows (kV·kRows = 32 unrolled word decodes with their 256 FMAs,
+//     ~20 KB of SASS), more than an SM sub-partition's instruction cache holds; v3's inner loop
+//     body is one word of the 8 rows (~270 PTX instructions);
+//   - 4-bit codes by decode_word_offset4 (one byte permute per code, no subtract);
+//   - scales and biases (bf16 / f16 only) are read with plain 16-bit loads and a select instead
+//     of load_any's 3-way dtype branches (16 of them per chunk at 8 rows, in the hot loop);
+//   - the first tile's first chunk of weights is loaded before x is staged (the two latencies
+//     overlap), and x is staged with up to 4 16-byte loads per thread in flight (ld.global.nc,
+//     so they may pass the shared-memory stores) instead of one dependent load per iteration.
+template <int kBits, int kV, int kNT, bool kCompact>
 __global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
     linear_q_gemv_kernel(const GemvParams p) {
   constexpr int kPerWord = 32 / kBits, kCodes = kV * kPerWord;  // codes per chunk
@@ -260,6 +295,48 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
   __shared__ float partial[kGemvWarps][kRows][kNT];
   const int x_row4 = p.x_row / 4;
 
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int split = p.split, group = warp / split, part = warp % split;
+  const int groups_per_cta = kGemvWarps / split;
+  const int chunks = p.in / kCodes, first = part * 32 + lane, step = split * 32;
+  const int64_t rows_per_tile = static_cast<int64_t>(groups_per_cta) * kRows;
+  const int64_t tiles = (p.out + rows_per_tile - 1) / rows_per_tile;
+  // Chunk c of each row o0 + r: its words and its group's scale and bias. Rows past out read
+  // row 0 instead (never stored).
+  auto load_chunk = [&](int64_t o0, int c, uint32_t(&wd)[kRows][kV], float(&s)[kRows],
+                        float(&b)[kRows]) {
+    const int g = c * kCodes / p.gs;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t o = o0 + r < p.out ? o0 + r : 0;
+      const uint32_t* src = p.w + o * p.w_stride + static_cast<int64_t>(c) * kV;
+      if constexpr (kV == 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+        wd[r][0] = v.x, wd[r][1] = v.y, wd[r][2] = v.z, wd[r][3] = v.w;
+      } else {
+        wd[r][0] = __ldg(src);
+      }
+      if constexpr (kCompact) {  // 16-bit scales (gemv_v3_supports): no dtype branches
+        const bool bf = p.st == DType::bf16;
+        s[r] = bits16_to_f32(
+            __ldg(static_cast<const unsigned short*>(p.scales) + o * p.s_stride + g), bf);
+        b[r] = bits16_to_f32(
+            __ldg(static_cast<const unsigned short*>(p.biases) + o * p.b_stride + g), bf);
+      } else {
+        s[r] = load_any(p.scales, p.st, o * p.s_stride + g);
+        b[r] = load_any(p.biases, p.st, o * p.b_stride + g);
+      }
+    }
+  };
+  auto tile_row0 = [&](int64_t tile) {
+    return tile * rows_per_tile + static_cast<int64_t>(group) * kRows;
+  };
+  uint32_t next_wd[kRows][kV] = {};
+  float next_s[kRows] = {}, next_b[kRows] = {};
+  // v3: the first tile's first chunk is in flight while x is staged.
+  const bool early = kCompact && blockIdx.x < tiles && first < chunks;
+  if (early) load_chunk(tile_row0(blockIdx.x), first, next_wd, next_s, next_b);
+
   // Stage x: 4 consecutive elements of a row (4 | in) always share (chunk, piece).
   {
     auto slot = [&](int t, int j) {  // float4 index of elements j..j+3 of token t
@@ -267,7 +344,52 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
       return t * x_row4 + ((c / 32) * kPieces + m4) * 32 + c % 32;
     };
     const int quads = p.in / 4;  // float4s per token
-    if (p.x_vec) {
+    // Converts 16 raw bytes of token t at element j (4 f32 or 8 bf16 / f16) into the stage.
+    auto put = [&](int t, int j, uint4 raw) {
+      if (p.xt == DType::f32) {
+        xs[slot(t, j)] = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y),
+                                     __uint_as_float(raw.z), __uint_as_float(raw.w));
+      } else {
+        float f[8];
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const uint16_t lo = static_cast<uint16_t>(words[k]),
+                         hi = static_cast<uint16_t>(words[k] >> 16);
+          if (p.xt == DType::bf16) {
+            f[2 * k] = __bfloat162float(__ushort_as_bfloat16(lo));
+            f[2 * k + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+          } else {
+            f[2 * k] = __half2float(__ushort_as_half(lo));
+            f[2 * k + 1] = __half2float(__ushort_as_half(hi));
+          }
+        }
+        xs[slot(t, j)] = make_float4(f[0], f[1], f[2], f[3]);
+        xs[slot(t, j + 4)] = make_float4(f[4], f[5], f[6], f[7]);
+      }
+    };
+    if (kCompact && p.x_vec) {
+      // Up to 4 16-byte loads per thread in flight, then their conversions and stores.
+      constexpr int kBatch = 4;
+      const int per = p.xt == DType::f32 ? 4 : 8, loads = p.in / per, n = kNT * loads;
+      const int es = per == 4 ? 4 : 2;
+      for (int i0 = threadIdx.x; i0 < n; i0 += kBatch * blockDim.x) {
+        uint4 raw[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = i0 + u * blockDim.x, t = i / loads, j = i % loads * per;
+          raw[u] = make_uint4(0, 0, 0, 0);
+          if (i < n && t < p.T)
+            raw[u] = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) +
+                                                          (t * p.ldx + j) * es));
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = i0 + u * blockDim.x;
+          if (i < n) put(i / loads, i % loads * per, raw[u]);
+        }
+      }
+    } else if (p.x_vec) {
       // 16-byte loads: 4 f32 or 8 bf16 / f16 elements (2 float4s) each.
       const int per = p.xt == DType::f32 ? 4 : 8, loads = p.in / per;
       for (int i = threadIdx.x; i < kNT * loads; i += blockDim.x) {
@@ -311,38 +433,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
   }
   __syncthreads();
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int split = p.split, group = warp / split, part = warp % split;
-  const int groups_per_cta = kGemvWarps / split;
-  const int chunks = p.in / kCodes, first = part * 32 + lane, step = split * 32;
-  const int64_t rows_per_tile = static_cast<int64_t>(groups_per_cta) * kRows;
-  const int64_t tiles = (p.out + rows_per_tile - 1) / rows_per_tile;
-
 #pragma unroll 1
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // CTA-uniform
-    const int64_t o0 = tile * rows_per_tile + static_cast<int64_t>(group) * kRows;
-    // Chunk c of each row: its words and its group's scale and bias. Rows past out read row 0
-    // instead (never stored).
-    auto load_chunk = [&](int c, uint32_t(&wd)[kRows][kV], float(&s)[kRows], float(&b)[kRows]) {
-      const int g = c * kCodes / p.gs;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t o = o0 + r < p.out ? o0 + r : 0;
-        const uint32_t* src = p.w + o * p.w_stride + static_cast<int64_t>(c) * kV;
-        if constexpr (kV == 4) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-          wd[r][0] = v.x, wd[r][1] = v.y, wd[r][2] = v.z, wd[r][3] = v.w;
-        } else {
-          wd[r][0] = __ldg(src);
-        }
-        s[r] = load_any(p.scales, p.st, o * p.s_stride + g);
-        b[r] = load_any(p.biases, p.st, o * p.b_stride + g);
-      }
-    };
+    const int64_t o0 = tile_row0(tile);
     float acc[kRows][kNT] = {};
-    uint32_t next_wd[kRows][kV] = {};
-    float next_s[kRows] = {}, next_b[kRows] = {};
-    if (first < chunks) load_chunk(first, next_wd, next_s, next_b);
+    if (first < chunks && !(early && tile == blockIdx.x))
+      load_chunk(o0, first, next_wd, next_s, next_b);
 #pragma unroll 1
     for (int c = first; c < chunks; c += step) {
       uint32_t wd[kRows][kV];
@@ -353,28 +449,63 @@ __global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kNT))
 #pragma unroll
         for (int k = 0; k < kV; ++k) wd[r][k] = next_wd[r][k];
       }
-      if (c + step < chunks) load_chunk(c + step, next_wd, next_s, next_b);
+      if (c + step < chunks) load_chunk(o0, c + step, next_wd, next_s, next_b);
       const float4* xc = xs + ((c / 32) * kPieces) * 32 + c % 32;  // piece m4 at xc[m4·32]
       float dot[kRows][kNT] = {}, xsum[kNT] = {};
+      if constexpr (kCompact) {
+        // Word k of every row per iteration; the rows' words are shifted down after it.
+#pragma unroll 1
+        for (int k = 0; k < kV; ++k) {
 #pragma unroll
-      for (int k = 0; k < kV; ++k) {
+          for (int r = 0; r < kRows; ++r) {
+            float qf[kPerWord];  // 4-bit: 0.5 + code / 256; 8-bit: the codes
+            if constexpr (kBits == 4)
+              decode_word_offset4(wd[r][0], qf);
+            else
+              decode_word<kBits>(wd[r][0], qf);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float qf[kPerWord];  // word k's codes of row r
-          decode_word<kBits>(wd[r][k], qf);
+            for (int t = 0; t < kNT; ++t) {
 #pragma unroll
-          for (int t = 0; t < kNT; ++t) {  // staged rows T.. are zero
+              for (int q4 = 0; q4 < kPerWord / 4; ++q4) {
+                const float4 xv = xc[t * x_row4 + (k * (kPerWord / 4) + q4) * 32];
+                if (r == 0) xsum[t] += (xv.x + xv.y) + (xv.z + xv.w);
+                dot[r][t] += xv.x * qf[q4 * 4 + 0];
+                dot[r][t] += xv.y * qf[q4 * 4 + 1];
+                dot[r][t] += xv.z * qf[q4 * 4 + 2];
+                dot[r][t] += xv.w * qf[q4 * 4 + 3];
+              }
+            }
 #pragma unroll
-            for (int q4 = 0; q4 < kPerWord / 4; ++q4) {
-              const float4 xv = xc[t * x_row4 + (k * (kPerWord / 4) + q4) * 32];
-              if (r == 0) xsum[t] += (xv.x + xv.y) + (xv.z + xv.w);
-              dot[r][t] += xv.x * qf[q4 * 4 + 0];
-              dot[r][t] += xv.y * qf[q4 * 4 + 1];
-              dot[r][t] += xv.z * qf[q4 * 4 + 2];
-              dot[r][t] += xv.w * qf[q4 * 4 + 3];
+            for (int w = 0; w + 1 < kV; ++w) wd[r][w] = wd[r][w + 1];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            float qf[kPerWord];  // word k's codes of row r
+            decode_word<kBits>(wd[r][k], qf);
+#pragma unroll
+            for (int t = 0; t < kNT; ++t) {  // staged rows T.. are zero
+#pragma unroll
+              for (int q4 = 0; q4 < kPerWord / 4; ++q4) {
+                const float4 xv = xc[t * x_row4 + (k * (kPerWord / 4) + q4) * 32];
+                if (r == 0) xsum[t] += (xv.x + xv.y) + (xv.z + xv.w);
+                dot[r][t] += xv.x * qf[q4 * 4 + 0];
+                dot[r][t] += xv.y * qf[q4 * 4 + 1];
+                dot[r][t] += xv.z * qf[q4 * 4 + 2];
+                dot[r][t] += xv.w * qf[q4 * 4 + 3];
+              }
             }
           }
         }
+      }
+      if constexpr (kCompact && kBits == 4) {  // dot = Σ x·(0.5 + q/256) -> Σ x·q
+#pragma unroll
+        for (int t = 0; t < kNT; ++t)
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) dot[r][t] = 256.0f * dot[r][t] - 128.0f * xsum[t];
       }
 #pragma unroll
       for (int t = 0; t < kNT; ++t)
@@ -434,7 +565,7 @@ int sm_count() {
   return sms;
 }
 
-template <int kBits, int kV, int kNT>
+template <int kBits, int kV, int kNT, bool kCompact>
 void launch_gemv_nt(GemvParams p, cudaStream_t stream) {
   constexpr int kCodes = kV * 32 / kBits, kRows = gemv_rows(kNT);
   const int chunks = p.in / kCodes;
@@ -452,23 +583,23 @@ void launch_gemv_nt(GemvParams p, cudaStream_t stream) {
       static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * gemv_min_blocks(kNT)));
   const size_t smem = static_cast<size_t>(kNT) * p.x_row * 4;
   if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(linear_q_gemv_kernel<kBits, kV, kNT>,
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(linear_q_gemv_kernel<kBits, kV, kNT, kCompact>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
-  linear_q_gemv_kernel<kBits, kV, kNT><<<blocks, kGemvWarps * 32, smem, stream>>>(p);
+  linear_q_gemv_kernel<kBits, kV, kNT, kCompact><<<blocks, kGemvWarps * 32, smem, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-template <int kBits, int kV>
+template <int kBits, int kV, bool kCompact>
 void launch_gemv(const GemvParams& p, int nt, cudaStream_t stream) {
   if (nt == 1)
-    launch_gemv_nt<kBits, kV, 1>(p, stream);
+    launch_gemv_nt<kBits, kV, 1, kCompact>(p, stream);
   else if (nt == 2)
-    launch_gemv_nt<kBits, kV, 2>(p, stream);
+    launch_gemv_nt<kBits, kV, 2, kCompact>(p, stream);
   else if (nt == 4)
-    launch_gemv_nt<kBits, kV, 4>(p, stream);
+    launch_gemv_nt<kBits, kV, 4, kCompact>(p, stream);
   else
-    launch_gemv_nt<kBits, kV, 8>(p, stream);
+    launch_gemv_nt<kBits, kV, 8, kCompact>(p, stream);
 }
 
 // Whether the 16-byte chunk variant applies (rows 16-byte aligned, whole chunks per row).
@@ -499,6 +630,15 @@ Reason linear_q_gemv_supports(const LinearQ& a) {
   return {};
 }
 
+// v2 (kCompact false) and v3 (linear_q.gemv_v3): see the kernel.
+Reason linear_q_gemv_v3_supports(const LinearQ& a) {
+  if (a.w.scales.dtype() != DType::bf16 && a.w.scales.dtype() != DType::f16)
+    return str("scales ", dtype_name(a.w.scales.dtype()),
+               ": v3 reads 16-bit scales only (linear_q.gemv runs f32 scales)");
+  return linear_q_gemv_supports(a);
+}
+
+template <bool kCompact>
 void linear_q_gemv_run(const LinearQ& a, Context& ctx) {
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
   if (T == 0 || out == 0) return;
@@ -533,14 +673,14 @@ void linear_q_gemv_run(const LinearQ& a, Context& ctx) {
                  0};
     if (q.bits == 4) {
       if (vec)
-        launch_gemv<4, 4>(p, nt, stream);
+        launch_gemv<4, 4, kCompact>(p, nt, stream);
       else
-        launch_gemv<4, 1>(p, nt, stream);
+        launch_gemv<4, 1, kCompact>(p, nt, stream);
     } else {
       if (vec)
-        launch_gemv<8, 4>(p, nt, stream);
+        launch_gemv<8, 4, kCompact>(p, nt, stream);
       else
-        launch_gemv<8, 1>(p, nt, stream);
+        launch_gemv<8, 1, kCompact>(p, nt, stream);
     }
   }
 }
@@ -596,7 +736,10 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
-  r.add<LinearQ>("linear_q.gemv", DeviceType::cuda, 10, linear_q_gemv_supports, linear_q_gemv_run);
+  r.add<LinearQ>("linear_q.gemv_v3", DeviceType::cuda, 20, linear_q_gemv_v3_supports,
+                 linear_q_gemv_run<true>);
+  r.add<LinearQ>("linear_q.gemv", DeviceType::cuda, 10, linear_q_gemv_supports,
+                 linear_q_gemv_run<false>);
   r.add<LinearQ>("linear_q.tiled", DeviceType::cuda, 0, nullptr, linear_q_tiled_run);
 }
 

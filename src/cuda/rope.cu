@@ -48,7 +48,11 @@ struct RopeParams {
   int tok;         // tokens per block: kTok or kTokWide
 };
 
-template <class Tx, class To, int V>
+// kEarly (rope.cuda_v3): the first pass's 4 loads per thread of phase 2 are issued before phase 1,
+// so the f64 pow + sincos of phase 1 (a few µs of dependent latency per block; at 8 tokens x 16
+// heads x rotary 64 the whole grid is one wave, so v2 moves no data during it) overlap the DRAM
+// round trip. Same arithmetic, same results.
+template <class Tx, class To, int V, bool kEarly>
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   extern __shared__ float shared[];
   const int half = p.rotary_dim / 2;
@@ -56,6 +60,32 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   float* cs = shared + half;  // [tokens, half, 2]: cos, sin
   const int64_t t0 = int64_t{blockIdx.x} * p.tok;
   const int ntok = static_cast<int>(p.T - t0 < p.tok ? p.T - t0 : p.tok);
+
+  // Phase 2's items: (token, head, vector of V elements of the first half). Each thread takes 2
+  // items per pass (items it and it + kThreads) and issues their 4 loads before any math.
+  const int nvec = half / V;
+  const int items = ntok * p.H * nvec;
+  vec::Raw<Tx, V> r0[2], r1[2];
+  int64_t xoff[2], ooff[2];
+  int cs_at[2];
+  auto issue = [&](int it0) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int it = it0 + u * kThreads;
+      xoff[u] = -1;
+      if (it >= items) continue;
+      const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
+      const int h = rem / nvec, i0 = (rem % nvec) * V;
+      const int64_t t = t0 + tok;
+      xoff[u] = t * p.xs0 + h * p.xs1 + i0;
+      ooff[u] = t * p.os0 + h * p.os1 + i0;
+      cs_at[u] = 2 * (tok * half + i0);
+      const Tx* xr = static_cast<const Tx*>(p.x) + xoff[u];
+      vec::load(xr, r0[u]);
+      vec::load(xr + half, r1[u]);
+    }
+  };
+  if constexpr (kEarly) issue(threadIdx.x);
 
   // Phase 1: inv_freq[i], then cos / sin of every (token, i) of the block.
   for (int i = threadIdx.x; i < half; i += kThreads) {
@@ -75,29 +105,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   }
   __syncthreads();
 
-  // Phase 2: rotate; item = (token, head, vector of V elements of the first half). Each thread
-  // takes 2 items per pass (items it and it + kThreads) and issues their 4 loads before any math.
-  const int nvec = half / V;
-  const int items = ntok * p.H * nvec;
+  // Phase 2: rotate (kEarly: the first pass's loads are already in flight).
   for (int it0 = threadIdx.x; it0 < items; it0 += 2 * kThreads) {
-    vec::Raw<Tx, V> r0[2], r1[2];
-    int64_t xoff[2], ooff[2];
-    int cs_at[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int it = it0 + u * kThreads;
-      xoff[u] = -1;
-      if (it >= items) continue;
-      const int tok = it / (p.H * nvec), rem = it % (p.H * nvec);
-      const int h = rem / nvec, i0 = (rem % nvec) * V;
-      const int64_t t = t0 + tok;
-      xoff[u] = t * p.xs0 + h * p.xs1 + i0;
-      ooff[u] = t * p.os0 + h * p.os1 + i0;
-      cs_at[u] = 2 * (tok * half + i0);
-      const Tx* xr = static_cast<const Tx*>(p.x) + xoff[u];
-      vec::load(xr, r0[u]);
-      vec::load(xr + half, r1[u]);
-    }
+    if (!kEarly || it0 != static_cast<int>(threadIdx.x)) issue(it0);
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       if (xoff[u] < 0) continue;
@@ -133,6 +143,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
   }
 }
 
+// v3: rotary_dim <= kTok8Rotary (8 tokens per block); larger ones run rope.cuda (v2).
+Reason rope_v3_supports(const Rope& a);
+
 Reason rope_supports(const Rope& a) {
   if (a.rotary_dim > kMaxRotary) return str("rotary_dim ", a.rotary_dim, " above ", kMaxRotary);
   if (a.x.size(1) * a.x.size(2) * kTokWide >= (int64_t{1} << 31))
@@ -141,6 +154,13 @@ Reason rope_supports(const Rope& a) {
   return {};
 }
 
+Reason rope_v3_supports(const Rope& a) {
+  if (a.rotary_dim > kTok8Rotary)
+    return str("rotary_dim ", a.rotary_dim, " above ", kTok8Rotary, " (rope.cuda runs it)");
+  return rope_supports(a);
+}
+
+template <bool kEarly>
 void rope_cuda(const Rope& a, Context& ctx) {
   const int64_t T = a.x.size(0);
   if (T == 0 || a.x.size(1) == 0) return;
@@ -168,9 +188,9 @@ void rope_cuda(const Rope& a, Context& ctx) {
       using To = decltype(to);
       constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
       if (vectorised)
-        rope_kernel<Tx, To, kWide><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+        rope_kernel<Tx, To, kWide, kEarly><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
       else
-        rope_kernel<Tx, To, 1><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+        rope_kernel<Tx, To, 1, kEarly><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
@@ -179,7 +199,8 @@ void rope_cuda(const Rope& a, Context& ctx) {
 }  // namespace
 
 void register_rope(Registry& r) {
-  r.add<Rope>("rope.cuda", DeviceType::cuda, 0, rope_supports, rope_cuda);
+  r.add<Rope>("rope.cuda_v3", DeviceType::cuda, 10, rope_v3_supports, rope_cuda<true>);
+  r.add<Rope>("rope.cuda", DeviceType::cuda, 0, rope_supports, rope_cuda<false>);
 }
 
 }  // namespace hybrid::cuda

@@ -373,6 +373,10 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {21, 16, 3, 90, 37, f32, f16, MoeActivation::relu2, DType::i64, false, true, false,
                   true});
   route(cases, {3, 1024, 8, f32});
+  // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
+  // and direct paths), so the fallback stays covered.
+  experts(cases, {2, 260, 257, 16, 8, f32, f32});
+  experts(cases, {1, 260, 257, 16, 8, bf16, bf16});
 
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
   // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8.
