@@ -754,13 +754,6 @@ void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
     launch_tc_d<D, __nv_bfloat16, kQAsync>(p, st);
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return std::max(sms, 1);
-}
-
 // Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
 // the tensor-core decode_tc_kernel (decode rows only) with element-wise Q loads and the narrow
 // merge (v2, attn_decode.cuda_tc), or with cp.async Q and the wide merge (v3,

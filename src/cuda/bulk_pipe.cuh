@@ -79,25 +79,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // Host side, cached per device (and per kernel) so that a decode step pays no driver queries:
 // the SM count, the compute capability's major number, and the blocks of a kernel resident per
 // SM with `smem` dynamic shared-memory bytes (its dynamic limit raised to `smem` first).
-struct DeviceInfo {
-  int sms = 0, major = 0;
-};
-
-inline DeviceInfo device_info() {
-  static std::mutex mu;
-  static std::map<int, DeviceInfo> cache;
-  int dev = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(dev);
-  if (it != cache.end()) return it->second;
-  DeviceInfo d;
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
-  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
-  cache.emplace(dev, d);
-  return d;
-}
-
+// (DeviceInfo / device_info / sm_count: cuda/common.cuh.)
 inline int resident_blocks(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, int> cache;

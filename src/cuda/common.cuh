@@ -3,6 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+
 #include "hybrid/core/error.h"
 
 namespace hybrid::cuda {
@@ -29,3 +32,32 @@ inline cudaStream_t as_stream(void* s) {
 
 // After every kernel launch.
 #define HYBRID_CUDA_CHECK_LAUNCH() HYBRID_CUDA_CHECK(cudaGetLastError())
+
+namespace hybrid::cuda {
+
+// The current device's SM count and compute capability (major), cached per device so that a
+// decode step pays no driver query after the first.
+struct DeviceInfo {
+  int sms = 0, major = 0;
+};
+
+inline DeviceInfo device_info() {
+  static std::mutex mu;
+  static std::map<int, DeviceInfo> cache;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  DeviceInfo d;
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+  cache.emplace(dev, d);
+  return d;
+}
+
+inline int sm_count() {
+  return device_info().sms;
+}
+
+}  // namespace hybrid::cuda

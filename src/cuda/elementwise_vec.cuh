@@ -105,15 +105,7 @@ inline bool stride16(int64_t elems, size_t bytes) {
 // Blocks of a grid-stride launch over `work` items, `per_block` items per block and pass: enough
 // to fill the GPU (8 blocks per SM), never more than the work needs.
 inline unsigned grid_for(int64_t work, int64_t per_block) {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();  // clear the failed query's error
-      n = 132;
-    }
-    return n;
-  }();
+  const int sms = sm_count();
   const int64_t need = (work + per_block - 1) / per_block;
   const int64_t cap = int64_t{sms} * 8;
   return static_cast<unsigned>(need < 1 ? 1 : need < cap ? need : cap);

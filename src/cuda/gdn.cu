@@ -90,55 +90,6 @@ __device__ __forceinline__ float group_sum(float v) {
   return v;
 }
 
-// W contiguous elements of type T <-> f32 (16-byte, 8-byte or scalar accesses).
-template <int W, class T>
-__device__ __forceinline__ void vload(const T* p, float* r) {
-  constexpr int kBytes = W * static_cast<int>(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
-#pragma unroll
-    for (int v = 0; v < kBytes / 16; ++v) {
-      const uint4 u = reinterpret_cast<const uint4*>(p)[v];
-      const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) r[v * kPer + i] = to_f32(e[i]);
-    }
-  } else if constexpr (kBytes == 8) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int i = 0; i < W; ++i) r[i] = to_f32(e[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < W; ++i) r[i] = to_f32(p[i]);
-  }
-}
-
-template <int W, class T>
-__device__ __forceinline__ void vstore(T* p, const float* r) {
-  constexpr int kBytes = W * static_cast<int>(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / static_cast<int>(sizeof(T));
-#pragma unroll
-    for (int v = 0; v < kBytes / 16; ++v) {
-      uint4 u;
-      T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) e[i] = from_f32<T>(r[v * kPer + i]);
-      reinterpret_cast<uint4*>(p)[v] = u;
-    }
-  } else if constexpr (kBytes == 8) {
-    uint2 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int i = 0; i < W; ++i) e[i] = from_f32<T>(r[i]);
-    *reinterpret_cast<uint2*>(p) = u;
-  } else {
-#pragma unroll
-    for (int i = 0; i < W; ++i) p[i] = from_f32<T>(r[i]);
-  }
-}
-
 // The lane's KC elements of a row (its chunks), in and out.
 template <int LPR, int KC, class S, class T>
 __device__ __forceinline__ void load_row(const T* row, int sub, float (&r)[KC]) {

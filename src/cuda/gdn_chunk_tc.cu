@@ -993,20 +993,6 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     }
 }
 
-// SMs of the current device (132 if the query fails).
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();  // clear the failed query's error
-      n = 132;
-    }
-    return n;
-  }();
-  return sms;
-}
-
 Reason tc_supports(const GdnChunkPrefill& a) {
   if (a.q.size(2) != kD || a.v.size(2) != kD)
     return std::string("tensor-core variant: K = V = 128 only (compile-time tile), got K=") +

@@ -552,19 +552,6 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();  // clear the failed query's error
-      n = 132;
-    }
-    return n;
-  }();
-  return sms;
-}
-
 template <int kBits, int kV, int kNT, bool kCompact>
 void launch_gemv_nt(GemvParams p, cudaStream_t stream) {
   constexpr int kCodes = kV * 32 / kBits, kRows = gemv_rows(kNT);

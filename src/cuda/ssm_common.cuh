@@ -1,4 +1,4 @@
-// Shared by the Mamba-2 CUDA files (ssm_chunk.cu): run-time-dtype tensor arguments and the
+// Shared by the Mamba-2 CUDA files (ssm.cu, ssm_chunk.cu): run-time-dtype tensor arguments and the
 // per-token SSM math of include/hybrid/ops/ssm.h (dt', A, D, gate).
 #pragma once
 
