@@ -831,9 +831,14 @@ void launch_stream(const GdnParams& p, DType in, DType state, int64_t N, Context
   });
 }
 
-// What the v3 variants refuse beyond v2: pool rows that are not packed (row stride != K: a tile
-// of rows must be one contiguous bulk copy) and devices before sm_90 (TMA bulk copies).
+// What the v3 variants refuse beyond v2: f32 pools (measured on the H200, session 2: v3 took
+// 0.321 ms at B = 256 and 0.087 ms at B = 64 under CUDA graphs where v2 took 0.290 / 0.079, so
+// v2 keeps them; v3 is for bf16 pools, where v2's registers bound the bytes in flight), pool rows
+// that are not packed (row stride != K: a tile of rows must be one contiguous bulk copy) and
+// devices before sm_90 (TMA bulk copies).
 Reason stream_supports(int64_t K, const Tensor& state) {
+  if (state.dtype() != DType::bf16)
+    return std::string("f32 pool: the v2 kernel is faster (docs/PERFORMANCE.md, run B)");
   if (state.stride(2) != K) return str("state row stride ", state.stride(2), " != K=", K);
   if (state.size(2) > std::numeric_limits<int>::max() / K)
     return std::string("state: V·K must fit an int");
