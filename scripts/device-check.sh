@@ -19,7 +19,7 @@ if [ -n "${CARRIED:-}" ]; then
   OPS=$PWD/.carry/hybrid-ops
   LIB=$PWD/.carry/libhybrid_c.so
   mkdir -p build
-  (cd build && ../.carry/hybrid_unit_tests ${UNIT_FILTER:+--gtest_filter="$UNIT_FILTER"}) 2>&1 |
+  (cd build && HYBRID_CLI=$PWD/../.carry/hybrid ../.carry/hybrid_unit_tests ${UNIT_FILTER:+--gtest_filter="$UNIT_FILTER"}) 2>&1 |
     tee "$LOGS/unit.txt" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|tests ran" || true
   grep -q "FAILED" "$LOGS/unit.txt" && status=1
 else

@@ -58,6 +58,13 @@ struct CliResult {
   std::string out, err;
 };
 
+// The hybrid binary under test: $HYBRID_CLI when set (a copy of the build carried elsewhere, as
+// scripts/device-check.sh CARRIED=1 runs it), else the one this build made.
+std::string cli_path() {
+  const char* env = std::getenv("HYBRID_CLI");
+  return env && *env ? env : HYBRID_CLI_PATH;
+}
+
 // Runs `hybrid <args>` through the shell (with `env`, "NAME='value' ...", set for it); stdout and
 // stderr go to temporary files.
 CliResult cli(const std::string& args, const std::string& env = "") {
@@ -65,8 +72,8 @@ CliResult cli(const std::string& args, const std::string& env = "") {
   const std::string tag = std::to_string(::getpid());
   const fs::path out = tmp / ("hybrid_cli_test_" + tag + ".out");
   const fs::path err = tmp / ("hybrid_cli_test_" + tag + ".err");
-  const std::string cmd = env + " '" + HYBRID_CLI_PATH + "' " + args + " >'" + out.string() +
-                          "' 2>'" + err.string() + "'";
+  const std::string cmd =
+      env + " '" + cli_path() + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
