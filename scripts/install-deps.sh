@@ -2,6 +2,8 @@
 # Installs every Debian package the build and the tests need. Idempotent: packages already at
 # the pinned version are left alone. Versions are those of Debian 12 (bookworm); where the archive
 # has moved past a pin (a point release), the archive's version is installed and a warning printed.
+#   scripts/install-deps.sh                      the build's and the tests' packages (below)
+#   scripts/install-deps.sh NAME=VERSION ...     these instead (scripts/prepare_demo_data.sh)
 set -euo pipefail
 
 # name=version, one place.
@@ -13,6 +15,7 @@ PACKAGES=(
   clang-format=1:14.0-55.7~deb12u1
   nlohmann-json3-dev=3.11.2-2
 )
+if [ $# -gt 0 ]; then PACKAGES=("$@"); fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

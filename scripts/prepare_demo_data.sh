@@ -10,7 +10,7 @@
 # document goes to val.txt (the held-out validation split). OUT_DIR/manifest.json records the
 # package versions, the document, line and byte counts and the SHA-256 of both files.
 #
-# The packages are installed pinned through apt-get, like scripts/install-deps.sh. bible-kjv is
+# The packages are installed pinned by scripts/install-deps.sh NAME=VERSION .... bible-kjv is
 # needed besides bible-kjv-text: the text package ships only /usr/lib/bible.data, a compressed
 # random-access format ("EC02Compressed Data File") that its `bible` program decodes.
 set -euo pipefail
@@ -29,26 +29,7 @@ PACKAGES=(
   fortunes=1:1.99.1-7.3
 )
 
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-
-missing=()
-for spec in "${PACKAGES[@]}"; do
-  name=${spec%%=*}
-  want=${spec#*=}
-  have=$(dpkg-query -W -f='${Version}' "$name" 2>/dev/null || true)
-  status=$(dpkg-query -W -f='${Status}' "$name" 2>/dev/null || true)
-  if [ "$have" != "$want" ] || [[ "$status" != *"install ok installed"* ]]; then missing+=("$spec"); fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "prepare_demo_data: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"; then
-    echo "prepare_demo_data: warning: a pinned version is not in the archive; installing the archive's versions" >&2
-    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]%%=*}"
-  fi
-fi
+"$(dirname "$0")/install-deps.sh" "${PACKAGES[@]}"
 
 BIBLE=$(command -v bible || echo /usr/games/bible)
 if [ ! -x "$BIBLE" ]; then BIBLE=/usr/bin/bible; fi
