@@ -11,6 +11,7 @@
 
 #include "engine/runner.h"
 #include "hybrid/core/error.h"
+#include "model/json_text.h"
 
 namespace hybrid {
 
@@ -19,37 +20,6 @@ namespace {
 // argmax with the lowest id on ties.
 int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-// Python's json may write Infinity / -Infinity / NaN (Mamba2's time_step_limit): outside strings
-// they become strings so that a strict JSON parser reads the file.
-std::string quote_nonfinite(const std::string& text) {
-  std::string out;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) {
-        out += text[++i];
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') in_string = true;
-    bool replaced = false;
-    for (const std::string token : {"-Infinity", "Infinity", "NaN"}) {
-      if (text.compare(i, token.size(), token) == 0) {
-        out += '"' + token + '"';
-        i += token.size() - 1;
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) out += c;
-  }
-  return out;
 }
 
 // eos_token_id of one JSON object (int, list of ints or null) appended to `ids`.

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "hybrid/core/error.h"
+#include "model/json_text.h"
 
 namespace hybrid {
 
@@ -19,46 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Python's json writes Infinity / -Infinity / NaN (e.g. Mamba2's time_step_limit); strict JSON
-// has no such tokens. Outside strings they become the strings "Infinity", ... which
-// Fields::number() reads back as the values.
-std::string quote_nonfinite(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) {
-        out += text[++i];
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-      out += c;
-      continue;
-    }
-    bool replaced = false;
-    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
-      size_t n = std::char_traits<char>::length(token);
-      if (text.compare(i, n, token) == 0) {
-        out += '"';
-        out += token;
-        out += '"';
-        i += n - 1;
-        replaced = true;
-        break;
-      }
-    }
-    if (!replaced) out += c;
-  }
-  return out;
-}
 
 std::string json_type(const json& v) {
   if (v.is_null()) return "null";
@@ -526,6 +487,44 @@ std::optional<Arch> arch_of(const std::string& model_type) {
 }
 
 }  // namespace
+
+// src/model/json_text.h
+std::string quote_nonfinite(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      continue;
+    }
+    bool replaced = false;
+    for (const char* token : {"-Infinity", "Infinity", "NaN"}) {
+      size_t n = std::char_traits<char>::length(token);
+      if (text.compare(i, n, token) == 0) {
+        out += '"';
+        out += token;
+        out += '"';
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
 
 std::string_view arch_name(Arch a) {
   switch (a) {
