@@ -1584,8 +1584,12 @@ void tc_v4_fused_cuda(const GdnChunkPrefill& a, Context& ctx) {
   tc_run(a, ctx, opt);
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
+// HYBRID_GDN_CHUNK_FUSED=0 refuses every call (to test and time cuda_tc_v3_cluster beside it).
 Reason tc_v4_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
+  if (off && std::string(off) == "0")
+    return std::string("fused output: turned off by HYBRID_GDN_CHUNK_FUSED=0");
   std::string why;
   if (fused_cluster_size(a, why) == 0) return why;
   return std::nullopt;
