@@ -10,6 +10,9 @@
 //                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
 //                       while chunk c computes
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
+// `cuda_tc_v4_fused` (priority 40) runs stage 3 inside the cluster spine instead (spine_tc_kernel
+// with Out != NoOut; stage 1 also writes Q̂ to the workspace): no h, no V_new in the workspace, no
+// third launch; it refuses (supports()) wherever the cluster spine cannot run.
 //
 // Spine: block (sequence n, hv, V slice of SL = 32 rows, or 16 when N·Hv·8 blocks fit on the GPU
 // at once), 4 warps, S in accumulator fragments (warp w owns k columns [32w, 32w + 32)). Per chunk
@@ -505,7 +508,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
                   : __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
         const float vn0 = i < L ? uu.x - acc[nt][2 * hi] : 0.0f;
         const float vn1 = i < L ? uu.y - acc[nt][2 * hi + 1] : 0.0f;
-        if (i < L && !local)
+        if (i < L && !local && !FO)  // FO: the output is computed here, nothing reads V_new
           *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
               __floats2bfloat162_rn(vn0, vn1);
         const float e = hi ? e_hi : e_lo;
