@@ -10,6 +10,9 @@
 //                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
 //                       while chunk c computes
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
+// `cuda_tc_v4_fused` (priority 40) runs stage 3 inside the cluster spine instead (spine_tc_kernel
+// with Out != NoOut; stage 1 also writes Q̂ to the workspace): no h, no V_new in the workspace, no
+// third launch; it refuses (supports()) wherever the cluster spine cannot run.
 //
 // Spine: block (sequence n, hv, V slice of SL = 32 rows, or 16 when N·Hv·8 blocks fit on the GPU
 // at once), 4 warps, S in accumulator fragments (warp w owns k columns [32w, 32w + 32)). Per chunk
@@ -163,15 +166,27 @@ struct SpineSplit {
 // VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
 // NW = 3 (SL = 16 only): 103 680 bytes, still two blocks per SM (2 x (103 680 + 1 KiB reserved)
 // <= 228 KiB).
-// The cluster spine adds 5 mbarriers (8 bytes each) at the end.
-template <int SL, int NW = 2, int CZ = 0>
+// The cluster spine adds 5 mbarriers (8 bytes each) at the end; the fused output (FO) then Vn
+// [SL][72] (bf16, V_new unscaled [v][i]): 106 024 bytes at SL = 16, NW = 3.
+template <int SL, int NW = 2, int CZ = 0, bool FO = false>
 constexpr int spine_smem() {
   return (NW * kC * kWP + 2 * kC * kWP + NW * kC * (SL + 8) + SL * kWP + SL * kTP) * 2 +
-         NW * kC * 4 + (CZ > 0 ? 5 * 8 : 0);
+         NW * kC * 4 + (CZ > 0 ? 5 * 8 : 0) + (FO ? SL * kTP * 2 : 0);
 }
 static_assert(2 * (spine_smem<16, 3, 8>() + 1024) <= 228 * 1024,
               "deep-ring spine: 2 blocks per SM");
 static_assert(spine_smem<16, 3>() % 8 == 0, "cluster spine: mbarriers 8-byte aligned");
+static_assert(2 * (spine_smem<16, 3, 8, true>() + 1024) <= 228 * 1024,
+              "fused-output spine: 2 blocks per SM");
+
+// Out type of the spine when it does not compute the output (every variant but v4).
+struct NoOut {};
+
+// Two floats as one bf16x2 fragment register (lo: the lower column).
+__device__ __forceinline__ uint32_t pack_bf162(float lo, float hi) {
+  const bf162 x = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&x);
+}
 
 // SL = 32 (4 blocks per head) or 16 (8 blocks per head, for grids too small to fill the GPU):
 // SL / 16 m-tiles of S per warp, SL / 8 n-tiles of V_new.
@@ -195,12 +210,24 @@ static_assert(spine_smem<16, 3>() % 8 == 0, "cluster spine: mbarriers 8-byte ali
 // barrier whose arrive every block makes at the end of the chunk that last read it, so no block
 // still reads it and its barrier's previous phase is complete. U and γ stay per block (cp.async,
 // one group per chunk: group c holds chunk c's, wait_group 1 at the start of chunk c).
-template <class St, int SL, int NW = 2, int CZ = 0>
+// Out != NoOut, "FO" (`cuda_tc_v4_fused`; CL only): stage 3 fused in. Per chunk, besides the
+// above, the block computes its output slice O[i][v0..v0+SL−1] = scale·(e^{γ_i} (Q̂ Sbᵀ)[i] +
+// Σ_{j<=i} (q̂_i·k̂_j) e^{γ_i−γ_j} V_new[j]) (warp w: tokens 16w..16w+15) and writes no h:
+//   Q̂ A fragments of the warp's 16 rows (bf16 workspace p.qn, written by stage 1) are loaded
+//   into registers at the start of the chunk; Q̂·Sbᵀ runs right after V_new (before the second
+//   barrier, as the next chunk overwrites Sb after its first); V_new is also kept unscaled as
+//   Vn [v][i]; after the S update, P = tril(Q̂ K̂ᵀ ⊙ decay) in accumulators (n-tiles past the
+//   warp's diagonal skipped) becomes the A operand of P·V_new directly (the m16n8 C layout of two
+//   n-tiles is the m16k16 A layout), then the rows < L are stored. The cluster arrive moves after
+//   these MMAs (they read the chunk's K̂ buffer).
+template <class St, int SL, int NW = 2, int CZ = 0, class Out = NoOut>
 __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const SpineSplit sp) {
   static_assert(NW == 2 || NW == 3, "ring of 2 or 3 buffers");
   static_assert(CZ == 0 || (SL == 16 && NW == 3 && (CZ == 4 || CZ == 8)),
                 "cluster spine: 16-row slices, ring of 3, clusters of 4 or 8");
   constexpr bool CL = CZ > 0;
+  constexpr bool FO = !std::is_same_v<Out, NoOut>;
+  static_assert(!FO || CL, "fused output: cluster spine only");
   constexpr int kCZ = CL ? CZ : 1;  // cluster size in the (CL-only) multicast code
   constexpr int kMT = SL / 16, kNV = SL / 8, kUP = SL + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -212,6 +239,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   float* gs = reinterpret_cast<float*>(VT + SL * kTP);  // [NW][64]      γ
   uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + NW * kC);  // [3] (CL only)
   uint64_t* fullK = fullW + 3;                                  // [2] (CL only)
+  bf16* Vn = reinterpret_cast<bf16*>(fullK + 2);                // [SL][72] (FO only)
 
   constexpr int kZ = kD / SL;  // V slices per head
   const bool split = sp.seg_chunks > 0;
@@ -238,6 +266,15 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
                  (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
       }
+    if constexpr (FO) {  // its output rows of this slice and segment are zeros too
+      if (!local) {
+        Out* out = static_cast<Out*>(p.out);
+        const int i_begin = cs_begin * kC, i_end = min(len, cs_end * kC);
+        for (int e = tid; e < (i_end - i_begin) * SL; e += blockDim.x)
+          out[(int64_t)(bos + i_begin + e / SL) * p.o_t + hv * p.o_h + v0 + e % SL] =
+              from_f32<Out>(0.0f);
+      }
+    }
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
@@ -366,6 +403,22 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   for (int cs = cs_begin; cs < cs_end; ++cs) {
     const int j = cs - cs_begin, bk = j & 1, bw = NW == 2 ? bk : j % NW;
     const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    // FO: A fragments of Q̂ rows 16·warp.. (zeros past L), issued now, first used after V_new.
+    [[maybe_unused]] uint32_t qa[FO ? kD / 16 : 1][4];
+    if constexpr (FO) {
+      const bf16* qn = static_cast<const bf16*>(p.qn);
+      const int r_lo = 16 * warp + g, r_hi = r_lo + 8;
+      const bf16* q_lo = qn + ((int64_t)(t0 + r_lo) * p.Hk + hk) * kD + 2 * q;
+      const bf16* q_hi = qn + ((int64_t)(t0 + r_hi) * p.Hk + hk) * kD + 2 * q;
+      const bool in_lo = !local && r_lo < L, in_hi = !local && r_hi < L;
+#pragma unroll
+      for (int kt = 0; kt < kD / 16; ++kt) {
+        qa[kt][0] = in_lo ? ld2(q_lo + 16 * kt) : 0u;
+        qa[kt][1] = in_hi ? ld2(q_hi + 16 * kt) : 0u;
+        qa[kt][2] = in_lo ? ld2(q_lo + 16 * kt + 8) : 0u;
+        qa[kt][3] = in_hi ? ld2(q_hi + 16 * kt + 8) : 0u;
+      }
+    }
     // This thread's copies of W, U, γ of chunk cs have landed (NW = 2: the only group in flight,
     // K̂ too; NW = 3: B_{cs-2}, with A_{cs-1} and B_{cs-1} allowed in flight).
     if constexpr (CL) {
@@ -417,7 +470,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 
     // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
     bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
-    for (int e = tid; e < (local ? 0 : SL * (kD / 8)); e += blockDim.x) {
+    for (int e = tid; e < (local || FO ? 0 : SL * (kD / 8)); e += blockDim.x) {
       const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
       *reinterpret_cast<uint4*>(hc + v * kD + c8) =
           *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
@@ -455,13 +508,37 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
                   : __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kUP + v));
         const float vn0 = i < L ? uu.x - acc[nt][2 * hi] : 0.0f;
         const float vn1 = i < L ? uu.y - acc[nt][2 * hi + 1] : 0.0f;
-        if (i < L && !local)
+        if (i < L && !local && !FO)  // FO: the output is computed here, nothing reads V_new
           *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
               __floats2bfloat162_rn(vn0, vn1);
         const float e = hi ? e_hi : e_lo;
         VT[v * kTP + i] = __float2bfloat16_rn(vn0 * e);
         VT[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1 * e);
+        if constexpr (FO) {
+          Vn[v * kTP + i] = __float2bfloat16_rn(vn0);
+          Vn[(v + 1) * kTP + i] = __float2bfloat16_rn(vn1);
+        }
       }
+    // FO: O = e^{γ_i} (Q̂ Sbᵀ) for tokens i_lo (r 0, 1), i_hi (r 2, 3), v = nt·8 + 2q (+1).
+    [[maybe_unused]] float oacc[FO ? kNV : 1][4] = {};
+    if constexpr (FO) {
+      if (!local) {
+#pragma unroll
+        for (int kt = 0; kt < kD / 16; ++kt)
+#pragma unroll
+          for (int nt = 0; nt < kNV; ++nt) {
+            uint32_t bb[2];
+            load_b(bb, Sb, kWP, nt * 8, 16 * kt, g, q);
+            mma_bf16(oacc[nt], qa[kt], bb);
+          }
+        const float eq_lo = expf(gb[i_lo]), eq_hi = expf(gb[i_hi]);
+#pragma unroll
+        for (int nt = 0; nt < kNV; ++nt) {
+          oacc[nt][0] *= eq_lo, oacc[nt][1] *= eq_lo;
+          oacc[nt][2] *= eq_hi, oacc[nt][3] *= eq_hi;
+        }
+      }
+    }
     if constexpr (CL)
       mbar_wait(fullK + bk, (j / 2) & 1);  // K̂ of chunk cs (this buffer's (j / 2)-th use)
     else if constexpr (NW == 3)
@@ -492,8 +569,57 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
         }
       }
     }
+    // FO: O += P·V_new, P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) for the warp's rows (n-tiles of j past
+    // the diagonal are zero and skipped), then the rows < L of the slice are stored.
+    if constexpr (FO) {
+      if (!local) {
+        float pa[kC / 8][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < kD / 16; ++kt)
+#pragma unroll
+          for (int nt = 0; nt < kC / 8; ++nt)
+            if (nt <= 2 * warp + 1) {
+              uint32_t bb[2];
+              load_b(bb, ks, kWP, nt * 8, 16 * kt, g, q);
+              mma_bf16(pa[nt], qa[kt], bb);
+            }
+#pragma unroll
+        for (int nt = 0; nt < kC / 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = r < 2 ? i_lo : i_hi, jj = nt * 8 + 2 * q + r % 2;
+            pa[nt][r] = jj <= i && i < L ? pa[nt][r] * expf(gb[i] - gb[jj]) : 0.0f;
+          }
+#pragma unroll
+        for (int kt = 0; kt < kC / 16; ++kt) {
+          if (kt > warp) continue;  // P columns 16kt.. are past every row of this warp
+          uint32_t a[4];
+          a[0] = pack_bf162(pa[2 * kt][0], pa[2 * kt][1]);
+          a[1] = pack_bf162(pa[2 * kt][2], pa[2 * kt][3]);
+          a[2] = pack_bf162(pa[2 * kt + 1][0], pa[2 * kt + 1][1]);
+          a[3] = pack_bf162(pa[2 * kt + 1][2], pa[2 * kt + 1][3]);
+#pragma unroll
+          for (int nt = 0; nt < kNV; ++nt) {
+            uint32_t bb[2];
+            load_b(bb, Vn, kTP, nt * 8, 16 * kt, g, q);
+            mma_bf16(oacc[nt], a, bb);
+          }
+        }
+        Out* out = static_cast<Out*>(p.out);
+#pragma unroll
+        for (int nt = 0; nt < kNV; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = r < 2 ? i_lo : i_hi, v = nt * 8 + 2 * q + r % 2;
+            if (i < L)
+              out[(int64_t)(t0 + i) * p.o_t + hv * p.o_h + v0 + v] =
+                  from_f32<Out>(p.scale * oacc[nt][r]);
+          }
+      }
+    }
     // CL: this block is done reading chunk cs's W, U, γ (before the second barrier) and K̂ (the
-    // MMAs above): the next chunk's cluster wait lets the other blocks reuse those buffers.
+    // MMAs above; FO: and the output's): the next chunk's cluster wait lets the other blocks
+    // reuse those buffers.
     if constexpr (CL) cluster_arrive();
     const int end = cs * kC + L;
     if (p.every > 0 && end % p.every == 0 && !local) {
@@ -597,7 +723,11 @@ static_assert(2 * kC * kTP * 2 <= (kC * (kC + 1) + 16 * 48) * 4, "Tb, Tu must fi
 // block rows' sums run over all m < r0 (r0 = 16, 32, 48 unrolled; the added T entries above the
 // diagonal are exact zeros, before the first nonzero term in the first sum and after the last
 // in the second, so the results are the same up to the sign of an exact zero).
-template <class In, bool kFastInverse = false>
+//
+// kWriteQ (the `cuda_tc_v4_fused` variant, whose spine computes the output): the blocks that write
+// K̂ also write Q̂ = q / sqrt(‖q‖² + 1e-6) (or q without l2norm) in bf16 to p.qn [T, Hk, K], in two
+// groups of 8 rows after K̂ and V (the same rounding as stage 3's Q̂).
+template <class In, bool kFastInverse = false, bool kWriteQ = false>
 __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136]  K̂ [j][d]
@@ -674,6 +804,39 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
         bf162* dst = reinterpret_cast<bf162*>(kn + (t * p.Hk + hk) * kD + 4 * lane);
         dst[0] = __halves2bfloat162(kb[0], kb[1]);
         dst[1] = __halves2bfloat162(kb[2], kb[3]);
+      }
+    }
+  }
+  if constexpr (kWriteQ) {
+    if (write_kn) {
+      const In* qin = static_cast<const In*>(p.q);
+      bf16* qn = static_cast<bf16*>(p.qn);
+      for (int grp = 0; grp < 2; ++grp) {
+        float xq[8][4];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int i = warp + 4 * (8 * grp + r);
+          const int64_t t = t0 + i;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            xq[r][j] = i < L ? to_f32(qin[t * p.q_t + hk * p.q_h + 4 * lane + j]) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int i = warp + 4 * (8 * grp + r);
+          float qq = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qq += xq[r][j] * xq[r][j];
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) qq += __shfl_xor_sync(0xffffffffu, qq, o);
+          const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+          if (i < L) {
+            bf162* dst =
+                reinterpret_cast<bf162*>(qn + ((t0 + i) * (int64_t)p.Hk + hk) * kD + 4 * lane);
+            dst[0] = __floats2bfloat162_rn(xq[r][0] * iq, xq[r][1] * iq);
+            dst[1] = __floats2bfloat162_rn(xq[r][2] * iq, xq[r][3] * iq);
+          }
+        }
       }
     }
   }
@@ -1088,15 +1251,18 @@ struct TcOptions {
   bool fast_inverse = false;   // stage 1: the inverse in compile-time loops (wu_tc_kernel)
   bool cluster_spine = false;  // with deep_ring: W and K̂ multicast to the 8 slices of a head
                                // (spine_tc_kernel CL), when its clusters all fit at once
+  bool fused_output = false;   // with cluster_spine (`cuda_tc_v4_fused`): stage 3 inside the
+                               // spine (spine_tc_kernel FO), Q̂ from stage 1, no h; the caller
+                               // has checked fused_cluster_size() > 0
 };
 
 // Clusters of the cluster spine that fit on the GPU at once (0 if the query fails), per pool
 // dtype; the kernel's shared-memory attributes are set here as for its launch.
-template <class St, int CZ>
+template <class St, int CZ, class Out = NoOut>
 int spine_cluster_capacity() {
   static const int clusters = [] {
-    auto* kern = spine_tc_kernel<St, 16, 3, CZ>;
-    constexpr int smem = spine_smem<16, 3, CZ>();
+    auto* kern = spine_tc_kernel<St, 16, 3, CZ, Out>;
+    constexpr int smem = spine_smem<16, 3, CZ, !std::is_same_v<Out, NoOut>>();
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
             cudaSuccess ||
         cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -1125,6 +1291,66 @@ int spine_cluster_capacity() {
   return clusters;
 }
 
+// Segments S and chunks per segment G of the spine (G = 0: no split), as tc_run splits it, and
+// whether it has 16-row slices (N·Hv·8 blocks fit two per SM).
+int spine_plan(const Params& p, int sms, bool& narrow, int& G, std::string& no_split) {
+  narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sms;
+  int S = spine_segments(p, narrow, sms, no_split);
+  G = 0;
+  if (S > 1) {  // G chunks per segment; S again so that no segment is empty
+    const int nch = (p.T + kC - 1) / kC;
+    G = (nch + S - 1) / S;
+    S = (nch + G - 1) / G;
+  }
+  return S;
+}
+
+// Cluster size (8 or 4) of the fused-output spine for this call, or 0 with the reason in why:
+// it needs the 16-row slices and all clusters of its largest launch placed at once, as the
+// cluster spine does (HYBRID_GDN_CHUNK_CLUSTER=8|4 forces the size, =0 refuses).
+int fused_cluster_size(const GdnChunkPrefill& a, std::string& why) {
+  const Params p = make_params(a);
+  const int sms = sm_count();
+  bool narrow = false;
+  int G = 0;
+  std::string no_split;
+  const int S = spine_plan(p, sms, narrow, G, no_split);
+  if (!narrow) {
+    why = "fused output: N·Hv·8 = " + std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
+          " spine blocks of 16 rows do not fit two per SM on " + std::to_string(sms) +
+          " SMs, so the spine has 32-row slices, which run without clusters";
+    return 0;
+  }
+  const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
+  if (force && std::string(force) == "0") {
+    why = "fused output: HYBRID_GDN_CHUNK_CLUSTER=0 turns the cluster spine off";
+    return 0;
+  }
+  if (force && (std::string(force) == "8" || std::string(force) == "4")) return std::atoi(force);
+  const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
+  int cap8 = 0, cap4 = 0;
+  auto caps = [&](auto ts, auto to) {
+    cap8 = spine_cluster_capacity<decltype(ts), 8, decltype(to)>();
+    cap4 = spine_cluster_capacity<decltype(ts), 4, decltype(to)>();
+  };
+  auto with_out = [&](auto ts) {
+    if (a.out.dtype() == DType::bf16)
+      caps(ts, bf16{});
+    else
+      caps(ts, float{});
+  };
+  if (a.state.dtype() == DType::bf16)
+    with_out(bf16{});
+  else
+    with_out(float{});
+  if (int64_t{cap8} * 8 >= blocks) return 8;
+  if (int64_t{cap4} * 4 >= blocks) return 4;
+  why = "fused output: the spine's " + std::to_string(blocks) +
+        " blocks do not all fit at once as clusters of 8 (" + std::to_string(cap8) +
+        " fit) or of 4 (" + std::to_string(cap4) + " fit)";
+  return 0;
+}
+
 // The tensor-core op.
 void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const bool deep_ring = opt.deep_ring;
@@ -1133,17 +1359,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // Spine: 32 V rows per block, or 16 when the N·Hv·8 blocks of 16 rows all fit at once (two
   // blocks per SM: 84 KiB or 92 KiB of shared memory each). The chain of chunks is as long
   // either way; 16-row blocks shorten each step and use the SMs 32-row blocks would leave idle.
-  const bool narrow = int64_t{p.N} * p.Hv * (kD / 16) <= int64_t{2} * sms;
-  std::string no_split;
-  int S = spine_segments(p, narrow, sms, no_split);
+  bool narrow = false;
   int G = 0;
-  if (S > 1) {  // G chunks per segment; S again so that no segment is empty
-    const int nch = (p.T + kC - 1) / kC;
-    G = (nch + S - 1) / S;
-    S = (nch + G - 1) / G;
-  }
+  std::string no_split;
+  const int S = spine_plan(p, sms, narrow, G, no_split);
   const size_t seg_bytes = static_cast<size_t>(S) * p.Hv * kD * kD * sizeof(float);
-  plan_workspace(p, sizeof(bf16), sizeof(bf16), ctx, sizeof(bf16), S > 1 ? 3 * seg_bytes : 0);
+  // Fused output: no h (0 bytes), Q̂ [T, Hk, K] bf16 at the start of p.extra.
+  const bool fused = opt.fused_output;
+  const size_t qn_bytes =
+      fused ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
+  plan_workspace(p, sizeof(bf16), fused ? 0 : sizeof(bf16), ctx, sizeof(bf16),
+                 qn_bytes + (S > 1 ? 3 * seg_bytes : 0));
+  if (fused) p.qn = p.extra;
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
                                  std::to_string(S) + " segments of " + std::to_string(G) +
@@ -1165,8 +1392,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
-    auto* kern =
-        opt.fast_inverse ? wu_tc_kernel<decltype(tin), true> : wu_tc_kernel<decltype(tin), false>;
+    auto* kern = fused              ? wu_tc_kernel<decltype(tin), true, true>
+                 : opt.fast_inverse ? wu_tc_kernel<decltype(tin), true>
+                                    : wu_tc_kernel<decltype(tin), false>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -1181,17 +1409,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   timer.mark(2);
   SpineSplit sp;
   if (S > 1) {
-    char* base = static_cast<char*>(p.extra);
+    char* base = static_cast<char*>(p.extra) + qn_bytes;
     sp.seg_chunks = G;
     sp.segments = S;
     sp.start = reinterpret_cast<float*>(base);
     sp.b = reinterpret_cast<float*>(base + seg_bytes);
     sp.m = reinterpret_cast<float*>(base + 2 * seg_bytes);
   }
-  auto spine = [&](auto ts, auto sl, auto nw, auto cz) {
+  auto spine = [&](auto ts, auto sl, auto nw, auto cz, auto to) {
     constexpr int SL = decltype(sl)::value, NW = decltype(nw)::value, CZ = decltype(cz)::value;
-    constexpr int smem = spine_smem<SL, NW, CZ>();
-    auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ>;
+    using Out = decltype(to);
+    constexpr int smem = spine_smem<SL, NW, CZ, !std::is_same_v<Out, NoOut>>();
+    auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ, Out>;
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -1243,8 +1472,28 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // clusters do not all fit runs them in waves, slower but correct), =0 turns clusters off.
   using i0 = std::integral_constant<int, 0>;
   using i16 = std::integral_constant<int, 16>;
+  using i3 = std::integral_constant<int, 3>;
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
+    if (fused) {  // cuda_tc_v4_fused: the cluster spine with the output (its supports() checked
+                  // that clusters of 8 or 4 are possible)
+      std::string why;
+      const int cz = fused_cluster_size(a, why);
+      if (cz == 0) fail("[gdn_chunk_prefill] cuda_tc_v4_fused: ", why);
+      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v4_fused: clusters of " +
+                                   std::to_string(cz) + ", " + std::to_string(S) + " segment(s)");
+      auto run_out = [&](auto to) {
+        if (cz == 8)
+          spine(ts, i16{}, i3{}, std::integral_constant<int, 8>{}, to);
+        else
+          spine(ts, i16{}, i3{}, std::integral_constant<int, 4>{}, to);
+      };
+      if (a.out.dtype() == DType::bf16)
+        run_out(bf16{});
+      else
+        run_out(float{});
+      return;
+    }
     if (ring3 && opt.cluster_spine) {
       const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
       const int cap8 = spine_cluster_capacity<St, 8>(), cap4 = spine_cluster_capacity<St, 4>();
@@ -1260,20 +1509,20 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                            : std::string("; no clusters (deep ring only)")) +
                                    (force ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
       if (cz == 8) {
-        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 8>{});
+        spine(ts, i16{}, i3{}, std::integral_constant<int, 8>{}, NoOut{});
         return;
       }
       if (cz == 4) {
-        spine(ts, i16{}, std::integral_constant<int, 3>{}, std::integral_constant<int, 4>{});
+        spine(ts, i16{}, i3{}, std::integral_constant<int, 4>{}, NoOut{});
         return;
       }
     }
     if (ring3)
-      spine(ts, i16{}, std::integral_constant<int, 3>{}, i0{});
+      spine(ts, i16{}, i3{}, i0{}, NoOut{});
     else if (narrow)
-      spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{});
+      spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
     else
-      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{});
+      spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
   };
   if (a.state.dtype() == DType::bf16)
     with_slice(bf16{});
@@ -1295,12 +1544,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     else
       output(tin, float{});
   };
-  if (a.q.dtype() == DType::bf16)
+  if (fused)  // the spine wrote the output (stage 3 shows 0 us)
+    ;
+  else if (a.q.dtype() == DType::bf16)
     with_out(__nv_bfloat16{});
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(ctx, std::string(opt.cluster_spine               ? "cuda_tc_v3_cluster"
+  timer.report(ctx, std::string(fused                           ? "cuda_tc_v4_fused"
+                                : opt.cluster_spine             ? "cuda_tc_v3_cluster"
                                 : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
                                                                 : "cuda_tc") +
                         ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
@@ -1326,6 +1578,25 @@ void tc_v3_cluster_cuda(const GdnChunkPrefill& a, Context& ctx) {
   opt.cluster_spine = true;
   tc_run(a, ctx, opt);
 }
+void tc_v4_fused_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  opt.fused_output = true;
+  tc_run(a, ctx, opt);
+}
+// cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
+// HYBRID_GDN_CHUNK_FUSED=0 refuses every call (to test and time cuda_tc_v3_cluster beside it).
+Reason tc_v4_supports(const GdnChunkPrefill& a) {
+  if (Reason r = tc_supports(a)) return r;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
+  if (off && std::string(off) == "0")
+    return std::string("fused output: turned off by HYBRID_GDN_CHUNK_FUSED=0");
+  std::string why;
+  if (fused_cluster_size(a, why) == 0) return why;
+  return std::nullopt;
+}
 
 }  // namespace
 }  // namespace gdn_chunk
@@ -1342,6 +1613,11 @@ void register_gdn_chunk_tc(Registry& r) {
   // line to fall back to cuda_tc_v3.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v3_cluster", DeviceType::cuda, 30,
                          gdn_chunk::tc_supports, gdn_chunk::tc_v3_cluster_cuda);
+  // cuda_tc_v3_cluster with stage 3 fused into the cluster spine (no h, one launch fewer);
+  // refuses, with the reason, where the cluster spine cannot run (then cuda_tc_v3_cluster).
+  // Remove this line to fall back to cuda_tc_v3_cluster.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v4_fused", DeviceType::cuda, 40,
+                         gdn_chunk::tc_v4_supports, gdn_chunk::tc_v4_fused_cuda);
 }
 
 }  // namespace hybrid::cuda

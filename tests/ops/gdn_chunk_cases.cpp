@@ -521,6 +521,37 @@ void add_gdn_chunk_cases(CaseList& cases) {
     r.act = DType::bf16;
     add(cases, r);
   }
+  // The CUDA fused-output spine (`cuda_tc_v4_fused`: stage 3 inside the cluster spine, taken
+  // where the spine has 16-row slices, N·Hv <= 33 on an H200): bf16 output rows with a wider
+  // stride written by the spine, padding sequences of 64 and 250 tokens (their output rows are
+  // zeros, written by the spine's padding blocks), an empty sequence, lengths 1 and 129 / 77
+  // (not multiples of 64), initial states from the pool and from zeros, checkpoints every 64,
+  // GVA 2 with Q̂ given unit-norm (no in-kernel L2 norm; stage 1 writes Q̂ as it comes) and an
+  // explicit scale; then the same heads as chunk-split resumption with pieces that end inside
+  // chunks (f32 output, l2norm inside).
+  {
+    Config c;
+    c.lens = {129, 64, 0, 1, 250, 77};
+    c.slots = {4, -1, 1, 0, -1, 2};
+    c.has_init = {1, 1, 0, 1, 1, 0};
+    c.pool_rows = 5;
+    c.Hk = 2, c.Hv = 4, c.K = 128, c.V = 128;
+    c.act = c.out = DType::bf16;
+    c.strided_out = true;
+    c.l2norm = false;
+    c.scale = 0.2f;
+    c.every = 64;
+    add(cases, c);
+    Config r;
+    r.lens = {390};
+    r.slots = {0};
+    r.has_init = {0};
+    r.pool_rows = 1;
+    r.pieces = {70, 200, 120};
+    r.Hk = 2, r.Hv = 4, r.K = 128, r.V = 128;
+    r.act = DType::bf16;
+    add(cases, r);
+  }
   // Perf only (CUDA benchmark shapes).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},
