@@ -1,9 +1,12 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
-// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
-// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
-// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
-// per-kernel times (StageTimer).
+// priority: cuda_v4 (5, v3 with C·Bᵀ in bf16 and v4_out<N>: one block per (chunk, row tile, slice
+// of 8 heads of a group), the C and C·Bᵀ tiles resident, the heads' data through a cp.async ring;
+// see "v4" at its kernel; HYBRID_SSM_CHUNK_V4=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per
+// (chunk, group) and dt' / cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns
+// it off), cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
+// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
+// HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3 / v4's per-kernel times
+// (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1269,7 +1272,11 @@ __host__ __device__ inline V4Smem v4_smem(int N, int Q) {
   return m;
 }
 
-// N 128: 107.5 KiB of shared memory, 2 blocks per SM; N 64: 3; N 256: 1 (173 KiB).
+// Shared memory at Q 256: N 128 105 KiB (2 blocks per SM), N 64 73 KiB, N 256 169 KiB (1 block).
+// Registers: at a 128 cap (4 blocks) the head loop spilled ~500 bytes; at 2 blocks ptxas takes
+// 255 with no spills (N 256, 1 block: 255, none with the inter product unrolled by 2), so 2 blocks
+// (8 warps) per SM at N 64 / 128. The epilogue's z gate uses the fast exp and division (the
+// accurate ones made the loop spill); y is bf16, whose rounding dominates their ~2 ulp.
 template <int N>
 __global__ void __launch_bounds__(kV4Threads, N == 256 ? 1 : 2)
     v4_out_kernel(const ScanParams p, const bf16* Se) {
