@@ -1,9 +1,12 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
-// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
-// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
-// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
-// per-kernel times (StageTimer).
+// priority: cuda_v4 (5, v3 with C·Bᵀ in bf16 and v4_out<N>: one block per (chunk, row tile, slice
+// of 8 heads of a group), the C and C·Bᵀ tiles resident, the heads' data through a cp.async ring;
+// see "v4" at its kernel; HYBRID_SSM_CHUNK_V4=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per
+// (chunk, group) and dt' / cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns
+// it off), cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
+// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
+// HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3 / v4's per-kernel times
+// (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1167,7 +1170,8 @@ size_t v3_cb_smem(int N) {
 // and columns past the chunk's tokens are zeros (C, B rows loaded as zeros); every tile with
 // 64·ti < L is written whole, so v3_out reads no uninitialized workspace. Padding chunks
 // (slot < 0) are skipped: v3_out writes y = 0 there without reading CB. FLOPs 2·64·64·N a tile.
-template <int N>
+// kBf16 (v4): CB is stored as bf16 (p.CB then points at bf16 [chunks, G, Q, Q]), same layout.
+template <int N, bool kBf16 = false>
 __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p) {
   constexpr int ldn = N + kV2Pad, nv = N / 8;
   const int ntri = (p.Q / kV2J) * (p.Q / kV2J + 1) / 2;
@@ -1210,14 +1214,270 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   }
   // Accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column nb·8 + (lane%4)·2 +
   // e&1.
-  float* out = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  const int64_t base = (static_cast<int64_t>(c) * in.G + g) * Q * Q;
   const int ia = i0 + warp * 16 + lane / 4;
 #pragma unroll
   for (int nb = 0; nb < 8; ++nb) {
     const int j = j0 + nb * 8 + (lane % 4) * 2;
-    *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
-    *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
+    if constexpr (kBf16) {
+      bf16* out = reinterpret_cast<bf16*>(p.CB) + base;
+      *reinterpret_cast<__nv_bfloat162*>(out + ia * Q + j) =
+          __floats2bfloat162_rn(s[nb][0], s[nb][1]);
+      *reinterpret_cast<__nv_bfloat162*>(out + (ia + 8) * Q + j) =
+          __floats2bfloat162_rn(s[nb][2], s[nb][3]);
+    } else {
+      float* out = p.CB + base;
+      *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
+      *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
+    }
   }
+}
+
+// ---- v4: the output kernel over head slices -------------------------------------------------
+// v4_out<N>: grid (G · slices · Q/64, max_chunks), slices = ceil((H/G) / kV4Heads), 128 threads
+// (4 warps × 16 rows i, the fragment layout of v3_out). One block owns row tile ti of chunk c for
+// up to kV4Heads heads of group g, which share the C rows and the C·Bᵀ row block: both are loaded
+// once (cp.async) and stay in shared memory while the block walks its heads. The per-head data
+// flow through a ring of kV4Depth shared-memory slots as a sequence of units, per head k:
+//   unit 0:        S_enter [64 p][N] (bf16) of head k, and its cs, dt' rows (into cs_buf[k % 2])
+//   unit 1 + jt:   x tile jt (tokens [64·jt, +64), zero rows past the tile's last row i), jt ≤ ti
+// Step u: wait for unit u (cp.async.wait_group kV4Depth - 2), one barrier (every warp is done
+// with unit u - 1), issue unit u + kV4Depth - 1 into unit u - 1's slot, compute unit u:
+//   unit 0:   acc = exp(cs_i)·C_i·S_enterᵀ
+//   unit 1+jt: s = C·Bᵀ tile jt from shared memory ⊙ exp(cs_i − cs_j)·dt'_j (j ≤ i < L), rounded
+//             to bf16 as the A fragments of acc += s·X_jt; at jt = ti the epilogue of head k
+//             (+ D·x, · silu(z), bf16 pairs).
+// cs_buf[k % 2] is rewritten by head k + 2's unit 0, issued kV4Depth - 1 = 2 steps before it,
+// i.e. after head k's last unit (k has ≥ 2 units). C·Bᵀ is the bf16 workspace of v3_cb<N, true>.
+constexpr int kV4Heads = 8;  // heads of one group per block
+constexpr int kV4Depth = 3;  // ring slots: unit u + 2 loads while unit u computes
+constexpr int kV4Threads = 128;
+
+// Byte offsets of v4_out's dynamic shared memory: C [64][N + 8] bf16 | C·Bᵀ [64][Q + 8] bf16 |
+// ring kV4Depth × max(S_enter [64][N + 8], x [64][P + 8]) bf16 | cs, dt' [2 heads][2][256] f32.
+struct V4Smem {
+  int ldn, ldcb, slot;
+  int cb, ring, cs, total;
+};
+__host__ __device__ inline V4Smem v4_smem(int N, int Q) {
+  V4Smem m;
+  m.ldn = N + kV2Pad;
+  m.ldcb = Q + kV2Pad;
+  const int s_bytes = 2 * kV2J * m.ldn, x_bytes = 2 * kV2J * (kV2P + kV2Pad);
+  m.slot = s_bytes > x_bytes ? s_bytes : x_bytes;
+  m.cb = 2 * kV2J * m.ldn;
+  m.ring = m.cb + 2 * kV2J * m.ldcb;
+  m.cs = m.ring + kV4Depth * m.slot;
+  m.total = m.cs + 4 * 2 * 2 * 256;
+  return m;
+}
+
+// Shared memory at Q 256: N 128 105 KiB (2 blocks per SM), N 64 73 KiB, N 256 169 KiB (1 block).
+// Registers: at a 128 cap (4 blocks) the head loop spilled ~500 bytes; at 2 blocks ptxas takes
+// 255 with no spills (N 256, 1 block: 255, none with the inter product unrolled by 2), so 2 blocks
+// (8 warps) per SM at N 64 / 128. The epilogue's z gate uses the fast exp and division (the
+// accurate ones made the loop spill); y is bf16, whose rounding dominates their ~2 ulp.
+template <int N>
+__global__ void __launch_bounds__(kV4Threads, N == 256 ? 1 : 2)
+    v4_out_kernel(const ScanParams p, const bf16* Se) {
+  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, nt = Q / kV2J, hpg = in.H / in.G;
+  const int slices = (hpg + kV4Heads - 1) / kV4Heads;
+  const int ti = nt - 1 - static_cast<int>(blockIdx.x) % nt;  // the longest rows first
+  const int gs = static_cast<int>(blockIdx.x) / nt, g = gs / slices;
+  const int h0 = g * hpg + (gs % slices) * kV4Heads;  // heads h0 .. h0 + nh - 1, all in group g
+  const int nh = min(kV4Heads, (g + 1) * hpg - h0);
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const int L = loc.L, rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int k = 0; k < nh; ++k)
+      for (int o = tid; o < rows * kV2P; o += kV4Threads)
+        in.store_y(loc.t0 + i0 + o / kV2P, h0 + k, o % kV2P, 0.0f);
+    return;
+  }
+  const V4Smem m = v4_smem(N, Q);
+  const int ldcb = m.ldcb;
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);          // [64 i][ldn]: C rows i0..
+  bf16* CBs = reinterpret_cast<bf16*>(v2_smem + m.cb);  // [64 i][ldcb]: C·Bᵀ rows i0.., j < jmax
+  unsigned char* ring = v2_smem + m.ring;
+  float* cs_buf = reinterpret_cast<float*>(v2_smem + m.cs);  // [2][cs 256 | dt' 256]
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  const bf16* CBg =
+      reinterpret_cast<const bf16*>(p.CB) + (static_cast<int64_t>(c) * in.G + g) * Q * Q + i0 * Q;
+  const int ups = ti + 2, units = nh * ups;  // units per head, in all
+
+  // Resident tiles (they join unit 0's commit group): C rows i0.. (zeros past L), and C·Bᵀ rows
+  // i0.., columns j < (ti + 1)·64 (v3_cb wrote every tile jt ≤ ti whole, zeros past L).
+  for (int e = tid; e < kV2J * nv; e += kV4Threads) {
+    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
+    const bool ok = i < L;
+    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
+               ok ? 16 : 0);
+  }
+  const int cbv = (ti + 1) * kV2J / 8;  // 16-byte pieces per C·Bᵀ row
+  for (int e = tid; e < kV2J * cbv; e += kV4Threads) {
+    const int r = e / cbv, j8 = (e % cbv) * 8;
+    cp_async16(CBs + r * ldcb + j8, CBg + r * Q + j8);
+  }
+  // Unit u into ring slot u % kV4Depth; one commit group per call (empty past the last unit).
+  auto issue = [&](int u) {
+    if (u < units) {
+      const int k = u / ups, part = u % ups, h = h0 + k;
+      const int64_t row = static_cast<int64_t>(c) * in.H + h;
+      bf16* dst = reinterpret_cast<bf16*>(ring + (u % kV4Depth) * m.slot);
+      if (part == 0) {
+        const bf16* src = Se + row * kV2P * N;
+#pragma unroll 1
+        for (int e = tid; e < kV2P * nv; e += kV4Threads) {
+          const int r = e / nv, n8 = (e % nv) * 8;
+          cp_async16(dst + r * ldn + n8, src + r * N + n8);
+        }
+        // cs, dt' for j < jmax (4 floats a copy, the last one partial; zeros after).
+        float* cs_d = cs_buf + (k % 2) * 512;
+#pragma unroll 1
+        for (int e = tid; e < 2 * (Q / 4); e += kV4Threads) {
+          const int which = e / (Q / 4), j = (e % (Q / 4)) * 4;
+          const int bytes = 4 * max(0, min(4, jmax - j));
+          cp_async16(cs_d + which * 256 + j, (which ? p.dts : p.css) + row * Q + j, bytes);
+        }
+      } else {
+        const int j0 = (part - 1) * kV2J;
+#pragma unroll 1
+        for (int e = tid; e < kV2J * kV2P / 8; e += kV4Threads) {
+          const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
+          const bool ok = j < jmax;
+          cp_async16(dst + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
+                     ok ? 16 : 0);
+        }
+      }
+    }
+    cp_commit();
+  };
+#pragma unroll
+  for (int u = 0; u < kV4Depth - 1; ++u) issue(u);
+
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;                // this lane's rows
+  const bf16* cb_lane = CBs + (warp * 16 + lane / 4) * ldcb + (lane % 4) * 2;
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+  const bf16* Z = static_cast<const bf16*>(in.z.p);  // null or bf16 pairs (scan_v4_supports)
+  // Step u: unit u (and, at u = 0, the resident tiles) landed for every thread, every warp is
+  // done with unit u - 1's slot; unit u + kV4Depth - 1 goes into that slot. Returns unit u's slot.
+  int u = 0;
+  auto step = [&]() {
+    cp_wait<kV4Depth - 2>();
+    __syncthreads();
+    issue(u + kV4Depth - 1);
+    const bf16* buf = reinterpret_cast<const bf16*>(ring + (u % kV4Depth) * m.slot);
+    ++u;
+    return buf;
+  };
+#pragma unroll 1
+  for (int k = 0; k < nh; ++k) {
+    const int h = h0 + k;
+    const float* cs_s = cs_buf + (k % 2) * 512;
+    const float* dt_s = cs_s + 256;
+    float acc[8][4] = {};
+    {  // unit 0, inter-chunk: acc[i][p] = exp(cs_i)·Σ_n C_i[n]·S_enter[p, n]
+      const bf16* Ss = step();
+#pragma unroll 2
+      for (int k0 = 0; k0 < N; k0 += 16) {
+        uint32_t a[4];
+        ldmatrix_x4(a, Cs + a_off + k0);
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    const float cs_a = ia < L ? cs_s[ia] : 0.0f, cs_b = ib < L ? cs_s[ib] : 0.0f;
+    {
+      const float da = ia < L ? __expf(cs_a) : 0.0f, db = ib < L ? __expf(cs_b) : 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        acc[nb][0] *= da, acc[nb][1] *= da;
+        acc[nb][2] *= db, acc[nb][3] *= db;
+      }
+    }
+    // Units 1 + jt, intra-chunk: s = C·Bᵀ ⊙ exp(cs_i − cs_j)·dt'_j for j ≤ i < L, else 0; then
+    // acc += s·X_jt.
+#pragma unroll 1
+    for (int jt = 0; jt <= ti; ++jt) {
+      const bf16* Xs = step();
+      const int j0 = jt * kV2J;
+      const bool diag = jt == ti;
+      float s[8][4];
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 lo =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(cb_lane + j0 + nb * 8));
+        const float2 hi = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(cb_lane + 8 * ldcb + j0 + nb * 8));
+        s[nb][0] = lo.x, s[nb][1] = lo.y, s[nb][2] = hi.x, s[nb][3] = hi.y;
+      }
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + nb * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? ia : ib;
+          const float cs_i = e < 2 ? cs_a : cs_b;
+          s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
+        }
+      }
+      // The accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt; on the
+      // diagonal tile warp w's rows need only k16 blocks kt ≤ w.
+#pragma unroll
+      for (int kt = 0; kt < kV2J / 16; ++kt) {
+        if (!diag || kt <= warp) {
+          const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                                 pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                                 pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                                 pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+          for (int nb = 0; nb < 8; nb += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+            mma_bf16(acc[nb], a, b[0], b[1]);
+            mma_bf16(acc[nb + 1], a, b[2], b[3]);
+          }
+        }
+      }
+    }
+    // Head h done: y = (acc + D·x)·silu(z), two adjacent p per store.
+    const float D_h = in.D_skip(h);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = half ? ib : ia;
+      if (i >= L) continue;
+      const int64_t t = loc.t0 + i;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int pp = nb * 8 + (lane % 4) * 2;
+        const float2 xv = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(X + t * in.x.s0 + h * in.x.s1 + pp));
+        float v0 = acc[nb][2 * half] + D_h * xv.x, v1 = acc[nb][2 * half + 1] + D_h * xv.y;
+        if (Z != nullptr) {  // SsmIn::finish's gate from a bf16 pair, fast exp and division
+          const float2 zv = __bfloat1622float2(
+              *reinterpret_cast<const __nv_bfloat162*>(Z + t * in.z.s0 + h * in.z.s1 + pp));
+          v0 *= __fdividef(zv.x, 1.0f + __expf(-zv.x));
+          v1 *= __fdividef(zv.y, 1.0f + __expf(-zv.y));
+        }
+        *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
+            __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+  cp_wait<0>();  // no copy outlives the block (the last groups are empty)
 }
 
 // ---- host side -----------------------------------------------------------------------------
@@ -1354,7 +1614,7 @@ void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_tiled_run(a, ctx, true);
 }
 
-// ---- v2 / v3 host side -----------------------------------------------------------------------
+// ---- v2 / v3 / v4 host side --------------------------------------------------------------------
 
 bool env_on(const char* name) {  // set, non-empty and not "0"
   const char* v = std::getenv(name);
@@ -1443,18 +1703,36 @@ Reason scan_v3_supports(const SsmChunkScan& a) {
   return scan_v2_supports(a);
 }
 
-void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
+// v4 = v3 with C·Bᵀ stored as bf16 and v4_out_kernel<N> (head slices sharing the C and C·Bᵀ
+// tiles). HYBRID_SSM_CHUNK_V4=0 turns it off (v3 runs).
+Reason scan_v4_supports(const SsmChunkScan& a) {
+  const char* v = std::getenv("HYBRID_SSM_CHUNK_V4");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V4=0");
+  if (Reason r = scan_v2_supports(a)) return r;
+  if (a.z.defined() && (a.z.dtype() != DType::bf16 || !rows16(a.z) || a.z.stride(2) != 1))
+    return std::string("z must be bf16 with 16-byte aligned, contiguous rows (read as pairs)");
+  const int64_t N = a.B.size(2), Q = a.chunk_size;
+  const int smem = v4_smem(static_cast<int>(N), static_cast<int>(Q)).total;
+  if (smem > 227 * 1024)
+    return str("N=", N, ", Q=", Q, ": v4_out needs ", smem, " bytes of shared memory (> 227 KiB)");
+  return {};
+}
+
+// ver 2 (cuda_v2), 3 (cuda_v3) or 4 (cuda_v4); see the kernels' comments for what each adds.
+void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
+  const bool v3 = ver >= 3, v4 = ver >= 4;
   const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
   const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
   if (seqs == 0) return;
   const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
   const int64_t G = a.B.size(1);
-  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16) | v3: CB (f32).
+  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16) | v3: CB (f32; v4: bf16).
   const size_t off_b = align_up(sizeof(int) * (seqs + 1));
   const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
   const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
   const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
-  const size_t cb_b = v3 ? align_up(sizeof(float) * max_chunks * G * Q * Q) : 0;
+  const size_t cb_elem = v4 ? sizeof(bf16) : sizeof(float);
+  const size_t cb_b = v3 ? align_up(cb_elem * max_chunks * G * Q * Q) : 0;
   char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b));
   ScanParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
@@ -1475,7 +1753,10 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
-  StageTimer timer(ctx, stream, v3 ? "ssm_chunk_scan.cuda_v3" : "ssm_chunk_scan.cuda_v2");
+  StageTimer timer(ctx, stream,
+                   v4   ? "ssm_chunk_scan.cuda_v4"
+                   : v3 ? "ssm_chunk_scan.cuda_v3"
+                        : "ssm_chunk_scan.cuda_v2");
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
@@ -1522,13 +1803,41 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
       kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
-    if (N == 64)
+    if (v4 && N == 64)
+      cb(v3_cb_kernel<64, true>);
+    else if (v4 && N == 128)
+      cb(v3_cb_kernel<128, true>);
+    else if (v4)
+      cb(v3_cb_kernel<256, true>);
+    else if (N == 64)
       cb(v3_cb_kernel<64>);
     else if (N == 128)
       cb(v3_cb_kernel<128>);
     else
       cb(v3_cb_kernel<256>);
     timer.mark("cb");
+  }
+  if (v4) {  // head slices of kV4Heads heads of one group × row tiles, per chunk
+    const int64_t slices = (H / G + kV4Heads - 1) / kV4Heads;
+    const dim3 grid(static_cast<unsigned>(G * slices * (Q / kV2J)), mc);
+    const size_t smem =
+        static_cast<size_t>(v4_smem(static_cast<int>(N), static_cast<int>(Q)).total);
+    auto out4 = [&](auto kernel) {
+      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+      kernel<<<grid, kV4Threads, smem, stream>>>(p, Se);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (N == 64)
+      out4(v4_out_kernel<64>);
+    else if (N == 128)
+      out4(v4_out_kernel<128>);
+    else
+      out4(v4_out_kernel<256>);
+    timer.mark("out");
+    timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
+                     " chunks<=", max_chunks));
+    return;
   }
   const size_t out_smem = v3 ? v3_out_smem(static_cast<int>(N)) : v2_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
@@ -1552,10 +1861,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
 }
 
 void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, false);
+  scan_v2_run(a, ctx, 2);
 }
 void scan_v3_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, true);
+  scan_v2_run(a, ctx, 3);
+}
+void scan_v4_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_v2_run(a, ctx, 4);
 }
 
 }  // namespace
@@ -1570,6 +1882,8 @@ void register_ssm_chunk(Registry& r) {
                       scan_v2_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 4, scan_v3_supports,
                       scan_v3_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v4", DeviceType::cuda, 5, scan_v4_supports,
+                      scan_v4_cuda);
 }
 
 }  // namespace hybrid::cuda
