@@ -31,10 +31,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hybrid_py  # noqa: E402
 
 FLUSH = None
+FLUSH_BY_WRITE = False
 
 
 def flush_l2():
-    FLUSH.zero_()
+    """Evicts L2 before a timed replay by reading 256 MB (L2 left clean: the timed op pays for no
+    write-back of the flush's own bytes); --flush write zeroes it instead, as triton's do_bench
+    does, which leaves up to 50 MB of dirty lines for the timed op to write back."""
+    if FLUSH_BY_WRITE:
+        FLUSH.zero_()
+    else:
+        FLUSH.view(torch.int32).max()
 
 
 def time_graph(fn, reps=50):
@@ -388,7 +395,7 @@ def attn_prefill(hy, _):
 
 
 def main():
-    global FLUSH
+    global FLUSH, FLUSH_BY_WRITE
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="build-cuda/libhybrid_c.so")
     p.add_argument("--only", default="gdn_decode,gdn_prefill",
@@ -396,9 +403,12 @@ def main():
                         "ssm_prefill, ssm_decode")
     p.add_argument("--mamba-src", default=None,
                    help="source folder of state-spaces/mamba (for ssm_prefill / ssm_decode)")
+    p.add_argument("--flush", choices=["read", "write"], default="read",
+                   help="how L2 is flushed before each timed replay (see flush_l2)")
     args = p.parse_args()
     torch.manual_seed(0)
-    FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    FLUSH = torch.zeros(256 << 20, dtype=torch.uint8, device="cuda")
+    FLUSH_BY_WRITE = args.flush == "write"
     hy = hybrid_py.Hybrid(args.lib, "cuda:0")
     try:
         import fla  # noqa: F401
@@ -414,7 +424,7 @@ def main():
             mamba = load_mamba(args.mamba_src)
         except ImportError as e:
             print(f"mamba_ssm's Triton kernels not importable ({e}): Mamba-2 comparisons skipped")
-    print(f"# compare_peers on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"# compare_peers on {torch.cuda.get_device_name()}, torch {torch.__version__}, L2 flush by {args.flush}")
     runs = {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
             "attn_prefill": attn_prefill, "ssm_prefill": ssm_prefill, "ssm_decode": ssm_decode}
     for name in args.only.split(","):

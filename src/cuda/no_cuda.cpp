@@ -46,6 +46,9 @@ void blas_destroy(void*) noexcept {}
 void memset_async(void*, int, size_t, void*) {
   no_cuda("device memset");
 }
+void l2_flush_clean(void*, size_t, void*) {
+  no_cuda("L2 flush");
+}
 void graph_capture_begin(void*) {
   no_cuda("graph capture");
 }

@@ -448,6 +448,8 @@ int run_perf(const PerfOptions& opt) {
   ctx.set_log_level(opt.run.log_level);
   double copy_gbps = 0, gemm_tflops = 0;
   Buffer l2_flush;
+  const char* flush_env = std::getenv("HYBRID_PERF_FLUSH");
+  const bool flush_by_write = flush_env && std::string(flush_env) == "write";
   if (cuda) {
     char name[256];
     cuda_api::device_name(0, name, sizeof name);
@@ -457,8 +459,14 @@ int run_perf(const PerfOptions& opt) {
         "device %s: copy ceiling %.0f GB/s (read + write), bf16 GEMM ceiling %.0f TFLOP/s\n", name,
         copy_gbps, gemm_tflops);
     l2_flush = Buffer(dev, size_t(256) << 20);  // > the 50 MB L2 of an H100/H200
+    cuda_api::memset_async(l2_flush.data(), 0, l2_flush.bytes(), ctx.stream());
+    std::printf("L2 flush before each rep: %s\n",
+                flush_by_write ? "256 MB memset (HYBRID_PERF_FLUSH=write: leaves L2 dirty)"
+                               : "256 MB read (L2 left clean)");
   }
-  // CUDA timing: each rep flushes L2 (a 256 MB memset), records event a, replays a CUDA graph
+  // CUDA timing: each rep flushes L2 (reads 256 MB, so L2 holds none of the op's data and no
+  // dirty lines: cuda_api::l2_flush_clean says why; HYBRID_PERF_FLUSH=write flushes with a memset
+  // as triton's do_bench does), records event a, replays a CUDA graph
   // holding the op's launches (captured once after the warm-up), records event b: GPU time per
   // call as the engine's captured decode step sees it, without the host launch latency. An op
   // whose capture fails (it allocates or synchronizes) is timed eager (plain launches between the
@@ -505,8 +513,11 @@ int run_perf(const PerfOptions& opt) {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
                  opt.min_seconds) {
         if (cuda) {
-          cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff),
-                                 l2_flush.bytes(), ctx.stream());
+          if (flush_by_write)
+            cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff),
+                                   l2_flush.bytes(), ctx.stream());
+          else
+            cuda_api::l2_flush_clean(l2_flush.data(), l2_flush.bytes(), ctx.stream());
           cuda_api::event_record(e0, ctx.stream());
           if (graph)
             cuda_api::graph_launch(graph, ctx.stream());
