@@ -26,6 +26,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/attention_common.cuh"
 #include "cuda/common.cuh"
@@ -276,9 +278,14 @@ __global__ void attn_merge_kernel(const AttnParams p, int D) {
 // and 8 shared partials; then thread (lane c, warp j) sums the splits s ≡ j (mod 8) of column c,
 // every load independent of the others (an empty split, weight 0, is dropped by a select: its o_s
 // may be unwritten), and warp 0 adds the 8 partial sums in a fixed order (deterministic).
+// kAfterPrimary (v4): launched with programmatic stream serialisation while the decode kernel
+// runs; griddepcontrol.wait holds the block until that grid has completed and its partials are
+// visible.
 constexpr int kMergeCols = 32, kMergeWarps = 8, kMergeThreads = kMergeCols * kMergeWarps;
 static_assert(kMergeThreads >= kMaxSplits, "one split per thread for (m, l)");
+template <bool kAfterPrimary>
 __global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const AttnParams p, int D) {
+  if constexpr (kAfterPrimary) grid_dependency_wait();
   __shared__ float w_s[kMaxSplits];
   __shared__ float red_s[2][kMergeWarps];
   __shared__ float o_s[kMergeWarps][kMergeCols];
@@ -353,12 +360,25 @@ constexpr size_t tc_smem_bytes() {
   return (static_cast<size_t>(kTcRows) * D + static_cast<size_t>(kTcStages<D>) * 2 * kTcBN * D) * 2;
 }
 
-// kQAsync (attn_decode.cuda_tc2): Q arrives by 16-byte cp.async (q 16-byte aligned, checked by
-// tc2_query_reason), issued before seq_lens is read and committed with the first tile, so the
-// block's prologue is three round trips (seq_lens, page table, data). Without it (cuda_tc) Q is
+// kVer 3 (attn_decode.cuda_tc2) and 4: Q arrives by 16-byte cp.async (q 16-byte aligned, checked
+// by tc2_query_reason), issued before seq_lens is read and committed with the first tile, so the
+// block's prologue is three round trips (seq_lens, page table, data). kVer 2 (cuda_tc): Q is
 // loaded element by element through load_any, whose dtype branches serialise the loads.
-template <int D, class C, bool kQAsync>
+// kVer 4 (attn_decode.cuda_tc3) adds:
+//  - K/V copies with an L2 evict-first policy: each K/V row is read once per call, so its lines
+//    should be the victims of the next fills, not lines that other data (e.g. a previous kernel's
+//    dirty output, which costs a write-back per evicted line) holds in L2;
+//  - the page-table entries of tile i + S − 1 loaded one tile ahead (a register per lookup lane),
+//    so issuing a tile's copies never waits on a page-table round trip; the prologue loads the
+//    entries of its S − 1 tiles before issuing any copy (one round trip, not S − 1);
+//  - an L2 prefetch of the sequence's page-table row at the start, spread over the splits, so the
+//    first lookups (issued once seq_lens has arrived) hit L2;
+//  - griddepcontrol.launch_dependents at the start, so the merge kernel (launched with
+//    programmatic stream serialisation) is resident and waiting when the last block exits.
+template <int D, class C, int kVer>
 __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams p) {
+  constexpr bool kQAsync = kVer >= 3;
+  constexpr bool kV4 = kVer >= 4;
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int BN = kTcBN, S = kTcStages<D>, OS = kTcOStride<D>;
   static_assert((BN * CH) % kTcThreads == 0, "whole tile loads per thread");
@@ -375,6 +395,17 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
   const int h0 = hk * p.group + hc * kTcRows;
   const int gc = min(kTcRows, p.group - hc * kTcRows);
   const int n = blockIdx.z;
+
+  if constexpr (kV4) {
+    grid_dependents_launch();
+    // Lines c = split, split + splits, ... (< 8 per block) of the page-table row [max_pages]: the
+    // splits of this (sequence, head chunk) together touch 8 · splits lines (32 entries each at
+    // unit stride), the whole row when max_pages <= 256 · splits.
+    if (tid < 8) {
+      const int col = (split + tid * p.splits) * 32;
+      if (col < p.pt.max_pages) prefetch_l2(p.pt.p + n * p.pt.s0 + col * p.pt.s1);
+    }
+  }
 
   if constexpr (kQAsync) {
     // Q of the chunk's heads, rows past gc zero-filled; joins the first tile's commit group.
@@ -424,22 +455,12 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
   constexpr int RPI = 32 / CH;                 // rows per warp per step: 1, 2, 4
   constexpr int STEPS = BN * CH / kTcThreads;  // 16, 8, 4
   static_assert(CH <= 32 && STEPS * RPI == 16, "16 rows per warp per tile");
-  auto load_tile = [&](int i) {
+  // The tile row whose page lane (< 16) of this warp looks up.
+  const int look_row = (warp * 32 + ((lane % 16) / RPI) * kTcThreads) / CH + lane % RPI;
+  // Copies of tile i from the lookup lanes' element offsets (k_off −1: key absent).
+  auto issue_tile = [&](int i, int k_off, int v_off, uint64_t policy) {
     C* ks = kv_s + (i % S) * 2 * BN * D;
     C* vs = ks + BN * D;
-    const int j0 = k_begin + i * BN;
-    int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
-    if (lane < 16) {
-      const int r = (warp * 32 + (lane / RPI) * kTcThreads) / CH + lane % RPI;
-      const int j = j0 + r;
-      if (j < k_end) {
-        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-        if (kv.x >= 0) {
-          k_off = static_cast<int>(p.k.offset(kv.x, kv.y, hk));
-          v_off = static_cast<int>(p.v.offset(kv.x, kv.y, hk));
-        }
-      }
-    }
 #pragma unroll
     for (int it = 0; it < STEPS; ++it) {
       const int src = it * RPI + lane / CH;  // the lane that looked up this step's row
@@ -448,10 +469,51 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       const int c = tid + it * kTcThreads;
       const int r = c / CH, ch = c % CH;
       const bool ok = ko >= 0;
-      cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : 0), ok ? 16 : 0);
-      cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : 0), ok ? 16 : 0);
+      if constexpr (kV4) {
+        cp_async16_hint(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : 0), ok ? 16 : 0, policy);
+        cp_async16_hint(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : 0), ok ? 16 : 0, policy);
+      } else {
+        cp_async16(ks + swz<D>(r, ch), kbase + (ok ? ko + ch * 8 : 0), ok ? 16 : 0);
+        cp_async16(vs + swz<D>(r, ch), vbase + (ok ? vo + ch * 8 : 0), ok ? 16 : 0);
+      }
       if (ch == 0) ok_s[i % S][r] = ok;
     }
+  };
+  auto load_tile = [&](int i) {
+    const int j0 = k_begin + i * BN;
+    int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
+    if (lane < 16) {
+      const int j = j0 + look_row;
+      if (j < k_end) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0) {
+          k_off = static_cast<int>(p.k.offset(kv.x, kv.y, hk));
+          v_off = static_cast<int>(p.v.offset(kv.x, kv.y, hk));
+        }
+      }
+    }
+    issue_tile(i, k_off, v_off, 0);
+  };
+  // v4: the raw page-table entry of lane (< 16)'s row of tile i (−1: past the split or the table
+  // row; range-checked in issue_looked_up, as PageTable::locate does), loaded a tile ahead.
+  auto look_up = [&](int i) {
+    int page = -1;
+    const int j = k_begin + i * BN + look_row;
+    if (lane < 16 && i < ntiles && j < k_end) {
+      const int col = j / p.k.page_size;
+      if (col < p.pt.max_pages) page = p.pt.p[n * p.pt.s0 + col * p.pt.s1];
+    }
+    return page;
+  };
+  auto issue_looked_up = [&](int i, int page, uint64_t policy) {
+    int k_off = -1, v_off = 0;
+    if (page >= 0 && page < p.k.num_pages) {  // only lookup lanes hold a page
+      const int j = k_begin + i * BN + look_row;
+      const int row = j - (j / p.k.page_size) * p.k.page_size;
+      k_off = static_cast<int>(p.k.offset(page, row, hk));
+      v_off = static_cast<int>(p.v.offset(page, row, hk));
+    }
+    issue_tile(i, k_off, v_off, policy);
   };
 
   if constexpr (!kQAsync) {
@@ -462,10 +524,25 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
     }
   }
+  uint64_t policy = 0;
+  int page_next = -1;  // v4: lane's page-table entry for tile i + S − 1, loaded during tile i − 1
+  if constexpr (kV4) {
+    policy = l2_evict_first_policy();
+    int pages[S - 1];
 #pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    if (i < ntiles) load_tile(i);
-    cp_commit();
+    for (int i = 0; i < S - 1; ++i) pages[i] = look_up(i);  // all loads before any copy
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i < ntiles) issue_looked_up(i, pages[i], policy);
+      cp_commit();
+    }
+    page_next = look_up(S - 1);
+  } else {
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i < ntiles) load_tile(i);
+      cp_commit();
+    }
   }
 
   float o[D / 8][4];
@@ -477,8 +554,14 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
   for (int i = 0; i < ntiles; ++i) {
     cp_wait<S - 2>();  // tile i landed (this thread's copies) ...
     __syncthreads();   // ... everyone's; and every warp is done with tile i − 1's stage
-    if (i + S - 1 < ntiles) load_tile(i + S - 1);
-    cp_commit();
+    if constexpr (kV4) {
+      if (i + S - 1 < ntiles) issue_looked_up(i + S - 1, page_next, policy);
+      cp_commit();
+      page_next = look_up(i + S);  // used by the next tile's issue: its latency hides behind this
+    } else {
+      if (i + S - 1 < ntiles) load_tile(i + S - 1);
+      cp_commit();
+    }
     const int st = i % S;
     const C* ks = kv_s + st * 2 * BN * D;
     const C* vs = ks + BN * D;
@@ -735,30 +818,53 @@ void launch_attn_d(const AttnParams& p, DType cache, cudaStream_t st) {
   });
 }
 
-template <int D, class C, bool kQAsync>
+template <int D, class C, int kVer>
 void launch_tc_d(const AttnParams& p, cudaStream_t st) {
   constexpr size_t smem = tc_smem_bytes<D>();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, C, kQAsync>,
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, C, kVer>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
   const dim3 grid(p.splits, p.Hkv * p.hchunks, p.N);
-  decode_tc_kernel<D, C, kQAsync><<<grid, kTcThreads, smem, st>>>(p);
+  decode_tc_kernel<D, C, kVer><<<grid, kTcThreads, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-template <int D, bool kQAsync>
+template <int D, int kVer>
 void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
   if (cache == DType::f16)
-    launch_tc_d<D, __half, kQAsync>(p, st);
+    launch_tc_d<D, __half, kVer>(p, st);
   else
-    launch_tc_d<D, __nv_bfloat16, kQAsync>(p, st);
+    launch_tc_d<D, __nv_bfloat16, kVer>(p, st);
+}
+
+// The v4 merge: attn_merge_wide_kernel<true> launched with programmatic stream serialisation (it
+// may start while decode_tc_kernel<.., 4> runs and waits for it in griddepcontrol.wait), or as a
+// plain launch with HYBRID_ATTN_DECODE_PDL=0.
+void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
+  static const bool pdl = [] {
+    const char* v = std::getenv("HYBRID_ATTN_DECODE_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
+  cfg.blockDim = dim3(kMergeThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
 }
 
 // Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
 // the tensor-core decode_tc_kernel (decode rows only) with element-wise Q loads and the narrow
 // merge (v2, attn_decode.cuda_tc), or with cp.async Q and the wide merge (v3,
 // attn_decode.cuda_tc2; q 16-byte aligned).
-enum class Core { cuda_core, tensor_core, tensor_core_v3 };
+// attn_decode.cuda_tc3: v3 plus evict-first K/V copies, page lookups a tile ahead, the
+// page-table prefetch and the programmatic (early) launch of the merge.
+enum class Core { cuda_core, tensor_core, tensor_core_v3, tensor_core_v4 };
 
 // Fills the fields shared by every attention launch and picks the split count from the shapes
 // (keys_max: the page-table capacity, or the window; the real lengths live on the device, so the
@@ -814,10 +920,13 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
     constexpr int kD = decltype(d)::value;
     switch (core) {
       case Core::tensor_core:
-        launch_tc_dtype<kD, false>(p, cache, st);
+        launch_tc_dtype<kD, 2>(p, cache, st);
         break;
       case Core::tensor_core_v3:
-        launch_tc_dtype<kD, true>(p, cache, st);
+        launch_tc_dtype<kD, 3>(p, cache, st);
+        break;
+      case Core::tensor_core_v4:
+        launch_tc_dtype<kD, 4>(p, cache, st);
         break;
       default:
         launch_attn_d<kD>(p, cache, st);
@@ -836,9 +945,11 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
       break;
   }
   if (p.splits > 1) {
-    if (core == Core::tensor_core_v3) {
+    if (core == Core::tensor_core_v4) {
+      launch_merge_v4(p, D, st);
+    } else if (core == Core::tensor_core_v3) {
       const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
-      attn_merge_wide_kernel<<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
+      attn_merge_wide_kernel<false><<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
     } else {
       attn_merge_kernel<<<p.rows * p.Hq, static_cast<int>(D), 0, st>>>(p, static_cast<int>(D));
     }
@@ -944,6 +1055,25 @@ void decode_tc2_cuda(const AttnDecode& a, Context& ctx) {
   decode_with(a, Core::tensor_core_v3, ctx);
 }
 
+// v4 (attn_decode.cuda_tc3) is on unless HYBRID_ATTN_DECODE_V4=0 (then v3 serves attn_decode and
+// the fused op, so both can be tested and timed from one build).
+bool decode_v4_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_ATTN_DECODE_V4");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+Reason decode_tc3_supports(const AttnDecode& a) {
+  if (!decode_v4_enabled()) return std::string("HYBRID_ATTN_DECODE_V4=0");
+  return decode_tc2_supports(a);
+}
+
+void decode_tc3_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core_v4, ctx);
+}
+
 Reason prefill_simple_supports(const AttnPrefill& a) {
   return dims_supported(a.q.size(2), a.k_cache);
 }
@@ -974,11 +1104,14 @@ void fused_cuda(const RopeKvAppendAttnDecode& a, Context& ctx) {
   p.N = N;
   // The rotated q (q's dtype, in the 256-byte aligned workspace with rows of Hq · D elements, so
   // 16-byte aligned for D in {64, 128, 256}) feeds the tensor-core decode core when it can take
-  // it: v3 (attn_decode.cuda_tc2's), or v2 with kFusedDecodeV3 = false.
+  // it: v4 (attn_decode.cuda_tc3's; v3 with HYBRID_ATTN_DECODE_V4=0), or v2 with
+  // kFusedDecodeV3 = false.
   constexpr bool kFusedDecodeV3 = true;
   const Core core = tc_decode_reason(a.q.dtype(), N, a.k_cache, a.v_cache)
                         ? Core::cuda_core
-                        : (kFusedDecodeV3 ? Core::tensor_core_v3 : Core::tensor_core);
+                        : (!kFusedDecodeV3       ? Core::tensor_core
+                           : decode_v4_enabled() ? Core::tensor_core_v4
+                                                 : Core::tensor_core_v3);
   plan_attention(p, a.k_cache, a.v_cache, a.page_table, D, a.window, a.scale, core);
   // One workspace request: q_rot [N, Hq, D] (q's dtype) then the split partials.
   const size_t qrot_bytes =
@@ -1014,6 +1147,8 @@ void register_attention_prefill_tc(Registry& r);
 void register_attention(Registry& r) {
   using namespace attn;
   r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc3", DeviceType::cuda, 30, decode_tc3_supports,
+                    decode_tc3_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc2", DeviceType::cuda, 20, decode_tc2_supports,
                     decode_tc2_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc", DeviceType::cuda, 10, decode_tc_supports,

@@ -8,6 +8,10 @@
 //   ldmatrix_x4[_trans](r, p)   four 8×8 b16 matrices from shared memory; lanes 8m..8m+7 give the
 //                               row addresses of matrix m (.trans: each matrix transposed).
 //   mma_bf16 / mma_f16 / mma16  c[4] += a[4]·b[2]: m16n8k16, f32 accumulate (PTX fragment layout).
+//   grid_dependents_launch()    programmatic dependent launch (sm_90): lets the next kernel of the
+//   grid_dependency_wait()      stream, launched with the programmatic-serialization attribute,
+//                               start early; its wait returns once this grid has completed and its
+//                               writes are visible (both no-ops without such a launch).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,12 +31,42 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
                "r"(src_bytes)
                : "memory");
 }
+// The same with an L2 cache policy (l2_evict_first_policy()): for data read once, so that its
+// lines are the first victims of later fills instead of lines other kernels still hold (e.g. the
+// dirty lines a previous kernel left in L2, which would cost a write-back each).
+__device__ __forceinline__ void cp_async16_hint(void* dst, const void* src, int src_bytes,
+                                                uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(src_bytes), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// Fetch the 128-byte line holding p into L2 (a hint: nothing waits for it; p must be valid).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 __device__ __forceinline__ void cp_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
