@@ -990,6 +990,371 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   }
 }
 
+// Stage 1, v5 (`cuda_tc_v5`): the same math as wu_tc_kernel with far fewer instructions per block,
+// which is what bounded the old kernel (three 4-warp blocks per SM, ~5000 instructions per warp,
+// most of them the inverse's scalar f32 shared-memory sums and 2-byte loads):
+//  - rows of k, v (and q for kWriteQ) by 16-byte loads (kVec: bf16 inputs with 16-byte aligned
+//    rows; else 8 scalar loads per row piece), all 16 of a thread issued before any is used (one
+//    global round trip); thread t takes rows t/16 + 8r (r = 0..7), columns 8(t%16)..+7; the L2
+//    norm is a 16-lane shuffle sum;
+//  - γ scaled by log2 e once, so every decay is one exp2f;
+//  - T = (I + A)^{-1} by block forward substitution on tensor cores: each warp inverts its 16x16
+//    diagonal block in registers (lane j: column j, as before), then block rows r = 1..3 in turn:
+//    warp c < r computes T_rc = −T_rr Σ_{m=c}^{r−1} A_rm T_mc as Y_cᵀ = (Σ T_mcᵀ A_rmᵀ) T_rrᵀ (the
+//    first product's accumulators are the second's A operand, no shared round trip), each product
+//    in split bf16 (x = hi + lo, hi·hi + hi·lo + lo·hi: ~2^-16 relative, so T keeps f32-like
+//    accuracy before its one rounding to bf16 in Tb / Tu); no identity fill (upper blocks are
+//    zeroed when Tb / Tu are formed);
+//  - W and U staged through the (then dead) K̂ and V tiles and written with 16-byte stores.
+// Shared: Kb, Vb [64][136] bf16; A [64][72] f32 (Tb, Tu [64][72] bf16 over it once T is known);
+// T [64][68] f32; β, γ·log2e, β e^γ [64]: 71 424 bytes, three blocks per SM.
+constexpr int kAP = kC + 8;   // f32 row of A: float2 fragment loads conflict-free
+constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-free
+constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
+static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
+static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
+constexpr float kLog2e = 1.4426950408889634f;
+
+// x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
+__device__ __forceinline__ void split_bf162(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const bf162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  const bf162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+// c += a·b with both split: a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (small terms first).
+__device__ __forceinline__ void mma_split(float (&c)[4], const uint32_t (&ah)[4],
+                                          const uint32_t (&al)[4], const uint32_t (&bh)[2],
+                                          const uint32_t (&bl)[2]) {
+  mma_bf16(c, al, bh);
+  mma_bf16(c, ah, bl);
+  mma_bf16(c, ah, bh);
+}
+// Eight floats as eight bf16 (16 bytes).
+__device__ __forceinline__ uint4 pack8_bf16(const float (&x)[8], float s) {
+  uint4 r;
+  r.x = pack_bf162(x[0] * s, x[1] * s);
+  r.y = pack_bf162(x[2] * s, x[3] * s);
+  r.z = pack_bf162(x[4] * s, x[5] * s);
+  r.w = pack_bf162(x[6] * s, x[7] * s);
+  return r;
+}
+__device__ __forceinline__ void unpack8_bf16(float (&x)[8], const uint4& r) {
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const bf162*>(&w[j]));
+    x[2 * j] = f.x, x[2 * j + 1] = f.y;
+  }
+}
+// Sum over the 16 lanes of a half warp (lanes 0-15 and 16-31 separately); all 32 lanes call it.
+__device__ __forceinline__ float half_warp_sum(float x) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
+template <class In, bool kVec, bool kWriteQ = false>
+__global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
+  static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136] K̂ [j][d], then W rows
+  bf16* Vb = Kb + kC * kWP;                             // [64][136] V [j][v], then U rows
+  float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][72]  A
+  float* Tm = Af + kC * kAP;                            // [64][68]  T (lower blocks only)
+  float* bet = Tm + kC * kTQ;                           // [64] β
+  float* gl = bet + kC;                                 // [64] γ log2 e
+  float* beg = gl + kC;                                 // [64] β e^γ
+  bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72] T diag(βe^γ), after T
+  bf16* Tu = Tb + kC * kTP;                             // [64][72] T diag(β), after T
+  const int c = blockIdx.x;
+  if (c >= p.first_chunk[p.N]) return;
+  const int n = chunk_sequence(p.first_chunk, p.N, c);
+  if (p.slots[n * p.slots_s] < 0) return;
+  const int t0 = p.cu[n] + (c - p.first_chunk[n]) * kC;
+  const int L = min(kC, p.cu[n + 1] - t0);
+  const int hv = blockIdx.y, hk = hv / p.ratio;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const In* kin = static_cast<const In*>(p.k);
+  const In* vin = static_cast<const In*>(p.v);
+  bf16* kn = static_cast<bf16*>(p.kn);
+  const bool write_kn = hv % p.ratio == 0;
+  // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
+  if (warp == 0) {
+    if (i0 < L) {
+      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
+      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
+    }
+    if (i1 < L) {
+      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
+      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
+    }
+  }
+  // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
+  const int rr = tid / 16, c8 = 8 * (tid % 16);
+  // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
+  auto put_kv = [&](int i, const float (&xk)[8], const float (&xv)[8]) {
+    float kk = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
+    kk = half_warp_sum(kk);
+    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
+    const uint4 kp = pack8_bf16(xk, ik);
+    *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
+    *reinterpret_cast<uint4*>(Vb + i * kWP + c8) = pack8_bf16(xv, 1.0f);
+    if (write_kn && i < L)
+      *reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + i) * p.Hk + hk) * kD + c8) = kp;
+  };
+  auto put_q = [&](int i, const float (&xq)[8]) {
+    float qq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
+    qq = half_warp_sum(qq);
+    const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+    if (i < L)
+      *reinterpret_cast<uint4*>(static_cast<bf16*>(p.qn) + ((int64_t)(t0 + i) * p.Hk + hk) * kD +
+                                c8) = pack8_bf16(xq, iq);
+  };
+  const In* qin = static_cast<const In*>(p.q);
+  if constexpr (kVec) {
+    uint4 rk[8], rv[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = rr + 8 * r;
+      const int64_t t = t0 + i;
+      rk[r] = make_uint4(0, 0, 0, 0), rv[r] = make_uint4(0, 0, 0, 0);
+      if (i < L) {
+        rk[r] = *reinterpret_cast<const uint4*>(kin + t * p.k_t + hk * p.k_h + c8);
+        rv[r] = *reinterpret_cast<const uint4*>(vin + t * p.v_t + hv * p.v_h + c8);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      float xk[8], xv[8];
+      unpack8_bf16(xk, rk[r]);
+      unpack8_bf16(xv, rv[r]);
+      put_kv(rr + 8 * r, xk, xv);
+    }
+    if constexpr (kWriteQ) {
+      if (write_kn) {
+        uint4 rq[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          const int i = rr + 8 * r;
+          rq[r] = make_uint4(0, 0, 0, 0);
+          if (i < L)
+            rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t +
+                                                    hk * p.q_h + c8);
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          float xq[8];
+          unpack8_bf16(xq, rq[r]);
+          put_q(rr + 8 * r, xq);
+        }
+      }
+    }
+  } else {  // two rows per round trip (32 floats of k and v per thread)
+#pragma unroll
+    for (int r2 = 0; r2 < 8; r2 += 2) {
+      float xk[2][8], xv[2][8];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = rr + 8 * (r2 + h);
+        const int64_t t = t0 + i;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          xk[h][j] = i < L ? to_f32(kin[t * p.k_t + hk * p.k_h + c8 + j]) : 0.0f;
+          xv[h][j] = i < L ? to_f32(vin[t * p.v_t + hv * p.v_h + c8 + j]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) put_kv(rr + 8 * (r2 + h), xk[h], xv[h]);
+    }
+    if constexpr (kWriteQ) {
+      if (write_kn) {
+#pragma unroll
+        for (int r2 = 0; r2 < 8; r2 += 4) {
+          float xq[4][8];
+#pragma unroll
+          for (int h = 0; h < 4; ++h) {
+            const int i = rr + 8 * (r2 + h);
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+              xq[h][j] =
+                  i < L ? to_f32(qin[(int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8 + j]) : 0.0f;
+          }
+#pragma unroll
+          for (int h = 0; h < 4; ++h) put_q(rr + 8 * (r2 + h), xq[h]);
+        }
+      }
+    }
+  }
+  if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
+    float cum = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, cum, o);
+      if (lane >= o) cum += y;
+    }
+    const float c1 = cum, c0 = cum - g1;
+    gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
+    bet[i0] = bt0, bet[i1] = bt1;
+    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
+    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
+    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
+  }
+  __syncthreads();
+  {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
+    float acc[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4];
+      load_a(a, Kb, kWP, 16 * warp, 16 * ks, g, q);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        uint32_t b[2];
+        load_b(b, Kb, kWP, nt * 8, 16 * ks, g, q);
+        mma_bf16(acc[nt], a, b);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; r += 2) {
+        const int i = 16 * warp + g + 8 * (r / 2), j = nt * 8 + 2 * q;
+        const float bi = bet[i], gi = gl[i];
+        float2 x;
+        x.x = j < i && i < L ? bi * acc[nt][r] * exp2f(gi - gl[j]) : 0.0f;
+        x.y = j + 1 < i && i < L ? bi * acc[nt][r + 1] * exp2f(gi - gl[j + 1]) : 0.0f;
+        *reinterpret_cast<float2*>(Af + i * kAP + j) = x;
+      }
+  }
+  __syncthreads();
+  // Diagonal block of warp w: lane j < 16 computes column 16w + j (t[ii] = T[16w + ii][16w + j]:
+  // 0 above the diagonal, 1 on it) and writes all 16 entries.
+  if (lane < 16) {
+    const int b0 = 16 * warp;
+    float t[16];
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * kAP + b0 + mm] * t[mm];
+      t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+    }
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) Tm[(b0 + ii) * kTQ + b0 + lane] = t[ii];
+  }
+  // Block rows rb = 1..3: warp cb < rb computes T[rb][cb] (16 x 16 block at rows r0 = 16rb,
+  // columns c0 = 16cb). Y_cᵀ[c][i] = Σ_m Xᵀ.. as in the comment above; fragments (g = lane/4,
+  // q = lane%4): first A operand a(c, m) = T[m0 + m][c0 + c], first B b(m, i) = A[r0 + i][m0 + m]
+  // (float2 of an A row), second A = the first's accumulators (m16n8 C layout of two n-tiles =
+  // m16k16 A layout), second B b(i', i) = T[r0 + i][r0 + i'] (float2 of a T row).
+#pragma unroll
+  for (int rb = 1; rb < kC / 16; ++rb) {
+    __syncthreads();  // T blocks of rows < rb and the diagonal blocks written
+    if (warp < rb) {
+      const int r0 = 16 * rb, c0 = 16 * warp;
+      float xt[2][4] = {};
+      for (int mb = warp; mb < rb; ++mb) {
+        const int m0 = 16 * mb;
+        const float* tc = Tm + c0 + g;
+        uint32_t ah[4], al[4];
+        split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
+        split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3],
+                    al[3]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
+          const float2 x0 = *reinterpret_cast<const float2*>(ar);
+          const float2 x1 = *reinterpret_cast<const float2*>(ar + 8);
+          uint32_t bh[2], bl[2];
+          split_bf162(x0.x, x0.y, bh[0], bl[0]);
+          split_bf162(x1.x, x1.y, bh[1], bl[1]);
+          mma_split(xt[nt], ah, al, bh, bl);
+        }
+      }
+      uint32_t xh[4], xl[4];
+      split_bf162(xt[0][0], xt[0][1], xh[0], xl[0]);
+      split_bf162(xt[0][2], xt[0][3], xh[1], xl[1]);
+      split_bf162(xt[1][0], xt[1][1], xh[2], xl[2]);
+      split_bf162(xt[1][2], xt[1][3], xh[3], xl[3]);
+      float yt[2][4] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float* tr = Tm + (r0 + nt * 8 + g) * kTQ + r0 + 2 * q;
+        const float2 x0 = *reinterpret_cast<const float2*>(tr);
+        const float2 x1 = *reinterpret_cast<const float2*>(tr + 8);
+        uint32_t bh[2], bl[2];
+        split_bf162(x0.x, x0.y, bh[0], bl[0]);
+        split_bf162(x1.x, x1.y, bh[1], bl[1]);
+        mma_split(yt[nt], xh, xl, bh, bl);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int cc = g + 8 * (r / 2), i = nt * 8 + 2 * q + r % 2;
+          Tm[(r0 + i) * kTQ + c0 + cc] = -yt[nt][r];
+        }
+    }
+  }
+  __syncthreads();  // T complete; A dead
+  // Tb, Tu over A (blocks above the diagonal are zero; T was not filled there).
+  for (int e = tid; e < kC * kC / 2; e += blockDim.x) {
+    const int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+    const float2 t = j / 16 <= i / 16 ? *reinterpret_cast<const float2*>(Tm + i * kTQ + j)
+                                      : make_float2(0.0f, 0.0f);
+    *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t.x * beg[j], t.y * beg[j + 1]);
+    *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t.x * bet[j], t.y * bet[j + 1]);
+  }
+  __syncthreads();
+  bf16* w = static_cast<bf16*>(p.w);
+  bf16* u = static_cast<bf16*>(p.u);
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // 0: W = Tb K̂, 1: U = Tu V (B tiles stored [j][d])
+    const bf16* As = pass == 0 ? Tb : Tu;
+    bf16* Bs = pass == 0 ? Kb : Vb;
+    bf16* dst = pass == 0 ? w : u;
+    float acc[16][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kC / 16; ++ks) {
+      uint32_t a[4];
+      load_a(a, As, kTP, 16 * warp, 16 * ks, g, q);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
+      }
+    }
+    __syncthreads();  // every warp is done reading Bs: its rows 16·warp.. take this warp's result
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; r += 2) {
+        const int i = 16 * warp + g + 8 * (r / 2), d = nt * 8 + 2 * q;
+        *reinterpret_cast<uint32_t*>(Bs + i * kWP + d) = pack_bf162(acc[nt][r], acc[nt][r + 1]);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int e = lane; e < 16 * (kD / 8); e += 32) {
+      const int i = 16 * warp + e / (kD / 8), d8 = 8 * (e % (kD / 8));
+      if (i < L)
+        *reinterpret_cast<uint4*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d8) =
+            *reinterpret_cast<const uint4*>(Bs + i * kWP + d8);
+    }
+  }
+}
+
 // Stage 3 on tensor cores, one (chunk, hv), 4 warps; warp w owns tokens 16w..16w+15:
 //   O = e^γ ⊙ (Q̂ h[c]ᵀ)                       (mma: A = Q̂ [i][d], B = h [v][d])
 //   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]     (mma: B = K̂ [j][d]; P in bf16 over the warp's own
@@ -1004,8 +1369,15 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
 // (32 KiB), out (16 KiB bf16).
 constexpr int kOutSmem = (2 * kC * kWP + kD * kWP) * 2 + kC * 4;
 
-template <class In, class Out>
+//
+// kVecIn, kVecOut (`cuda_tc_v5`, host check vec_inputs / vec_output): q rows by 16-byte loads
+// (thread t: rows t/16 + 8r, columns 8(t%16)..+7, all 8 loads issued before any is used, the L2
+// norm a 16-lane shuffle sum), and the output staged in shared memory (each warp its own 16 rows,
+// over h / V_new once every warp is done with V_new) and written with 16-byte stores, instead of
+// 64 2-byte loads and 64 scalar stores per thread.
+template <class In, class Out, bool kVecIn = false, bool kVecOut = false>
 __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
+  static_assert(!kVecIn || std::is_same_v<In, bf16>, "16-byte q rows: bf16 only");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);          // [64][136]  Q̂, then P (own rows)
   bf16* Ks = Qs + kC * kWP;                              // [64][136]  K̂
@@ -1041,9 +1413,31 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     cp_commit();
   }
   const In* qin = static_cast<const In*>(p.q);
+  if constexpr (kVecIn) {
+    const int rr = tid / 16, c8 = 8 * (tid % 16);
+    uint4 rq[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = rr + 8 * r;
+      rq[r] = make_uint4(0, 0, 0, 0);
+      if (i < L)
+        rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8);
+    }
+    if (tid < kC) gam[tid] = tid < L ? p.gamma[(int64_t)(t0 + tid) * p.Hv + hv] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      float xq[8];
+      unpack8_bf16(xq, rq[r]);
+      float qq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
+      qq = half_warp_sum(qq);
+      const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+      *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
+    }
+  } else {
   // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
   // loaded before any is used (one global round trip).
-  {
     float xq[16][4];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
@@ -1146,14 +1540,44 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       mma_bf16(acc[2 * np + 1], a, b1);
     }
   }
+  if constexpr (kVecOut) {
+    // Rows 16·warp.. of O (Out, rows of kOP elements) over Hs once every warp is done with V_new;
+    // then this warp's rows < L out, 16 bytes per store.
+    constexpr int kOP = kD + 16 / sizeof(Out);  // padded row, a multiple of 16 bytes
+    static_assert(kC * kOP * sizeof(Out) <= kD * kWP * sizeof(bf16), "O fits over h");
+    Out* Os = reinterpret_cast<Out*>(Hs);
+    __syncthreads();
 #pragma unroll
-  for (int nt = 0; nt < 16; ++nt)
+    for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = r < 2 ? i_lo : i_hi, v = nt * 8 + 2 * q + r % 2;
+      for (int r = 0; r < 4; r += 2) {
+        const int i = r < 2 ? i_lo : i_hi, v = nt * 8 + 2 * q;
+        if constexpr (std::is_same_v<Out, bf16>)
+          *reinterpret_cast<uint32_t*>(Os + i * kOP + v) =
+              pack_bf162(p.scale * acc[nt][r], p.scale * acc[nt][r + 1]);
+        else
+          *reinterpret_cast<float2*>(Os + i * kOP + v) =
+              make_float2(p.scale * acc[nt][r], p.scale * acc[nt][r + 1]);
+      }
+    __syncwarp();
+    constexpr int kPer = 16 / sizeof(Out);  // elements per 16-byte store
+#pragma unroll
+    for (int e = lane; e < 16 * (kD / kPer); e += 32) {
+      const int i = 16 * warp + e / (kD / kPer), v = kPer * (e % (kD / kPer));
       if (i < L)
-        out[(int64_t)(t0 + i) * p.o_t + hv * p.o_h + v] = from_f32<Out>(p.scale * acc[nt][r]);
+        *reinterpret_cast<uint4*>(out + (int64_t)(t0 + i) * p.o_t + hv * p.o_h + v) =
+            *reinterpret_cast<const uint4*>(Os + i * kOP + v);
     }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = r < 2 ? i_lo : i_hi, v = nt * 8 + 2 * q + r % 2;
+        if (i < L)
+          out[(int64_t)(t0 + i) * p.o_t + hv * p.o_h + v] = from_f32<Out>(p.scale * acc[nt][r]);
+      }
+  }
 }
 
 Reason tc_supports(const GdnChunkPrefill& a) {
@@ -1254,7 +1678,26 @@ struct TcOptions {
   bool fused_output = false;   // with cluster_spine (`cuda_tc_v4_fused`): stage 3 inside the
                                // spine (spine_tc_kernel FO), Q̂ from stage 1, no h; the caller
                                // has checked fused_cluster_size() > 0
+  bool wu_v5 = false;          // stage 1 by wu_tc5_kernel (`cuda_tc_v5`)
+  bool out_v5 = false;         // stage 3 with 16-byte q loads / out stores (`cuda_tc_v5`)
+  std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
+
+// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k, v (and
+// q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
+bool vec_inputs(const Params& p, DType in, bool with_q) {
+  if (in != DType::bf16) return false;
+  auto al = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  auto st = [](int64_t s) { return s % 8 == 0; };
+  bool ok = al(p.k) && al(p.v) && st(p.k_t) && st(p.k_h) && st(p.v_t) && st(p.v_h);
+  if (with_q) ok = ok && al(p.q) && st(p.q_t) && st(p.q_h);
+  return ok;
+}
+// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the output's size).
+bool vec_output(const Params& p, size_t elem) {
+  const int64_t per = static_cast<int64_t>(16 / elem);
+  return reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % per == 0 && p.o_h % per == 0;
+}
 
 // Clusters of the cluster spine that fit on the GPU at once (0 if the query fails), per pool
 // dtype; the kernel's shared-memory attributes are set here as for its launch.
@@ -1392,14 +1835,23 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
-    auto* kern = fused              ? wu_tc_kernel<decltype(tin), true, true>
-                 : opt.fast_inverse ? wu_tc_kernel<decltype(tin), true>
-                                    : wu_tc_kernel<decltype(tin), false>;
+    using In = decltype(tin);
+    auto* kern = fused              ? wu_tc_kernel<In, true, true>
+                 : opt.fast_inverse ? wu_tc_kernel<In, true>
+                                    : wu_tc_kernel<In, false>;
+    int smem = kWuSmem;
+    if (opt.wu_v5) {  // 16-byte row loads where the inputs allow them
+      smem = kWu5Smem;
+      kern = fused ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
+      if constexpr (std::is_same_v<In, bf16>)
+        if (vec_inputs(p, DType::bf16, fused))
+          kern = fused ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
+    }
     HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kWuSmem));
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
-    kern<<<grid_chunks, 128, kWuSmem, as_stream(ctx.stream())>>>(p);
+    kern<<<grid_chunks, 128, smem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   if (a.q.dtype() == DType::bf16)
@@ -1473,6 +1925,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   using i0 = std::integral_constant<int, 0>;
   using i16 = std::integral_constant<int, 16>;
   using i3 = std::integral_constant<int, 3>;
+  std::string spine_note;  // the cluster size chosen, for the stage timer's line
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
     if (fused) {  // cuda_tc_v4_fused: the cluster spine with the output (its supports() checked
@@ -1480,6 +1933,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       std::string why;
       const int cz = fused_cluster_size(a, why);
       if (cz == 0) fail("[gdn_chunk_prefill] cuda_tc_v4_fused: ", why);
+      spine_note = ", fused clusters of " + std::to_string(cz);
       ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v4_fused: clusters of " +
                                    std::to_string(cz) + ", " + std::to_string(S) + " segment(s)");
       auto run_out = [&](auto to) {
@@ -1502,6 +1956,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       if (force &&
           (std::string(force) == "8" || std::string(force) == "4" || std::string(force) == "0"))
         cz = std::atoi(force);
+      spine_note = ", clusters of " + std::to_string(cz) + " (" + std::to_string(cap8) + " / " +
+                   std::to_string(cap4) + " clusters of 8 / 4 fit at once, " +
+                   std::to_string(blocks) + " blocks)";
       ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
                                    " spine blocks; clusters of 8 / 4 that fit at once: " +
                                    std::to_string(cap8) + " / " + std::to_string(cap4) +
@@ -1530,7 +1987,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     with_slice(float{});
   timer.mark(3);
   auto output = [&](auto tin, auto tout) {
-    auto* kern = output_tc_kernel<decltype(tin), decltype(tout)>;
+    using In = decltype(tin);
+    using Out = decltype(tout);
+    auto* kern = output_tc_kernel<In, Out>;
+    if (opt.out_v5) {
+      const bool vin = vec_inputs(p, a.q.dtype(), true), vout = vec_output(p, sizeof(Out));
+      if constexpr (std::is_same_v<In, bf16>)
+        kern = vin ? (vout ? output_tc_kernel<In, Out, true, true>
+                           : output_tc_kernel<In, Out, true, false>)
+                   : (vout ? output_tc_kernel<In, Out, false, true> : kern);
+      else if (vout)
+        kern = output_tc_kernel<In, Out, false, true>;
+    }
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutSmem));
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -1551,7 +2019,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(ctx, std::string(fused                           ? "cuda_tc_v4_fused"
+  timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
+                                : fused                         ? "cuda_tc_v4_fused"
                                 : opt.cluster_spine             ? "cuda_tc_v3_cluster"
                                 : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
                                                                 : "cuda_tc") +
@@ -1559,7 +2028,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                         std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
                         std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
                         "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
-                        " segment(s)");
+                        " segment(s)" + spine_note);
 }
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
@@ -1585,6 +2054,37 @@ void tc_v4_fused_cuda(const GdnChunkPrefill& a, Context& ctx) {
   opt.cluster_spine = true;
   opt.fused_output = true;
   tc_run(a, ctx, opt);
+}
+// `cuda_tc_v5`: cuda_tc_v4_fused where its fused spine can run (fused_cluster_size() > 0 and
+// HYBRID_GDN_CHUNK_FUSED is not 0), else cuda_tc_v3_cluster, in both cases with the v5 stage 1
+// (wu_tc5_kernel) and, without the fused spine, the v5 stage 3 (output_tc_kernel's 16-byte paths).
+void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  opt.wu_v5 = true;
+  opt.out_v5 = true;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
+  std::string why;
+  opt.fused_output = !(off && std::string(off) == "0") && fused_cluster_size(a, why) > 0;
+  if (!opt.fused_output)
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v5: cluster spine and stage 3 (" +
+                                 (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
+                                 ")");
+  opt.name = opt.fused_output ? "cuda_tc_v5 (fused spine)"
+                               : "cuda_tc_v5 (cluster spine; not fused: " +
+                                     (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
+                                     ")";
+  tc_run(a, ctx, opt);
+}
+// HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
+Reason tc_v5_supports(const GdnChunkPrefill& a) {
+  if (Reason r = tc_supports(a)) return r;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_V5");
+  if (off && std::string(off) == "0")
+    return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
+  return std::nullopt;
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
 // HYBRID_GDN_CHUNK_FUSED=0 refuses every call (to test and time cuda_tc_v3_cluster beside it).
@@ -1618,6 +2118,10 @@ void register_gdn_chunk_tc(Registry& r) {
   // Remove this line to fall back to cuda_tc_v3_cluster.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v4_fused", DeviceType::cuda, 40,
                          gdn_chunk::tc_v4_supports, gdn_chunk::tc_v4_fused_cuda);
+  // The v5 stage 1 (and stage 3 where the output is not fused) over cuda_tc_v4_fused /
+  // cuda_tc_v3_cluster; HYBRID_GDN_CHUNK_V5=0 falls back to those.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v5", DeviceType::cuda, 50,
+                         gdn_chunk::tc_v5_supports, gdn_chunk::tc_v5_cuda);
 }
 
 }  // namespace hybrid::cuda
