@@ -23,6 +23,8 @@
 //   kernel, not a tensor-core grouped GEMM.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -599,6 +601,62 @@ __global__ void __launch_bounds__(kCombineThreads)
   store_any(out, ot, o, accumulate ? load_any(out, ot, o) + acc : acc);
 }
 
+// v4 decode (direct pairs, T = 1): down and combine in one kernel, no y round trip through
+// global memory and one launch less. CTA = kFuseWarps warps over kFuseRows rows d (kFuseRows /
+// kDownRows row blocks); task u = (row block u % 4, pair u / 4) for u = warp, warp + 8, ...
+// (K·4 tasks: 5 per warp at k = 10). A task computes y[j, d..d+3] by row_dot exactly as
+// moe_down_kernel (the same sums, bit for bit) into shared memory; then thread n < kFuseRows
+// forms out[d0 + n] (+)= Σ_j w[j]·y[j, d0 + n] over the valid pairs in j order (the v3
+// combine's order). Bytes: the routed experts' down rows (K·Dm·I elements) + h from L2.
+constexpr int kFuseWarps = 8, kFuseRows = 16;
+template <class Tw, bool kVec>
+__global__ void __launch_bounds__(kFuseWarps * 32)
+    moe_down_combine_kernel(const float* __restrict__ h,                              // [K, I]
+                            const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
+                            Pairs P, int K, int Dm, int I, const void* weights, DType wt,
+                            int64_t w_s1, void* out, DType ot, bool accumulate) {
+  constexpr int kBlocks = kFuseRows / kDownRows;
+  __shared__ float ys[kCombineMaxK][kFuseRows];
+  __shared__ float w_s[kCombineMaxK];
+  __shared__ bool ok_s[kCombineMaxK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int d_cta = blockIdx.x * kFuseRows;
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    int e, p0, p1;
+    const bool ok = pairs_of(P, j, e, p0, p1);
+    ok_s[j] = ok;
+    w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+  }
+  for (int u = warp; u < K * kBlocks; u += kFuseWarps) {  // warp-uniform
+    const int j = u / kBlocks, d0 = d_cta + (u % kBlocks) * kDownRows;
+    int e, p0, p1;
+    float v[kDownRows] = {};
+    if (d0 < Dm && pairs_of(P, j, e, p0, p1)) {
+      const Tw* rows[kDownRows];
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+        rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
+                  static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
+      const float* hrow[kExpTokens] = {};
+      hrow[0] = h + static_cast<int64_t>(j) * I;
+      float dot[kDownRows][kExpTokens] = {};
+      row_dot<Tw, kVec, kDownRows, 2>(hrow, 1, I, dot, rows, lane);
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n) v[n] = warp_sum(dot[n][0]);
+    }
+    if (lane == 0)
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n) ys[j][(u % kBlocks) * kDownRows + n] = v[n];
+  }
+  __syncthreads();
+  const int n = threadIdx.x, d = d_cta + n;
+  if (n >= kFuseRows || d >= Dm) return;
+  float acc = 0.0f;
+  for (int j = 0; j < K; ++j)
+    if (ok_s[j]) acc += w_s[j] * ys[j][n];
+  store_any(out, ot, d, accumulate ? load_any(out, ot, d) + acc : acc);
+}
+
 // x -> f32 rows [T, Dm] (a copy: out may alias x).
 template <class Tx>
 __global__ void moe_x_f32_kernel(const Tx* __restrict__ x, int64_t ldx, float* xf, int64_t T,
@@ -633,9 +691,18 @@ Reason moe_experts_v3_supports(const MoeExperts& a) {
   return {};
 }
 
-// v2 (kV3 false) and v3: v3 stages the decode path's x with batched loads and combines with the
-// parallel kernel; the expert kernels are the same.
-template <bool kV3>
+// v4 = v3 with the decode path's down and combine fused (moe_down_combine_kernel);
+// HYBRID_MOE_EXPERTS_V4=0 refuses it (v3 then runs), to test and time both from one build.
+Reason moe_experts_v4_supports(const MoeExperts& a) {
+  const char* env = std::getenv("HYBRID_MOE_EXPERTS_V4");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_MOE_EXPERTS_V4=0");
+  return moe_experts_v3_supports(a);
+}
+
+// v2 (kV3 false) and v3 / v4 (kFuse: the decode path's down + combine in one kernel): v3 stages the
+// decode path's x with batched loads and combines with the parallel kernel; the expert kernels are
+// the same.
+template <bool kV3, bool kFuse = false>
 void moe_experts_run(const MoeExperts& a, Context& ctx) {
   const int64_t T = a.x.size(0), Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
   const int64_t K = a.ids.size(1), P = T * K;
@@ -703,6 +770,24 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
         launch(moe_gate_up_kernel<Tw, false, kV3>);
     });
   }
+  if (kFuse && direct) {  // down + combine in one kernel (y never written)
+    dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
+      using Tw = decltype(tw);
+      const auto blocks = static_cast<unsigned>((Dm + kFuseRows - 1) / kFuseRows);
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks, kFuseWarps * 32, 0, stream>>>(
+            h, a.down.data_as<const Tw>(), a.down.stride(0), a.down.stride(1), pairs,
+            static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I), a.weights.data(),
+            a.weights.dtype(), a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      if (vec_ok(a.down))
+        launch(moe_down_combine_kernel<Tw, true>);
+      else
+        launch(moe_down_combine_kernel<Tw, false>);
+    });
+    return;
+  }
   dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
     using Tw = decltype(tw);
     const int64_t rows_per_block = int64_t{kExpWarps} * kDownRows;
@@ -738,6 +823,8 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
+  r.add<MoeExperts>("moe_experts.cuda_v4", DeviceType::cuda, 20, moe_experts_v4_supports,
+                    moe_experts_run<true, true>);
   r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,
                     moe_experts_run<true>);
   r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports,

@@ -13,11 +13,15 @@
 //   f16 when x and y are both that dtype, else f32) and multiplied by cuBLASLt (f32
 //   accumulation) into y's columns; 2·T·in·out FLOP on tensor cores for 16-bit activations.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/quant.h"
 
@@ -672,6 +676,298 @@ void linear_q_gemv_run(const LinearQ& a, Context& ctx) {
   }
 }
 
+// ---- linear_q.gemv_v4: tensor-core GEMV (4-bit, groups of 64 / 128, 16-bit x, T <= 8) --------
+//
+// A "span" is 64 consecutive inputs (one group: gs is 64 or 128). With C = x's 16-bit type
+// (bf16 or f16) and off = 128 (bf16) or 1024 (f16):
+//   D[o, t, j] = Σ_{i in span j} (off + q[o, i])·x[t, i]        m16n8k16 mma, f32 accumulate
+//   X[t, j]    = Σ_{i in span j} x[t, i]                         f32, staged per CTA
+//   y[t, o]    = Σ_j s[o, g(j)]·D[o, t, j] + (b[o, g(j)] − off·s[o, g(j)])·X[t, j]  (+ bias[o])
+// off + q is exact in C: one LOP3 ((w >> 4m) & 0x000F000F | magic, magic = C's bits of off in
+// both halves) gives codes m and m + 4 of a packed word as a C pair, so every product in the mma
+// is exact and only the f32 sums round (the s·D − off·s·X cancellation costs ~4 bits (bf16) / ~7
+// bits (f16) of the 24 against Σ x·q). The tokens are the mma's 8 columns, so T = 1..8 cost the
+// same instructions: ~30 per 64 codes of 2 rows per lane (8 LOP3 + 6 shifts per 2 words of a row
+// pair, 4 mma, 2 LDS.128 of x, the span's 8 f32 FMAs), ~1 per code against v3's ~4.
+//
+// Fragments (lane = 4·g + c): A rows g and g + 8 of the 16-row tile; lane c holds the mma's k
+// slots {2c, 2c+1, 2c+8, 2c+9}. Per span the lane loads 8 bytes (words 8j + 2c, + 1: inputs
+// 64j + 16c .. + 15) of each of its two rows; the quad's 4 lanes cover the span. mma step (word
+// w, half h) maps k slot 2c -> code 2h, 2c+1 -> 2h+4, 2c+8 -> 2h+1, 2c+9 -> 2h+5 of word w, so
+//   A = {pair(row g, 2h), pair(row g+8, 2h), pair(row g, 2h+1), pair(row g+8, 2h+1)},
+//   B = {(x_{2h}, x_{2h+4}), (x_{2h+1}, x_{2h+5})} of the same 8 inputs, column g = token g,
+// and x is staged once per CTA in that pair order: per token, per 8-input word, one uint4
+// {(x0,x4), (x1,x5), (x2,x6), (x3,x7)} (one LDS.128 feeds both halves of a word), rows padded
+// by 16 bytes (the 8 tokens of a quarter warp hit distinct banks).
+// CTA = 8 warps = 8 parts of K over one 16-row tile (part p owns spans p, p + 8, ...); each warp
+// walks its spans 4 per step with the next step's loads (8 LDG.64 of codes, 4 16-bit scale /
+// bias loads: lane c loads those of step slot c for both rows, shuffled to the quad when used)
+// in flight while it computes the current one, across tiles (CTAs are persistent over 16-row
+// tiles). The 8 parts are added in part order through shared memory (deterministic), then one
+// thread per (token, row) adds the bias and stores. Bytes: out·in/2 + scales / biases;
+// 2·T·in·out FLOP.
+constexpr int kV4Warps = 8;  // K parts of a tile: 8 warps per CTA
+constexpr int kV4Batch = 4;  // spans per warp per pipeline step (= the quad's 4 lanes)
+constexpr int kV4Span = 64;  // inputs per span
+constexpr int kV4MinBlocks = 3;
+constexpr size_t kV4MaxSmem = 160 * 1024;
+
+struct GemvV4Params {
+  const void* x;  // [T, in] 16-bit (C), row stride ldx elements
+  int64_t ldx;
+  bool x_vec;                    // rows 16-byte aligned: staged with 16-byte loads
+  const uint32_t* w;             // [out, in/8] packed 4-bit codes (8-byte aligned rows)
+  int64_t w_stride;              // words
+  const unsigned short* scales;  // [out, in/gs] 16-bit
+  const unsigned short* biases;
+  int64_t s_stride, b_stride;
+  bool s_bf16;       // scales / biases bf16 (else f16)
+  const void* bias;  // [out] or null
+  DType bt;
+  void* y;  // [T, out]
+  DType yt;
+  int64_t y_stride;
+  int T, in, out, gs;
+};
+
+// Bytes of dynamic shared memory: staged x [T][in/8 + 1] uint4, X [spans][8] f32, the parts'
+// sums [8 warps][16 rows][8 tokens] f32.
+size_t gemv_v4_smem(int64_t T, int64_t in) {
+  return static_cast<size_t>(T * (in / 8 + 1)) * 16 + static_cast<size_t>(in / kV4Span) * 8 * 4 +
+         size_t{kV4Warps} * 16 * 8 * 4;
+}
+
+template <class C>
+__global__ void __launch_bounds__(kV4Warps * 32, kV4MinBlocks)
+    linear_q_gemv_v4_kernel(const GemvV4Params p) {
+  constexpr bool kHalf = std::is_same_v<C, __half>;
+  constexpr uint32_t kMagic = kHalf ? 0x64006400u : 0x43004300u;  // off in both halves
+  constexpr float kOff = kHalf ? 1024.0f : 128.0f;
+  extern __shared__ uint4 v4_smem[];
+  const int words8 = p.in / 8, rs = words8 + 1, spans = p.in / kV4Span;
+  uint4* xs = v4_smem;                                         // [T][rs]
+  float* xsum = reinterpret_cast<float*>(v4_smem + p.T * rs);  // [spans][8]
+  float* partial = xsum + spans * 8;                           // [kV4Warps][16][8]
+
+  const int lane = threadIdx.x % 32, part = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int64_t tiles = (p.out + 15) / 16;
+  const int per_part = (spans + kV4Warps - 1) / kV4Warps;
+  const int nb = (per_part + kV4Batch - 1) / kV4Batch;  // steps per tile
+  const int64_t my_tiles =
+      blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : int64_t{0};
+  const int64_t items = my_tiles * nb;  // CTA-uniform
+
+  // Step `item` (tile blockIdx.x + (item / nb)·gridDim.x, step item % nb): the lane's two words
+  // of rows g and g + 8 for each of the 4 span slots, and slot c's scales / biases. Rows past
+  // out read row out - 1 (never stored); spans past the row load nothing (never used).
+  auto load_step = [&](int64_t item, uint2(&wa)[kV4Batch], uint2(&wb)[kV4Batch],
+                       unsigned short(&sb)[4]) {
+    const int64_t o0 = (blockIdx.x + (item / nb) * gridDim.x) * 16;
+    const int step = static_cast<int>(item % nb);
+    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
+    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
+    const uint32_t* pa = p.w + ra * p.w_stride + 2 * c;
+    const uint32_t* pb = p.w + rb * p.w_stride + 2 * c;
+#pragma unroll
+    for (int k = 0; k < kV4Batch; ++k) {
+      const int j = part + kV4Warps * (kV4Batch * step + k);
+      if (j < spans) {
+        wa[k] = __ldg(reinterpret_cast<const uint2*>(pa + 8 * j));
+        wb[k] = __ldg(reinterpret_cast<const uint2*>(pb + 8 * j));
+      }
+    }
+    const int jc = part + kV4Warps * (kV4Batch * step + c);
+    if (jc < spans) {
+      const int gi = jc * kV4Span / p.gs;
+      sb[0] = __ldg(p.scales + ra * p.s_stride + gi);
+      sb[1] = __ldg(p.biases + ra * p.b_stride + gi);
+      sb[2] = __ldg(p.scales + rb * p.s_stride + gi);
+      sb[3] = __ldg(p.biases + rb * p.b_stride + gi);
+    }
+  };
+  uint2 next_a[kV4Batch] = {}, next_b[kV4Batch] = {};
+  unsigned short next_sb[4] = {};
+  if (items > 0) load_step(0, next_a, next_b, next_sb);  // in flight while x is staged
+
+  // Stage x in pair order and X per (span, token); one thread per 8-input word, uniform trip
+  // count (words are a multiple of 8 per token: the 8 lanes of a span reduce by shuffles).
+  {
+    const int nw = p.T * words8;
+    const auto* xh = static_cast<const unsigned short*>(p.x);
+    for (int base = 0; base < nw; base += blockDim.x) {
+      const int idx = base + static_cast<int>(threadIdx.x);
+      const bool valid = idx < nw;
+      const int n = valid ? idx / words8 : 0, wi = valid ? idx % words8 : 0;
+      uint32_t r[4] = {0, 0, 0, 0};  // x[n, 8wi + 2e] | x[n, 8wi + 2e + 1] << 16
+      if (valid) {
+        const unsigned short* src = xh + n * p.ldx + 8 * wi;
+        if (p.x_vec) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+          r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            r[e] = static_cast<uint32_t>(__ldg(src + 2 * e)) |
+                   (static_cast<uint32_t>(__ldg(src + 2 * e + 1)) << 16);
+        }
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sum += bits16_to_f32(static_cast<unsigned short>(r[e]), !kHalf);
+        sum += bits16_to_f32(static_cast<unsigned short>(r[e] >> 16), !kHalf);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      if (valid) {
+        xs[n * rs + wi] =
+            make_uint4(__byte_perm(r[0], r[2], 0x5410), __byte_perm(r[0], r[2], 0x7632),
+                       __byte_perm(r[1], r[3], 0x5410), __byte_perm(r[1], r[3], 0x7632));
+        if (wi % 8 == 0) xsum[(wi / 8) * 8 + n] = sum;
+      }
+    }
+    for (int i = threadIdx.x; i < spans * 8; i += blockDim.x)
+      if (i % 8 >= p.T) xsum[i] = 0.0f;  // tokens T..7: finite (never stored)
+  }
+  __syncthreads();
+
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs;  // B column g = token g (T..7: token 0)
+  auto pair = [](uint32_t w) { return (w & 0x000F000Fu) | kMagic; };
+  float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+#pragma unroll 1
+  for (int64_t it = 0; it < items; ++it) {
+    uint2 wa[kV4Batch], wb[kV4Batch];
+#pragma unroll
+    for (int k = 0; k < kV4Batch; ++k) wa[k] = next_a[k], wb[k] = next_b[k];
+    const unsigned short sb[4] = {next_sb[0], next_sb[1], next_sb[2], next_sb[3]};
+    if (it + 1 < items) load_step(it + 1, next_a, next_b, next_sb);
+    const int step = static_cast<int>(it % nb);
+    // Slot c's scale s and b' = b − off·s of both rows, f32 (read by the quad per slot).
+    const float s_a = bits16_to_f32(sb[0], p.s_bf16), s_b = bits16_to_f32(sb[2], p.s_bf16);
+    const float bo_a = bits16_to_f32(sb[1], p.s_bf16) - kOff * s_a;
+    const float bo_b = bits16_to_f32(sb[3], p.s_bf16) - kOff * s_b;
+#pragma unroll
+    for (int k = 0; k < kV4Batch; ++k) {
+      const int j = part + kV4Warps * (kV4Batch * step + k);
+      if (j >= spans) break;  // warp-uniform
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const uint32_t ua = w ? wa[k].y : wa[k].x, ub = w ? wb[k].y : wb[k].x;
+        const uint4 xv = xrow[8 * j + 2 * c + w];
+        const uint32_t a0[4] = {pair(ua), pair(ub), pair(ua >> 4), pair(ub >> 4)};
+        mma16<C>(d, a0, xv.x, xv.y);
+        const uint32_t a1[4] = {pair(ua >> 8), pair(ub >> 8), pair(ua >> 12), pair(ub >> 12)};
+        mma16<C>(d, a1, xv.z, xv.w);
+      }
+      const int src = 4 * g + k;  // the quad lane that loaded slot k's scales
+      const float ska = __shfl_sync(0xffffffffu, s_a, src);
+      const float bka = __shfl_sync(0xffffffffu, bo_a, src);
+      const float skb = __shfl_sync(0xffffffffu, s_b, src);
+      const float bkb = __shfl_sync(0xffffffffu, bo_b, src);
+      const float2 xj = *reinterpret_cast<const float2*>(xsum + j * 8 + 2 * c);
+      acc[0] += ska * d[0] + bka * xj.x;
+      acc[1] += ska * d[1] + bka * xj.y;
+      acc[2] += skb * d[2] + bkb * xj.x;
+      acc[3] += skb * d[3] + bkb * xj.y;
+    }
+    if (step == nb - 1) {  // the tile is done: add the parts, store (CTA-uniform)
+      const int64_t o0 = (blockIdx.x + (it / nb) * gridDim.x) * 16;
+      partial[(part * 16 + g) * 8 + 2 * c] = acc[0];
+      partial[(part * 16 + g) * 8 + 2 * c + 1] = acc[1];
+      partial[(part * 16 + g + 8) * 8 + 2 * c] = acc[2];
+      partial[(part * 16 + g + 8) * 8 + 2 * c + 1] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+      __syncthreads();
+      if (threadIdx.x < 128) {
+        const int row = threadIdx.x % 16, t = threadIdx.x / 16;
+        const int64_t o = o0 + row;
+        if (t < p.T && o < p.out) {
+          float v = 0.0f;
+#pragma unroll
+          for (int q = 0; q < kV4Warps; ++q) v += partial[(q * 16 + row) * 8 + t];
+          if (p.bias) v += load_any(p.bias, p.bt, o);
+          store_any(p.y, p.yt, t * p.y_stride + o, v);
+        }
+      }
+      __syncthreads();  // partial is rewritten by the next tile
+    }
+  }
+}
+
+// HYBRID_LINEAR_Q_V4=0 refuses v4 (v3 and v2 then run), to test and time them from one build.
+Reason linear_q_gemv_v4_supports(const LinearQ& a) {
+  const char* env = std::getenv("HYBRID_LINEAR_Q_V4");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_LINEAR_Q_V4=0");
+  const DType xt = a.x.dtype(), st = a.w.scales.dtype();
+  if (a.w.bits != 4) return str("bits=", a.w.bits, ": v4 decodes 4-bit codes only");
+  if (a.w.group_size % kV4Span != 0)
+    return str("group_size=", a.w.group_size, ": v4 needs groups of 64 or 128");
+  if (xt != DType::bf16 && xt != DType::f16)
+    return str("x ", dtype_name(xt), ": v4 multiplies 16-bit x on tensor cores (bf16 / f16)");
+  if (st != DType::bf16 && st != DType::f16)
+    return str("scales ", dtype_name(st), ": v4 reads 16-bit scales only");
+  if (a.x.size(0) > kGemvMaxTokens)
+    return str("T=", a.x.size(0), " above ", kGemvMaxTokens,
+               " (the tokens are the mma's 8 columns)");
+  if (a.x.size(1) > (int64_t{1} << 30) || a.y.size(1) > (int64_t{1} << 30))
+    return std::string("in or out above 2^30");
+  if (reinterpret_cast<uintptr_t>(a.w.weight.data()) % 8 != 0 || a.w.weight.stride(0) % 2 != 0)
+    return std::string("packed rows not 8-byte aligned (v4 loads 2 words at a time)");
+  if (gemv_v4_smem(a.x.size(0), a.x.size(1)) > kV4MaxSmem)
+    return str("in=", a.x.size(1), ", T=", a.x.size(0), ": staged x above ", kV4MaxSmem,
+               " bytes of shared memory");
+  return {};
+}
+
+template <class C>
+void launch_gemv_v4(const GemvV4Params& p, cudaStream_t stream) {
+  const size_t smem = gemv_v4_smem(p.T, p.in);
+  const auto kernel = linear_q_gemv_v4_kernel<C>;
+  if (smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV4Warps * 32, smem));
+  const int64_t tiles = (int64_t{p.out} + 15) / 16;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
+  kernel<<<blocks, kV4Warps * 32, smem, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
+  if (T == 0 || out == 0) return;
+  const QuantizedWeight& q = a.w;
+  const GemvV4Params p{a.x.data(),
+                       a.x.stride(0),
+                       aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
+                       q.weight.data_as<const uint32_t>(),
+                       q.weight.stride(0),
+                       static_cast<const unsigned short*>(q.scales.data()),
+                       static_cast<const unsigned short*>(q.biases.data()),
+                       q.scales.stride(0),
+                       q.biases.stride(0),
+                       q.scales.dtype() == DType::bf16,
+                       a.bias.defined() ? a.bias.data() : nullptr,
+                       a.bias.defined() ? a.bias.dtype() : DType::f32,
+                       a.y.data(),
+                       a.y.dtype(),
+                       a.y.stride(0),
+                       static_cast<int>(T),
+                       static_cast<int>(in),
+                       static_cast<int>(out),
+                       q.group_size};
+  const cudaStream_t stream = as_stream(ctx.stream());
+  if (a.x.dtype() == DType::f16)
+    launch_gemv_v4<__half>(p, stream);
+  else
+    launch_gemv_v4<__nv_bfloat16>(p, stream);
+}
+
 // Tiled: rows of W dequantized kChunk-wise into the workspace (compute dtype c), then
 // y[:, o0:o0+n] = x_c · W_cᵀ by cuBLASLt (beta = 1 over the prefilled bias when present).
 void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
@@ -723,6 +1019,8 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
+  r.add<LinearQ>("linear_q.gemv_v4", DeviceType::cuda, 30, linear_q_gemv_v4_supports,
+                 linear_q_gemv_v4_run);
   r.add<LinearQ>("linear_q.gemv_v3", DeviceType::cuda, 20, linear_q_gemv_v3_supports,
                  linear_q_gemv_run<true>);
   r.add<LinearQ>("linear_q.gemv", DeviceType::cuda, 10, linear_q_gemv_supports,

@@ -365,6 +365,10 @@ void add_moe_cases(CaseList& cases) {
           {1, 8, 3, 96, 33, bf16, bf16, MoeActivation::swiglu, DType::i64, true, false, true});
   experts(cases, {1, 64, 6, 256, 80, f16, f16, MoeActivation::relu2});
   experts(cases, {1, 32, 4, 90, 37, f32, f32, MoeActivation::swiglu, DType::i32, false, true});
+  // Decode, v4's fused down + combine: Dm = 200 (the last CTA of 16 rows has 8), k = 17 (68
+  // tasks over 8 warps).
+  experts(cases, {1, 64, 4, 200, 520, bf16, bf16});
+  experts(cases, {1, 32, 17, 96, 40, f16, bf16});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
   // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
   // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.

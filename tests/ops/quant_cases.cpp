@@ -350,6 +350,21 @@ struct QuantRoundTripCase : Case {
   }
 };
 
+// x rows strided (in + 5: not 16-byte aligned) with packed, aligned weights: the CUDA GEMV v4
+// stages such x with 16-bit loads (the "strided" cases also misalign the weights, which v4
+// refuses).
+struct LinearQStridedXCase : LinearQCase {
+  LinearQStridedXCase(int64_t T, int64_t in, int64_t out, int gs, DType xdt)
+      : LinearQCase(T, in, out, 4, gs, xdt, xdt, xdt, std::nullopt, false) {}
+  std::string params() const override { return LinearQCase::params() + ",x_strided"; }
+  void init(Rng& rng, Slots& s) override {
+    fill_normal(s.strided("x", Role::in, xdt, {T, in}, {in + 5, 1}, 3, T * (in + 5) + 3), rng);
+    s.output("y", ydt, {T, out});
+    add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, false);
+    fill_quantized(s, rng, bits, gs, std::sqrt(3.0 / static_cast<double>(in)));
+  }
+};
+
 // Perf only (hybrid-ops perf -b cuda): a 4-bit g64 bf16 GEMV at batch 1; bytes = the quantized
 // weight's bytes (packed codes, scales, biases), the traffic that bounds it.
 struct LinearQPerfCase : LinearQCase {
@@ -428,6 +443,25 @@ void add_quant_cases(CaseList& cases) {
   // with 2), 8-bit g128; and at 4 tokens with strided weights.
   lq(6, 4096, 45, 8, 128, bf16, bf16, f32, bf16, false);
   lq(4, 8192, 23, 4, 32, f16, f16, f16, std::nullopt, true);
+
+  // CUDA GEMV v4 (4-bit, groups 64 / 128, 16-bit x; tokens = the mma's columns): every T 1..8,
+  // bf16 and f16 x and scales, spans not a multiple of the 8 K parts (in = 576: 9 spans, 640:
+  // 10), a tail tile (out not a multiple of 16), 2 pipeline steps per tile (in = 4096), fewer
+  // spans than parts (in = 128), x rows not 16-byte aligned (scalar staging), bias, f32 y, and
+  // more 16-row tiles than resident CTAs (the persistent loop's cross-tile prefetch).
+  for (int64_t T = 1; T <= 8; ++T) {
+    const int gs = T % 2 ? 64 : 128;
+    const DType x = T % 3 == 1 ? f16 : bf16;
+    lq(T, gs == 64 ? 576 : 640, 21 + 3 * T, 4, gs, x, x, T % 4 == 0 ? f32 : x,
+       T % 3 == 2 ? std::optional<DType>(bf16) : std::nullopt, false);
+  }
+  lq(2, 4096, 50, 4, 64, bf16, bf16, bf16, f32, false);
+  lq(1, 128, 33, 4, 128, f16, f16, f32, std::nullopt, false);
+  lq(3, 512, 40, 4, 64, bf16, bf16, bf16, std::nullopt, true);
+  lq(1, 128, 12677, 4, 64, bf16, bf16, bf16, std::nullopt, false);
+  lq(8, 256, 6400, 4, 128, f16, f16, f16, f16, false);
+  cases.push_back(std::make_unique<LinearQStridedXCase>(3, 512, 40, 64, bf16));
+  cases.push_back(std::make_unique<LinearQStridedXCase>(1, 640, 17, 128, f16));
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
