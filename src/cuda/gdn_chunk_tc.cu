@@ -679,24 +679,24 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 //   stores of the V_new fragment; A fragments by ldmatrix.trans), K̂ by ldmatrix.trans: 16
 //   MMAs per warp in 4 chains of 4.
 //   h[c] (non-fused) is stored from the registers (bf16 pairs) before the first barrier.
-// Per step: wait for W(c) (landed two steps ago) -> Sb = bf16(S), h stores -> barrier -> issue
-// the copies of K̂(c+1), W / U / γ(c+2) -> 16 MMAs (chains of 4) -> V_new, VT -> barrier -> 16
-// MMAs (chains of 4). The ring is v3's deep ring: W, U, γ in 3 buffers (two chunks ahead), K̂ in
+// Per step: wait for W(c) (landed two steps ago) -> Sb = bf16(S), h stores -> barrier -> 16
+// MMAs (chains of 4), then the copies of K̂(c+1), W / U / γ(c+2) issued behind them (CL: after
+// the cluster wait, whose latency the MMAs cover) -> V_new, VT -> barrier -> 16 MMAs (chains of
+// 4). The ring is v3's deep ring: W, U, γ in 3 buffers (two chunks ahead), K̂ in
 // 2 (one chunk ahead, waited on before the second barrier); the cluster version uses v3_cluster's
 // mbarriers and one split cluster barrier per step for the ring's reuse (see spine_tc_kernel).
 // MMA FLOPs per block and step: 2·64·32·128·2 = 1 MFLOP (256 MMAs, 32 per warp).
 // No split-sequence support (the host uses it only where spine_plan() gives one segment).
-constexpr int kS6Rows = 32;           // V rows per block
-constexpr int kS6Warps = 8;           // warps per block
-constexpr int kS6VP = kS6Rows + 8;    // padded VT row (bf16): 80 bytes, ldmatrix conflict-free
+constexpr int kS6Rows = 32;         // V rows per block
+constexpr int kS6Warps = 8;         // warps per block
+constexpr int kS6VP = kS6Rows + 8;  // padded VT row (bf16): 80 bytes, ldmatrix conflict-free
 // Ws [3][64][136], Ks [2][64][136], Us [3][64][32], Sb [32][136] (bf16), VT [64][40] (bf16),
 // γ [3][64] f32, 5 mbarriers: 113 960 bytes, two blocks per SM.
-constexpr int kS6Smem = (3 * kC * kWP + 2 * kC * kWP + 3 * kC * kS6Rows + kS6Rows * kWP +
-                         kC * kS6VP) * 2 + 3 * kC * 4 + 5 * 8;
+constexpr int kS6BarOffset =
+    (3 * kC * kWP + 2 * kC * kWP + 3 * kC * kS6Rows + kS6Rows * kWP + kC * kS6VP) * 2 + 3 * kC * 4;
+constexpr int kS6Smem = kS6BarOffset + 5 * 8;
 static_assert(2 * (kS6Smem + 1024) <= 228 * 1024, "spine v6: two blocks per SM");
-static_assert(((3 * kC * kWP + 2 * kC * kWP + 3 * kC * kS6Rows + kS6Rows * kWP + kC * kS6VP) * 2 +
-               3 * kC * 4) % 8 == 0,
-              "spine v6: mbarriers 8-byte aligned");
+static_assert(kS6BarOffset % 8 == 0, "spine v6: mbarriers 8-byte aligned");
 
 template <class St, int CZ>
 __global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p) {
@@ -705,12 +705,12 @@ __global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p
   constexpr int kCZ = CL ? CZ : 1;
   constexpr int kThreads = kS6Warps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);         // [3][64][136] W rows [i][d]
-  bf16* Ks = Ws + 3 * kC * kWP;                         // [2][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + 2 * kC * kWP;                         // [3][64][32]  U slice [i][v]
-  bf16* Sb = Us + 3 * kC * kS6Rows;                     // [32][136]    bf16(S) [v][d]
-  bf16* VT = Sb + kS6Rows * kWP;                        // [64][40]     V_new·e^{γ_L−γ} [i][v]
-  float* gs = reinterpret_cast<float*>(VT + kC * kS6VP);  // [3][64]    γ
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);  // [3][64][136] W rows [i][d]
+  bf16* Ks = Ws + 3 * kC * kWP;                  // [2][64][136] K̂ rows [i][d]
+  bf16* Us = Ks + 2 * kC * kWP;                  // [3][64][32]  U slice [i][v]
+  bf16* Sb = Us + 3 * kC * kS6Rows;              // [32][136]    bf16(S) [v][d]
+  bf16* VT = Sb + kS6Rows * kWP;                 // [64][40]     V_new·e^{γ_L−γ} [i][v]
+  float* gs = reinterpret_cast<float*>(VT + kC * kS6VP);       // [3][64]    γ
   uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + 3 * kC);  // [3] (CL only)
   uint64_t* fullK = fullW + 3;                                 // [2] (CL only)
 
@@ -856,8 +856,30 @@ __global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p
           *reinterpret_cast<bf162*>(hc + v * kD + d) = x;
         }
     __syncthreads();  // Sb and chunk cs's W, U, γ visible to every warp
-    // Refill: K̂(cs+1) into bk ^ 1 (last read by step cs − 1's S update) and W, U, γ of cs + 2
-    // into (cs + 2) % 3 (last read by step cs − 1 before its second barrier).
+    const bf16* ws = Ws + bw * kC * kWP;
+    const bf16* ks = Ks + bk * kC * kWP;
+    const bf16* us = Us + bw * kC * kS6Rows;
+    const float* gb = gs + bw * kC;
+    const float g_last = gb[L - 1];
+    const int i_lo = 16 * mw + g, i_hi = i_lo + 8;
+    const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
+    const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
+
+    // W·Sbᵀ for tokens 16mw.. (A: W rows, ldmatrix) x v 16vh.. (B: Sb rows [n = v][k = d],
+    // ldmatrix: matrices (n-tile 0, k lo / hi), (n-tile 1, k lo / hi)); acc[k-step parity][nt].
+    float acc[2][2][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < kD / 16; ++kt) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, ws + (16 * mw + (lane & 15)) * kWP + 16 * kt + 8 * (lane >> 4));
+      ldmatrix_x4(
+          b, Sb + (16 * vh + 8 * (lane >> 4) + (lane & 7)) * kWP + 16 * kt + 8 * ((lane >> 3) & 1));
+      mma_bf16(acc[kt & 1][0], a, b[0], b[1]);
+      mma_bf16(acc[kt & 1][1], a, b[2], b[3]);
+    }
+    // Refill, issued while the MMAs above run: K̂(cs+1) into bk ^ 1 (last read by step cs − 1's
+    // S update) and W, U, γ of cs + 2 into (cs + 2) % 3 (last read by step cs − 1 before its
+    // second barrier); every thread of the block is past step cs − 1 (the barrier above).
     if constexpr (CL) {
       // Every block of the cluster has finished step cs − 1 (its arrive at the end of it).
       cluster_wait();
@@ -877,27 +899,6 @@ __global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p
       cp_commit();  // B_cs
     }
 
-    const bf16* ws = Ws + bw * kC * kWP;
-    const bf16* ks = Ks + bk * kC * kWP;
-    const bf16* us = Us + bw * kC * kS6Rows;
-    const float* gb = gs + bw * kC;
-    const float g_last = gb[L - 1];
-    const int i_lo = 16 * mw + g, i_hi = i_lo + 8;
-    const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
-    const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
-
-    // W·Sbᵀ for tokens 16mw.. (A: W rows, ldmatrix) x v 16vh.. (B: Sb rows [n = v][k = d],
-    // ldmatrix: matrices (n-tile 0, k lo / hi), (n-tile 1, k lo / hi)); acc[k-step parity][nt].
-    float acc[2][2][4] = {};
-#pragma unroll
-    for (int kt = 0; kt < kD / 16; ++kt) {
-      uint32_t a[4], b[4];
-      ldmatrix_x4(a, ws + (16 * mw + (lane & 15)) * kWP + 16 * kt + 8 * (lane >> 4));
-      ldmatrix_x4(b, Sb + (16 * vh + 8 * (lane >> 4) + (lane & 7)) * kWP + 16 * kt +
-                         8 * ((lane >> 3) & 1));
-      mma_bf16(acc[kt & 1][0], a, b[0], b[1]);
-      mma_bf16(acc[kt & 1][1], a, b[2], b[3]);
-    }
     // V_new = U − W·Sᵀ (0 past L): to the workspace (stage 3) and, times e^{γ_L−γ_i}, to VT.
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -934,8 +935,8 @@ __global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p
       uint32_t a[2][4], b0[2], b1[2];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4_trans(a[mt], VT + (16 * kt + (lane & 7) + 8 * (lane >> 4)) * kS6VP +
-                                     16 * mt + 8 * ((lane >> 3) & 1));
+        ldmatrix_x4_trans(a[mt], VT + (16 * kt + (lane & 7) + 8 * (lane >> 4)) * kS6VP + 16 * mt +
+                                     8 * ((lane >> 3) & 1));
       load_b2_trans(b0, b1, ks, kWP, 16 * kt, 16 * warp, lane);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
@@ -1318,8 +1319,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
 //  - W and U staged through the (then dead) K̂ and V tiles and written with 16-byte stores.
 // Shared: Kb, Vb [64][136] bf16; A [64][72] f32 (Tb, Tu [64][72] bf16 over it once T is known);
 // T [64][68] f32; β, γ·log2e, β e^γ [64]: 71 424 bytes, three blocks per SM.
-constexpr int kAP = kC + 8;   // f32 row of A: float2 fragment loads conflict-free
-constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-free
+constexpr int kAP = kC + 8;  // f32 row of A: float2 fragment loads conflict-free
+constexpr int kTQ = kC + 4;  // f32 row of T: scalar fragment loads conflict-free
 constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
 static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
 static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
@@ -1407,7 +1408,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
-  auto put_kv = [&](int i, const float (&xk)[8], const float (&xv)[8]) {
+  auto put_kv = [&](int i, const float(&xk)[8], const float(&xv)[8]) {
     float kk = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
@@ -1419,7 +1420,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     if (write_kn && i < L)
       *reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + i) * p.Hk + hk) * kD + c8) = kp;
   };
-  auto put_q = [&](int i, const float (&xq)[8]) {
+  auto put_q = [&](int i, const float(&xq)[8]) {
     float qq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
@@ -1457,8 +1458,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
           const int i = rr + 8 * r;
           rq[r] = make_uint4(0, 0, 0, 0);
           if (i < L)
-            rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t +
-                                                    hk * p.q_h + c8);
+            rq[r] =
+                *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8);
         }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -1578,8 +1579,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
         split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
         split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
         split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3],
-                    al[3]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
@@ -1746,8 +1746,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
     }
   } else {
-  // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
-  // loaded before any is used (one global round trip).
+    // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
+    // loaded before any is used (one global round trip).
     float xq[16][4];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
@@ -1994,8 +1994,8 @@ struct TcOptions {
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
-// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k, v (and
-// q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
+// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k,
+// v (and q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
 bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (in != DType::bf16) return false;
   auto al = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
@@ -2004,7 +2004,8 @@ bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (with_q) ok = ok && al(p.q) && st(p.q_t) && st(p.q_h);
   return ok;
 }
-// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the output's size).
+// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the
+// output's size).
 bool vec_output(const Params& p, size_t elem) {
   const int64_t per = static_cast<int64_t>(16 / elem);
   return reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % per == 0 && p.o_h % per == 0;
@@ -2409,19 +2410,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
-                                : fused                         ? "cuda_tc_v4_fused"
-                                : opt.cluster_spine             ? "cuda_tc_v3_cluster"
-                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
-                                                                : "cuda_tc") +
-                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
-                        std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
-                        std::to_string(p.Hv) +
-                        (v6 ? std::string(", ") + std::to_string(S) + " segment(s)"
-                            : ", spine " + std::string(narrow ? "16" : "32") +
-                                  "-row slices, ring " + (ring3 ? "3" : "2") + ", " +
-                                  std::to_string(S) + " segment(s)") +
-                        spine_note);
+  timer.report(
+      ctx, std::string(!opt.name.empty()               ? opt.name
+                       : fused                         ? "cuda_tc_v4_fused"
+                       : opt.cluster_spine             ? "cuda_tc_v3_cluster"
+                       : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                       : "cuda_tc") +
+               ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
+               std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " + std::to_string(p.Hv) +
+               (v6 ? std::string(", ") + std::to_string(S) + " segment(s)"
+                   : ", spine " + std::string(narrow ? "16" : "32") + "-row slices, ring " +
+                         (ring3 ? "3" : "2") + ", " + std::to_string(S) + " segment(s)") +
+               spine_note);
 }
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
@@ -2465,10 +2465,10 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v5: cluster spine and stage 3 (" +
                                  (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
                                  ")");
-  opt.name = opt.fused_output ? "cuda_tc_v5 (fused spine)"
-                               : "cuda_tc_v5 (cluster spine; not fused: " +
-                                     (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
-                                     ")";
+  opt.name = opt.fused_output
+                 ? "cuda_tc_v5 (fused spine)"
+                 : "cuda_tc_v5 (cluster spine; not fused: " +
+                       (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) + ")";
   tc_run(a, ctx, opt);
 }
 // `cuda_tc_v6`: v5's stage 1 and stage 3 around spine6_kernel (not fused), where the spine runs
@@ -2499,16 +2499,14 @@ void tc_v6_cuda(const GdnChunkPrefill& a, Context& ctx) {
 Reason tc_v6_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V6");
-  if (off && std::string(off) == "0")
-    return std::string("v6: turned off by HYBRID_GDN_CHUNK_V6=0");
+  if (off && std::string(off) == "0") return std::string("v6: turned off by HYBRID_GDN_CHUNK_V6=0");
   return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
 Reason tc_v5_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V5");
-  if (off && std::string(off) == "0")
-    return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
+  if (off && std::string(off) == "0") return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
   return std::nullopt;
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
