@@ -687,11 +687,11 @@ template <int LPR, int KC, int R, class In, class S>
 struct WarpTile {
   using L = Layout<LPR, KC, S, R>;
   static_assert(L::W * sizeof(S) == 16, "v4 needs 16-byte state chunks (K >= 64)");
-  static constexpr int kChunksPerRow = KC / L::W;            // a lane's 16-byte chunks of a row
-  static constexpr int kChunks = R * kChunksPerRow;          // ... of an item
-  static constexpr int kItemRows = L::kGroupRows * R;        // rows of an item
+  static constexpr int kChunksPerRow = KC / L::W;      // a lane's 16-byte chunks of a row
+  static constexpr int kChunks = R * kChunksPerRow;    // ... of an item
+  static constexpr int kItemRows = L::kGroupRows * R;  // rows of an item
   static constexpr int kPiece = L::W * static_cast<int>(sizeof(In));  // a lane's W q columns
-  static constexpr int kTokOffset = kChunks * 32 * 16;       // state chunks [kChunks][32 lanes]
+  static constexpr int kTokOffset = kChunks * 32 * 16;  // state chunks [kChunks][32 lanes]
   static constexpr int kRowBytes = kChunksPerRow * LPR * kPiece;  // q (or k): K·sizeof(In)
   static constexpr int kStageBytes = kTokOffset + 2 * kRowBytes;
   // After the stages: the head run's q̂ and k̂ (f32), [2][KC / 4][LPR] float4, written by the
@@ -755,11 +755,12 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPR, group_row = lane / LPR;
-  const bool lead = sub == 0;  // writes the row's o
+  const bool lead = sub == 0;                                         // writes the row's o
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;  // [stages][kStageBytes]
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  const int begin = static_cast<int>(gw * items / nw), end = static_cast<int>((gw + 1) * items / nw);
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
   S* const pool_base = static_cast<S*>(p.state);
   const int ratio = p.Hv / p.Hk;
   In* const out = static_cast<In*>(p.out);
@@ -950,8 +951,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         if (lane < LPR) {  // read by the later items of the run (after their __syncwarp)
 #pragma unroll
           for (int j = 0; j < KC / 4; ++j) {
-            cache_q[j * LPR + sub] = make_float4(q[4 * j], q[4 * j + 1], q[4 * j + 2], q[4 * j + 3]);
-            cache_k[j * LPR + sub] = make_float4(k[4 * j], k[4 * j + 1], k[4 * j + 2], k[4 * j + 3]);
+            cache_q[j * LPR + sub] =
+                make_float4(q[4 * j], q[4 * j + 1], q[4 * j + 2], q[4 * j + 3]);
+            cache_k[j * LPR + sub] =
+                make_float4(k[4 * j], k[4 * j + 1], k[4 * j + 2], k[4 * j + 3]);
           }
         }
       }

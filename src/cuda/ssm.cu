@@ -469,9 +469,9 @@ struct SsmWarpTile {
   using L = RecLayout<LPR, NC, true, St>;
   static_assert(L::W * sizeof(St) == 16, "v4 needs 16-byte state chunks");
   static constexpr int kChunksPerRow = NC / L::W;
-  static constexpr int kChunks = R * kChunksPerRow;    // a lane's 16-byte chunks of an item
+  static constexpr int kChunks = R * kChunksPerRow;  // a lane's 16-byte chunks of an item
   static constexpr int kGroupRows = 32 / LPR;
-  static constexpr int kItemRows = kGroupRows * R;     // rows of an item
+  static constexpr int kItemRows = kGroupRows * R;       // rows of an item
   static constexpr int kStageBytes = kChunks * 32 * 16;  // [kChunks][32 lanes] 16-byte chunks
   // After the stages: the run's B and C (f32), [2][NC / 4][LPR] float4.
   static constexpr int kCacheOffset = kWarpStages * kStageBytes;
@@ -491,7 +491,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  const int begin = static_cast<int>(gw * items / nw), end = static_cast<int>((gw + 1) * items / nw);
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
   const int P = p.P, H = p.H;
   const SsmIn& in = p.in;
   St* const pool_base = static_cast<St*>(p.state);
@@ -533,7 +534,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     const int stage = i % kWarpStages;
     const int key = item / tiles, tile = item - key * tiles;
     const int seq = key / H, h = key - seq * H;
-    const int64_t t = seq;  // one token per sequence
+    const int64_t t = seq;                 // one token per sequence
     const int ahead = item + kWarpStages;  // issued into this stage once it is read
     const int slot = p.slots[seq];
     const int ahead_slot = ahead < end ? p.slots[ahead / tiles / H] : -1;
@@ -605,8 +606,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (lane < LPR) {  // read by the run's later items (after their first __syncwarp)
 #pragma unroll
         for (int j = 0; j < NC / 4; ++j) {
-          cache_b[j * LPR + sub] = make_float4(Bv[4 * j], Bv[4 * j + 1], Bv[4 * j + 2], Bv[4 * j + 3]);
-          cache_c[j * LPR + sub] = make_float4(Cv[4 * j], Cv[4 * j + 1], Cv[4 * j + 2], Cv[4 * j + 3]);
+          cache_b[j * LPR + sub] =
+              make_float4(Bv[4 * j], Bv[4 * j + 1], Bv[4 * j + 2], Bv[4 * j + 3]);
+          cache_c[j * LPR + sub] =
+              make_float4(Cv[4 * j], Cv[4 * j + 1], Cv[4 * j + 2], Cv[4 * j + 3]);
         }
       }
     }
