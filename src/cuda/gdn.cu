@@ -44,6 +44,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -51,6 +54,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/gdn.h"
 
@@ -644,6 +648,351 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks)
   }
 }
 
+// ---- v4: persistent warps, each streaming its own run of items (gdn_recurrent / gdn_prep_step
+// .cuda_warp) ----
+//
+// Why (session 3, measured): v2 (83% of copy at B 256 f32) spends part of each block's life with
+// no state bytes in flight (slot index → state loads is two dependent DRAM round trips per block;
+// compute and stores after), and v3 (79%) has only 3 processors (blocks) per SM whose every 16 KiB
+// item waits on serial round trips (slot / cu_seqlens → token prefetch; g, β after the stage wait)
+// and a block barrier: at ~1 item per µs per SM needed, ~3 µs of serial latency per item binds.
+//
+// v4: every warp is an independent processor (no block barrier, no mbarrier). Warp w of the grid
+// takes the contiguous run of items [w·items/W, (w+1)·items/W) (item = (row tile, hv, n), tile
+// fastest, so a run covers whole heads' rows in pool order and the head's token prep is done
+// once per run of the head). Item = R rows per thread = kGroupRows·R rows of one (slot, hv) =
+// 4 KiB at K = 128 (f32: 8 rows, R = 2; bf16: 16 rows, R = 4). Each lane copies its own 16-byte
+// chunks of an item (the v2 register layout) into a lane-private slot of one of kWarpStages
+// shared-memory stages with cp.async (no registers held by the bytes in flight), one commit group
+// per item, kWarpStages items ahead; it reads back only its own chunks, so
+// cp.async.wait_group(kWarpStages − 1) is its whole synchronisation for the state. The first
+// row group's lanes also copy the item's first-token q and k pieces (when the item starts a run
+// of its head), read by all lanes after a __syncwarp.
+// Per item, before the stage wait: the item's slot / cu_seqlens (L1 hits: read when the item was
+// issued), the next-issued item's ones, the v values of the thread's rows and, for a new head,
+// the gates (and RMSNorm weights); after it: the arithmetic of v2 and the write-back from
+// registers. Decode tokens (one token a sequence, no per-token states) take that fast path;
+// anything else (T != 1, per-token states, padding) runs v2's gdn_tokens / gdn_padding on the
+// rows from the stage.
+// Bytes in flight per SM: warps/SM × kWarpStages × 4 KiB (3-4 blocks of 4 warps: 144-192 KiB),
+// whatever the pool's dtype; the per-item work of a warp (~0.3 µs) is far below its budget
+// (12-16 warps per SM, one 4 KiB item each per ~3-4 µs at the copy rate).
+constexpr int kWarpBlockWarps = 4;
+constexpr int kWarpStages = 3;
+
+template <class S>
+constexpr int kWarpRows = sizeof(S) == 2 ? 4 : 2;  // R: a 4 KiB item at K = 128
+
+template <int LPR, int KC, int R, class In, class S>
+struct WarpTile {
+  using L = Layout<LPR, KC, S, R>;
+  static_assert(L::W * sizeof(S) == 16, "v4 needs 16-byte state chunks (K >= 64)");
+  static constexpr int kChunksPerRow = KC / L::W;      // a lane's 16-byte chunks of a row
+  static constexpr int kChunks = R * kChunksPerRow;    // ... of an item
+  static constexpr int kItemRows = L::kGroupRows * R;  // rows of an item
+  static constexpr int kPiece = L::W * static_cast<int>(sizeof(In));  // a lane's W q columns
+  static constexpr int kTokOffset = kChunks * 32 * 16;  // state chunks [kChunks][32 lanes]
+  static constexpr int kRowBytes = kChunksPerRow * LPR * kPiece;  // q (or k): K·sizeof(In)
+  static constexpr int kStageBytes = kTokOffset + 2 * kRowBytes;
+  // After the stages: the head run's q̂ and k̂ (f32), [2][KC / 4][LPR] float4, written by the
+  // first row group and read by every lane of the same `sub` (registers would keep 2·KC values
+  // live across the general path, which then spills at R = 4).
+  static constexpr int kCacheOffset = kWarpStages * kStageBytes;
+  static constexpr int kWarpBytes = kCacheOffset + 2 * KC * LPR * 4;
+};
+
+// kBytes (8, 16 or 32) global → shared without registers; both addresses aligned to
+// min(kBytes, 16).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_piece(void* dst, const void* src) {
+  static_assert(kBytes == 8 || kBytes % 16 == 0, "8 or 16·n bytes");
+  if constexpr (kBytes == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src)
+                 : "memory");
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i)
+      cp_async16(static_cast<char*>(dst) + 16 * i, static_cast<const char*>(src) + 16 * i);
+  }
+}
+
+// The sequence fields of an item that the pipeline needs (read twice: when the item's copies are
+// issued and when it is consumed; the second read is an L1 / L2 hit).
+struct SeqMeta {
+  int slot = -1, bos = 0, eos = 0;
+  bool read = false;  // the pool rows are read (a real slot with an initial state)
+};
+
+// Mode::prep is gdn_prep_step here: sequence n is token n, every sequence resumes from its row.
+template <Mode mode>
+__device__ __forceinline__ SeqMeta seq_meta(const GdnParams& p, int n) {
+  SeqMeta m;
+  m.slot = p.slots[n];
+  if (mode == Mode::prep) {
+    m.bos = n, m.eos = n + 1;
+    m.read = m.slot >= 0;
+  } else {
+    m.bos = p.cu_seqlens ? p.cu_seqlens[n] : n;
+    m.eos = p.cu_seqlens ? p.cu_seqlens[n + 1] : n + 1;
+    m.read = m.slot >= 0 && !(p.has_initial && p.has_initial[n] == 0);
+  }
+  return m;
+}
+
+// The fast path: one token, a real slot, no per-token states.
+template <Mode mode>
+__device__ __forceinline__ bool seq_fast(const GdnParams& p, const SeqMeta& m) {
+  if (mode == Mode::prep) return m.slot >= 0;
+  return m.slot >= 0 && m.eos - m.bos == 1 && !p.states_per_token;
+}
+
+template <Mode mode, int LPR, int KC, int R, class In, class S>
+__global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
+    gdn_warp_kernel(const GdnParams p, const int items, const int tiles) {
+  using L = Layout<LPR, KC, S, R>;
+  using WT = WarpTile<LPR, KC, R, In, S>;
+  constexpr int W = L::W, CPR = WT::kChunksPerRow;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane % LPR, group_row = lane / LPR;
+  const bool lead = sub == 0;                                         // writes the row's o
+  unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;  // [stages][kStageBytes]
+  const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
+  const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
+  S* const pool_base = static_cast<S*>(p.state);
+  const int ratio = p.Hv / p.Hk;
+  In* const out = static_cast<In*>(p.out);
+
+  // Token rows (prep: the conv_out segments q | k | v of token t).
+  auto q_row = [&](int t, int hk) {
+    return mode == Mode::prep ? static_cast<const In*>(p.q) + t * p.q_t + hk * p.K
+                              : static_cast<const In*>(p.q) + t * p.q_t + hk * p.q_h;
+  };
+  auto k_row = [&](int t, int hk) {
+    return mode == Mode::prep ? static_cast<const In*>(p.q) + t * p.q_t + (p.Hk + hk) * p.K
+                              : static_cast<const In*>(p.k) + t * p.k_t + hk * p.k_h;
+  };
+  auto v_row = [&](int t, int hv) {
+    return mode == Mode::prep ? static_cast<const In*>(p.q) + t * p.q_t + 2 * p.Hk * p.K + hv * p.V
+                              : static_cast<const In*>(p.v) + t * p.v_t + hv * p.v_h;
+  };
+
+  // Copies of `item` into `stage`: its state chunks (lane-private slots), and, when the item
+  // starts its head's run on the fast path, the first row group's q / k pieces. No commit.
+  auto issue = [&](int item, const SeqMeta& m, int stage) {
+    const int key = item / tiles, tile = item - key * tiles;
+    const int hv = key % p.Hv;
+    unsigned char* const st = warp_smem + stage * WT::kStageBytes;
+    if (m.read) {
+      const S* head = pool_base + m.slot * p.st_slot + hv * p.st_head;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int row = tile * WT::kItemRows + r * L::kGroupRows + group_row;
+        if (row < p.V) {
+#pragma unroll
+          for (int cc = 0; cc < CPR; ++cc)
+            cp_async16(st + ((r * CPR + cc) * 32 + lane) * 16,
+                       head + row * p.st_row + L::col(sub, cc * W));
+        }
+      }
+    }
+    if (lane < LPR && seq_fast<mode>(p, m) && (item == begin || key != (item - 1) / tiles)) {
+      const int hk = hv / ratio;
+      const In* qr = q_row(m.bos, hk);
+      const In* kr = k_row(m.bos, hk);
+#pragma unroll
+      for (int cc = 0; cc < CPR; ++cc) {
+        const int piece = (cc * LPR + sub) * WT::kPiece;
+        cp_async_piece<WT::kPiece>(st + WT::kTokOffset + piece, qr + L::col(sub, cc * W));
+        cp_async_piece<WT::kPiece>(st + WT::kTokOffset + WT::kRowBytes + piece,
+                                   kr + L::col(sub, cc * W));
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kWarpStages; ++s) {
+    const int item = begin + s;
+    if (item < end) issue(item, seq_meta<mode>(p, item / tiles / p.Hv), s);
+    cp_commit();  // one group per stage, empty ones too: the wait count stays uniform
+  }
+
+  // The current head run's gates and k̂·q̂ (its q̂, k̂ in the warp's cache area).
+  float alpha = 0.0f, beta = 0.0f, kq = 0.0f;
+  int prep_key = -1;  // the (n, hv) whose q̂, k̂, α, β are kept
+  float4* const cache_q = reinterpret_cast<float4*>(warp_smem + WT::kCacheOffset);  // [KC/4][LPR]
+  float4* const cache_k = cache_q + KC / 4 * LPR;
+
+  int i = 0;
+#pragma unroll 1
+  for (int item = begin; item < end; ++item, ++i) {
+    const int stage = i % kWarpStages;
+    const int key = item / tiles, tile = item - key * tiles;
+    const int n = key / p.Hv, hv = key - n * p.Hv, hk = hv / ratio;
+    const int ahead = item + kWarpStages;  // issued into this stage once it is read
+    const SeqMeta m = seq_meta<mode>(p, n);
+    SeqMeta m_ahead;
+    if (ahead < end) m_ahead = seq_meta<mode>(p, ahead / tiles / p.Hv);
+    const bool fast = seq_fast<mode>(p, m);
+    const bool new_head = fast && key != prep_key;
+    const int row0 = tile * WT::kItemRows + group_row;  // thread rows row0 + r·kGroupRows
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) valid[r] = row0 + r * L::kGroupRows < p.V;
+
+    // Token inputs independent of the state, in flight during the stage wait.
+    const int t = m.bos;
+    float vr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) vr[r] = 0.0f;
+    float g_or_a = 0.0f, b_in = 0.0f, A_log = 0.0f, dt_bias = 0.0f;
+    float q[KC], k[KC];  // q̂ (scale folded in) and k̂, the lane's columns
+#pragma unroll
+    for (int c = 0; c < KC; ++c) q[c] = 0.0f, k[c] = 0.0f;
+    if (fast) {
+      const In* vrow = v_row(t, hv);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (valid[r]) vr[r] = to_f32(vrow[row0 + r * L::kGroupRows]);
+      if (new_head) {
+        if (mode == Mode::prep) {
+          g_or_a = p.a_raw.at(t, hv), b_in = p.b_raw.at(t, hv);
+          A_log = p.A_log.at(hv), dt_bias = p.dt_bias.at(hv);
+          load_cols<LPR, KC, S>(p.q_norm, hk, sub, q);  // weights; x multiplies in below
+          load_cols<LPR, KC, S>(p.k_norm, hk, sub, k);
+        } else {
+          g_or_a = p.g.at(t, hv), b_in = p.beta.at(t, hv);
+        }
+      }
+    }
+
+    cp_wait<kWarpStages - 1>();  // this item's group (and the lane's own chunks) have landed
+    __syncwarp();                // ... and every lane's: the q / k pieces are shared
+    const unsigned char* const st = warp_smem + stage * WT::kStageBytes;
+    float s[R][KC];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (m.read && valid[r]) {
+#pragma unroll
+        for (int cc = 0; cc < CPR; ++cc)
+          vload<W>(reinterpret_cast<const S*>(st + ((r * CPR + cc) * 32 + lane) * 16),
+                   s[r] + cc * W);
+      } else {
+#pragma unroll
+        for (int c = 0; c < KC; ++c) s[r][c] = 0.0f;
+      }
+    }
+    float qq = 0.0f, kk = 0.0f;
+    if (fast && !new_head) {
+#pragma unroll
+      for (int j = 0; j < KC / 4; ++j) {
+        const float4 a = cache_q[j * LPR + sub], b = cache_k[j * LPR + sub];
+        q[4 * j] = a.x, q[4 * j + 1] = a.y, q[4 * j + 2] = a.z, q[4 * j + 3] = a.w;
+        k[4 * j] = b.x, k[4 * j + 1] = b.y, k[4 * j + 2] = b.z, k[4 * j + 3] = b.w;
+      }
+    }
+    if (new_head) {
+#pragma unroll
+      for (int cc = 0; cc < CPR; ++cc) {
+        const int piece = (cc * LPR + sub) * WT::kPiece;
+        float xq[W], xk[W];
+        vload<W>(reinterpret_cast<const In*>(st + WT::kTokOffset + piece), xq);
+        vload<W>(reinterpret_cast<const In*>(st + WT::kTokOffset + WT::kRowBytes + piece), xk);
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          const int c = cc * W + e;
+          if (mode == Mode::prep) {
+            qq += xq[e] * xq[e], kk += xk[e] * xk[e];
+            q[c] *= xq[e], k[c] *= xk[e];
+          } else {
+            q[c] = xq[e], k[c] = xk[e];
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane has read the stage: it takes the item kWarpStages ahead
+    if (ahead < end) issue(ahead, m_ahead, stage);
+    cp_commit();
+
+    if (fast) {
+      if (new_head) {
+        prep_key = key;
+        if (mode == Mode::prep) {
+          // Seed 000: q̂ = w ⊙ x / rms(x) (as gdn_tokens), g and β from raw a, b.
+          const float inv_k = __frcp_rn(static_cast<float>(p.K));
+          const float qr = rsqrtf(group_sum<LPR>(qq) * inv_k + p.eps);
+          const float kr = rsqrtf(group_sum<LPR>(kk) * inv_k + p.eps);
+#pragma unroll
+          for (int c = 0; c < KC; ++c) q[c] *= qr, k[c] *= kr;
+          const float x = g_or_a + dt_bias;
+          const float softplus = x > 20.0f ? x : log1pf(__expf(x));
+          alpha = __expf(-__expf(A_log) * softplus);
+          beta = __frcp_rn(1.0f + __expf(-b_in));
+        } else {
+          if (p.l2norm) {
+#pragma unroll
+            for (int c = 0; c < KC; ++c) qq += q[c] * q[c], kk += k[c] * k[c];
+            const float qr = rsqrtf(group_sum<LPR>(qq) + 1e-6f);
+            const float kr = rsqrtf(group_sum<LPR>(kk) + 1e-6f);
+#pragma unroll
+            for (int c = 0; c < KC; ++c) q[c] *= qr, k[c] *= kr;
+          }
+#pragma unroll
+          for (int c = 0; c < KC; ++c) q[c] *= p.scale;
+          alpha = __expf(g_or_a);
+          beta = b_in;
+        }
+        float kq_part = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) kq_part += k[c] * q[c];
+        kq = group_sum<LPR>(kq_part);
+        if (lane < LPR) {  // read by the later items of the run (after their __syncwarp)
+#pragma unroll
+          for (int j = 0; j < KC / 4; ++j) {
+            cache_q[j * LPR + sub] =
+                make_float4(q[4 * j], q[4 * j + 1], q[4 * j + 2], q[4 * j + 3]);
+            cache_k[j * LPR + sub] =
+                make_float4(k[4 * j], k[4 * j + 1], k[4 * j + 2], k[4 * j + 3]);
+          }
+        }
+      }
+      // S·k̂ and S·q̂ of the thread's rows, reduced over the row group together.
+      float red[2 * R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) sk += s[r][c] * k[c], sq += s[r][c] * q[c];
+        red[2 * r] = sk, red[2 * r + 1] = sq;
+      }
+#pragma unroll
+      for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+        for (int j = 0; j < 2 * R; ++j) red[j] += __shfl_xor_sync(0xffffffffu, red[j], o);
+      S* const pool = pool_base + m.slot * p.st_slot + hv * p.st_head;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float u = beta * (vr[r] - alpha * red[2 * r]);
+        const float o = alpha * red[2 * r + 1] + u * kq;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) s[r][c] = alpha * s[r][c] + u * k[c];
+        const int row = row0 + r * L::kGroupRows;
+        if (valid[r]) {
+          if (lead) out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
+          store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
+        }
+      }
+    } else if (m.slot < 0) {
+      gdn_padding<mode, LPR, KC, R, In, S>(p, hv, m.bos, m.eos, row0, false);
+    } else if constexpr (mode != Mode::prep) {  // T != 1 or per-token states
+      S* const pool = pool_base + m.slot * p.st_slot + hv * p.st_head;
+      gdn_tokens<mode, LPR, KC, R, In, S>(p, hv, m.bos, m.eos, row0, false, pool, s);
+    }
+  }
+}
+
 // gdn_replay: S ← α_t S + u_t k̂_tᵀ for the first num_tokens[n] tokens, from the pool snapshot.
 // Same layout as gdn_recurrent_kernel; no reductions. Bytes: the pool rows read and written once
 // (or written to state_out), the tape read once per token (4·(K + V + 1) B per token and head).
@@ -831,6 +1180,69 @@ void launch_stream(const GdnParams& p, DType in, DType state, int64_t N, Context
   });
 }
 
+// v4 (gdn_warp_kernel): K → (LPR, KC) for the sizes with 16-byte state chunks of both pool dtypes.
+template <class Body>
+void dispatch_k_warp(int64_t K, Body&& body) {
+  switch (K) {
+    case 64:
+      body(std::integral_constant<int, 8>{}, std::integral_constant<int, 8>{});
+      break;
+    case 128:
+      body(std::integral_constant<int, 8>{}, std::integral_constant<int, 16>{});
+      break;
+    default:  // 256
+      body(std::integral_constant<int, 16>{}, std::integral_constant<int, 16>{});
+      break;
+  }
+}
+
+// A persistent grid of 4-warp blocks (as many as fit: 3-4 per SM), capped at one item a warp.
+template <Mode mode>
+void launch_warp(const GdnParams& p, DType in, DType state, int64_t N, Context& ctx) {
+  if (N == 0) return;
+  dispatch_k_warp(p.K, [&](auto lpr, auto kc) {
+    dispatch_in_state(in, state, [&](auto tin, auto ts) {
+      constexpr int LPR = decltype(lpr)::value, KC = decltype(kc)::value;
+      using TS = decltype(ts);
+      using TIn = decltype(tin);
+      constexpr int R = kWarpRows<TS>;
+      using WT = WarpTile<LPR, KC, R, TIn, TS>;
+      const int tiles = (p.V + WT::kItemRows - 1) / WT::kItemRows;
+      const int64_t items = N * p.Hv * tiles;
+      auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS>;
+      constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+      const int64_t blocks =
+          persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                            (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+      kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+               as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// What v4 refuses beyond v2: HYBRID_GDN_DECODE_V4=0 (the switch that lets v3 / v2 run and be
+// timed beside it), K = 32 (8-byte bf16 state chunks; not a model size), token rows (q, k or
+// conv_out) that are not 16-byte aligned (their pieces are cp.async copies), more than 2^31 − 1
+// items, devices before sm_80 (cp.async).
+Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
+                     std::initializer_list<const Tensor*> token_rows) {
+  if (const char* v = std::getenv("HYBRID_GDN_DECODE_V4"); v != nullptr && std::strcmp(v, "0") == 0)
+    return std::string("HYBRID_GDN_DECODE_V4=0");
+  if (K != 64 && K != 128 && K != 256) return str("K=", K, " not in {64, 128, 256}");
+  for (const Tensor* t : token_rows) {
+    const size_t esz = dtype_size(t->dtype());
+    if (!aligned16(*t) || (t->stride(0) * esz) % 16 || (t->rank() > 2 && (t->stride(1) * esz) % 16))
+      return std::string("token rows (q, k / conv_out) must be 16-byte aligned");
+  }
+  const int64_t rows = state == DType::bf16 ? 16 : 8;  // item rows at K = 128 (K = 256: half)
+  if (N * Hv * ((V + rows - 1) / rows) * 2 > std::numeric_limits<int>::max())
+    return std::string("more than 2^31 - 1 items");
+  const int major = device_info().major;
+  if (major < 8) return str("cp.async needs sm_80 (device is sm_", major, "x)");
+  return {};
+}
+
 // What the v3 variants refuse beyond v2: f32 pools (measured on the H200, session 2: v3 took
 // 0.321 ms at B = 256 and 0.087 ms at B = 64 under CUDA graphs where v2 took 0.290 / 0.079, so
 // v2 keeps them; v3 is for bf16 pools, where v2's registers bound the bytes in flight), pool rows
@@ -906,6 +1318,20 @@ void recurrent_stream_cuda(const GdnRecurrent& a, Context& ctx) {
   launch_stream<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
+Reason recurrent_warp_supports(const GdnRecurrent& a) {
+  if (Reason r = recurrent_supports(a)) return r;
+  return warp_supports(a.q.size(2), a.state_slots.size(0), a.v.size(1), a.v.size(2),
+                       a.state.dtype(), {&a.q, &a.k});
+}
+
+void recurrent_warp_cuda(const GdnRecurrent& a, Context& ctx) {
+  GdnParams p = token_params(a);
+  p.has_initial =
+      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  launch_warp<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
+}
+
 // ---- gdn_prep_chunk / gdn_prep_step ---------------------------------------------------------
 
 template <class Args>
@@ -960,6 +1386,25 @@ void prep_step_stream_cuda(const GdnPrepStep& a, Context& ctx) {
   p.cu_seqlens = nullptr;
   p.slots = a.state_slots.data_as<const int>();
   launch_stream<Mode::prep>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
+}
+
+// v4 also needs v3's RMSNorm weight layout (16-byte vector loads).
+Reason prep_step_warp_supports(const GdnPrepStep& a) {
+  if (Reason r = prep_supports(a)) return r;
+  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
+    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
+        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
+      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  return warp_supports(a.q_norm_weight.size(1), a.state_slots.size(0), a.y.size(1), a.y.size(2),
+                       a.state.dtype(), {&a.conv_out});
+}
+
+void prep_step_warp_cuda(const GdnPrepStep& a, Context& ctx) {
+  GdnParams p;
+  prep_params(a, p);
+  p.cu_seqlens = nullptr;
+  p.slots = a.state_slots.data_as<const int>();
+  launch_warp<Mode::prep>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------
@@ -1052,7 +1497,13 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 }  // namespace
 
 void register_gdn(Registry& r) {
-  // v3 (shared-memory streaming, decode batches); the v2 kernels below stay as fallbacks.
+  // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_GDN_DECODE_V4=0
+  // turns it off), v3 (shared-memory streaming by blocks, bf16 pools); the v2 kernels below stay
+  // as fallbacks.
+  r.add<GdnRecurrent>("gdn_recurrent.cuda_warp", DeviceType::cuda, 2, recurrent_warp_supports,
+                      recurrent_warp_cuda);
+  r.add<GdnPrepStep>("gdn_prep_step.cuda_warp", DeviceType::cuda, 2, prep_step_warp_supports,
+                     prep_step_warp_cuda);
   r.add<GdnRecurrent>("gdn_recurrent.cuda_stream", DeviceType::cuda, 1, recurrent_stream_supports,
                       recurrent_stream_cuda);
   r.add<GdnPrepStep>("gdn_prep_step.cuda_stream", DeviceType::cuda, 1, prep_step_stream_supports,

@@ -27,12 +27,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 #include "cuda/ssm_common.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/ssm.h"
@@ -441,6 +445,205 @@ __global__ void __launch_bounds__(kRecThreads, 3)
   }
 }
 
+// ---- v4: persistent warps, each streaming its own run of items (ssm_step.cuda_warp) ----------
+//
+// v3 (75% of copy at B 256 f32) has 3 processors (blocks) per SM, a block barrier per 16 KiB
+// item and serial round trips in each item (z inside the output's finish, after the arithmetic).
+// v4 = the GDN decode v4 scheme (gdn.cu): every warp is an independent processor over the
+// contiguous run of items [w·items/W, (w+1)·items/W) (item = (row tile, h, sequence), tile
+// fastest); an item is R rows a thread, kGroupRows·R rows (4 KiB at N = 128: f32 8 rows, R = 2;
+// bf16 16 rows, R = 4), copied lane by lane (each lane its own 16-byte chunks, the v2 register
+// layout) into one of kWarpStages per-warp shared-memory stages with cp.async, kWarpStages items
+// ahead; cp.async.wait_group is the lane's whole synchronisation for its state chunks. Before the
+// stage wait: the item's slot and the next-issued one's, x and z of the thread's rows, and for
+// the first item of a (sequence, head) run B, C (16-byte vector loads), dt', A, D; B and C are
+// then kept for the run's later items in a per-warp shared-memory cache. No block barrier.
+constexpr int kWarpBlockWarps = 4;
+constexpr int kWarpStages = 3;
+
+template <class St>
+constexpr int kWarpRows = sizeof(St) == 2 ? 4 : 2;  // R: a 4 KiB item at N = 128
+
+template <int LPR, int NC, int R, class St>
+struct SsmWarpTile {
+  using L = RecLayout<LPR, NC, true, St>;
+  static_assert(L::W * sizeof(St) == 16, "v4 needs 16-byte state chunks");
+  static constexpr int kChunksPerRow = NC / L::W;
+  static constexpr int kChunks = R * kChunksPerRow;  // a lane's 16-byte chunks of an item
+  static constexpr int kGroupRows = 32 / LPR;
+  static constexpr int kItemRows = kGroupRows * R;       // rows of an item
+  static constexpr int kStageBytes = kChunks * 32 * 16;  // [kChunks][32 lanes] 16-byte chunks
+  // After the stages: the run's B and C (f32), [2][NC / 4][LPR] float4.
+  static constexpr int kCacheOffset = kWarpStages * kStageBytes;
+  static constexpr int kWarpBytes = kCacheOffset + 2 * NC * LPR * 4;
+};
+
+template <int LPR, int NC, int R, class St>
+__global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
+    ssm_warp_kernel(const RecParams p, const int items, const int tiles) {
+  using WT = SsmWarpTile<LPR, NC, R, St>;
+  using L = typename WT::L;
+  constexpr int W = L::W, CPR = WT::kChunksPerRow, kGroupRows = WT::kGroupRows;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane % LPR, group_row = lane / LPR;
+  const bool lead = sub == 0;  // writes the row's y
+  unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;
+  const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
+  const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
+  const int P = p.P, H = p.H;
+  const SsmIn& in = p.in;
+  St* const pool_base = static_cast<St*>(p.state);
+
+  // The item's state chunks into `stage` (none for a padding sequence). No commit.
+  auto issue = [&](int item, int slot, int stage) {
+    if (slot < 0) return;
+    const int key = item / tiles, tile = item - key * tiles;
+    const int h = key % H;
+    unsigned char* const st = warp_smem + stage * WT::kStageBytes;
+    const St* head = pool_base + slot * p.st_slot + h * p.st_h;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int row = tile * WT::kItemRows + r * kGroupRows + group_row;
+      if (row < P) {
+#pragma unroll
+        for (int cc = 0; cc < CPR; ++cc)
+          cp_async16(st + ((r * CPR + cc) * 32 + lane) * 16,
+                     head + row * p.st_p + L::col(sub, cc * W));
+      }
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kWarpStages; ++s) {
+    const int item = begin + s;
+    if (item < end) issue(item, p.slots[item / tiles / H], s);
+    cp_commit();  // one group per stage, empty ones too: the wait count stays uniform
+  }
+
+  float dtp = 0.0f, dA = 1.0f, D_h = 0.0f;  // the current run's dt', exp(dt'·A), D
+  int prep_key = -1;                        // the (sequence, head) they belong to
+  float4* const cache_b = reinterpret_cast<float4*>(warp_smem + WT::kCacheOffset);  // [NC/4][LPR]
+  float4* const cache_c = cache_b + NC / 4 * LPR;
+
+  int i = 0;
+#pragma unroll 1
+  for (int item = begin; item < end; ++item, ++i) {
+    const int stage = i % kWarpStages;
+    const int key = item / tiles, tile = item - key * tiles;
+    const int seq = key / H, h = key - seq * H;
+    const int64_t t = seq;                 // one token per sequence
+    const int ahead = item + kWarpStages;  // issued into this stage once it is read
+    const int slot = p.slots[seq];
+    const int ahead_slot = ahead < end ? p.slots[ahead / tiles / H] : -1;
+    const bool new_head = slot >= 0 && key != prep_key;
+    const int row0 = tile * WT::kItemRows + group_row;  // thread rows row0 + r·kGroupRows
+    bool valid[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) valid[r] = row0 + r * kGroupRows < P;
+
+    // The token's inputs, independent of the state: in flight during the stage wait.
+    float xv[R], zv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int prow = row0 + r * kGroupRows;
+      const bool use = slot >= 0 && valid[r];
+      xv[r] = use ? in.x_at(t, h, prow) : 0.0f;
+      zv[r] = use && in.z.p ? load_any(in.z.p, in.z.dt, t * in.z.s0 + h * in.z.s1 + prow) : 0.0f;
+    }
+    float Bv[NC], Cv[NC];
+    float dtp_new = 0.0f, A_new = 0.0f, D_new = 0.0f;
+    if (new_head) {
+      const int g = in.group(h);
+      load_cols<LPR, NC, St>(in.B, t, g, sub, Bv);
+      load_cols<LPR, NC, St>(in.C, t, g, sub, Cv);
+      dtp_new = in.dt_eff(t, h);
+      A_new = in.A(h);
+      D_new = in.D_skip(h);
+    }
+
+    cp_wait<kWarpStages - 1>();  // this item's chunks (the lane's own) have landed
+    __syncwarp();                // and the run's B, C cache written by the first row group
+    const unsigned char* const st = warp_smem + stage * WT::kStageBytes;
+    float s[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (slot >= 0 && valid[r]) {
+#pragma unroll
+        for (int cc = 0; cc < CPR; ++cc)
+          vload<W>(reinterpret_cast<const St*>(st + ((r * CPR + cc) * 32 + lane) * 16),
+                   s[r] + cc * W);
+      } else {
+#pragma unroll
+        for (int c = 0; c < NC; ++c) s[r][c] = 0.0f;
+      }
+    }
+    if (slot >= 0 && !new_head) {
+#pragma unroll
+      for (int j = 0; j < NC / 4; ++j) {
+        const float4 b = cache_b[j * LPR + sub], c = cache_c[j * LPR + sub];
+        Bv[4 * j] = b.x, Bv[4 * j + 1] = b.y, Bv[4 * j + 2] = b.z, Bv[4 * j + 3] = b.w;
+        Cv[4 * j] = c.x, Cv[4 * j + 1] = c.y, Cv[4 * j + 2] = c.z, Cv[4 * j + 3] = c.w;
+      }
+    }
+    __syncwarp();  // every lane has read the stage (and the cache): both may be rewritten
+    if (ahead < end) issue(ahead, ahead_slot, stage);
+    cp_commit();
+
+    if (slot < 0) {  // padding: y = 0, pool untouched
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (valid[r] && lead) in.store_y(t, h, row0 + r * kGroupRows, 0.0f);
+      continue;
+    }
+    if (new_head) {
+      prep_key = key;
+      dtp = dtp_new;
+      dA = expf(dtp_new * A_new);
+      D_h = D_new;
+      if (lane < LPR) {  // read by the run's later items (after their first __syncwarp)
+#pragma unroll
+        for (int j = 0; j < NC / 4; ++j) {
+          cache_b[j * LPR + sub] =
+              make_float4(Bv[4 * j], Bv[4 * j + 1], Bv[4 * j + 2], Bv[4 * j + 3]);
+          cache_c[j * LPR + sub] =
+              make_float4(Cv[4 * j], Cv[4 * j + 1], Cv[4 * j + 2], Cv[4 * j + 3]);
+        }
+      }
+    }
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float dtx = dtp * xv[r];
+      acc[r] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        s[r][c] = dA * s[r][c] + dtx * Bv[c];
+        acc[r] += s[r][c] * Cv[c];
+      }
+    }
+    // y = S·C over the row group, the R rows' reductions interleaved.
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    St* const pool = pool_base + slot * p.st_slot + h * p.st_h;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int prow = row0 + r * kGroupRows;
+      if (!valid[r]) continue;
+      if (lead) {
+        float y = acc[r] + D_h * xv[r];  // (S·C + D·x) · silu(z), as SsmIn::finish
+        if (in.z.p) y *= zv[r] / (1.0f + expf(-zv[r]));
+        in.store_y(t, h, prow, y);
+      }
+      store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
+    }
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 bool rows_aligned(const Tensor& s) {
@@ -597,6 +800,62 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
   });
 }
 
+// v4 (ssm_warp_kernel): what it refuses beyond v2: HYBRID_SSM_STEP_V4=0 (the switch that lets v3
+// / v2 run and be timed beside it), N not in {32, 64, 128, 256}, pool rows not 16-byte aligned,
+// B / C rows that are not 16-byte aligned with unit column stride (vector loads), more than
+// 2^31 − 1 items, devices before sm_80 (cp.async). Unlike v3 the pool rows need not be packed.
+Reason step_warp_supports(const SsmStep& a) {
+  if (const char* v = std::getenv("HYBRID_SSM_STEP_V4"); v != nullptr && std::strcmp(v, "0") == 0)
+    return std::string("HYBRID_SSM_STEP_V4=0");
+  if (Reason r = step_supports(a)) return r;
+  const int64_t N = a.B.size(2);
+  if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");
+  if (!rows_aligned(a.state)) return std::string("state: rows must be 16-byte aligned");
+  for (const Tensor* t : {&a.B, &a.C}) {
+    const size_t esz = dtype_size(t->dtype());
+    if (t->stride(2) != 1 || reinterpret_cast<uintptr_t>(t->data()) % 16 ||
+        (t->stride(0) * esz) % 16 || (t->stride(1) * esz) % 16)
+      return std::string("B, C: rows must be 16-byte aligned with unit column stride");
+  }
+  const int64_t rows = 4 * (a.state.dtype() == DType::bf16 ? 4 : 2) / (N == 256 ? 2 : 1);
+  if (a.state_slots.size(0) * a.state.size(1) * ((a.state.size(2) + rows - 1) / rows) >
+      std::numeric_limits<int>::max())
+    return std::string("more than 2^31 - 1 items");
+  const int major = device_info().major;
+  if (major < 8) return str("cp.async needs sm_80 (device is sm_", major, "x)");
+  return {};
+}
+
+void step_warp_cuda(const SsmStep& a, Context& ctx) {
+  RecParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  set_pool(p, a.state);
+  p.slots = a.state_slots.data_as<const int>();
+  const int64_t seqs = a.state_slots.size(0);
+  if (seqs == 0) return;
+  dispatch_nc(p.N, true, [&](auto lpr, auto nc, auto vec) {
+    dispatch_state(a.state.dtype(), [&](auto ts) {
+      if constexpr (decltype(vec)::value) {  // always: N is one of the vector sizes
+        constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
+        using TS = decltype(ts);
+        constexpr int R = kWarpRows<TS>;
+        using WT = SsmWarpTile<LPR, NC, R, TS>;
+        const int tiles = (p.P + WT::kItemRows - 1) / WT::kItemRows;
+        const int64_t items = seqs * p.H * tiles;
+        auto* kernel = ssm_warp_kernel<LPR, NC, R, TS>;
+        constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+        const int64_t blocks =
+            persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                              (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+        kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+                 as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      }
+    });
+  });
+}
+
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
 
 Reason record_supports(const SsmStepRecord& a) {
@@ -637,7 +896,9 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 }  // namespace
 
 void register_ssm(Registry& r) {
-  // v3 (shared-memory streaming); the v2 kernel below stays as the fallback.
+  // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_SSM_STEP_V4=0 turns
+  // it off), v3 (shared-memory streaming by blocks); the v2 kernel below stays as the fallback.
+  r.add<SsmStep>("ssm_step.cuda_warp", DeviceType::cuda, 2, step_warp_supports, step_warp_cuda);
   r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,
                  step_stream_cuda);
   r.add<SsmStep>("ssm_step.cuda", DeviceType::cuda, 0, step_supports, step_cuda);

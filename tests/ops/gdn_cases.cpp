@@ -858,6 +858,21 @@ void add_gdn_cases(CaseList& cases) {
           make_unique<RecurrentCase>(k128g2, b, f32, st, true, std::nullopt, true, false));
   }
 
+  // Decode v4 (gdn_recurrent.cuda_warp: persistent warps, each over a contiguous run of (row
+  // tile, head, sequence) items): V = 100 is not a multiple of the item rows (8 for an f32 pool,
+  // 16 for bf16), so each head's last item is partial; 48 one-token sequences with padding slots
+  // and sequences without an initial state, so a warp's run crosses heads (its q̂ / k̂ cache is
+  // refilled) and mixes fast items with padding ones.
+  for (DType st : {f32, bf16}) {
+    Batch b{std::vector<int>(48, 1), std::vector<int>(48), {}, 50};
+    for (int n = 0; n < 48; ++n) {
+      b.slots[n] = n % 17 == 3 ? -1 : (n * 31) % 50;
+      b.init.push_back(n % 7 == 5 ? 0 : 1);
+    }
+    cases.push_back(make_unique<RecurrentCase>(Heads{2, 4, 64, 100}, b, bf16, st, true,
+                                               std::nullopt, false, false));
+  }
+
   // The v2 fallback (gdn_recurrent.cuda) at real shapes: a pool whose rows are not packed (row
   // stride K + 8: still 16-byte aligned for both dtypes), B = 64 with padding slots.
   for (DType st : {f32, bf16}) {
