@@ -6,14 +6,19 @@
 # barrier of tile i: a stage is never overwritten while a warp may still read it), the per-warp
 # skip of tiles no row reaches and the per-warp `full` test that drops the masks, against a
 # direct causal / windowed softmax over the paged cache.
-import numpy as np, math
+# FA2B=1: prefill_fa2b_kernel (attn_prefill.cuda_fa2b): the same block logic with 64-key tiles at
+# D 256 (its loader: warp w copies row w + 8·it in step it, lane = chunk; lookup lane i takes row
+# w + 8·i), plus the two cases added for it.
+import numpy as np, math, os
+
+FA2B = os.environ.get("FA2B") == "1"
 
 BM2, WARPS, THREADS = 128, 8, 256
 np.seterr(invalid="ignore")  # np.where evaluates both branches (−inf − −inf in the unused one)
 
 
 def BN_of(D):
-    return 32 if D == 256 else 64
+    return 32 if D == 256 and not FA2B else 64
 
 
 def locate(table, n, pos, page, num_pages):
@@ -192,4 +197,8 @@ case([260], [130], 4, 1, 256, 64)
 case([700], [400], 2, 1, 256, 64, window=77)
 case([1029, 5], [300, 5], 2, 1, 64, 16, window=200)
 case([513], [513], 1, 1, 128, 7)
+if FA2B:
+    case([713], [540], 8, 1, 256, 16)
+    case([900, 65], [500, 65], 2, 2, 256, 32, window=130)
+    case([300, 0, 129], [300, 0, 128], 2, 2, 256, 16)
 print("all emulated cases match")

@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/attention_common.cuh"
@@ -489,6 +491,268 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2_kernel(const Prefill
   }
 }
 
+// ---- prefill_fa2b_kernel (attn_prefill.cuda_fa2b, D 256) --------------------------------------
+//
+// FlashAttention-2's own D 256 forward point, which prefill_fa2_kernel differs from in its key
+// tile: block = (query head, 128-row query tile), 8 warps × 16 rows, Q in shared memory (each
+// warp re-reads its 16 × 256 Q fragments per key tile), key tiles of kBNb = 64 (prefill_fa2_kernel:
+// 32), K and V double-buffered by cp.async (one barrier per tile; FA2 single-buffers them with two
+// barriers per tile). Per warp and key tile: S = Q Kᵀ [16 × 64] (32 f32 registers per thread) by
+// 16 · 8 mma.m16n8k16, P rounded to bf16 in registers as the A operand of O += P V [16 × 256]
+// (128 f32 registers per thread) by 4 · 32 mma; V fragments by ldmatrix.trans.
+//
+// Shared-memory reads per warp and 64-key tile: Q 16 ldmatrix.x4 (8 KiB), K 64 (32 KiB), V 64
+// (32 KiB) = 72 KiB for 256 mma (1.05 MFLOP): 69 KiB/MFLOP, against 76 for 32-key tiles (the Q
+// reads are spread over twice the keys). Each S accumulator chain has 8 independent mma per k-step
+// (4 at BN 32), and the barrier, the wait and the softmax reductions come once per 64 keys.
+// Shared memory: Q 64 KiB + 2 stages × (K, V) × 32 KiB = 192 KiB; one block (8 warps) per SM.
+//
+// Fragment addresses: in a [rows × 256] tile whose 16-byte chunks are XOR-swizzled by row & 7
+// (swz<256>), lane l's ldmatrix row R has R & 7 = l & 7 for every operand below, and its chunk is
+// 8a + 2b + c (c = 0 or 1 by lane, k-step or column step kk = 4a + b); since 2b + c < 8,
+// chunk ^ (R & 7) = 8a + ((2b + c) ^ (l & 7)): byte offset R · 512 + 128 a + (((2b + c) ^ (l & 7))
+// << 4). Each operand keeps the four lane offsets of b = 0..3; a, the n-tile and the k-tile are
+// immediates.
+constexpr int kBNb = 64;
+
+constexpr size_t fa2b_smem_bytes() {
+  return (static_cast<size_t>(kBM2) + 2 * 2 * kBNb) * 256 * sizeof(__nv_bfloat16);
+}
+
+// ldmatrix from a 32-bit shared-memory address (offsets added as immediates).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// 2^x (MUFU.EX2, flush to zero): exp2(−inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const PrefillParams p) {
+  constexpr int D = 256, CH = D / 8;  // 32 16-byte chunks per row
+  constexpr int BN = kBNb;
+  constexpr uint32_t kRowBytes = D * sizeof(__nv_bfloat16);  // 512
+  constexpr uint32_t kTileBytes = BN * kRowBytes;            // one K or V tile: 32 KiB
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kBM2, D]
+  __nv_bfloat16* kv_s = q_s + kBM2 * D;                             // [2 stages][K, V][BN, D]
+
+  const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
+  if (tile.x < 0) return;
+  const int n = tile.x, r0 = tile.y;
+  const int h = blockIdx.x, hk = h / p.group;
+  const int L = p.cu[n + 1] - p.cu[n];
+  const int rows = min(kBM2, L - r0);
+  const int prefix = p.seq_lens[n] - L;
+  const int pos0 = prefix + r0;          // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
+  const int t0 = p.cu[n] + r0;           // packed row of the first query
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
+    for (int i = tid; i < rows * D; i += kThreads2)
+      store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
+    return;
+  }
+  const int lo_first = p.window > 0 ? max(0, pos0 - p.window + 1) : 0;
+  const int j_begin = lo_first / BN * BN;
+
+  // Q tile (rows past `rows` zero-filled); joins the first K/V tile's commit group.
+  for (int i = tid; i < kBM2 * CH; i += kThreads2) {
+    const int r = i / CH, ch = i % CH;
+    const bool ok = r < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
+    cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
+  }
+  // K and V of keys [j0, j0 + BN) into stage st (invalid keys zero-filled): prefill_fa2_kernel's
+  // loader at BN 64. CH = 32: in step `it` (0..7) warp w copies row w + 8·it, lane = its chunk;
+  // lane i < 8 looks up row w + 8·i once for K and V and passes the offsets through row_off_s.
+  constexpr int STEPS = BN * CH / kThreads2;  // 8 steps per tile
+  static_assert(CH == 32 && STEPS == BN / kWarps2, "one whole row per warp and step");
+  __shared__ int2 row_off_s[kWarps2][BN / kWarps2];
+  const __nv_bfloat16* kbase = static_cast<const __nv_bfloat16*>(p.k.p);
+  const __nv_bfloat16* vbase = static_cast<const __nv_bfloat16*>(p.v.p);
+  auto load_kv = [&](int st, int j0) {
+    __nv_bfloat16* ks = kv_s + st * 2 * BN * D;
+    __nv_bfloat16* vs = ks + BN * D;
+    __syncwarp();  // the warp's lanes are done reading the previous call's offsets
+    if (lane < STEPS) {
+      const int j = j0 + warp + lane * kWarps2;
+      int2 off = make_int2(-1, 0);  // element offsets; below 2^31 (supports())
+      if (j <= pos_last) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0)
+          off = make_int2(static_cast<int>(p.k.offset(kv.x, kv.y, hk)),
+                          static_cast<int>(p.v.offset(kv.x, kv.y, hk)));
+      }
+      row_off_s[warp][lane] = off;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < STEPS; ++it) {
+      const int2 o = row_off_s[warp][it];
+      const int r = warp + it * kWarps2;
+      const bool ok = o.x >= 0;
+      cp_async16(ks + swz<D>(r, lane), kbase + (ok ? o.x + lane * 8 : 0), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, lane), vbase + (ok ? o.y + lane * 8 : 0), ok ? 16 : 0);
+    }
+  };
+  load_kv(0, j_begin);
+  cp_commit();
+
+  // Lane offsets of the fragments (see the header): b = k-step (Q, K) or column step (V) mod 4.
+  const uint32_t q_u32 = smem_u32(q_s), kv_u32 = smem_u32(kv_s);
+  const uint32_t l7 = lane & 7;
+  uint32_t q_off[4], k_off[4], v_off[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    // Q (A operand): row warp·16 + l % 16, chunk bit c = l / 16.
+    q_off[b] = q_u32 + (warp * 16 + lane % 16) * kRowBytes + (((2 * b + lane / 16) ^ l7) << 4);
+    // K (B operand of S, rows = keys): row l % 8 + (l / 16)·8 of the n-tile, c = (l / 8) % 2.
+    k_off[b] = (lane % 8 + (lane / 16) * 8) * kRowBytes + (((2 * b + (lane / 8) % 2) ^ l7) << 4);
+    // V (B operand of P V by .trans, rows = keys): row l % 8 + ((l / 8) % 2)·8 of the k-tile,
+    // c = l / 16.
+    v_off[b] = (lane % 8 + ((lane / 8) % 2) * 8) * kRowBytes + (((2 * b + lane / 16) ^ l7) << 4);
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int g = lane / 4, c4 = lane % 4;
+  // This thread's two rows (g and g + 8 of the warp's 16) and their key ranges.
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = warp * 16 + g + hr * 8;
+    row_pos[hr] = r < rows ? pos0 + r : -1;  // padding rows attend to nothing
+    row_lo[hr] = p.window > 0 ? max(0, row_pos[hr] - p.window + 1) : 0;
+  }
+  // The warp's valid rows: positions [w_first, w_last] (none when the warp is past `rows`), keys
+  // [w_lo_first, w_last] reach at least one of them, [w_lo_last, w_first] reach all of them.
+  const int w_rows = min(16, rows - warp * 16);
+  const int w_first = pos0 + warp * 16, w_last = w_first + w_rows - 1;
+  const int w_lo_first = p.window > 0 ? max(0, w_first - p.window + 1) : 0;
+  const int w_lo_last = p.window > 0 ? max(0, w_last - p.window + 1) : 0;
+
+  int st = 0;
+  for (int j0 = j_begin; j0 <= pos_last; j0 += BN, st ^= 1) {
+    cp_wait<0>();     // this thread's copies of tile j0 (and Q) landed ...
+    __syncthreads();  // ... everyone's; and every warp is done with the other stage
+    if (j0 + BN <= pos_last) load_kv(st ^ 1, j0 + BN);
+    cp_commit();
+    // Skip a tile no row of the warp reaches (exact no-op: every score would be masked).
+    if (w_rows <= 0 || j0 > w_last || j0 + BN - 1 < w_lo_first) continue;
+    const uint32_t ks_u32 = kv_u32 + st * 2 * kTileBytes;
+    const uint32_t vs_u32 = ks_u32 + kTileBytes;
+
+    // S = Q Kᵀ for the warp's 16 rows × 64 keys: k-step kk = 4a + b covers dims 16kk..16kk+15.
+    float s[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(a, q_off[kk % 4] + (kk / 4) * 128);
+#pragma unroll
+      for (int nt = 0; nt < BN / 16; ++nt) {
+        uint32_t b[4];
+        ldsm_x4(b, ks_u32 + k_off[kk % 4] + (kk / 4) * 128 + nt * 16 * kRowBytes);
+        mma_bf16(s[2 * nt], a, b[0], b[1]);
+        mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
+      }
+    }
+    // Masks (causal, window, padding rows) only where the tile cuts the warp's rows.
+    const bool full = j0 + BN - 1 <= w_first && j0 >= w_lo_last && w_rows == 16;
+    float corr[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x *= p.scale_log2;
+          if (!full) {
+            const int j = j0 + nt * 8 + c4 * 2 + e;
+            if (j > row_pos[hr] || j < row_lo[hr]) x = -INFINITY;
+          }
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[hr], mx);
+      corr[hr] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hr] - m_new);
+      const float base = m_new == -INFINITY ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt][hr * 2 + e];
+          x = fast_exp2(x - base);  // masked: exp2(−inf) = 0
+          sum += x;
+        }
+      l[hr] = l[hr] * corr[hr] + sum;  // thread-partial, reduced over the quad at the end
+      m[hr] = m_new;
+    }
+
+    // O = O · corr (skipped, warp-uniformly, when no row max of the warp moved: corr = 1 exactly)
+    // + P V (P rounded to bf16 as the A operand, straight from S).
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+        o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {  // column step dt = 4a + b: dims 16dt..16dt+15
+        uint32_t b[4];
+        ldsm_x4_trans(b, vs_u32 + v_off[dt % 4] + (dt / 4) * 128 + kk * 16 * kRowBytes);
+        mma_bf16(o[2 * dt], a, b[0], b[1]);
+        mma_bf16(o[2 * dt + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_wait<0>();  // no copy left in flight (the last commit group is empty)
+
+  // Normalise and store rows g, g + 8 of the warp.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float tot = l[hr];
+    tot += __shfl_xor_sync(0xffffffffu, tot, 1);
+    tot += __shfl_xor_sync(0xffffffffu, tot, 2);
+    const int r = warp * 16 + g + hr * 8;
+    if (r >= rows) continue;
+    const float inv = tot > 0.0f ? 1.0f / tot : 0.0f;
+    const int64_t ob = (t0 + r) * p.o_t + h * p.o_h;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int d = dt * 8 + c4 * 2;
+      store_any(p.out, p.o_dtype, ob + d, o[dt][hr * 2] * inv);
+      store_any(p.out, p.o_dtype, ob + d + 1, o[dt][hr * 2 + 1] * inv);
+    }
+  }
+}
+
 Reason prefill_tc_supports(const AttnPrefill& a) {
   const int64_t D = a.q.size(2);
   if (D != 64 && D != 128 && D != 256)
@@ -615,11 +879,50 @@ void prefill_fa2_cuda(const AttnPrefill& a, Context& ctx) {
   }
 }
 
+// attn_prefill.cuda_fa2b is on unless HYBRID_ATTN_PREFILL_V4=0 (then cuda_fa2 serves D 256, so both
+// can be tested and timed from one build).
+bool prefill_v4_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_ATTN_PREFILL_V4");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+Reason prefill_fa2b_supports(const AttnPrefill& a) {
+  if (!prefill_v4_enabled()) return std::string("HYBRID_ATTN_PREFILL_V4=0");
+  if (a.q.size(2) != 256)
+    return "fa2b prefill is the D 256 kernel (64-key tiles double-buffered fill 192 KiB of shared "
+           "memory; cuda_fa2 serves D 64 / 128), got D=" +
+           std::to_string(a.q.size(2));
+  return prefill_fa2_supports(a);
+}
+
+void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p = prefill_params(a);
+  p.tile_rows = kBM2;
+  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
+  p.max_tiles = p.T / kBM2 + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  constexpr size_t smem = fa2b_smem_bytes();
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+      prefill_fa2b_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  prefill_fa2b_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 }  // namespace attn
 
 void register_attention_prefill_tc(Registry& r) {
+  r.add<AttnPrefill>("attn_prefill.cuda_fa2b", DeviceType::cuda, 30, attn::prefill_fa2b_supports,
+                     attn::prefill_fa2b_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2", DeviceType::cuda, 20, attn::prefill_fa2_supports,
                      attn::prefill_fa2_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_tc", DeviceType::cuda, 10, attn::prefill_tc_supports,

@@ -608,6 +608,20 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_prefill.cuda_fa2b (D 256, 64-key tiles, two K/V stages reused over many tiles): a causal
+  // prefill of 540 new tokens over a 173-token prefix (12 key tiles, the diagonal mid-tile, page
+  // 16) at GQA 8, and GQA 1 with a window of 130 (no multiple of a tile; the first tiles of a
+  // block start mid-window) beside a short sequence, page 32.
+  {
+    auto c = make(Mode::prefill, {713}, Shape{8, 1, 256}, 16, bf16, bf16);
+    c->news = {540};
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {900, 65}, Shape{2, 2, 256}, 32, bf16, bf16);
+    c->news = {500, 65};
+    c->window = 130;
+    cases.push_back(std::move(c));
+  }
+
   // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
   // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
   // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
