@@ -2314,10 +2314,13 @@ void register_ssm_chunk(Registry& r) {
   // Mamba2 1 × 16384): demoted below v3, kept for comparison (HYBRID_SSM_CHUNK_V3=0 reaches it).
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v4", DeviceType::cuda, 4, scan_v4_supports,
                       scan_v4_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 5, scan_v3_supports,
-                      scan_v3_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v5", DeviceType::cuda, 6, scan_v5_supports,
+  // v5 (one 16-warp block per (chunk, 8 heads), state kernel with the dt scan fused) measured
+  // slower than v3 too (session 3 run D, Mamba2 1 x 16384: out 1021 µs, state 366 µs, 1.41 ms in
+  // all against v3's 1.23): below v3, kept for comparison (HYBRID_SSM_CHUNK_V3=0 reaches it).
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v5", DeviceType::cuda, 5, scan_v5_supports,
                       scan_v5_cuda);
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 6, scan_v3_supports,
+                      scan_v3_cuda);
 }
 
 }  // namespace hybrid::cuda
