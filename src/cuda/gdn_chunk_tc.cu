@@ -664,317 +664,6 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       }
 }
 
-// Spine v6 (`cuda_tc_v6`): latency per chunk step, not bytes or FLOPs, bounds the spine, so v6
-// cuts what each step waits for. Block (sequence n, hv, V slice of 32 rows), 8 warps, grid
-// (N, Hv, 4): 128 blocks at N·Hv = 32, one per SM (two fit: 113 960 bytes of shared memory), as
-// clusters of the 4 slice blocks of a head (CZ = 4: W and K̂ multicast, so L2 delivers 32 KiB
-// per head and step instead of 32 KiB per block: 1.1 MB per step at Hv 32 against 8.7 MB for
-// the 256 unclustered 16-row blocks of v3) or without clusters (CZ = 0: cp.async from L2).
-//   S [32 v, 128 k] f32 in registers: warp w owns k columns [16w, 16w + 16), all 32 rows
-//   (2 m-tiles x 2 n-tiles, 16 floats per lane).
-//   V_new [64, 32] = U − W·Sbᵀ: warp w computes tokens 16(w % 4).. x v 16(w / 4).. (2 n-tiles),
-//   8 k-steps split over two accumulator sets (even / odd k-steps), so each dependent MMA chain
-//   is 4 long instead of 8; W and Sb fragments by ldmatrix.
-//   S ← e^{γ_L} S + VTᵀ K̂ with VT [64 i][32 v] = V_new ⊙ e^{γ_L−γ} stored token-major (4-byte
-//   stores of the V_new fragment; A fragments by ldmatrix.trans), K̂ by ldmatrix.trans: 16
-//   MMAs per warp in 4 chains of 4.
-//   h[c] (non-fused) is stored from the registers (bf16 pairs) before the first barrier.
-// Per step: wait for W(c) (landed two steps ago) -> Sb = bf16(S), h stores -> barrier -> 16
-// MMAs (chains of 4), then the copies of K̂(c+1), W / U / γ(c+2) issued behind them (CL: after
-// the cluster wait, whose latency the MMAs cover) -> V_new, VT -> barrier -> 16 MMAs (chains of
-// 4). The ring is v3's deep ring: W, U, γ in 3 buffers (two chunks ahead), K̂ in
-// 2 (one chunk ahead, waited on before the second barrier); the cluster version uses v3_cluster's
-// mbarriers and one split cluster barrier per step for the ring's reuse (see spine_tc_kernel).
-// MMA FLOPs per block and step: 2·64·32·128·2 = 1 MFLOP (256 MMAs, 32 per warp).
-// No split-sequence support (the host uses it only where spine_plan() gives one segment).
-constexpr int kS6Rows = 32;         // V rows per block
-constexpr int kS6Warps = 8;         // warps per block
-constexpr int kS6VP = kS6Rows + 8;  // padded VT row (bf16): 80 bytes, ldmatrix conflict-free
-// Ws [3][64][136], Ks [2][64][136], Us [3][64][32], Sb [32][136] (bf16), VT [64][40] (bf16),
-// γ [3][64] f32, 5 mbarriers: 113 960 bytes, two blocks per SM.
-constexpr int kS6BarOffset =
-    (3 * kC * kWP + 2 * kC * kWP + 3 * kC * kS6Rows + kS6Rows * kWP + kC * kS6VP) * 2 + 3 * kC * 4;
-constexpr int kS6Smem = kS6BarOffset + 5 * 8;
-static_assert(2 * (kS6Smem + 1024) <= 228 * 1024, "spine v6: two blocks per SM");
-static_assert(kS6BarOffset % 8 == 0, "spine v6: mbarriers 8-byte aligned");
-
-template <class St, int CZ>
-__global__ void __launch_bounds__(kS6Warps * 32, 2) spine6_kernel(const Params p) {
-  static_assert(CZ == 0 || CZ == kD / kS6Rows, "spine v6: clusters of the 4 slices of a head");
-  constexpr bool CL = CZ > 0;
-  constexpr int kCZ = CL ? CZ : 1;
-  constexpr int kThreads = kS6Warps * 32;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);  // [3][64][136] W rows [i][d]
-  bf16* Ks = Ws + 3 * kC * kWP;                  // [2][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + 2 * kC * kWP;                  // [3][64][32]  U slice [i][v]
-  bf16* Sb = Us + 3 * kC * kS6Rows;              // [32][136]    bf16(S) [v][d]
-  bf16* VT = Sb + kS6Rows * kWP;                 // [64][40]     V_new·e^{γ_L−γ} [i][v]
-  float* gs = reinterpret_cast<float*>(VT + kC * kS6VP);       // [3][64]    γ
-  uint64_t* fullW = reinterpret_cast<uint64_t*>(gs + 3 * kC);  // [3] (CL only)
-  uint64_t* fullK = fullW + 3;                                 // [2] (CL only)
-
-  const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio;
-  const int v0 = blockIdx.z * kS6Rows;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  const int bos = p.cu[n], len = p.cu[n + 1] - bos;
-  const int nch = (len + kC - 1) / kC;
-  const int slot = p.slots[n * p.slots_s];
-  // Padding: zero its checkpoint rows of this slice; the pool is untouched. (Every block of a
-  // cluster is the same sequence, so all of them leave here, before any cluster barrier.)
-  if (slot < 0) {
-    if (p.every > 0)
-      for (int j = 0; j < len / p.every; ++j)
-        for (int e = tid; e < kS6Rows * kD; e += kThreads)
-          p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
-                 (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
-    return;
-  }
-  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
-  const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
-
-  // s[mt][nt][r] = S[v][d], v = 16mt + g + 8(r / 2), d = 16·warp + 8nt + 2q + r % 2 (rows of
-  // the slice; the m16n8 accumulator layout with m = v, n = d).
-  float s[2][2][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int v = 16 * mt + g + 8 * (r / 2), d = 16 * warp + 8 * nt + 2 * q + r % 2;
-        s[mt][nt][r] = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
-      }
-
-  const bf16* w = static_cast<const bf16*>(p.w);
-  const bf16* u = static_cast<const bf16*>(p.u);
-  const bf16* kn = static_cast<const bf16*>(p.kn);
-  bf16* vnew = static_cast<bf16*>(p.vnew);
-  bf16* h = static_cast<bf16*>(p.h);
-  // U slice (64 rows x 64 bytes) and γ of chunk cs into ring buffer bw (cp.async, no commit);
-  // rows past L zero-filled (source clamped to row L − 1).
-  auto copy_u = [&](int cs, int bw) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* us = Us + bw * kC * kS6Rows;
-    {  // 64 rows x 4 pieces of 16 bytes = 256 copies, one per thread
-      const int i = tid / 4, c8 = 8 * (tid % 4);
-      const int64_t t = t0 + min(i, L - 1);
-      cp_async16(us + i * kS6Rows + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
-    }
-    if (tid < kC)
-      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
-                tid < L ? 4 : 0);
-  };
-  // CZ = 0: the full W (is_k = false) or K̂ tile of chunk cs into dst (cp.async, no commit),
-  // rows past L zero-filled.
-  auto copy_tile = [&](int cs, bool is_k, bf16* dst) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-#pragma unroll
-    for (int k = 0; k < kC * (kD / 8) / kThreads; ++k) {
-      const int e = tid + k * kThreads, i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
-      const int64_t t = t0 + min(i, L - 1);
-      const bf16* src = is_k ? kn + (t * p.Hk + hk) * kD : w + (t * p.Hv + hv) * kD;
-      cp_async16(dst + i * kWP + c8, src + c8, i < L ? 16 : 0);
-    }
-  };
-  // CZ > 0: this block's rows rank, rank + CZ, .. of chunk cs's W or K̂ tile to every block of
-  // the cluster, and its own barrier armed for all 64 rows (16 KiB). Rows past L are copies of
-  // row L − 1 (their V_new, hence their VT row, is 0).
-  const uint32_t rank = CL ? cluster_rank() : 0;
-  auto multicast = [&](int cs, bool is_k, bf16* dst, uint64_t* bar) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    if (tid == 0) mbar_arrive_expect(bar, kC * kD * sizeof(bf16));
-    if (tid < kC / kCZ) {
-      const int i = static_cast<int>(rank) + kCZ * tid;
-      const int64_t t = t0 + min(i, L - 1);
-      const bf16* src = is_k ? kn + (t * p.Hk + hk) * kD : w + (t * p.Hv + hv) * kD;
-      bulk_multicast(dst + i * kWP, src, kD * sizeof(bf16), bar, (1u << kCZ) - 1);
-    }
-  };
-
-  // Prologue. CL: U / γ groups 0 and 1 (chunks 0, 1); W(0), K̂(0), W(1) multicast.
-  // CZ = 0: v3's deep-ring groups B_{-2} = {W, U, γ of 0}, A_{-1} = {K̂(0)}, B_{-1} = {W, U, γ
-  // of 1}; each later step c commits A_c = {K̂(c+1)}, then B_c = {W, U, γ of c+2}.
-  if constexpr (CL) {
-    if (tid == 0) {
-      for (int b = 0; b < 3; ++b) mbar_init(fullW + b, 1);
-      for (int b = 0; b < 2; ++b) mbar_init(fullK + b, 1);
-      mbar_init_fence();
-    }
-    cluster_arrive();  // every block's barriers initialised before any copy completes on them
-    cluster_wait();
-    if (nch > 0) {
-      multicast(0, false, Ws, fullW);
-      multicast(0, true, Ks, fullK);
-      copy_u(0, 0);
-    }
-    cp_commit();
-    if (nch > 1) {
-      multicast(1, false, Ws + kC * kWP, fullW + 1);
-      copy_u(1, 1);
-    }
-    cp_commit();
-    cluster_arrive();  // paired with the first step's cluster wait (or the one after the loop)
-  } else {
-    if (nch > 0) {
-      copy_tile(0, false, Ws);
-      copy_u(0, 0);
-    }
-    cp_commit();
-    if (nch > 0) copy_tile(0, true, Ks);
-    cp_commit();
-    if (nch > 1) {
-      copy_tile(1, false, Ws + kC * kWP);
-      copy_u(1, 1);
-    }
-    cp_commit();
-  }
-
-  const int c_first = p.first_chunk[n];
-  const int mw = warp % 4, vh = warp / 4;  // V_new tile of this warp: tokens 16mw.., v 16vh..
-  for (int cs = 0; cs < nch; ++cs) {
-    const int bk = cs & 1, bw = cs % 3;
-    const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    // W, U, γ of chunk cs have landed (this thread's copies; the barrier below publishes them).
-    if constexpr (CL) {
-      mbar_wait(fullW + bw, (cs / 3) & 1);  // this buffer's (cs / 3)-th fill
-      cp_wait<1>();                         // U, γ group cs (group cs + 1 may be in flight)
-    } else {
-      cp_wait<2>();  // B_{cs-2}; A_{cs-1}, B_{cs-1} may be in flight
-    }
-    // Sb = bf16(S) (every read of Sb by step cs − 1 came before its second barrier) and h[c].
-    bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; r += 2) {
-          const int v = 16 * mt + g + 8 * (r / 2), d = 16 * warp + 8 * nt + 2 * q;
-          const bf162 x = __floats2bfloat162_rn(s[mt][nt][r], s[mt][nt][r + 1]);
-          *reinterpret_cast<bf162*>(Sb + v * kWP + d) = x;
-          *reinterpret_cast<bf162*>(hc + v * kD + d) = x;
-        }
-    __syncthreads();  // Sb and chunk cs's W, U, γ visible to every warp
-    const bf16* ws = Ws + bw * kC * kWP;
-    const bf16* ks = Ks + bk * kC * kWP;
-    const bf16* us = Us + bw * kC * kS6Rows;
-    const float* gb = gs + bw * kC;
-    const float g_last = gb[L - 1];
-    const int i_lo = 16 * mw + g, i_hi = i_lo + 8;
-    const float e_lo = i_lo < L ? expf(g_last - gb[i_lo]) : 0.0f;
-    const float e_hi = i_hi < L ? expf(g_last - gb[i_hi]) : 0.0f;
-
-    // W·Sbᵀ for tokens 16mw.. (A: W rows, ldmatrix) x v 16vh.. (B: Sb rows [n = v][k = d],
-    // ldmatrix: matrices (n-tile 0, k lo / hi), (n-tile 1, k lo / hi)); acc[k-step parity][nt].
-    float acc[2][2][4] = {};
-#pragma unroll
-    for (int kt = 0; kt < kD / 16; ++kt) {
-      uint32_t a[4], b[4];
-      ldmatrix_x4(a, ws + (16 * mw + (lane & 15)) * kWP + 16 * kt + 8 * (lane >> 4));
-      ldmatrix_x4(
-          b, Sb + (16 * vh + 8 * (lane >> 4) + (lane & 7)) * kWP + 16 * kt + 8 * ((lane >> 3) & 1));
-      mma_bf16(acc[kt & 1][0], a, b[0], b[1]);
-      mma_bf16(acc[kt & 1][1], a, b[2], b[3]);
-    }
-    // Refill, issued while the MMAs above run: K̂(cs+1) into bk ^ 1 (last read by step cs − 1's
-    // S update) and W, U, γ of cs + 2 into (cs + 2) % 3 (last read by step cs − 1 before its
-    // second barrier); every thread of the block is past step cs − 1 (the barrier above).
-    if constexpr (CL) {
-      // Every block of the cluster has finished step cs − 1 (its arrive at the end of it).
-      cluster_wait();
-      if (cs + 1 < nch) multicast(cs + 1, true, Ks + (bk ^ 1) * kC * kWP, fullK + (bk ^ 1));
-      if (cs + 2 < nch) {
-        multicast(cs + 2, false, Ws + ((cs + 2) % 3) * kC * kWP, fullW + (cs + 2) % 3);
-        copy_u(cs + 2, (cs + 2) % 3);
-      }
-      cp_commit();  // group cs + 2
-    } else {
-      if (cs + 1 < nch) copy_tile(cs + 1, true, Ks + (bk ^ 1) * kC * kWP);
-      cp_commit();  // A_cs
-      if (cs + 2 < nch) {
-        copy_tile(cs + 2, false, Ws + ((cs + 2) % 3) * kC * kWP);
-        copy_u(cs + 2, (cs + 2) % 3);
-      }
-      cp_commit();  // B_cs
-    }
-
-    // V_new = U − W·Sᵀ (0 past L): to the workspace (stage 3) and, times e^{γ_L−γ_i}, to VT.
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const int i = hi ? i_hi : i_lo, v = 16 * vh + 8 * nt + 2 * q;
-        const float2 uu = __bfloat1622float2(*reinterpret_cast<const bf162*>(us + i * kS6Rows + v));
-        const float vn0 = i < L ? uu.x - (acc[0][nt][2 * hi] + acc[1][nt][2 * hi]) : 0.0f;
-        const float vn1 = i < L ? uu.y - (acc[0][nt][2 * hi + 1] + acc[1][nt][2 * hi + 1]) : 0.0f;
-        if (i < L)
-          *reinterpret_cast<bf162*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + v0 + v) =
-              __floats2bfloat162_rn(vn0, vn1);
-        const float e = hi ? e_hi : e_lo;
-        *reinterpret_cast<bf162*>(VT + i * kS6VP + v) = __floats2bfloat162_rn(vn0 * e, vn1 * e);
-      }
-    if constexpr (CL)
-      mbar_wait(fullK + bk, (cs / 2) & 1);  // K̂ of chunk cs (this buffer's (cs / 2)-th fill)
-    else
-      cp_wait<3>();   // A_{cs-1} = K̂(cs) has landed (B_{cs-1}, A_cs, B_cs may be in flight)
-    __syncthreads();  // VT and K̂(cs) visible
-
-    // S ← e^{γ_L} S + VTᵀ K̂ (k = tokens): A = VTᵀ [v][i] from VT [i][v] by ldmatrix.trans
-    // (matrices (v lo, i lo), (v hi, i lo), (v lo, i hi), (v hi, i hi)); B = K̂ [i][d] stored
-    // [k][n], ldmatrix.trans (n-tiles 16·warp, 16·warp + 8).
-    const float decay = expf(g_last);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) s[mt][nt][r] *= decay;
-#pragma unroll
-    for (int kt = 0; kt < kC / 16; ++kt) {
-      uint32_t a[2][4], b0[2], b1[2];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4_trans(a[mt], VT + (16 * kt + (lane & 7) + 8 * (lane >> 4)) * kS6VP + 16 * mt +
-                                     8 * ((lane >> 3) & 1));
-      load_b2_trans(b0, b1, ks, kWP, 16 * kt, 16 * warp, lane);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        mma_bf16(s[mt][0], a[mt], b0);
-        mma_bf16(s[mt][1], a[mt], b1);
-      }
-    }
-    // CL: this block is done with chunk cs's W, U, γ (before the second barrier) and K̂ (the
-    // MMAs above): the next step's cluster wait lets the other blocks refill those buffers.
-    if constexpr (CL) cluster_arrive();
-    const int end = cs * kC + L;
-    if (p.every > 0 && end % p.every == 0) {
-      float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int v = 16 * mt + g + 8 * (r / 2), d = 16 * warp + 8 * nt + 2 * q + r % 2;
-            ck[(int64_t)(v0 + v) * p.ck_v + d] = s[mt][nt][r];
-          }
-    }
-  }
-  // CL: paired with the last arrive; keeps every block of the cluster resident until all are
-  // done (no copy into a block that has left).
-  if constexpr (CL) cluster_wait();
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int v = 16 * mt + g + 8 * (r / 2), d = 16 * warp + 8 * nt + 2 * q + r % 2;
-        pool[(int64_t)(v0 + v) * p.st_row + d] = from_f32<St>(s[mt][nt][r]);
-      }
-}
-
 // Pass 2 of the split spine: start[s + 1] = start[s]·M_s + B_s for s = 1..S−2, in f32. Block
 // (hv, 32 rows of V), 256 threads: thread (r = tid / 8) owns row r, columns tid % 8 + 8j.
 __global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, const SpineSplit sp) {
@@ -1319,8 +1008,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
 //  - W and U staged through the (then dead) K̂ and V tiles and written with 16-byte stores.
 // Shared: Kb, Vb [64][136] bf16; A [64][72] f32 (Tb, Tu [64][72] bf16 over it once T is known);
 // T [64][68] f32; β, γ·log2e, β e^γ [64]: 71 424 bytes, three blocks per SM.
-constexpr int kAP = kC + 8;  // f32 row of A: float2 fragment loads conflict-free
-constexpr int kTQ = kC + 4;  // f32 row of T: scalar fragment loads conflict-free
+constexpr int kAP = kC + 8;   // f32 row of A: float2 fragment loads conflict-free
+constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-free
 constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
 static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
 static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
@@ -1408,7 +1097,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
-  auto put_kv = [&](int i, const float(&xk)[8], const float(&xv)[8]) {
+  auto put_kv = [&](int i, const float (&xk)[8], const float (&xv)[8]) {
     float kk = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
@@ -1420,7 +1109,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     if (write_kn && i < L)
       *reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + i) * p.Hk + hk) * kD + c8) = kp;
   };
-  auto put_q = [&](int i, const float(&xq)[8]) {
+  auto put_q = [&](int i, const float (&xq)[8]) {
     float qq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
@@ -1458,8 +1147,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
           const int i = rr + 8 * r;
           rq[r] = make_uint4(0, 0, 0, 0);
           if (i < L)
-            rq[r] =
-                *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8);
+            rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t +
+                                                    hk * p.q_h + c8);
         }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -1579,7 +1268,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
         split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
         split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
         split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3],
+                    al[3]);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
@@ -1746,8 +1436,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
     }
   } else {
-    // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
-    // loaded before any is used (one global round trip).
+  // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
+  // loaded before any is used (one global round trip).
     float xq[16][4];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
@@ -1990,12 +1680,11 @@ struct TcOptions {
                                // has checked fused_cluster_size() > 0
   bool wu_v5 = false;          // stage 1 by wu_tc5_kernel (`cuda_tc_v5`)
   bool out_v5 = false;         // stage 3 with 16-byte q loads / out stores (`cuda_tc_v5`)
-  bool spine_v6 = false;       // spine by spine6_kernel (`cuda_tc_v6`; one segment, not fused)
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
-// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k,
-// v (and q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
+// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k, v (and
+// q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
 bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (in != DType::bf16) return false;
   auto al = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
@@ -2004,8 +1693,7 @@ bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (with_q) ok = ok && al(p.q) && st(p.q_t) && st(p.q_h);
   return ok;
 }
-// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the
-// output's size).
+// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the output's size).
 bool vec_output(const Params& p, size_t elem) {
   const int64_t per = static_cast<int64_t>(16 / elem);
   return reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % per == 0 && p.o_h % per == 0;
@@ -2034,40 +1722,6 @@ int spine_cluster_capacity() {
     attr[0].val.clusterDim.x = 1;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = CZ;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return clusters;
-}
-
-// Clusters of 4 of spine6_kernel that fit on the GPU at once (0 if the query fails); sets the
-// kernel's shared-memory attributes as for its launch.
-template <class St>
-int spine6_cluster_capacity() {
-  static const int clusters = [] {
-    auto* kern = spine6_kernel<St, 4>;
-    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kS6Smem) !=
-            cudaSuccess ||
-        cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, 4);
-    cfg.blockDim = dim3(kS6Warps * 32);
-    cfg.dynamicSmemBytes = kS6Smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 4;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
@@ -2327,52 +1981,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     else
       spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
   };
-  // cuda_tc_v6: spine6_kernel, grid (N, Hv, 4) of 8-warp blocks, as clusters of the 4 slices of
-  // a head unless they cannot all be resident at once while the unclustered blocks could (two
-  // per SM), or HYBRID_GDN_CHUNK_CLUSTER=0.
-  auto spine6 = [&](auto ts) {
-    using St = decltype(ts);
-    const int64_t blocks = int64_t{p.N} * p.Hv * (kD / kS6Rows);
-    const int cap4 = spine6_cluster_capacity<St>();
-    const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
-    const bool off = force && std::string(force) == "0";
-    const bool cl = !off && (int64_t{cap4} * 4 >= blocks || blocks > int64_t{2} * sms);
-    spine_note = ", v6 spine: 32-row slices, 8 warps, " +
-                 (cl ? std::string("clusters of 4") : std::string("no clusters")) + " (" +
-                 std::to_string(cap4) + " clusters of 4 fit at once, " + std::to_string(blocks) +
-                 " blocks)";
-    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v6" + spine_note);
-    auto* kern = cl ? spine6_kernel<St, 4> : spine6_kernel<St, 0>;
-    HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kS6Smem));
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
-    const dim3 grid(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kS6Rows);
-    if (cl) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = grid;
-      cfg.blockDim = dim3(kS6Warps * 32);
-      cfg.dynamicSmemBytes = kS6Smem;
-      cfg.stream = as_stream(ctx.stream());
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 1;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 4;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
-    } else {
-      kern<<<grid, kS6Warps * 32, kS6Smem, as_stream(ctx.stream())>>>(p);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    }
-  };
-  const bool v6 = opt.spine_v6 && S == 1 && !fused;
-  if (v6 && a.state.dtype() == DType::bf16)
-    spine6(bf16{});
-  else if (v6)
-    spine6(float{});
-  else if (a.state.dtype() == DType::bf16)
+  if (a.state.dtype() == DType::bf16)
     with_slice(bf16{});
   else
     with_slice(float{});
@@ -2410,18 +2019,16 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   else
     with_out(float{});
   timer.mark(4);
-  timer.report(
-      ctx, std::string(!opt.name.empty()               ? opt.name
-                       : fused                         ? "cuda_tc_v4_fused"
-                       : opt.cluster_spine             ? "cuda_tc_v3_cluster"
-                       : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
-                                                       : "cuda_tc") +
-               ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
-               std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " + std::to_string(p.Hv) +
-               (v6 ? std::string(", ") + std::to_string(S) + " segment(s)"
-                   : ", spine " + std::string(narrow ? "16" : "32") + "-row slices, ring " +
-                         (ring3 ? "3" : "2") + ", " + std::to_string(S) + " segment(s)") +
-               spine_note);
+  timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
+                                : fused                         ? "cuda_tc_v4_fused"
+                                : opt.cluster_spine             ? "cuda_tc_v3_cluster"
+                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                                : "cuda_tc") +
+                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
+                        std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
+                        std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
+                        "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
+                        " segment(s)" + spine_note);
 }
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
@@ -2465,48 +2072,18 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v5: cluster spine and stage 3 (" +
                                  (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
                                  ")");
-  opt.name = opt.fused_output
-                 ? "cuda_tc_v5 (fused spine)"
-                 : "cuda_tc_v5 (cluster spine; not fused: " +
-                       (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) + ")";
+  opt.name = opt.fused_output ? "cuda_tc_v5 (fused spine)"
+                               : "cuda_tc_v5 (cluster spine; not fused: " +
+                                     (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
+                                     ")";
   tc_run(a, ctx, opt);
-}
-// `cuda_tc_v6`: v5's stage 1 and stage 3 around spine6_kernel (not fused), where the spine runs
-// as one segment (spine_plan(); every call with N > 1 or Hv >= 16 at 132 SMs); calls that v5
-// would split (N = 1 at small Hv) run exactly as cuda_tc_v5.
-void tc_v6_cuda(const GdnChunkPrefill& a, Context& ctx) {
-  const Params p = make_params(a);
-  bool narrow = false;
-  int G = 0;
-  std::string no_split;
-  if (spine_plan(p, sm_count(), narrow, G, no_split) > 1) {
-    ctx.log(LogLevel::debug,
-            "[gdn_chunk_prefill] cuda_tc_v6: split-sequence spine, so cuda_tc_v5 runs the call");
-    tc_v5_cuda(a, ctx);
-    return;
-  }
-  TcOptions opt;
-  opt.deep_ring = true;
-  opt.fast_inverse = true;
-  opt.cluster_spine = true;
-  opt.wu_v5 = true;
-  opt.out_v5 = true;
-  opt.spine_v6 = true;
-  opt.name = "cuda_tc_v6";
-  tc_run(a, ctx, opt);
-}
-// HYBRID_GDN_CHUNK_V6=0 refuses every call (to test and time cuda_tc_v5 beside it).
-Reason tc_v6_supports(const GdnChunkPrefill& a) {
-  if (Reason r = tc_supports(a)) return r;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_V6");
-  if (off && std::string(off) == "0") return std::string("v6: turned off by HYBRID_GDN_CHUNK_V6=0");
-  return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
 Reason tc_v5_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V5");
-  if (off && std::string(off) == "0") return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
+  if (off && std::string(off) == "0")
+    return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
   return std::nullopt;
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
@@ -2545,10 +2122,6 @@ void register_gdn_chunk_tc(Registry& r) {
   // cuda_tc_v3_cluster; HYBRID_GDN_CHUNK_V5=0 falls back to those.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v5", DeviceType::cuda, 50,
                          gdn_chunk::tc_v5_supports, gdn_chunk::tc_v5_cuda);
-  // v5's stage 1 and stage 3 around the 8-warp, 32-row spine (spine6_kernel, clusters of 4);
-  // HYBRID_GDN_CHUNK_V6=0 falls back to cuda_tc_v5.
-  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v6", DeviceType::cuda, 60,
-                         gdn_chunk::tc_v6_supports, gdn_chunk::tc_v6_cuda);
 }
 
 }  // namespace hybrid::cuda
