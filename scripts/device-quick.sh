@@ -30,16 +30,14 @@ grep -E "^  (FAIL|SKIP)|passed, " $OUT/ops-cuda.txt | tail -25
 HYBRID_GDN_CHUNK_CLUSTER=0 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
 HYBRID_GDN_CHUNK_CLUSTER=4 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
 HYBRID_GDN_CHUNK_FUSED=0 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
-HYBRID_SSM_CHUNK_V4=0 timeout 40 $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1  # v3
-HYBRID_SSM_CHUNK_V4=0 HYBRID_SSM_CHUNK_V3=0 timeout 40 $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1  # v2
+HYBRID_SSM_CHUNK_V3=0 timeout 40 $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1  # v2
 echo "== perf"
 P=""; for o in gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan attn_decode attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul residual_add conv1d_causal conv1d_update; do P="$P,$o:perf"; done
 timeout 150 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
 cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$" | tail -60
 HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 -o 'gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)' 2>&1 | grep -i "stages" | tail -2
 HYBRID_GDN_CHUNK_FUSED=0 HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 -o 'gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)' 2>&1 | grep -i "stages" | tail -2
-HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 --log debug -o 'ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)' 2>&1 | grep -i "stages" | tail -2
-HYBRID_SSM_CHUNK_V4=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 --log debug -o 'ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)' 2>&1 | grep -i "stages" | tail -2  # v3
+HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 --log debug -o 'ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)' 2>&1 | grep -i "stages" | tail -2  # v3
 echo "== peers"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 timeout 150 python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so --mamba-src .mamba-src --only gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill 2>&1 | grep -v "Warning\|scaled_dot_product" > "$OUT"/peers.txt; cat $OUT/peers.txt | grep "^|\|^#"

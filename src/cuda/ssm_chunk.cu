@@ -1,12 +1,9 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v4 (5, v3 with C·Bᵀ in bf16 and v4_out<N>: one block per (chunk, row tile, slice
-// of 8 heads of a group), the C and C·Bᵀ tiles resident, the heads' data through a cp.async ring;
-// see "v4" at its kernel; HYBRID_SSM_CHUNK_V4=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per
-// (chunk, group) and dt' / cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns
-// it off), cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below),
-// cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first).
-// HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3 / v4's per-kernel times
-// (StageTimer).
+// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
+// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
+// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
+// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
+// per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1170,8 +1167,7 @@ size_t v3_cb_smem(int N) {
 // and columns past the chunk's tokens are zeros (C, B rows loaded as zeros); every tile with
 // 64·ti < L is written whole, so v3_out reads no uninitialized workspace. Padding chunks
 // (slot < 0) are skipped: v3_out writes y = 0 there without reading CB. FLOPs 2·64·64·N a tile.
-// kBf16 (v4): CB is stored as bf16 (p.CB then points at bf16 [chunks, G, Q, Q]), same layout.
-template <int N, bool kBf16 = false>
+template <int N>
 __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p) {
   constexpr int ldn = N + kV2Pad, nv = N / 8;
   const int ntri = (p.Q / kV2J) * (p.Q / kV2J + 1) / 2;
@@ -1214,633 +1210,13 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   }
   // Accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column nb·8 + (lane%4)·2 +
   // e&1.
-  const int64_t base = (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  float* out = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
   const int ia = i0 + warp * 16 + lane / 4;
 #pragma unroll
   for (int nb = 0; nb < 8; ++nb) {
     const int j = j0 + nb * 8 + (lane % 4) * 2;
-    if constexpr (kBf16) {
-      bf16* out = reinterpret_cast<bf16*>(p.CB) + base;
-      *reinterpret_cast<__nv_bfloat162*>(out + ia * Q + j) =
-          __floats2bfloat162_rn(s[nb][0], s[nb][1]);
-      *reinterpret_cast<__nv_bfloat162*>(out + (ia + 8) * Q + j) =
-          __floats2bfloat162_rn(s[nb][2], s[nb][3]);
-    } else {
-      float* out = p.CB + base;
-      *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
-      *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
-    }
-  }
-}
-
-// ---- v4: the output kernel over head slices -------------------------------------------------
-// v4_out<N>: grid (G · slices · Q/64, max_chunks), slices = ceil((H/G) / kV4Heads), 128 threads
-// (4 warps × 16 rows i, the fragment layout of v3_out). One block owns row tile ti of chunk c for
-// up to kV4Heads heads of group g, which share the C rows and the C·Bᵀ row block: both are loaded
-// once (cp.async) and stay in shared memory while the block walks its heads. The per-head data
-// flow through a ring of kV4Depth shared-memory slots as a sequence of units, per head k:
-//   unit 0:        S_enter [64 p][N] (bf16) of head k, and its cs, dt' rows (into cs_buf[k % 2])
-//   unit 1 + jt:   x tile jt (tokens [64·jt, +64), zero rows past the tile's last row i), jt ≤ ti
-// Step u: wait for unit u (cp.async.wait_group kV4Depth - 2), one barrier (every warp is done
-// with unit u - 1), issue unit u + kV4Depth - 1 into unit u - 1's slot, compute unit u:
-//   unit 0:   acc = exp(cs_i)·C_i·S_enterᵀ
-//   unit 1+jt: s = C·Bᵀ tile jt from shared memory ⊙ exp(cs_i − cs_j)·dt'_j (j ≤ i < L), rounded
-//             to bf16 as the A fragments of acc += s·X_jt; at jt = ti the epilogue of head k
-//             (+ D·x, · silu(z), bf16 pairs).
-// cs_buf[k % 2] is rewritten by head k + 2's unit 0, issued kV4Depth - 1 = 2 steps before it,
-// i.e. after head k's last unit (k has ≥ 2 units). C·Bᵀ is the bf16 workspace of v3_cb<N, true>.
-constexpr int kV4Heads = 8;  // heads of one group per block
-constexpr int kV4Depth = 3;  // ring slots: unit u + 2 loads while unit u computes
-constexpr int kV4Threads = 128;
-
-// Byte offsets of v4_out's dynamic shared memory: C [64][N + 8] bf16 | C·Bᵀ [64][Q + 8] bf16 |
-// ring kV4Depth × max(S_enter [64][N + 8], x [64][P + 8]) bf16 | cs, dt' [2 heads][2][256] f32.
-struct V4Smem {
-  int ldn, ldcb, slot;
-  int cb, ring, cs, total;
-};
-__host__ __device__ inline V4Smem v4_smem(int N, int Q) {
-  V4Smem m;
-  m.ldn = N + kV2Pad;
-  m.ldcb = Q + kV2Pad;
-  const int s_bytes = 2 * kV2J * m.ldn, x_bytes = 2 * kV2J * (kV2P + kV2Pad);
-  m.slot = s_bytes > x_bytes ? s_bytes : x_bytes;
-  m.cb = 2 * kV2J * m.ldn;
-  m.ring = m.cb + 2 * kV2J * m.ldcb;
-  m.cs = m.ring + kV4Depth * m.slot;
-  m.total = m.cs + 4 * 2 * 2 * 256;
-  return m;
-}
-
-// Shared memory at Q 256: N 128 105 KiB (2 blocks per SM), N 64 73 KiB, N 256 169 KiB (1 block).
-// Registers: at a 128 cap (4 blocks) the head loop spilled ~500 bytes; at 2 blocks ptxas takes
-// 255 with no spills (N 256, 1 block: 255, none with the inter product unrolled by 2), so 2 blocks
-// (8 warps) per SM at N 64 / 128. The epilogue's z gate uses the fast exp and division (the
-// accurate ones made the loop spill); y is bf16, whose rounding dominates their ~2 ulp.
-template <int N>
-__global__ void __launch_bounds__(kV4Threads, N == 256 ? 1 : 2)
-    v4_out_kernel(const ScanParams p, const bf16* Se) {
-  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
-  const SsmIn& in = p.in;
-  const int Q = p.Q, nt = Q / kV2J, hpg = in.H / in.G;
-  const int slices = (hpg + kV4Heads - 1) / kV4Heads;
-  const int ti = nt - 1 - static_cast<int>(blockIdx.x) % nt;  // the longest rows first
-  const int gs = static_cast<int>(blockIdx.x) / nt, g = gs / slices;
-  const int h0 = g * hpg + (gs % slices) * kV4Heads;  // heads h0 .. h0 + nh - 1, all in group g
-  const int nh = min(kV4Heads, (g + 1) * hpg - h0);
-  const int c = blockIdx.y, i0 = ti * kV2J;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || i0 >= loc.L) return;
-  const int L = loc.L, rows = min(kV2J, L - i0), jmax = i0 + rows;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (loc.slot < 0) {  // padding: y = 0
-    for (int k = 0; k < nh; ++k)
-      for (int o = tid; o < rows * kV2P; o += kV4Threads)
-        in.store_y(loc.t0 + i0 + o / kV2P, h0 + k, o % kV2P, 0.0f);
-    return;
-  }
-  const V4Smem m = v4_smem(N, Q);
-  const int ldcb = m.ldcb;
-  extern __shared__ __align__(16) unsigned char v2_smem[];
-  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);          // [64 i][ldn]: C rows i0..
-  bf16* CBs = reinterpret_cast<bf16*>(v2_smem + m.cb);  // [64 i][ldcb]: C·Bᵀ rows i0.., j < jmax
-  unsigned char* ring = v2_smem + m.ring;
-  float* cs_buf = reinterpret_cast<float*>(v2_smem + m.cs);  // [2][cs 256 | dt' 256]
-  const bf16* X = static_cast<const bf16*>(in.x.p);
-  const bf16* Cg = static_cast<const bf16*>(in.C.p);
-  const bf16* CBg =
-      reinterpret_cast<const bf16*>(p.CB) + (static_cast<int64_t>(c) * in.G + g) * Q * Q + i0 * Q;
-  const int ups = ti + 2, units = nh * ups;  // units per head, in all
-
-  // Resident tiles (they join unit 0's commit group): C rows i0.. (zeros past L), and C·Bᵀ rows
-  // i0.., columns j < (ti + 1)·64 (v3_cb wrote every tile jt ≤ ti whole, zeros past L).
-  for (int e = tid; e < kV2J * nv; e += kV4Threads) {
-    const int r = e / nv, n8 = (e % nv) * 8, i = i0 + r;
-    const bool ok = i < L;
-    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? i : 0)) * in.C.s0 + g * in.C.s1 + n8,
-               ok ? 16 : 0);
-  }
-  const int cbv = (ti + 1) * kV2J / 8;  // 16-byte pieces per C·Bᵀ row
-  for (int e = tid; e < kV2J * cbv; e += kV4Threads) {
-    const int r = e / cbv, j8 = (e % cbv) * 8;
-    cp_async16(CBs + r * ldcb + j8, CBg + r * Q + j8);
-  }
-  // Unit u into ring slot u % kV4Depth; one commit group per call (empty past the last unit).
-  auto issue = [&](int u) {
-    if (u < units) {
-      const int k = u / ups, part = u % ups, h = h0 + k;
-      const int64_t row = static_cast<int64_t>(c) * in.H + h;
-      bf16* dst = reinterpret_cast<bf16*>(ring + (u % kV4Depth) * m.slot);
-      if (part == 0) {
-        const bf16* src = Se + row * kV2P * N;
-#pragma unroll 1
-        for (int e = tid; e < kV2P * nv; e += kV4Threads) {
-          const int r = e / nv, n8 = (e % nv) * 8;
-          cp_async16(dst + r * ldn + n8, src + r * N + n8);
-        }
-        // cs, dt' for j < jmax (4 floats a copy, the last one partial; zeros after).
-        float* cs_d = cs_buf + (k % 2) * 512;
-#pragma unroll 1
-        for (int e = tid; e < 2 * (Q / 4); e += kV4Threads) {
-          const int which = e / (Q / 4), j = (e % (Q / 4)) * 4;
-          const int bytes = 4 * max(0, min(4, jmax - j));
-          cp_async16(cs_d + which * 256 + j, (which ? p.dts : p.css) + row * Q + j, bytes);
-        }
-      } else {
-        const int j0 = (part - 1) * kV2J;
-#pragma unroll 1
-        for (int e = tid; e < kV2J * kV2P / 8; e += kV4Threads) {
-          const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = j0 + r;
-          const bool ok = j < jmax;
-          cp_async16(dst + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
-                     ok ? 16 : 0);
-        }
-      }
-    }
-    cp_commit();
-  };
-#pragma unroll
-  for (int u = 0; u < kV4Depth - 1; ++u) issue(u);
-
-  const Lane ln(lane);
-  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
-  const int ia = i0 + warp * 16 + lane / 4, ib = ia + 8;                // this lane's rows
-  const bf16* cb_lane = CBs + (warp * 16 + lane / 4) * ldcb + (lane % 4) * 2;
-  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
-  const bf16* Z = static_cast<const bf16*>(in.z.p);  // null or bf16 pairs (scan_v4_supports)
-  // Step u: unit u (and, at u = 0, the resident tiles) landed for every thread, every warp is
-  // done with unit u - 1's slot; unit u + kV4Depth - 1 goes into that slot. Returns unit u's slot.
-  int u = 0;
-  auto step = [&]() {
-    cp_wait<kV4Depth - 2>();
-    __syncthreads();
-    issue(u + kV4Depth - 1);
-    const bf16* buf = reinterpret_cast<const bf16*>(ring + (u % kV4Depth) * m.slot);
-    ++u;
-    return buf;
-  };
-#pragma unroll 1
-  for (int k = 0; k < nh; ++k) {
-    const int h = h0 + k;
-    const float* cs_s = cs_buf + (k % 2) * 512;
-    const float* dt_s = cs_s + 256;
-    float acc[8][4] = {};
-    {  // unit 0, inter-chunk: acc[i][p] = exp(cs_i)·Σ_n C_i[n]·S_enter[p, n]
-      const bf16* Ss = step();
-#pragma unroll 2
-      for (int k0 = 0; k0 < N; k0 += 16) {
-        uint32_t a[4];
-        ldmatrix_x4(a, Cs + a_off + k0);
-#pragma unroll
-        for (int nb = 0; nb < 8; nb += 2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-          mma_bf16(acc[nb], a, b[0], b[1]);
-          mma_bf16(acc[nb + 1], a, b[2], b[3]);
-        }
-      }
-    }
-    const float cs_a = ia < L ? cs_s[ia] : 0.0f, cs_b = ib < L ? cs_s[ib] : 0.0f;
-    {
-      const float da = ia < L ? __expf(cs_a) : 0.0f, db = ib < L ? __expf(cs_b) : 0.0f;
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-        acc[nb][0] *= da, acc[nb][1] *= da;
-        acc[nb][2] *= db, acc[nb][3] *= db;
-      }
-    }
-    // Units 1 + jt, intra-chunk: s = C·Bᵀ ⊙ exp(cs_i − cs_j)·dt'_j for j ≤ i < L, else 0; then
-    // acc += s·X_jt.
-#pragma unroll 1
-    for (int jt = 0; jt <= ti; ++jt) {
-      const bf16* Xs = step();
-      const int j0 = jt * kV2J;
-      const bool diag = jt == ti;
-      float s[8][4];
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-        const float2 lo =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(cb_lane + j0 + nb * 8));
-        const float2 hi = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(cb_lane + 8 * ldcb + j0 + nb * 8));
-        s[nb][0] = lo.x, s[nb][1] = lo.y, s[nb][2] = hi.x, s[nb][3] = hi.y;
-      }
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + nb * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? ia : ib;
-          const float cs_i = e < 2 ? cs_a : cs_b;
-          s[nb][e] = (j <= i && i < L) ? s[nb][e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
-        }
-      }
-      // The accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt; on the
-      // diagonal tile warp w's rows need only k16 blocks kt ≤ w.
-#pragma unroll
-      for (int kt = 0; kt < kV2J / 16; ++kt) {
-        if (!diag || kt <= warp) {
-          const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
-                                 pack_bf16(s[2 * kt][2], s[2 * kt][3]),
-                                 pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                                 pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
-#pragma unroll
-          for (int nb = 0; nb < 8; nb += 2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
-            mma_bf16(acc[nb], a, b[0], b[1]);
-            mma_bf16(acc[nb + 1], a, b[2], b[3]);
-          }
-        }
-      }
-    }
-    // Head h done: y = (acc + D·x)·silu(z), two adjacent p per store.
-    const float D_h = in.D_skip(h);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = half ? ib : ia;
-      if (i >= L) continue;
-      const int64_t t = loc.t0 + i;
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-        const int pp = nb * 8 + (lane % 4) * 2;
-        const float2 xv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(X + t * in.x.s0 + h * in.x.s1 + pp));
-        float v0 = acc[nb][2 * half] + D_h * xv.x, v1 = acc[nb][2 * half + 1] + D_h * xv.y;
-        if (Z != nullptr) {  // SsmIn::finish's gate from a bf16 pair, fast exp and division
-          const float2 zv = __bfloat1622float2(
-              *reinterpret_cast<const __nv_bfloat162*>(Z + t * in.z.s0 + h * in.z.s1 + pp));
-          v0 *= __fdividef(zv.x, 1.0f + __expf(-zv.x));
-          v1 *= __fdividef(zv.y, 1.0f + __expf(-zv.y));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
-            __floats2bfloat162_rn(v0, v1);
-      }
-    }
-  }
-  cp_wait<0>();  // no copy outlives the block (the last groups are empty)
-}
-
-// ---- v5: the output kernel over (chunk, head slice), every operand resident -----------------
-// v5_out<N, NT>: grid (G · slices, max_chunks), slices = ceil((H/G) / kV5Heads), NT = Q / 64 row
-// tiles, NT · 4 warps (512 threads at Q 256): warp w owns rows i = 64·(w / 4) + 16·(w % 4) + [0,
-// 16) of the chunk, so each SM sub-partition (w % 4) holds one warp of every row tile and the
-// causal work (row tile ti has ti + 1 j tiles) is spread evenly over the four tensor cores. One
-// block per (chunk, head slice) keeps, for the whole slice, the chunk's C rows [Q][N] and every
-// lower C·Bᵀ tile [NT(NT+1)/2][64][64] (bf16, v3_cb<N, true>) in shared memory: both are read once
-// per slice of up to kV5Heads heads instead of once per (head, row tile) as in v3 (C 4×, C·Bᵀ
-// 2·(f32 → bf16) fewer bytes per head). Per head h the block runs NT phases k = 0 .. NT - 1, one
-// barrier each:
-//   phase 0:  acc = exp(cs_i)·C_i·S_enterᵀ                                   (every live warp)
-//   phase k:  acc += (C·Bᵀ[ti, k] ⊙ exp(cs_i − cs_j)·dt'_j, j ≤ i < L) · X_k      (warps ti ≥ k)
-//             then at k = ti the epilogue of those rows: y = (acc + D·x)·silu(z), x from the x tile
-// The head's data are the loads of "part" k: part 0 = S_enter [64 p][N] + cs, dt' rows (into
-// cs_buf[h % 2]) + x tile 0; part k ≥ 1 = x tile k. Part k of head h + 1 is issued right after the
-// barrier of phase k + 1 of head h (x tile k and S_enter are no longer read: the epilogue of row
-// tile k runs in phase k), part NT − 1 of head h after the barrier of phase 0 of head h, so every
-// part is in flight NT − 1 phases before it is used: with one commit group per phase, the wait
-// before phase k is cp.async.wait_group NT − 2 (groups G(h, k + 1 .. NT − 1), G(h + 1, 0 .. k − 2)
-// may be pending). Q = 64 (NT = 1) has nothing to overlap: supports() refuses it (v3 runs).
-// Rounding as v4: C·Bᵀ rounded to bf16 before the decay mask, the masked product again to bf16.
-constexpr int kV5Heads = 8;  // heads of one group per block
-
-// Byte offsets of v5_out's dynamic shared memory: C [Q][N + 8] | S_enter [64][N + 8] |
-// x [Q][P + 8] | C·Bᵀ tiles [NT(NT+1)/2][64][64 + 8] (all bf16) | cs, dt' [2 heads][2][Q] f32.
-// N 128, Q 256: 69632 + 17408 + 36864 + 92160 + 4096 = 220160 B (215 KiB, 1 block per SM);
-// Q 128: 100352 B (2 blocks per SM). N 256 at Q 256 needs 295 KiB: refused.
-struct V5Smem {
-  int s, x, cb, cs, total;
-};
-__host__ __device__ inline V5Smem v5_smem(int N, int Q) {
-  const int nt = Q / kV2J, ldn = N + kV2Pad;
-  V5Smem m;
-  m.s = 2 * Q * ldn;
-  m.x = m.s + 2 * kV2J * ldn;
-  m.cb = m.x + 2 * Q * (kV2P + kV2Pad);
-  m.cs = m.cb + 2 * (nt * (nt + 1) / 2) * kV2J * (kV2J + kV2Pad);
-  m.total = m.cs + 4 * 2 * 2 * Q;
-  return m;
-}
-
-// Registers: ≤ 128 (NT · 128 threads, 1 block of 16 warps per SM at Q 256, 2 of 8 at Q 128).
-template <int N, int NT>
-__global__ void __launch_bounds__(NT * 128, NT == 4 ? 1 : 2)
-    v5_out_kernel(const ScanParams p, const bf16* Se) {
-  static_assert(NT == 2 || NT == 4, "v5_out: Q = 128 or 256");
-  constexpr int Q = NT * kV2J, kThreads = NT * 128;
-  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, ldc = kV2J + kV2Pad, nv = N / 8;
-  const SsmIn& in = p.in;
-  const int hpg = in.H / in.G, slices = (hpg + kV5Heads - 1) / kV5Heads;
-  const int g = static_cast<int>(blockIdx.x) / slices;
-  const int h0 = g * hpg + (static_cast<int>(blockIdx.x) % slices) * kV5Heads;
-  const int nh = min(kV5Heads, (g + 1) * hpg - h0);  // heads h0 .. h0 + nh - 1, all in group g
-  const int c = blockIdx.y;
-  ChunkLoc loc;
-  if (!locate(p, c, loc)) return;
-  const int L = loc.L, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (loc.slot < 0) {  // padding: y = 0 (block-uniform exit before any barrier)
-    for (int k = 0; k < nh; ++k)
-      for (int o = tid; o < L * kV2P; o += kThreads)
-        in.store_y(loc.t0 + o / kV2P, h0 + k, o % kV2P, 0.0f);
-    return;
-  }
-  const V5Smem m = v5_smem(N, Q);
-  extern __shared__ __align__(16) unsigned char v2_smem[];
-  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);               // [Q i][ldn]
-  bf16* Ss = reinterpret_cast<bf16*>(v2_smem + m.s);         // [64 p][ldn]: S_enter of the head
-  bf16* Xs = reinterpret_cast<bf16*>(v2_smem + m.x);         // [Q j][ldx]: x of the head
-  bf16* CBs = reinterpret_cast<bf16*>(v2_smem + m.cb);       // [tile][64 i][ldc]
-  float* cs_buf = reinterpret_cast<float*>(v2_smem + m.cs);  // [2][cs | dt'][Q]
-  const int nt_live = (L + kV2J - 1) / kV2J;                 // row tiles holding rows < L
-  const bf16* X = static_cast<const bf16*>(in.x.p);
-  const bf16* Cg = static_cast<const bf16*>(in.C.p);
-  const bf16* CBg =
-      reinterpret_cast<const bf16*>(p.CB) + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
-
-  // C rows of the live row tiles (zeros past L) and their C·Bᵀ tiles (ti, jt ≤ ti): tile index
-  // ti(ti + 1)/2 + jt, so the live tiles are indices [0, nt_live(nt_live + 1)/2). Both go into
-  // the first commit group with part 0 of the first head.
-  for (int e = tid; e < nt_live * kV2J * nv; e += kThreads) {
-    const int r = e / nv, n8 = (e % nv) * 8;
-    const bool ok = r < L;
-    cp_async16(Cs + r * ldn + n8, Cg + (loc.t0 + (ok ? r : 0)) * in.C.s0 + g * in.C.s1 + n8,
-               ok ? 16 : 0);
-  }
-  for (int e = tid; e < (nt_live * (nt_live + 1) / 2) * kV2J * 8; e += kThreads) {
-    const int tile = e / (kV2J * 8), r = (e / 8) % kV2J, c8 = (e % 8) * 8;
-    int ti = 0, jt = tile;  // tile = ti(ti + 1)/2 + jt, jt ≤ ti
-    while (jt > ti) jt -= ++ti;
-    cp_async16(CBs + (tile * kV2J + r) * ldc + c8, CBg + (ti * kV2J + r) * Q + jt * kV2J + c8);
-  }
-  // Part k of head slot hk (nothing past the slice or past the live tiles: an empty group).
-  auto load_part = [&](int hk, int k) {
-    if (hk >= nh || k >= nt_live) return;
-    const int h = h0 + hk;
-    const int64_t row = static_cast<int64_t>(c) * in.H + h;
-    if (k == 0) {
-      for (int e = tid; e < kV2J * nv; e += kThreads) {
-        const int r = e / nv, n8 = (e % nv) * 8;
-        cp_async16(Ss + r * ldn + n8, Se + row * kV2P * N + r * N + n8);
-      }
-      // cs, dt' rows [Q] f32 (entries past L are never read: every use is masked by j ≤ i < L)
-      float* dst = cs_buf + (hk & 1) * 2 * Q;
-      for (int e = tid; e < 2 * Q / 4; e += kThreads) {
-        const int which = e / (Q / 4), q4 = (e % (Q / 4)) * 4;
-        cp_async16(dst + which * Q + q4, (which ? p.dts : p.css) + row * Q + q4);
-      }
-    }
-    for (int e = tid; e < kV2J * kV2P / 8; e += kThreads) {
-      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = k * kV2J + r;
-      const bool ok = j < L;
-      cp_async16(Xs + j * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
-                 ok ? 16 : 0);
-    }
-  };
-  for (int k = 0; k + 1 < NT; ++k) {  // G(0, 0 .. NT − 2)
-    load_part(0, k);
-    cp_commit();
-  }
-
-  const int ti = warp / 4, wr = warp % 4, i0 = ti * kV2J;
-  const bool live = i0 < L;
-  const Lane ln(lane);
-  const int ia = i0 + wr * 16 + lane / 4, ib = ia + 8;  // this lane's rows (accumulator layout)
-  const int a_off = (i0 + wr * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
-  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
-  for (int hk = 0; hk < nh; ++hk) {
-    const int h = h0 + hk;
-    const float* cs_s = cs_buf + (hk & 1) * 2 * Q;
-    const float* dt_s = cs_s + Q;
-    float acc[8][4] = {};
-    float cs_a = 0.0f, cs_b = 0.0f;
-#pragma unroll 1
-    for (int k = 0; k < NT; ++k) {
-      cp_wait<NT - 2>();  // G(hk, k) landed
-      __syncthreads();    // ... for every thread; phase k - 1's reads are done
-      // phase 0: part NT − 1 of this head; phase k ≥ 1: part k − 1 of the next (one call site)
-      load_part(k == 0 ? hk : hk + 1, k == 0 ? NT - 1 : k - 1);
-      cp_commit();
-      if (!live || ti < k) continue;
-      if (k == 0) {  // inter-chunk: acc[i][p] = exp(cs_i)·Σ_n C_i[n]·S_enter[p, n]
-#pragma unroll
-        for (int k0 = 0; k0 < N; k0 += 16) {
-          uint32_t a[4];
-          ldmatrix_x4(a, Cs + a_off + k0);
-#pragma unroll
-          for (int nb = 0; nb < 8; nb += 2) {
-            uint32_t b[4];
-            ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
-            mma_bf16(acc[nb], a, b[0], b[1]);
-            mma_bf16(acc[nb + 1], a, b[2], b[3]);
-          }
-        }
-        cs_a = ia < L ? cs_s[ia] : 0.0f;
-        cs_b = ib < L ? cs_s[ib] : 0.0f;
-        const float da = ia < L ? __expf(cs_a) : 0.0f, db = ib < L ? __expf(cs_b) : 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-          acc[nb][0] *= da, acc[nb][1] *= da;
-          acc[nb][2] *= db, acc[nb][3] *= db;
-        }
-      }
-      // Intra-chunk, j tile k, one k16 block kt at a time (8 masked values live, not 32):
-      // s = C·Bᵀ[ti, k] at this lane's accumulator positions of n8 blocks 2kt, 2kt + 1,
-      // ⊙ exp(cs_i − cs_j)·dt'_j for j ≤ i < L, rounded to bf16: the A fragment of k16 block kt
-      // (the accumulator layout of m16n8 is the A layout of k16); acc += s·X_k. On the diagonal
-      // tile rows 16·wr.. need only j < 16·(wr + 1).
-      const int j0 = k * kV2J;
-      const bool diag = k == ti;
-      const bf16* cbt =
-          CBs + ((ti * (ti + 1) / 2 + k) * kV2J + wr * 16 + lane / 4) * ldc + (lane % 4) * 2;
-#pragma unroll
-      for (int kt = 0; kt < kV2J / 16; ++kt) {
-        if (diag && kt > wr) continue;
-        float sv[2][4];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const int nb = 2 * kt + q;
-          const float2 u =
-              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(cbt + nb * 8));
-          const float2 v =
-              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(cbt + 8 * ldc + nb * 8));
-          const float raw[4] = {u.x, u.y, v.x, v.y};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = j0 + nb * 8 + (lane % 4) * 2 + (e & 1), i = e < 2 ? ia : ib;
-            const float cs_i = e < 2 ? cs_a : cs_b;
-            sv[q][e] = (j <= i && i < L) ? raw[e] * __expf(cs_i - cs_s[j]) * dt_s[j] : 0.0f;
-          }
-        }
-        const uint32_t a[4] = {pack_bf16(sv[0][0], sv[0][1]), pack_bf16(sv[0][2], sv[0][3]),
-                               pack_bf16(sv[1][0], sv[1][1]), pack_bf16(sv[1][2], sv[1][3])};
-#pragma unroll
-        for (int nb = 0; nb < 8; nb += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, Xs + (j0 + kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
-          mma_bf16(acc[nb], a, b[0], b[1]);
-          mma_bf16(acc[nb + 1], a, b[2], b[3]);
-        }
-      }
-      if (!diag) continue;
-      // Epilogue of rows ia, ib (phase ti: x tile ti is still resident): y = (acc + D·x)·silu(z).
-      const float D_h = in.D_skip(h);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = half ? ib : ia;
-        if (i >= L) continue;
-        const int64_t t = loc.t0 + i;
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-          const int pp = nb * 8 + (lane % 4) * 2;
-          const float2 xv =
-              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(Xs + i * ldx + pp));
-          const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
-          const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
-          *reinterpret_cast<__nv_bfloat162*>(Y + t * in.y.s0 + h * in.y.s1 + pp) =
-              __floats2bfloat162_rn(v0, v1);
-        }
-      }
-    }
-  }
-  cp_wait<0>();  // no copy outlives the block (the last groups are empty)
-}
-
-// ---- v5: chunk state with the dt' / cs scan fused in ------------------------------------------
-// v5_state<N>: grid (H, max_chunks), 256 threads, the MMA mapping of v2_state (warp w: rows p
-// [16·(w % 4), +16), columns n [(w / 4)·N/2, +N/2)). Replaces v3's scan_dt launch + v2_state<N,
-// true>:
-//   1. the raw x and B rows of j tile 0 are issued (cp.async) first;
-//   2. thread j computes dt'_j, the block scans cs_j = Σ_{k≤j} dt'_k·A (warp shuffles + the 8 warp
-//      totals), writes dt', cs to the workspace (coalesced: v5_out and the pass read them) and
-//      w_j = exp(cs_last − cs_j)·dt'_j (0 past L) to shared memory;
-//   3. j tiles through two cp.async stages (tile jt + 1 loads while tile jt multiplies); the w·x
-//      scaling and its bf16 hi + lo split are applied to the A fragments in registers after
-//      ldmatrix.trans (a fragment register holds tokens j = 2t, 2t + 1 (+8) of rows p), so x goes
-//      to shared memory untouched and no conversion pass / extra barrier is needed.
-// Sc = Σ_j (w_j·x_j)ᵀ B_j in f32 from two bf16 MMAs (hi, lo) per fragment: the values of v2_state
-// up to the f32 association of the cs scan.
-constexpr int kV5StateThreads = 256;
-
-// Dynamic shared memory: 2 stages × (x [64][P + 8] | B [64][N + 8]) bf16, w [256] f32, the 8
-// warp totals and cs_last. N 128: 54 KiB; registers ≤ 128 (at the 85 of 3 blocks N 128 spilled
-// 8 bytes), so 2 blocks of 8 warps per SM at N 128 / 256, 3 at N 64.
-size_t v5_state_smem(int N) {
-  return sizeof(bf16) * 2 * kV2J * ((kV2P + kV2Pad) + (N + kV2Pad)) + sizeof(float) * (256 + 16);
-}
-
-template <int N>
-__global__ void __launch_bounds__(kV5StateThreads, N == 64 ? 3 : 2)
-    v5_state_kernel(const ScanParams p) {
-  constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad;
-  constexpr int stage_elems = kV2J * (ldx + ldb);  // bf16 per stage
-  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
-  const SsmIn& in = p.in;
-  const int Q = p.Q, L = loc.L, g = in.group(h);
-  extern __shared__ __align__(16) unsigned char v2_smem[];
-  bf16* stages = reinterpret_cast<bf16*>(v2_smem);  // [2][x [64 j][ldx] | B [64 j][ldb]]
-  float* w_s = reinterpret_cast<float*>(stages + 2 * stage_elems);  // [256]
-  float* tot_s = w_s + 256;  // [8]: warp totals, [8]: cs_last
-  const bf16* X = static_cast<const bf16*>(in.x.p);
-  const bf16* Bg = static_cast<const bf16*>(in.B.p);
-  auto load_tile = [&](int jt) {  // raw x and B rows [64·jt, +64) (zeros past L) into stage jt % 2
-    bf16* xs = stages + (jt & 1) * stage_elems;
-    bf16* bs = xs + kV2J * ldx;
-    for (int e = tid; e < kV2J * kV2P / 8; e += kV5StateThreads) {
-      const int r = e / (kV2P / 8), p8 = (e % (kV2P / 8)) * 8, j = jt * kV2J + r;
-      const bool ok = j < L;
-      cp_async16(xs + r * ldx + p8, X + (loc.t0 + (ok ? j : 0)) * in.x.s0 + h * in.x.s1 + p8,
-                 ok ? 16 : 0);
-    }
-    for (int e = tid; e < kV2J * N / 8; e += kV5StateThreads) {
-      const int r = e / (N / 8), n8 = (e % (N / 8)) * 8, j = jt * kV2J + r;
-      const bool ok = j < L;
-      cp_async16(bs + r * ldb + n8, Bg + (loc.t0 + (ok ? j : 0)) * in.B.s0 + g * in.B.s1 + n8,
-                 ok ? 16 : 0);
-    }
-  };
-  load_tile(0);
-  cp_commit();
-
-  // dt'_j and the block-wide inclusive scan of dt'_j·A (thread j = tid; Q ≤ 256 threads).
-  const float A = in.A(h);
-  const float dtj = tid < L ? in.dt_eff(loc.t0 + tid, h) : 0.0f;
-  float incl = dtj * A;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += u;
-  }
-  if (lane == 31) tot_s[warp] = incl;
-  __syncthreads();
-  float before = 0.0f;
-  for (int w = 0; w < warp; ++w) before += tot_s[w];
-  const float csj = incl + before;
-  const int64_t wrow = (static_cast<int64_t>(c) * in.H + h) * Q;
-  if (tid < L) {
-    p.dts[wrow + tid] = dtj;
-    p.css[wrow + tid] = csj;
-  }
-  if (tid == L - 1) tot_s[8] = csj;  // cs_last (a slot nobody is still reading)
-  __syncthreads();
-  const float cs_last = tot_s[8];
-  if (tid < 256) w_s[tid] = tid < L ? expf(cs_last - csj) * dtj : 0.0f;
-  // (w_s is published by the first barrier of the tile loop)
-
-  const int wm = warp % 4, wn = warp / 4;  // rows p [16·wm, +16), columns n [wn·N/2, +N/2)
-  const Lane ln(lane);
-  const int t4 = lane % 4;
-  float acc[NB][4] = {};
-  const int ntiles = (L + kV2J - 1) / kV2J;
-  for (int jt = 0; jt < ntiles; ++jt) {
-    if (jt + 1 < ntiles) load_tile(jt + 1);
-    cp_commit();
-    cp_wait<1>();  // tile jt landed (tile jt + 1 may be in flight)
-    __syncthreads();
-    const int j0 = jt * kV2J;
-    const bf16* xs = stages + (jt & 1) * stage_elems;
-    const bf16* bs = xs + kV2J * ldx;
-#pragma unroll
-    for (int k0 = 0; k0 < kV2J; k0 += 16) {
-      if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
-        uint32_t raw[4], ah[4], al[4];
-        ldmatrix_x4_trans(raw, xs + (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel);
-        // raw[q] holds x at tokens j = k0 + 2·t4 (+1) for q < 2, + 8 for q ≥ 2.
-        const float w0 = w_s[j0 + k0 + 2 * t4], w1 = w_s[j0 + k0 + 2 * t4 + 1];
-        const float w2 = w_s[j0 + k0 + 2 * t4 + 8], w3 = w_s[j0 + k0 + 2 * t4 + 9];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw[q]));
-          const float a = f.x * (q < 2 ? w0 : w2), b = f.y * (q < 2 ? w1 : w3);
-          const __nv_bfloat162 hv = __floats2bfloat162_rn(a, b);
-          const float2 hf = __bfloat1622float2(hv);
-          ah[q] = *reinterpret_cast<const uint32_t*>(&hv);
-          al[q] = pack_bf16(a - hf.x, b - hf.y);
-        }
-#pragma unroll
-        for (int nb = 0; nb < NB; nb += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(
-              b, bs + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
-          mma_bf16(acc[nb], ah, b[0], b[1]);
-          mma_bf16(acc[nb], al, b[0], b[1]);
-          mma_bf16(acc[nb + 1], ah, b[2], b[3]);
-          mma_bf16(acc[nb + 1], al, b[2], b[3]);
-        }
-      }
-    }
-    __syncthreads();  // stage jt % 2 is consumed: tile jt + 2 may load into it
-  }
-  cp_wait<0>();
-  // Sc [P][N] f32 (accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column
-  // nb·8 + (lane % 4)·2 + (e & 1)).
-  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
-  const int pr = wm * 16 + lane / 4;
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb) {
-    const int n = wn * (N / 2) + nb * 8 + t4 * 2;
-    *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
-    *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
+    *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
+    *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
   }
 }
 
@@ -1978,7 +1354,7 @@ void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_tiled_run(a, ctx, true);
 }
 
-// ---- v2 / v3 / v4 host side --------------------------------------------------------------------
+// ---- v2 / v3 host side -----------------------------------------------------------------------
 
 bool env_on(const char* name) {  // set, non-empty and not "0"
   const char* v = std::getenv(name);
@@ -2067,52 +1443,18 @@ Reason scan_v3_supports(const SsmChunkScan& a) {
   return scan_v2_supports(a);
 }
 
-// v4 = v3 with C·Bᵀ stored as bf16 and v4_out_kernel<N> (head slices sharing the C and C·Bᵀ
-// tiles). HYBRID_SSM_CHUNK_V4=0 turns it off (v3 runs).
-Reason scan_v4_supports(const SsmChunkScan& a) {
-  const char* v = std::getenv("HYBRID_SSM_CHUNK_V4");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V4=0");
-  if (Reason r = scan_v2_supports(a)) return r;
-  if (a.z.defined() && (a.z.dtype() != DType::bf16 || !rows16(a.z) || a.z.stride(2) != 1))
-    return std::string("z must be bf16 with 16-byte aligned, contiguous rows (read as pairs)");
-  const int64_t N = a.B.size(2), Q = a.chunk_size;
-  const int smem = v4_smem(static_cast<int>(N), static_cast<int>(Q)).total;
-  if (smem > 227 * 1024)
-    return str("N=", N, ", Q=", Q, ": v4_out needs ", smem, " bytes of shared memory (> 227 KiB)");
-  return {};
-}
-
-// v5 = v3 with C·Bᵀ stored as bf16 and v5_out_kernel<N, Q/64> (one block per (chunk, slice of 8
-// heads), C and C·Bᵀ resident for the slice, each head's parts in flight a head ahead).
-// HYBRID_SSM_CHUNK_V5=0 turns it off (v3 runs).
-Reason scan_v5_supports(const SsmChunkScan& a) {
-  const char* v = std::getenv("HYBRID_SSM_CHUNK_V5");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V5=0");
-  if (Reason r = scan_v2_supports(a)) return r;
-  const int64_t N = a.B.size(2), Q = a.chunk_size;
-  if (Q != 128 && Q != 256) return str("Q=", Q, ": v5_out overlaps loads over 2 or 4 row tiles");
-  const int smem = v5_smem(static_cast<int>(N), static_cast<int>(Q)).total;
-  if (smem > 227 * 1024)
-    return str("N=", N, ", Q=", Q, ": v5_out needs ", smem, " bytes of shared memory (> 227 KiB)");
-  return {};
-}
-
-// ver 2 (cuda_v2), 3 (cuda_v3), 4 (cuda_v4) or 5 (cuda_v5); see the kernels' comments for what
-// each adds.
-void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
-  const bool v3 = ver >= 3, v4 = ver == 4, v5 = ver == 5;
+void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
   const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
   const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
   if (seqs == 0) return;
   const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
   const int64_t G = a.B.size(1);
-  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16) | v3: CB (f32; v4: bf16).
+  // One workspace: chunk_off | dt' | cs | Sc (f32) | S_enter (bf16) | v3: CB (f32).
   const size_t off_b = align_up(sizeof(int) * (seqs + 1));
   const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
   const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
   const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
-  const size_t cb_elem = v4 || v5 ? sizeof(bf16) : sizeof(float);
-  const size_t cb_b = v3 ? align_up(cb_elem * max_chunks * G * Q * Q) : 0;
+  const size_t cb_b = v3 ? align_up(sizeof(float) * max_chunks * G * Q * Q) : 0;
   char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b));
   ScanParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
@@ -2133,11 +1475,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
-  StageTimer timer(ctx, stream,
-                   v5   ? "ssm_chunk_scan.cuda_v5"
-                   : v4 ? "ssm_chunk_scan.cuda_v4"
-                   : v3 ? "ssm_chunk_scan.cuda_v3"
-                        : "ssm_chunk_scan.cuda_v2");
+  StageTimer timer(ctx, stream, v3 ? "ssm_chunk_scan.cuda_v3" : "ssm_chunk_scan.cuda_v2");
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
@@ -2149,24 +1487,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
     kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  // v5: the dt' / cs scan fused into v5_state (HYBRID_SSM_CHUNK_V5_STATE=0: v3's two launches).
-  const char* v5_state_env = std::getenv("HYBRID_SSM_CHUNK_V5_STATE");
-  if (v5 && !(v5_state_env != nullptr && std::strcmp(v5_state_env, "0") == 0)) {
-    const size_t smem5 = v5_state_smem(static_cast<int>(N));
-    auto state5 = [&](auto kernel) {
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem5)));
-      kernel<<<dim3(hh, mc), kV5StateThreads, smem5, stream>>>(p);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    };
-    if (N == 64)
-      state5(v5_state_kernel<64>);
-    else if (N == 128)
-      state5(v5_state_kernel<128>);
-    else
-      state5(v5_state_kernel<256>);
-  } else if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes
-                    // loads
+  if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes loads
     scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
     timer.mark("dt");
@@ -2201,70 +1522,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
       kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
-    const bool cb_bf16 = v4 || v5;
-    if (cb_bf16 && N == 64)
-      cb(v3_cb_kernel<64, true>);
-    else if (cb_bf16 && N == 128)
-      cb(v3_cb_kernel<128, true>);
-    else if (cb_bf16)
-      cb(v3_cb_kernel<256, true>);
-    else if (N == 64)
+    if (N == 64)
       cb(v3_cb_kernel<64>);
     else if (N == 128)
       cb(v3_cb_kernel<128>);
     else
       cb(v3_cb_kernel<256>);
     timer.mark("cb");
-  }
-  if (v5) {  // (chunk, slice of kV5Heads heads of one group), NT · 4 warps
-    const int64_t slices = (H / G + kV5Heads - 1) / kV5Heads;
-    const dim3 grid(static_cast<unsigned>(G * slices), mc);
-    const size_t smem =
-        static_cast<size_t>(v5_smem(static_cast<int>(N), static_cast<int>(Q)).total);
-    auto out5 = [&](auto kernel, int threads) {
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
-      kernel<<<grid, threads, smem, stream>>>(p, Se);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    };
-    if (Q == 256) {
-      if (N == 64)
-        out5(v5_out_kernel<64, 4>, 512);
-      else
-        out5(v5_out_kernel<128, 4>, 512);  // N 256 at Q 256: refused by supports()
-    } else if (N == 64) {
-      out5(v5_out_kernel<64, 2>, 256);
-    } else if (N == 128) {
-      out5(v5_out_kernel<128, 2>, 256);
-    } else {
-      out5(v5_out_kernel<256, 2>, 256);
-    }
-    timer.mark("out");
-    timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
-                     " chunks<=", max_chunks));
-    return;
-  }
-  if (v4) {  // head slices of kV4Heads heads of one group × row tiles, per chunk
-    const int64_t slices = (H / G + kV4Heads - 1) / kV4Heads;
-    const dim3 grid(static_cast<unsigned>(G * slices * (Q / kV2J)), mc);
-    const size_t smem =
-        static_cast<size_t>(v4_smem(static_cast<int>(N), static_cast<int>(Q)).total);
-    auto out4 = [&](auto kernel) {
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
-      kernel<<<grid, kV4Threads, smem, stream>>>(p, Se);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    };
-    if (N == 64)
-      out4(v4_out_kernel<64>);
-    else if (N == 128)
-      out4(v4_out_kernel<128>);
-    else
-      out4(v4_out_kernel<256>);
-    timer.mark("out");
-    timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
-                     " chunks<=", max_chunks));
-    return;
   }
   const size_t out_smem = v3 ? v3_out_smem(static_cast<int>(N)) : v2_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
@@ -2288,16 +1552,10 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int ver) {
 }
 
 void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, 2);
+  scan_v2_run(a, ctx, false);
 }
 void scan_v3_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, 3);
-}
-void scan_v4_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, 4);
-}
-void scan_v5_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, 5);
+  scan_v2_run(a, ctx, true);
 }
 
 }  // namespace
@@ -2310,16 +1568,9 @@ void register_ssm_chunk(Registry& r) {
                       scan_mma_cuda);
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v2", DeviceType::cuda, 3, scan_v2_supports,
                       scan_v2_cuda);
-  // v4 (head slices over 4-warp row-tile blocks) measured slower than v3 (out 945 vs 823 µs at
-  // Mamba2 1 × 16384): demoted below v3, kept for comparison (HYBRID_SSM_CHUNK_V3=0 reaches it).
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v4", DeviceType::cuda, 4, scan_v4_supports,
-                      scan_v4_cuda);
-  // v5 (one 16-warp block per (chunk, 8 heads), state kernel with the dt scan fused) measured
-  // slower than v3 too (session 3 run D, Mamba2 1 x 16384: out 1021 µs, state 366 µs, 1.41 ms in
-  // all against v3's 1.23): below v3, kept for comparison (HYBRID_SSM_CHUNK_V3=0 reaches it).
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v5", DeviceType::cuda, 5, scan_v5_supports,
-                      scan_v5_cuda);
-  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 6, scan_v3_supports,
+  // cuda_v4 / cuda_v5 (head-slice output kernels, a fused dt/state kernel) measured slower than
+  // v3 on the H200 and were removed in session 3: docs/ops/ssm.md, "tried and removed".
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 4, scan_v3_supports,
                       scan_v3_cuda);
 }
 

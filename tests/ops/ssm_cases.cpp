@@ -802,18 +802,16 @@ void add_ssm_cases(CaseList& cases) {
                    true));
   add(new ScanCase(v3_g4, v2_bf16, {193, 64}, {1, 0}, {1, 1}, 2, 64, true));
   add(new ScanCase(v3_n64, v2_bare, {129, 128, 1, 300}, {3, 0, 1, -1}, {1, 0, 1, 1}, 4, 128, true));
-  // cuda_v4 (priority 5: v3's supports and z bf16; one block per (chunk, row tile, slice of up to
-  // 8 heads of one group) with the C and C·Bᵀ tiles resident, the heads' S_enter / cs / dt' / x
-  // tiles through a 3-slot cp.async ring): several slices per group with a partial last one (10
-  // and 12 heads a group), one head a group (G = H, N 256), besides the real shapes above (80 and
-  // 16 heads a group); varlen with initial states from shuffled slots, padding slots, an empty
-  // sequence, chunk_states (f32 and bf16), Q 64 / 128 / 256, lengths ending inside a 4-token cs
-  // piece and inside every j tile. HYBRID_SSM_CHUNK_V4=0 runs these on v3.
-  const Shape v4_s10{20, 64, 128, 2}, v4_s12{12, 64, 64, 1}, v4_g3{3, 64, 256, 3};
-  add(new ScanCase(v4_s10, v2, {517, 0, 3, 200}, {3, -1, 0, 2}, {1, 0, 1, 0}, 4, 256, true));
-  add(new ScanCase(v4_s10, v2_bf16, {130, 66}, {1, 0}, {1, 1}, 2, 64, true));
-  add(new ScanCase(v4_s12, v2_bare, {255, 1, 129}, {2, 0, -1}, {1, 1, 1}, 3, 128, true));
-  add(new ScanCase(v4_g3, v2, {301, 2}, {1, 0}, {0, 1}, 2, 256, true));
+  // More v3 / v2 shapes: groups of 10 and 12 heads (besides the real shapes' 80 and 16), one head
+  // a group (G = H, N 256 at Q 256: a CB offset per head); varlen with initial states from
+  // shuffled slots, padding slots, an empty sequence, chunk_states (f32 and bf16), Q 64 / 128 /
+  // 256, lengths ending inside a 4-token cs piece and inside every j tile. (Written for the
+  // removed cuda_v4's head slices; kept as v3 coverage.)
+  const Shape h10{20, 64, 128, 2}, h12{12, 64, 64, 1}, g3{3, 64, 256, 3};
+  add(new ScanCase(h10, v2, {517, 0, 3, 200}, {3, -1, 0, 2}, {1, 0, 1, 0}, 4, 256, true));
+  add(new ScanCase(h10, v2_bf16, {130, 66}, {1, 0}, {1, 1}, 2, 64, true));
+  add(new ScanCase(h12, v2_bare, {255, 1, 129}, {2, 0, -1}, {1, 1, 1}, 3, 128, true));
+  add(new ScanCase(g3, v2, {301, 2}, {1, 0}, {0, 1}, 2, 256, true));
 
   // Pieces resumed from saved states == the whole sequence; 1-token pieces are decode steps.
   add(new PiecesCase(small, all, {100, 1, 64, 1, 1, 135}, 64));
