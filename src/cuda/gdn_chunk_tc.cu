@@ -1013,6 +1013,11 @@ constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-fr
 constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
 static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
 static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
+// v7 with 16-byte rows: T [64][68] f32 over the V tile (same bytes; V is loaded into it only once
+// T is dead): 54 016 bytes, four blocks per SM (and at most 128 registers).
+constexpr int kWu7Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;
+static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 v7: T fits the V tile exactly");
+static_assert(4 * (kWu7Smem + 1024) <= 228 * 1024, "stage 1 v7: four blocks per SM");
 constexpr float kLog2e = 1.4426950408889634f;
 
 // x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
@@ -1068,14 +1073,17 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
 // W / U products, Tb / Tu with per-thread fixed columns).
 template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false>
-__global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
+__global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
+  // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
+  // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
+  constexpr bool kLate = kV7 && kVec;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136] K̂ [j][d], then W rows
   bf16* Vb = Kb + kC * kWP;                             // [64][136] V [j][v], then U rows
   float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][72]  A
-  float* Tm = Af + kC * kAP;                            // [64][68]  T (lower blocks only)
-  float* bet = Tm + kC * kTQ;                           // [64] β
+  float* Tm = kLate ? reinterpret_cast<float*>(Vb) : Af + kC * kAP;  // [64][68] T (lower blocks)
+  float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;   // [64] β
   float* gl = bet + kC;                                 // [64] γ log2 e
   float* beg = gl + kC;                                 // [64] β e^γ
   bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72] T diag(βe^γ), after T
@@ -1141,18 +1149,15 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
   const In* qin = static_cast<const In*>(p.q);
   if constexpr (kVec && kV7) {  // as below, row addresses by pointer steps of 8 rows (no 64-bit
                                 // multiplies per row), V stored as loaded, 1/‖k‖ by rsqrtf
+    // (V rows come after T: kLate.)
     const In* kr = kin + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8;
-    const In* vr = vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8;
-    const int64_t k_step = 8 * p.k_t, v_step = 8 * p.v_t;
-    uint4 rk[8], rv[8];
+    const int64_t k_step = 8 * p.k_t;
+    uint4 rk[8];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      rk[r] = make_uint4(0, 0, 0, 0), rv[r] = make_uint4(0, 0, 0, 0);
-      if (rr + 8 * r < L) {
-        rk[r] = *reinterpret_cast<const uint4*>(kr);
-        rv[r] = *reinterpret_cast<const uint4*>(vr);
-      }
-      kr += k_step, vr += v_step;
+      rk[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 8 * r < L) rk[r] = *reinterpret_cast<const uint4*>(kr);
+      kr += k_step;
     }
     // K̂ rows rr + 8r of the workspace [T, Hk, K]: 8·Hk·K elements (Hk·K 16-byte units) apart;
     // addressed as uint4 so that the stores stay 16-byte (STG.128).
@@ -1170,7 +1175,6 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
       const float ik = p.l2norm ? rsqrtf(kk + 1e-6f) : 1.0f;
       const uint4 kp = pack8_bf16(xk, ik);
       *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
-      *reinterpret_cast<uint4*>(Vb + i * kWP + c8) = rv[r];
       if (write_kn && i < L) knr[r * kn_step] = kp;
     }
     if constexpr (kWriteQ) {
@@ -1421,6 +1425,19 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     }
   }
   __syncthreads();  // T complete; A dead
+  // kLate: V rows (as k's: rows rr + 8r, columns c8..c8+7, zeros past L) into registers now, into
+  // the V tile (over T) after the barrier that ends Tb / Tu.
+  uint4 rv[8];
+  if constexpr (kLate) {
+    const In* vr = vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8;
+    const int64_t v_step = 8 * p.v_t;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      rv[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 8 * r < L) rv[r] = *reinterpret_cast<const uint4*>(vr);
+      vr += v_step;
+    }
+  }
   if constexpr (kV7) {
     // Tb, Tu over A (the v7 W / U products read only the blocks on and below the diagonal):
     // thread (warp, lane) takes columns j = 2·lane, j + 1 of rows warp + 4e.
@@ -1446,7 +1463,11 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
       *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t.x * bet[j], t.y * bet[j + 1]);
     }
   }
-  __syncthreads();
+  __syncthreads();  // Tb, Tu written; T dead
+  if constexpr (kLate) {  // read first by the U pass, after the W pass's barrier
+#pragma unroll
+    for (int r = 0; r < 8; ++r) *reinterpret_cast<uint4*>(Vb + (rr + 8 * r) * kWP + c8) = rv[r];
+  }
   bf16* w = static_cast<bf16*>(p.w);
   bf16* u = static_cast<bf16*>(p.u);
 #pragma unroll
@@ -2089,8 +2110,10 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       if constexpr (std::is_same_v<In, bf16>)
         if (vec_inputs(p, DType::bf16, fused)) {
           kern = fused ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
-          if (opt.wu_v7)
+          if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
             kern = fused ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
+            smem = kWu7Smem;
+          }
         }
     }
     HYBRID_CUDA_CHECK(
