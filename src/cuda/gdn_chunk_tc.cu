@@ -1013,6 +1013,11 @@ constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-fr
 constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
 static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
 static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
+// v7 with 16-byte rows: T [64][68] f32 over the V tile (same bytes; V is loaded into it only once
+// T is dead): 54 016 bytes, four blocks per SM (and at most 128 registers).
+constexpr int kWu7Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;
+static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 v7: T fits the V tile exactly");
+static_assert(4 * (kWu7Smem + 1024) <= 228 * 1024, "stage 1 v7: four blocks per SM");
 constexpr float kLog2e = 1.4426950408889634f;
 
 // x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
@@ -1055,16 +1060,30 @@ __device__ __forceinline__ float half_warp_sum(float x) {
   return x;
 }
 
+// 2^x by the MUFU alone (ex2.approx.ftz: exp2f without its denormal-range fix-up; x <= 0 here,
+// results below 2^-126 flush to 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
-template <class In, bool kVec, bool kWriteQ = false>
-__global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
+// kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
+// kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
+// W / U products, Tb / Tu with per-thread fixed columns).
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false>
+__global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
+  // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
+  // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
+  constexpr bool kLate = kV7 && kVec;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136] K̂ [j][d], then W rows
   bf16* Vb = Kb + kC * kWP;                             // [64][136] V [j][v], then U rows
   float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][72]  A
-  float* Tm = Af + kC * kAP;                            // [64][68]  T (lower blocks only)
-  float* bet = Tm + kC * kTQ;                           // [64] β
+  float* Tm = kLate ? reinterpret_cast<float*>(Vb) : Af + kC * kAP;  // [64][68] T (lower blocks)
+  float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;   // [64] β
   float* gl = bet + kC;                                 // [64] γ log2 e
   float* beg = gl + kC;                                 // [64] β e^γ
   bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72] T diag(βe^γ), after T
@@ -1102,7 +1121,11 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
     kk = half_warp_sum(kk);
-    const float ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
+    float ik = 1.0f;
+    if constexpr (kV7)
+      ik = p.l2norm ? rsqrtf(kk + 1e-6f) : 1.0f;
+    else
+      ik = p.l2norm ? 1.0f / sqrtf(kk + 1e-6f) : 1.0f;
     const uint4 kp = pack8_bf16(xk, ik);
     *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
     *reinterpret_cast<uint4*>(Vb + i * kWP + c8) = pack8_bf16(xv, 1.0f);
@@ -1114,13 +1137,73 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
     qq = half_warp_sum(qq);
-    const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+    float iq = 1.0f;
+    if constexpr (kV7)
+      iq = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.0f;
+    else
+      iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
     if (i < L)
       *reinterpret_cast<uint4*>(static_cast<bf16*>(p.qn) + ((int64_t)(t0 + i) * p.Hk + hk) * kD +
                                 c8) = pack8_bf16(xq, iq);
   };
   const In* qin = static_cast<const In*>(p.q);
-  if constexpr (kVec) {
+  if constexpr (kVec && kV7) {  // as below, row addresses by pointer steps of 8 rows (no 64-bit
+                                // multiplies per row), V stored as loaded, 1/‖k‖ by rsqrtf
+    // (V rows come after T: kLate.)
+    const In* kr = kin + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8;
+    const int64_t k_step = 8 * p.k_t;
+    uint4 rk[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      rk[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 8 * r < L) rk[r] = *reinterpret_cast<const uint4*>(kr);
+      kr += k_step;
+    }
+    // K̂ rows rr + 8r of the workspace [T, Hk, K]: 8·Hk·K elements (Hk·K 16-byte units) apart;
+    // addressed as uint4 so that the stores stay 16-byte (STG.128).
+    uint4* const knr = reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + rr) * p.Hk + hk) * kD + c8);
+    const int kn_step = p.Hk * kD;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int i = rr + 8 * r;
+      float xk[8];
+      unpack8_bf16(xk, rk[r]);
+      float kk = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
+      kk = half_warp_sum(kk);
+      const float ik = p.l2norm ? rsqrtf(kk + 1e-6f) : 1.0f;
+      const uint4 kp = pack8_bf16(xk, ik);
+      *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
+      if (write_kn && i < L) knr[r * kn_step] = kp;
+    }
+    if constexpr (kWriteQ) {
+      if (write_kn) {
+        const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
+        const int64_t q_step = 8 * p.q_t;
+        uint4 rq[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          rq[r] = make_uint4(0, 0, 0, 0);
+          if (rr + 8 * r < L) rq[r] = *reinterpret_cast<const uint4*>(qr);
+          qr += q_step;
+        }
+        uint4* const qnr = reinterpret_cast<uint4*>(static_cast<bf16*>(p.qn) +
+                                                    ((int64_t)(t0 + rr) * p.Hk + hk) * kD + c8);
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+          float xq[8];
+          unpack8_bf16(xq, rq[r]);
+          float qq = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
+          qq = half_warp_sum(qq);
+          const float iq = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.0f;
+          if (rr + 8 * r < L) qnr[r * kn_step] = pack8_bf16(xq, iq);
+        }
+      }
+    }
+  } else if constexpr (kVec) {
     uint4 rk[8], rv[8];
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
@@ -1209,7 +1292,42 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
   }
   __syncthreads();
-  {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
+  if constexpr (kV7) {  // A rows 16·warp.. as below, only the column tiles 16np.. with np <= warp
+    // (A_ij = 0 for j >= i; the blocks above the diagonal are never read). Fragments by ldmatrix:
+    // A = K̂ rows 16·warp + (lane & 15), columns + 8·(lane >> 4); B (two n-tiles of K̂ [j][d]) rows
+    // 16np + (lane & 7) + 8·(lane >> 4), columns + 8·((lane >> 3) & 1).
+    float acc[8][4] = {};
+    const bf16* a_row = Kb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
+    const bf16* b_row = Kb + ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, a_row + 16 * ks);
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+        if (np <= warp) {
+          uint32_t b[4];
+          ldmatrix_x4(b, b_row + 16 * np * kWP + 16 * ks);
+          mma_bf16(acc[2 * np], a, b[0], b[1]);
+          mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+    const int ia = 16 * warp + g, ib = ia + 8;
+    const float gia = gl[ia], gib = gl[ib], bia = bet[ia], bib = bet[ib];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      if (nt / 2 <= warp) {
+        const int j = nt * 8 + 2 * q;
+        const float2 gj = *reinterpret_cast<const float2*>(gl + j);
+        float2 xa, xb;
+        xa.x = j < ia && ia < L ? bia * acc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
+        xa.y = j + 1 < ia && ia < L ? bia * acc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
+        xb.x = j < ib && ib < L ? bib * acc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
+        xb.y = j + 1 < ib && ib < L ? bib * acc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
+        *reinterpret_cast<float2*>(Af + ia * kAP + j) = xa;
+        *reinterpret_cast<float2*>(Af + ib * kAP + j) = xb;
+      }
+  } else {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
     float acc[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
@@ -1307,15 +1425,49 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     }
   }
   __syncthreads();  // T complete; A dead
-  // Tb, Tu over A (blocks above the diagonal are zero; T was not filled there).
-  for (int e = tid; e < kC * kC / 2; e += blockDim.x) {
-    const int i = e / (kC / 2), j = 2 * (e % (kC / 2));
-    const float2 t = j / 16 <= i / 16 ? *reinterpret_cast<const float2*>(Tm + i * kTQ + j)
-                                      : make_float2(0.0f, 0.0f);
-    *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t.x * beg[j], t.y * beg[j + 1]);
-    *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t.x * bet[j], t.y * bet[j + 1]);
+  // kLate: V rows (as k's: rows rr + 8r, columns c8..c8+7, zeros past L) into registers now, into
+  // the V tile (over T) after the barrier that ends Tb / Tu.
+  uint4 rv[8];
+  if constexpr (kLate) {
+    const In* vr = vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8;
+    const int64_t v_step = 8 * p.v_t;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      rv[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 8 * r < L) rv[r] = *reinterpret_cast<const uint4*>(vr);
+      vr += v_step;
+    }
   }
-  __syncthreads();
+  if constexpr (kV7) {
+    // Tb, Tu over A (the v7 W / U products read only the blocks on and below the diagonal):
+    // thread (warp, lane) takes columns j = 2·lane, j + 1 of rows warp + 4e.
+    const int j = 2 * lane;
+    const float bg0 = beg[j], bg1 = beg[j + 1], bu0 = bet[j], bu1 = bet[j + 1];
+#pragma unroll
+    for (int e = 0; e < kC / 4; ++e) {
+      const int i = warp + 4 * e;  // block row i / 16 = e / 4
+      // Blocks above the diagonal (T not filled there) become zeros by a select, no branch.
+      const bool lower = j / 16 <= e / 4;
+      const float2 t = *reinterpret_cast<const float2*>(Tm + i * kTQ + j);
+      const float t0v = lower ? t.x : 0.0f, t1v = lower ? t.y : 0.0f;
+      *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t0v * bg0, t1v * bg1);
+      *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t0v * bu0, t1v * bu1);
+    }
+  } else {
+    // Tb, Tu over A (blocks above the diagonal are zero; T was not filled there).
+    for (int e = tid; e < kC * kC / 2; e += blockDim.x) {
+      const int i = e / (kC / 2), j = 2 * (e % (kC / 2));
+      const float2 t = j / 16 <= i / 16 ? *reinterpret_cast<const float2*>(Tm + i * kTQ + j)
+                                        : make_float2(0.0f, 0.0f);
+      *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t.x * beg[j], t.y * beg[j + 1]);
+      *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t.x * bet[j], t.y * bet[j + 1]);
+    }
+  }
+  __syncthreads();  // Tb, Tu written; T dead
+  if constexpr (kLate) {  // read first by the U pass, after the W pass's barrier
+#pragma unroll
+    for (int r = 0; r < 8; ++r) *reinterpret_cast<uint4*>(Vb + (rr + 8 * r) * kWP + c8) = rv[r];
+  }
   bf16* w = static_cast<bf16*>(p.w);
   bf16* u = static_cast<bf16*>(p.u);
 #pragma unroll
@@ -1326,8 +1478,12 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
     float acc[16][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kC / 16; ++ks) {
+      if (kV7 && ks > warp) continue;  // v7: Tb / Tu rows 16·warp.. are 0 past column 16·warp + 15
       uint32_t a[4];
-      load_a(a, As, kTP, 16 * warp, 16 * ks, g, q);
+      if constexpr (kV7)  // rows 16·warp + (lane & 15), columns 16ks + 8·(lane >> 4)
+        ldmatrix_x4(a, As + (16 * warp + (lane & 15)) * kTP + 16 * ks + 8 * (lane >> 4));
+      else
+        load_a(a, As, kTP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
       for (int np = 0; np < 8; ++np) {
         uint32_t b0[2], b1[2];
@@ -1345,12 +1501,23 @@ __global__ void __launch_bounds__(128, 3) wu_tc5_kernel(const Params p) {
         *reinterpret_cast<uint32_t*>(Bs + i * kWP + d) = pack_bf162(acc[nt][r], acc[nt][r + 1]);
       }
     __syncwarp();
+    if constexpr (kV7) {  // lane: rows 16·warp + lane / 16 + 2e, columns 8·(lane % 16)..; the
+                          // destination rows 2·Hv·K elements apart
+      const int i0 = 16 * warp + lane / 16, d8 = 8 * (lane % 16);
+      uint4* const dr = reinterpret_cast<uint4*>(dst + ((int64_t)(t0 + i0) * p.Hv + hv) * kD + d8);
+      const int d_step = p.Hv * kD / 4;  // 2 rows in 16-byte units
 #pragma unroll
-    for (int e = lane; e < 16 * (kD / 8); e += 32) {
-      const int i = 16 * warp + e / (kD / 8), d8 = 8 * (e % (kD / 8));
-      if (i < L)
-        *reinterpret_cast<uint4*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d8) =
-            *reinterpret_cast<const uint4*>(Bs + i * kWP + d8);
+      for (int e = 0; e < 8; ++e)
+        if (i0 + 2 * e < L)
+          dr[e * d_step] = *reinterpret_cast<const uint4*>(Bs + (i0 + 2 * e) * kWP + d8);
+    } else {
+#pragma unroll
+      for (int e = lane; e < 16 * (kD / 8); e += 32) {
+        const int i = 16 * warp + e / (kD / 8), d8 = 8 * (e % (kD / 8));
+        if (i < L)
+          *reinterpret_cast<uint4*>(dst + ((int64_t)(t0 + i) * p.Hv + hv) * kD + d8) =
+              *reinterpret_cast<const uint4*>(Bs + i * kWP + d8);
+      }
     }
   }
 }
@@ -1375,7 +1542,7 @@ constexpr int kOutSmem = (2 * kC * kWP + kD * kWP) * 2 + kC * 4;
 // norm a 16-lane shuffle sum), and the output staged in shared memory (each warp its own 16 rows,
 // over h / V_new once every warp is done with V_new) and written with 16-byte stores, instead of
 // 64 2-byte loads and 64 scalar stores per thread.
-template <class In, class Out, bool kVecIn = false, bool kVecOut = false>
+template <class In, class Out, bool kVecIn = false, bool kVecOut = false, bool kV7 = false>
 __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   static_assert(!kVecIn || std::is_same_v<In, bf16>, "16-byte q rows: bf16 only");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1398,7 +1565,20 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     return;
   }
   // K̂ rows (zeros past L; source clamped to row L − 1) and h[c], 16 bytes per copy.
-  {
+  if constexpr (kV7) {  // thread: rows tid / 16 + 8r, columns 8·(tid % 16).. (no per-copy divides)
+    const int r0 = tid / 16, c8 = 8 * (tid % 16);
+    const bf16* kn = static_cast<const bf16*>(p.kn) + ((int64_t)t0 * p.Hk + hk) * kD + c8;
+    const int kn_row = p.Hk * kD;
+#pragma unroll
+    for (int r = 0; r < kC / 8; ++r) {
+      const int j = r0 + 8 * r;
+      cp_async16(Ks + j * kWP + c8, kn + (int64_t)min(j, L - 1) * kn_row, j < L ? 16 : 0);
+    }
+    const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD + r0 * kD + c8;
+#pragma unroll
+    for (int r = 0; r < kD / 8; ++r) cp_async16(Hs + (r0 + 8 * r) * kWP + c8, h + 8 * r * kD, 16);
+    cp_commit();
+  } else {
     const bf16* kn = static_cast<const bf16*>(p.kn);
     const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD;
     for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
@@ -1416,12 +1596,16 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   if constexpr (kVecIn) {
     const int rr = tid / 16, c8 = 8 * (tid % 16);
     uint4 rq[8];
+    const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;  // row rr; rows 8 apart
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const int i = rr + 8 * r;
       rq[r] = make_uint4(0, 0, 0, 0);
-      if (i < L)
+      if constexpr (kV7) {
+        if (i < L) rq[r] = *reinterpret_cast<const uint4*>(qr + 8 * r * p.q_t);
+      } else if (i < L) {
         rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8);
+      }
     }
     if (tid < kC) gam[tid] = tid < L ? p.gamma[(int64_t)(t0 + tid) * p.Hv + hv] : 0.0f;
 #pragma unroll
@@ -1432,7 +1616,11 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
       qq = half_warp_sum(qq);
-      const float iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
+      float iq = 1.0f;
+      if constexpr (kV7)
+        iq = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.0f;
+      else
+        iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
       *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
     }
   } else {
@@ -1471,9 +1659,25 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 
   // O rows 16·warp..: 16 n-tiles of v.
   float acc[16][4] = {};
+  // v7 fragments by ldmatrix: A (16x16 of a [m][k] tile) rows + (lane & 15), columns
+  // + 8·(lane >> 4); B (two n-tiles of a [n][k] tile) rows + (lane & 7) + 8·(lane >> 4), columns
+  // + 8·((lane >> 3) & 1).
+  const int a_off = (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
+  const int b_off = ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     uint32_t a[4];
+    if constexpr (kV7) {
+      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, Hs + b_off + 16 * np * kWP + 16 * ks);
+        mma_bf16(acc[2 * np], a, b[0], b[1]);
+        mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+      }
+      continue;
+    }
     load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
@@ -1490,7 +1694,17 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
   }
   __syncthreads();  // every warp is done with h: V_new rows (zeros past L) replace it
-  {
+  if constexpr (kV7) {  // as for K̂ above
+    const int r0 = tid / 16, c8 = 8 * (tid % 16);
+    const bf16* vnew = static_cast<const bf16*>(p.vnew) + ((int64_t)t0 * p.Hv + hv) * kD + c8;
+    const int vn_row = p.Hv * kD;
+#pragma unroll
+    for (int r = 0; r < kC / 8; ++r) {
+      const int j = r0 + 8 * r;
+      cp_async16(Vs + j * kWP + c8, vnew + (int64_t)min(j, L - 1) * vn_row, j < L ? 16 : 0);
+    }
+    cp_commit();
+  } else {
     const bf16* vnew = static_cast<const bf16*>(p.vnew);
     for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
       const int j = e / (kD / 8), c8 = 8 * (e % (kD / 8));
@@ -1501,7 +1715,38 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   }
 
   // P rows 16·warp..: 8 n-tiles of j, written in bf16 over this warp's Q̂ rows.
-  {
+  if constexpr (kV7) {  // only the column tiles 16np.. with np <= warp (P_ij = 0 for j > i; the
+                        // P·V_new product below skips the others); decays by one ex2 each
+    float pa[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+#pragma unroll
+      for (int np = 0; np < 4; ++np)
+        if (np <= warp) {
+          uint32_t b[4];
+          ldmatrix_x4(b, Ks + b_off + 16 * np * kWP + 16 * ks);
+          mma_bf16(pa[2 * np], a, b[0], b[1]);
+          mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+    __syncwarp();  // every lane's reads of these Q̂ rows are done before P overwrites them
+    const float gl_lo = gam[i_lo] * kLog2e, gl_hi = gam[i_hi] * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+      if (nt / 2 <= warp) {
+        const int j = nt * 8 + 2 * q;
+        const float2 gj = *reinterpret_cast<const float2*>(gam + j);
+        const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
+        const float p0 = j <= i_lo && i_lo < L ? pa[nt][0] * exp2_approx(gl_lo - gj0) : 0.0f;
+        const float p1 = j + 1 <= i_lo && i_lo < L ? pa[nt][1] * exp2_approx(gl_lo - gj1) : 0.0f;
+        const float p2 = j <= i_hi && i_hi < L ? pa[nt][2] * exp2_approx(gl_hi - gj0) : 0.0f;
+        const float p3 = j + 1 <= i_hi && i_hi < L ? pa[nt][3] * exp2_approx(gl_hi - gj1) : 0.0f;
+        *reinterpret_cast<bf162*>(Qs + i_lo * kWP + j) = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<bf162*>(Qs + i_hi * kWP + j) = __floats2bfloat162_rn(p2, p3);
+      }
+  } else {
     float pa[8][4] = {};
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
@@ -1530,8 +1775,12 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 
 #pragma unroll
   for (int ks = 0; ks < kC / 16; ++ks) {
+    if (kV7 && ks > warp) continue;  // v7: P rows 16·warp.. are 0 past column 16·warp + 15
     uint32_t a[4];
-    load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
+    if constexpr (kV7)
+      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+    else
+      load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
       uint32_t b0[2], b1[2];
@@ -1561,12 +1810,23 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       }
     __syncwarp();
     constexpr int kPer = 16 / sizeof(Out);  // elements per 16-byte store
+    if constexpr (kV7) {  // lane: rows 16·warp + lane / kPieces + kRows·e, columns kPer·(lane % kPieces)..
+      constexpr int kPieces = kD / kPer, kRows = 32 / kPieces;
+      const int i0 = 16 * warp + lane / kPieces, v = kPer * (lane % kPieces);
+      uint4* const orow = reinterpret_cast<uint4*>(out + (int64_t)(t0 + i0) * p.o_t + hv * p.o_h + v);
+      const int64_t o_step = kRows * p.o_t / kPer;  // kRows rows in 16-byte units (host: o_t % kPer = 0)
 #pragma unroll
-    for (int e = lane; e < 16 * (kD / kPer); e += 32) {
-      const int i = 16 * warp + e / (kD / kPer), v = kPer * (e % (kD / kPer));
-      if (i < L)
-        *reinterpret_cast<uint4*>(out + (int64_t)(t0 + i) * p.o_t + hv * p.o_h + v) =
-            *reinterpret_cast<const uint4*>(Os + i * kOP + v);
+      for (int e = 0; e < 16 / kRows; ++e)
+        if (i0 + kRows * e < L)
+          orow[e * o_step] = *reinterpret_cast<const uint4*>(Os + (i0 + kRows * e) * kOP + v);
+    } else {
+#pragma unroll
+      for (int e = lane; e < 16 * (kD / kPer); e += 32) {
+        const int i = 16 * warp + e / (kD / kPer), v = kPer * (e % (kD / kPer));
+        if (i < L)
+          *reinterpret_cast<uint4*>(out + (int64_t)(t0 + i) * p.o_t + hv * p.o_h + v) =
+              *reinterpret_cast<const uint4*>(Os + i * kOP + v);
+      }
     }
   } else {
 #pragma unroll
@@ -1679,7 +1939,9 @@ struct TcOptions {
                                // spine (spine_tc_kernel FO), Q̂ from stage 1, no h; the caller
                                // has checked fused_cluster_size() > 0
   bool wu_v5 = false;          // stage 1 by wu_tc5_kernel (`cuda_tc_v5`)
+  bool wu_v7 = false;          // with wu_v5: wu_tc5_kernel's kV7 path (`cuda_tc_v7`)
   bool out_v5 = false;         // stage 3 with 16-byte q loads / out stores (`cuda_tc_v5`)
+  bool out_v7 = false;         // with out_v5 and 16-byte q rows: output_tc_kernel's kV7 path
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
@@ -1843,9 +2105,16 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     if (opt.wu_v5) {  // 16-byte row loads where the inputs allow them
       smem = kWu5Smem;
       kern = fused ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
+      if (opt.wu_v7)
+        kern = fused ? wu_tc5_kernel<In, false, true, true> : wu_tc5_kernel<In, false, false, true>;
       if constexpr (std::is_same_v<In, bf16>)
-        if (vec_inputs(p, DType::bf16, fused))
+        if (vec_inputs(p, DType::bf16, fused)) {
           kern = fused ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
+          if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
+            kern = fused ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
+            smem = kWu7Smem;
+          }
+        }
     }
     HYBRID_CUDA_CHECK(
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -1992,11 +2261,14 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     auto* kern = output_tc_kernel<In, Out>;
     if (opt.out_v5) {
       const bool vin = vec_inputs(p, a.q.dtype(), true), vout = vec_output(p, sizeof(Out));
-      if constexpr (std::is_same_v<In, bf16>)
+      if constexpr (std::is_same_v<In, bf16>) {
         kern = vin ? (vout ? output_tc_kernel<In, Out, true, true>
                            : output_tc_kernel<In, Out, true, false>)
                    : (vout ? output_tc_kernel<In, Out, false, true> : kern);
-      else if (vout)
+        if (opt.out_v7 && vin)  // the v7 path with 16-byte q rows only (else the v5 kernels)
+          kern = vout ? output_tc_kernel<In, Out, true, true, true>
+                      : output_tc_kernel<In, Out, true, false, true>;
+      } else if (vout)
         kern = output_tc_kernel<In, Out, false, true>;
     }
     HYBRID_CUDA_CHECK(
@@ -2078,6 +2350,35 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
                                      ")";
   tc_run(a, ctx, opt);
 }
+// `cuda_tc_v7`: cuda_tc_v5 (the same spine choice) with stage 1 by wu_tc5_kernel's kV7 path.
+void tc_v7_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  TcOptions opt;
+  opt.deep_ring = true;
+  opt.fast_inverse = true;
+  opt.cluster_spine = true;
+  opt.wu_v5 = true;
+  opt.wu_v7 = true;
+  opt.out_v5 = true;
+  opt.out_v7 = true;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
+  std::string why;
+  opt.fused_output = !(off && std::string(off) == "0") && fused_cluster_size(a, why) > 0;
+  const std::string not_fused = why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why;
+  if (!opt.fused_output)
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] cuda_tc_v7: cluster spine and stage 3 (" + not_fused + ")");
+  opt.name = opt.fused_output ? "cuda_tc_v7 (fused spine)"
+                               : "cuda_tc_v7 (cluster spine; not fused: " + not_fused + ")";
+  tc_run(a, ctx, opt);
+}
+// HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
+Reason tc_v7_supports(const GdnChunkPrefill& a) {
+  if (Reason r = tc_supports(a)) return r;
+  const char* off = std::getenv("HYBRID_GDN_CHUNK_V7");
+  if (off && std::string(off) == "0")
+    return std::string("v7: turned off by HYBRID_GDN_CHUNK_V7=0");
+  return std::nullopt;
+}
 // HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
 Reason tc_v5_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
@@ -2122,6 +2423,10 @@ void register_gdn_chunk_tc(Registry& r) {
   // cuda_tc_v3_cluster; HYBRID_GDN_CHUNK_V5=0 falls back to those.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v5", DeviceType::cuda, 50,
                          gdn_chunk::tc_v5_supports, gdn_chunk::tc_v5_cuda);
+  // cuda_tc_v5 with the v7 stage 1 (wu_tc5_kernel kV7) and stage 3 (output_tc_kernel kV7);
+  // HYBRID_GDN_CHUNK_V7=0 falls back to cuda_tc_v5.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v7", DeviceType::cuda, 70,
+                         gdn_chunk::tc_v7_supports, gdn_chunk::tc_v7_cuda);
 }
 
 }  // namespace hybrid::cuda
