@@ -1,45 +1,104 @@
 #!/usr/bin/env bash
 # A whole GPU check from carried binaries in one call, most important first so that a time limit
-# cuts the least: the engine's CUDA tests and the demo model, every CUDA op case, the fallback
-# variants, the benchmark shapes (graph-timed), the stage timers, the peers, then memcheck.
+# cuts the least: every CUDA op's cases (one op per run, each under its own limit, so a kernel
+# that hangs names its case and costs one limit), the fallback variants, the engine's CUDA tests,
+# the benchmark shapes (graph-timed), the stage timers, the peers, then the sanitizers.
 #   here:            scripts/device-carry.sh
 #   GPU machine:     scripts/device-quick.sh    (device tool: carry [".carry", ".whl", ".mamba-src"])
+# Session 3's timings on the H200 (start ~30 s): op tests ~3 min, perf ~2.5 min, the peers ~2.5 min
+# with FLA's prefill autotuning, memcheck of the GDN and SSM ops > 100 s: the whole script needs
+# more than one 600 s call, so SECTIONS picks (default all): tests,fallbacks,unit,perf,stages,
+# peers,sanitizers.
 # Everything it prints also goes to $OUT/final.log; the other logs are in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,stages,peers,sanitizers}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
 tar xJf .carry/bin.tar.xz -C .carry || exit 1
 OPS=.carry/hybrid-ops
+start=$(date +%s)
+section() { echo "[t+$(($(date +%s) - start))s] == $1"; [[ ",$SECTIONS," == *",$1,"* ]]; }
+# test_one LABEL LIMIT "ENV=.. ENV=.." OPS: the cases of OPS, one line per case as it ends
+# (stdbuf: a killed run keeps its lines), then the summary, the failures, and on a time-out the last
+# case that finished.
+test_one() {
+  local label=$1 limit=$2 envs=$3 ops=$4
+  env $envs stdbuf -oL timeout "$limit" $OPS test -b cuda -v -o "$ops" > "$OUT/t_$label.txt" 2>&1
+  local rc=$?
+  echo "$label: rc $rc, $(grep -E 'passed, ' "$OUT/t_$label.txt" | tail -1)"
+  grep -E "^  FAIL" "$OUT/t_$label.txt" | cut -c1-220 | head -5
+  if [ $rc = 124 ]; then
+    echo "  time limit after: $(grep -E '^  (OK|FAIL|SKIP)' "$OUT/t_$label.txt" | tail -1 | cut -c1-200)"
+  fi
+}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-mkdir -p build
-(cd build && HYBRID_CLI=$PWD/../.carry/hybrid timeout 60 ../.carry/hybrid_unit_tests --gtest_filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*:Cli.*') > "$OUT"/unit.txt 2>&1
-grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" $OUT/unit.txt
-echo "== demo on the default device"
-timeout 30 .carry/hybrid run -p "In the beginning" -n 48 --temp 0.8 --top-p 0.95 --seed 2 2>&1 | tee $OUT/demo.txt | tail -12
-timeout 30 .carry/hybrid run --ids 950,260,2381 -n 32 --print-ids > "$OUT"/demo_ids.txt 2>/dev/null
-python3 -c "
+
+if section tests; then
+  for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 60 X=1 "$op"; done
+fi
+if section fallbacks; then
+  test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
+  test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
+  test_one gdn_decode_v2 60 HYBRID_GDN_DECODE_V4=0 gdn_recurrent
+  test_one gdn_prep_v2 60 HYBRID_GDN_DECODE_V4=0 gdn_prep_step
+  test_one ssm_step_v3 60 HYBRID_SSM_STEP_V4=0 ssm_step
+  test_one ssm_chunk_v2 40 HYBRID_SSM_CHUNK_V3=0 ssm_chunk_scan
+  test_one attn_prefill_fa2 40 HYBRID_ATTN_PREFILL_V4=0 attn_prefill
+  test_one attn_decode_v3 40 HYBRID_ATTN_DECODE_V4=0 attn_decode
+  test_one linear_q_v3 40 HYBRID_LINEAR_Q_V4=0 linear_q
+  test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
+fi
+if section unit; then
+  filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*'
+  [ -x .carry/hybrid ] && filter="$filter:Cli.*"
+  (cd .carry && HYBRID_CLI=$PWD/hybrid timeout 90 ./hybrid_unit_tests --gtest_filter="$filter") \
+    > "$OUT"/unit.txt 2>&1
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran" "$OUT"/unit.txt
+  if [ -x .carry/hybrid ]; then
+    timeout 30 .carry/hybrid run --ids 950,260,2381 -n 32 --print-ids > "$OUT"/demo_ids.txt 2>/dev/null
+    python3 -c "
 import json;g=json.load(open('tests/data/demo_golden.json'))['cases'][0]['greedy_ids'][:32]
 h=[int(x) for x in open('$OUT/demo_ids.txt').read().split('\n')[0].split()]
 print('demo greedy on cuda == transformers golden:', h==g, h[:8], g[:8])"
-echo "== ops test cuda"
-timeout 170 $OPS test -b cuda > "$OUT"/ops-cuda.txt 2>&1; echo "rc $?"
-grep -E "^  (FAIL|SKIP)|passed, " $OUT/ops-cuda.txt | tail -25
-HYBRID_GDN_CHUNK_CLUSTER=0 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
-HYBRID_GDN_CHUNK_CLUSTER=4 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
-HYBRID_GDN_CHUNK_FUSED=0 timeout 40 $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1
-HYBRID_SSM_CHUNK_V3=0 timeout 40 $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1  # v2
-echo "== perf"
-P=""; for o in gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan attn_decode attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul residual_add conv1d_causal conv1d_update; do P="$P,$o:perf"; done
-timeout 150 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
-cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$" | tail -60
-HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 -o 'gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)' 2>&1 | grep -i "stages" | tail -2
-HYBRID_GDN_CHUNK_FUSED=0 HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 -o 'gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)' 2>&1 | grep -i "stages" | tail -2
-HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 1 --log debug -o 'ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)' 2>&1 | grep -i "stages" | tail -2  # v3
-echo "== peers"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-timeout 150 python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so --mamba-src .mamba-src --only gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill 2>&1 | grep -v "Warning\|scaled_dot_product" > "$OUT"/peers.txt; cat $OUT/peers.txt | grep "^|\|^#"
-echo "== memcheck"
-timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 $OPS test -b cuda -o gdn_recurrent,gdn_prep_step,ssm_step,attn_decode 2>&1 | tail -3
+  fi
+fi
+if section perf; then
+  P=""
+  for o in gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan attn_decode \
+      attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul residual_add \
+      conv1d_causal conv1d_update; do P="$P,$o:perf"; done
+  timeout 200 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
+  cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
+fi
+if section stages; then
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
+  HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
+  HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
+fi
+if section peers; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site
+  timeout 240 python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so --mamba-src .mamba-src \
+    --only gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill 2>&1 |
+    grep -v "Warning\|scaled_dot_product" > "$OUT"/peers.txt
+  grep "^|\|^#" "$OUT"/peers.txt
+fi
+if section sanitizers; then
+  # One op per run: the GDN / SSM ops together took more than 100 s under memcheck.
+  for op in gdn_chunk_prefill gdn_recurrent gdn_prep_step gdn_record gdn_replay ssm_chunk_scan \
+      ssm_step ssm_step_record ssm_replay attn_decode attn_prefill linear_q moe_experts; do
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 $OPS test -b cuda -o "$op" \
+      > "$OUT/memcheck_$op.txt" 2>&1
+    echo "memcheck $op: rc $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$op.txt" | tail -1)"
+  done
+  for op in gdn_chunk_prefill gdn_recurrent ssm_chunk_scan ssm_step attn_prefill; do
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 $OPS test -b cuda -o "$op" \
+      > "$OUT/racecheck_$op.txt" 2>&1
+    echo "racecheck $op: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_$op.txt" | tail -1)"
+  done
+fi
+echo "[t+$(($(date +%s) - start))s] == done"
