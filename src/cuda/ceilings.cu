@@ -74,7 +74,7 @@ void l2_flush_clean(void* buffer, size_t bytes, void* stream_ptr) {
   cudaStream_t stream = cuda::as_stream(stream_ptr);
   const size_t words = bytes / 16;
   read_all<<<4 * cuda::sm_count(), 512, 0, stream>>>(static_cast<const uint4*>(buffer), words,
-                                                    static_cast<uint32_t*>(buffer));
+                                                     static_cast<uint32_t*>(buffer));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

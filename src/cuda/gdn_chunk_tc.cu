@@ -1008,8 +1008,8 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
 //  - W and U staged through the (then dead) K̂ and V tiles and written with 16-byte stores.
 // Shared: Kb, Vb [64][136] bf16; A [64][72] f32 (Tb, Tu [64][72] bf16 over it once T is known);
 // T [64][68] f32; β, γ·log2e, β e^γ [64]: 71 424 bytes, three blocks per SM.
-constexpr int kAP = kC + 8;   // f32 row of A: float2 fragment loads conflict-free
-constexpr int kTQ = kC + 4;   // f32 row of T: scalar fragment loads conflict-free
+constexpr int kAP = kC + 8;  // f32 row of A: float2 fragment loads conflict-free
+constexpr int kTQ = kC + 4;  // f32 row of T: scalar fragment loads conflict-free
 constexpr int kWu5Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + kC * kTQ * 4 + 3 * kC * 4;
 static_assert(2 * kC * kTP * 2 <= kC * kAP * 4, "Tb, Tu must fit in A");
 static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per SM");
@@ -1083,11 +1083,11 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   bf16* Vb = Kb + kC * kWP;                             // [64][136] V [j][v], then U rows
   float* Af = reinterpret_cast<float*>(Vb + kC * kWP);  // [64][72]  A
   float* Tm = kLate ? reinterpret_cast<float*>(Vb) : Af + kC * kAP;  // [64][68] T (lower blocks)
-  float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;   // [64] β
-  float* gl = bet + kC;                                 // [64] γ log2 e
-  float* beg = gl + kC;                                 // [64] β e^γ
-  bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72] T diag(βe^γ), after T
-  bf16* Tu = Tb + kC * kTP;                             // [64][72] T diag(β), after T
+  float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;                // [64] β
+  float* gl = bet + kC;                                              // [64] γ log2 e
+  float* beg = gl + kC;                                              // [64] β e^γ
+  bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
+  bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
   const int c = blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -1116,7 +1116,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
-  auto put_kv = [&](int i, const float (&xk)[8], const float (&xv)[8]) {
+  auto put_kv = [&](int i, const float(&xk)[8], const float(&xv)[8]) {
     float kk = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) kk += xk[j] * xk[j];
@@ -1132,7 +1132,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     if (write_kn && i < L)
       *reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + i) * p.Hk + hk) * kD + c8) = kp;
   };
-  auto put_q = [&](int i, const float (&xq)[8]) {
+  auto put_q = [&](int i, const float(&xq)[8]) {
     float qq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
@@ -1230,8 +1230,8 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
           const int i = rr + 8 * r;
           rq[r] = make_uint4(0, 0, 0, 0);
           if (i < L)
-            rq[r] = *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t +
-                                                    hk * p.q_h + c8);
+            rq[r] =
+                *reinterpret_cast<const uint4*>(qin + (int64_t)(t0 + i) * p.q_t + hk * p.q_h + c8);
         }
 #pragma unroll
         for (int r = 0; r < 8; ++r) {
@@ -1386,8 +1386,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
         split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
         split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
         split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3],
-                    al[3]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
@@ -1463,7 +1462,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t.x * bet[j], t.y * bet[j + 1]);
     }
   }
-  __syncthreads();  // Tb, Tu written; T dead
+  __syncthreads();        // Tb, Tu written; T dead
   if constexpr (kLate) {  // read first by the U pass, after the W pass's barrier
 #pragma unroll
     for (int r = 0; r < 8; ++r) *reinterpret_cast<uint4*>(Vb + (rr + 8 * r) * kWP + c8) = rv[r];
@@ -1574,7 +1573,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       const int j = r0 + 8 * r;
       cp_async16(Ks + j * kWP + c8, kn + (int64_t)min(j, L - 1) * kn_row, j < L ? 16 : 0);
     }
-    const bf16* h = static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD + r0 * kD + c8;
+    const bf16* h =
+        static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD + r0 * kD + c8;
 #pragma unroll
     for (int r = 0; r < kD / 8; ++r) cp_async16(Hs + (r0 + 8 * r) * kWP + c8, h + 8 * r * kD, 16);
     cp_commit();
@@ -1624,8 +1624,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
     }
   } else {
-  // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
-  // loaded before any is used (one global round trip).
+    // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
+    // loaded before any is used (one global round trip).
     float xq[16][4];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
@@ -1693,7 +1693,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     acc[nt][0] *= e_lo, acc[nt][1] *= e_lo;
     acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
   }
-  __syncthreads();  // every warp is done with h: V_new rows (zeros past L) replace it
+  __syncthreads();      // every warp is done with h: V_new rows (zeros past L) replace it
   if constexpr (kV7) {  // as for K̂ above
     const int r0 = tid / 16, c8 = 8 * (tid % 16);
     const bf16* vnew = static_cast<const bf16*>(p.vnew) + ((int64_t)t0 * p.Hv + hv) * kD + c8;
@@ -1810,11 +1810,14 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       }
     __syncwarp();
     constexpr int kPer = 16 / sizeof(Out);  // elements per 16-byte store
-    if constexpr (kV7) {  // lane: rows 16·warp + lane / kPieces + kRows·e, columns kPer·(lane % kPieces)..
+    if constexpr (kV7) {  // lane: rows 16·warp + lane / kPieces + kRows·e, columns kPer·(lane %
+                          // kPieces)..
       constexpr int kPieces = kD / kPer, kRows = 32 / kPieces;
       const int i0 = 16 * warp + lane / kPieces, v = kPer * (lane % kPieces);
-      uint4* const orow = reinterpret_cast<uint4*>(out + (int64_t)(t0 + i0) * p.o_t + hv * p.o_h + v);
-      const int64_t o_step = kRows * p.o_t / kPer;  // kRows rows in 16-byte units (host: o_t % kPer = 0)
+      uint4* const orow =
+          reinterpret_cast<uint4*>(out + (int64_t)(t0 + i0) * p.o_t + hv * p.o_h + v);
+      const int64_t o_step =
+          kRows * p.o_t / kPer;  // kRows rows in 16-byte units (host: o_t % kPer = 0)
 #pragma unroll
       for (int e = 0; e < 16 / kRows; ++e)
         if (i0 + kRows * e < L)
@@ -1945,8 +1948,8 @@ struct TcOptions {
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
-// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k, v (and
-// q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
+// The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k,
+// v (and q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
 bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (in != DType::bf16) return false;
   auto al = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
@@ -1955,7 +1958,8 @@ bool vec_inputs(const Params& p, DType in, bool with_q) {
   if (with_q) ok = ok && al(p.q) && st(p.q_t) && st(p.q_h);
   return ok;
 }
-// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the output's size).
+// The 16-byte output stores of output_tc_kernel (kVecOut): out rows 16-byte aligned (elem: the
+// output's size).
 bool vec_output(const Params& p, size_t elem) {
   const int64_t per = static_cast<int64_t>(16 / elem);
   return reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % per == 0 && p.o_h % per == 0;
@@ -2111,7 +2115,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, fused)) {
           kern = fused ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            kern = fused ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
+            kern =
+                fused ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
           }
         }
@@ -2344,10 +2349,10 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v5: cluster spine and stage 3 (" +
                                  (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
                                  ")");
-  opt.name = opt.fused_output ? "cuda_tc_v5 (fused spine)"
-                               : "cuda_tc_v5 (cluster spine; not fused: " +
-                                     (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
-                                     ")";
+  opt.name = opt.fused_output
+                 ? "cuda_tc_v5 (fused spine)"
+                 : "cuda_tc_v5 (cluster spine; not fused: " +
+                       (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) + ")";
   tc_run(a, ctx, opt);
 }
 // `cuda_tc_v7`: cuda_tc_v5 (the same spine choice) with stage 1 by wu_tc5_kernel's kV7 path.
@@ -2368,23 +2373,21 @@ void tc_v7_cuda(const GdnChunkPrefill& a, Context& ctx) {
     ctx.log(LogLevel::debug,
             "[gdn_chunk_prefill] cuda_tc_v7: cluster spine and stage 3 (" + not_fused + ")");
   opt.name = opt.fused_output ? "cuda_tc_v7 (fused spine)"
-                               : "cuda_tc_v7 (cluster spine; not fused: " + not_fused + ")";
+                              : "cuda_tc_v7 (cluster spine; not fused: " + not_fused + ")";
   tc_run(a, ctx, opt);
 }
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
 Reason tc_v7_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V7");
-  if (off && std::string(off) == "0")
-    return std::string("v7: turned off by HYBRID_GDN_CHUNK_V7=0");
+  if (off && std::string(off) == "0") return std::string("v7: turned off by HYBRID_GDN_CHUNK_V7=0");
   return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
 Reason tc_v5_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V5");
-  if (off && std::string(off) == "0")
-    return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
+  if (off && std::string(off) == "0") return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
   return std::nullopt;
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
