@@ -841,10 +841,7 @@ void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
 // may start while decode_tc_kernel<.., 4> runs and waits for it in griddepcontrol.wait), or as a
 // plain launch with HYBRID_ATTN_DECODE_PDL=0.
 void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
-  static const bool pdl = [] {
-    const char* v = std::getenv("HYBRID_ATTN_DECODE_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool pdl = !env_is_zero("HYBRID_ATTN_DECODE_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
   cfg.blockDim = dim3(kMergeThreads);
@@ -1058,10 +1055,7 @@ void decode_tc2_cuda(const AttnDecode& a, Context& ctx) {
 // v4 (attn_decode.cuda_tc3) is on unless HYBRID_ATTN_DECODE_V4=0 (then v3 serves attn_decode and
 // the fused op, so both can be tested and timed from one build).
 bool decode_v4_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("HYBRID_ATTN_DECODE_V4");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = !env_is_zero("HYBRID_ATTN_DECODE_V4");
   return on;
 }
 

@@ -882,10 +882,7 @@ void prefill_fa2_cuda(const AttnPrefill& a, Context& ctx) {
 // attn_prefill.cuda_fa2b is on unless HYBRID_ATTN_PREFILL_V4=0 (then cuda_fa2 serves D 256, so both
 // can be tested and timed from one build).
 bool prefill_v4_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("HYBRID_ATTN_PREFILL_V4");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = !env_is_zero("HYBRID_ATTN_PREFILL_V4");
   return on;
 }
 

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -34,6 +36,15 @@ inline cudaStream_t as_stream(void* s) {
 #define HYBRID_CUDA_CHECK_LAUNCH() HYBRID_CUDA_CHECK(cudaGetLastError())
 
 namespace hybrid::cuda {
+
+// True when the environment variable `name` is set to "0": the switch by which a kernel variant's
+// supports() refuses (HYBRID_LINEAR_Q_V4=0, ...), so that the variant below it can be tested and
+// timed from the same build. supports() runs on every call of an op: callers keep the answer in a
+// function-local static (read once per process).
+inline bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
 
 // The current device's SM count and compute capability (major), cached per device so that a
 // decode step pays no driver query after the first.

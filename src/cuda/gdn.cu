@@ -1227,8 +1227,8 @@ void launch_warp(const GdnParams& p, DType in, DType state, int64_t N, Context& 
 // items, devices before sm_80 (cp.async).
 Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
                      std::initializer_list<const Tensor*> token_rows) {
-  if (const char* v = std::getenv("HYBRID_GDN_DECODE_V4"); v != nullptr && std::strcmp(v, "0") == 0)
-    return std::string("HYBRID_GDN_DECODE_V4=0");
+  static const bool off = env_is_zero("HYBRID_GDN_DECODE_V4");
+  if (off) return std::string("HYBRID_GDN_DECODE_V4=0");
   if (K != 64 && K != 128 && K != 256) return str("K=", K, " not in {64, 128, 256}");
   for (const Tensor* t : token_rows) {
     const size_t esz = dtype_size(t->dtype());

@@ -2014,6 +2014,18 @@ int spine_plan(const Params& p, int sms, bool& narrow, int& G, std::string& no_s
   return S;
 }
 
+// HYBRID_GDN_CHUNK_CLUSTER=8|4|0: the cluster size the spine must use (0: none), or -1 when unset
+// or any other value (then the capacity query decides). Read once per process.
+int forced_cluster_size() {
+  static const int forced = [] {
+    const char* v = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
+    if (v == nullptr) return -1;
+    const std::string s(v);
+    return s == "8" ? 8 : s == "4" ? 4 : s == "0" ? 0 : -1;
+  }();
+  return forced;
+}
+
 // Cluster size (8 or 4) of the fused-output spine for this call, or 0 with the reason in why:
 // it needs the 16-row slices and all clusters of its largest launch placed at once, as the
 // cluster spine does (HYBRID_GDN_CHUNK_CLUSTER=8|4 forces the size, =0 refuses).
@@ -2030,12 +2042,12 @@ int fused_cluster_size(const GdnChunkPrefill& a, std::string& why) {
           " SMs, so the spine has 32-row slices, which run without clusters";
     return 0;
   }
-  const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
-  if (force && std::string(force) == "0") {
+  const int forced = forced_cluster_size();
+  if (forced == 0) {
     why = "fused output: HYBRID_GDN_CHUNK_CLUSTER=0 turns the cluster spine off";
     return 0;
   }
-  if (force && (std::string(force) == "8" || std::string(force) == "4")) return std::atoi(force);
+  if (forced > 0) return forced;
   const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
   int cap8 = 0, cap4 = 0;
   auto caps = [&](auto ts, auto to) {
@@ -2226,19 +2238,17 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       const int64_t blocks = int64_t{S > 1 ? S : p.N} * p.Hv * (S > 1 ? 2 * kD / 16 : kD / 16);
       const int cap8 = spine_cluster_capacity<St, 8>(), cap4 = spine_cluster_capacity<St, 4>();
       int cz = int64_t{cap8} * 8 >= blocks ? 8 : int64_t{cap4} * 4 >= blocks ? 4 : 0;
-      const char* force = std::getenv("HYBRID_GDN_CHUNK_CLUSTER");
-      if (force &&
-          (std::string(force) == "8" || std::string(force) == "4" || std::string(force) == "0"))
-        cz = std::atoi(force);
+      if (forced_cluster_size() >= 0) cz = forced_cluster_size();
       spine_note = ", clusters of " + std::to_string(cz) + " (" + std::to_string(cap8) + " / " +
                    std::to_string(cap4) + " clusters of 8 / 4 fit at once, " +
                    std::to_string(blocks) + " blocks)";
-      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
-                                   " spine blocks; clusters of 8 / 4 that fit at once: " +
-                                   std::to_string(cap8) + " / " + std::to_string(cap4) +
-                                   (cz > 0 ? "; clusters of " + std::to_string(cz)
-                                           : std::string("; no clusters (deep ring only)")) +
-                                   (force ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
+      ctx.log(LogLevel::debug,
+              "[gdn_chunk_prefill] cuda_tc_v3_cluster: " + std::to_string(blocks) +
+                  " spine blocks; clusters of 8 / 4 that fit at once: " + std::to_string(cap8) +
+                  " / " + std::to_string(cap4) +
+                  (cz > 0 ? "; clusters of " + std::to_string(cz)
+                          : std::string("; no clusters (deep ring only)")) +
+                  (forced_cluster_size() >= 0 ? " (HYBRID_GDN_CHUNK_CLUSTER)" : ""));
       if (cz == 8) {
         spine(ts, i16{}, i3{}, std::integral_constant<int, 8>{}, NoOut{});
         return;
@@ -2332,74 +2342,64 @@ void tc_v4_fused_cuda(const GdnChunkPrefill& a, Context& ctx) {
   opt.fused_output = true;
   tc_run(a, ctx, opt);
 }
-// `cuda_tc_v5`: cuda_tc_v4_fused where its fused spine can run (fused_cluster_size() > 0 and
-// HYBRID_GDN_CHUNK_FUSED is not 0), else cuda_tc_v3_cluster, in both cases with the v5 stage 1
-// (wu_tc5_kernel) and, without the fused spine, the v5 stage 3 (output_tc_kernel's 16-byte paths).
-void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
+// Why the fused-output spine (`cuda_tc_v4_fused`'s) cannot serve this call:
+// HYBRID_GDN_CHUNK_FUSED=0 (to test and time cuda_tc_v3_cluster beside it) or
+// fused_cluster_size()'s reason; nullopt when it can.
+Reason fused_spine_refusal(const GdnChunkPrefill& a) {
+  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_FUSED");
+  if (off) return std::string("fused output: turned off by HYBRID_GDN_CHUNK_FUSED=0");
+  std::string why;
+  if (fused_cluster_size(a, why) == 0) return why;
+  return std::nullopt;
+}
+// `cuda_tc_v5`: cuda_tc_v4_fused where its fused spine can run, else cuda_tc_v3_cluster, in both
+// cases with the v5 stage 1 (wu_tc5_kernel) and, without the fused spine, the v5 stage 3
+// (output_tc_kernel's 16-byte paths). `cuda_tc_v7` (v7): the same with wu_tc5_kernel's and
+// output_tc_kernel's kV7 paths.
+void tc_v5_run(const GdnChunkPrefill& a, Context& ctx, bool v7) {
   TcOptions opt;
   opt.deep_ring = true;
   opt.fast_inverse = true;
   opt.cluster_spine = true;
   opt.wu_v5 = true;
   opt.out_v5 = true;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
-  std::string why;
-  opt.fused_output = !(off && std::string(off) == "0") && fused_cluster_size(a, why) > 0;
-  if (!opt.fused_output)
-    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v5: cluster spine and stage 3 (" +
-                                 (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) +
-                                 ")");
-  opt.name = opt.fused_output
-                 ? "cuda_tc_v5 (fused spine)"
-                 : "cuda_tc_v5 (cluster spine; not fused: " +
-                       (why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why) + ")";
+  opt.wu_v7 = v7;
+  opt.out_v7 = v7;
+  const Reason not_fused = fused_spine_refusal(a);
+  opt.fused_output = !not_fused;
+  const std::string variant = v7 ? "cuda_tc_v7" : "cuda_tc_v5";
+  if (not_fused)
+    ctx.log(LogLevel::debug,
+            "[gdn_chunk_prefill] " + variant + ": cluster spine and stage 3 (" + *not_fused + ")");
+  opt.name = not_fused ? variant + " (cluster spine; not fused: " + *not_fused + ")"
+                       : variant + " (fused spine)";
   tc_run(a, ctx, opt);
 }
-// `cuda_tc_v7`: cuda_tc_v5 (the same spine choice) with stage 1 by wu_tc5_kernel's kV7 path.
+void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_v5_run(a, ctx, false);
+}
 void tc_v7_cuda(const GdnChunkPrefill& a, Context& ctx) {
-  TcOptions opt;
-  opt.deep_ring = true;
-  opt.fast_inverse = true;
-  opt.cluster_spine = true;
-  opt.wu_v5 = true;
-  opt.wu_v7 = true;
-  opt.out_v5 = true;
-  opt.out_v7 = true;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
-  std::string why;
-  opt.fused_output = !(off && std::string(off) == "0") && fused_cluster_size(a, why) > 0;
-  const std::string not_fused = why.empty() ? std::string("HYBRID_GDN_CHUNK_FUSED=0") : why;
-  if (!opt.fused_output)
-    ctx.log(LogLevel::debug,
-            "[gdn_chunk_prefill] cuda_tc_v7: cluster spine and stage 3 (" + not_fused + ")");
-  opt.name = opt.fused_output ? "cuda_tc_v7 (fused spine)"
-                              : "cuda_tc_v7 (cluster spine; not fused: " + not_fused + ")";
-  tc_run(a, ctx, opt);
+  tc_v5_run(a, ctx, true);
 }
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
 Reason tc_v7_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_V7");
-  if (off && std::string(off) == "0") return std::string("v7: turned off by HYBRID_GDN_CHUNK_V7=0");
+  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_V7");
+  if (off) return std::string("v7: turned off by HYBRID_GDN_CHUNK_V7=0");
   return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V5=0 refuses every call (to test and time the v4 / v3 variants beside it).
 Reason tc_v5_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_V5");
-  if (off && std::string(off) == "0") return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
+  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_V5");
+  if (off) return std::string("v5: turned off by HYBRID_GDN_CHUNK_V5=0");
   return std::nullopt;
 }
 // cuda_tc_v3_cluster's shapes, where the fused spine can run as clusters (else the reason).
 // HYBRID_GDN_CHUNK_FUSED=0 refuses every call (to test and time cuda_tc_v3_cluster beside it).
 Reason tc_v4_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_FUSED");
-  if (off && std::string(off) == "0")
-    return std::string("fused output: turned off by HYBRID_GDN_CHUNK_FUSED=0");
-  std::string why;
-  if (fused_cluster_size(a, why) == 0) return why;
-  return std::nullopt;
+  return fused_spine_refusal(a);
 }
 
 }  // namespace

@@ -694,8 +694,8 @@ Reason moe_experts_v3_supports(const MoeExperts& a) {
 // v4 = v3 with the decode path's down and combine fused (moe_down_combine_kernel);
 // HYBRID_MOE_EXPERTS_V4=0 refuses it (v3 then runs), to test and time both from one build.
 Reason moe_experts_v4_supports(const MoeExperts& a) {
-  const char* env = std::getenv("HYBRID_MOE_EXPERTS_V4");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_MOE_EXPERTS_V4=0");
+  static const bool off = env_is_zero("HYBRID_MOE_EXPERTS_V4");
+  if (off) return std::string("HYBRID_MOE_EXPERTS_V4=0");
   return moe_experts_v3_supports(a);
 }
 

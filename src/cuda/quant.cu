@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -898,8 +901,8 @@ __global__ void __launch_bounds__(kV4Warps * 32, kV4MinBlocks)
 
 // HYBRID_LINEAR_Q_V4=0 refuses v4 (v3 and v2 then run), to test and time them from one build.
 Reason linear_q_gemv_v4_supports(const LinearQ& a) {
-  const char* env = std::getenv("HYBRID_LINEAR_Q_V4");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_LINEAR_Q_V4=0");
+  static const bool off = env_is_zero("HYBRID_LINEAR_Q_V4");
+  if (off) return std::string("HYBRID_LINEAR_Q_V4=0");
   const DType xt = a.x.dtype(), st = a.w.scales.dtype();
   if (a.w.bits != 4) return str("bits=", a.w.bits, ": v4 decodes 4-bit codes only");
   if (a.w.group_size % kV4Span != 0)
@@ -921,16 +924,37 @@ Reason linear_q_gemv_v4_supports(const LinearQ& a) {
   return {};
 }
 
+// Resident blocks per SM of linear_q_gemv_v4_kernel<C> at `smem` bytes of dynamic shared memory,
+// queried once per (device, smem), so a decode step pays no driver call per launch. The kernel's
+// shared-memory opt-in only ever grows (to the largest smem seen on the device), so every cached
+// size stays launchable.
+template <class C>
+int gemv_v4_blocks_per_sm(size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, size_t>, int> cache;
+  static std::map<int, size_t> opted_in;  // per device: the opt-in set so far
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find({dev, smem}); it != cache.end()) return it->second;
+  const auto kernel = linear_q_gemv_v4_kernel<C>;
+  if (smem > 48 * 1024 && smem > opted_in[dev]) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+    opted_in[dev] = smem;
+  }
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV4Warps * 32, smem));
+  cache.emplace(std::make_pair(dev, smem), per_sm);
+  return per_sm;
+}
+
 template <class C>
 void launch_gemv_v4(const GemvV4Params& p, cudaStream_t stream) {
   const size_t smem = gemv_v4_smem(p.T, p.in);
   const auto kernel = linear_q_gemv_v4_kernel<C>;
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-  int per_sm = 0;
-  HYBRID_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV4Warps * 32, smem));
+  const int per_sm = gemv_v4_blocks_per_sm<C>(smem);
   const int64_t tiles = (int64_t{p.out} + 15) / 16;
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));

@@ -805,8 +805,8 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
 // B / C rows that are not 16-byte aligned with unit column stride (vector loads), more than
 // 2^31 − 1 items, devices before sm_80 (cp.async). Unlike v3 the pool rows need not be packed.
 Reason step_warp_supports(const SsmStep& a) {
-  if (const char* v = std::getenv("HYBRID_SSM_STEP_V4"); v != nullptr && std::strcmp(v, "0") == 0)
-    return std::string("HYBRID_SSM_STEP_V4=0");
+  static const bool off = env_is_zero("HYBRID_SSM_STEP_V4");
+  if (off) return std::string("HYBRID_SSM_STEP_V4=0");
   if (Reason r = step_supports(a)) return r;
   const int64_t N = a.B.size(2);
   if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");

@@ -1438,8 +1438,8 @@ Reason scan_v2_supports(const SsmChunkScan& a) {
 // v3 = v2 with the output kernel compiled per N (v3_out_kernel<N>). HYBRID_SSM_CHUNK_V3=0 turns it
 // off (v2 runs), so both can be tested and timed from one build.
 Reason scan_v3_supports(const SsmChunkScan& a) {
-  const char* v = std::getenv("HYBRID_SSM_CHUNK_V3");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V3=0");
+  static const bool off = env_is_zero("HYBRID_SSM_CHUNK_V3");
+  if (off) return std::string("HYBRID_SSM_CHUNK_V3=0");
   return scan_v2_supports(a);
 }
 
