@@ -748,21 +748,21 @@ static_assert(2 * (spine8_smem<2>() + 1024) <= 228 * 1024,
 // r_i), stored transposed: lanes 8i..8i+7 address the rows of stored matrix i.
 __device__ __forceinline__ void stmatrix_x4_trans(void* p, uint32_t r0, uint32_t r1, uint32_t r2,
                                                   uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(
-                   smem_u32(p)),
-               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)),
+      "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
 }
 
 template <class St, int NS>
 __global__ void __launch_bounds__(128, NS == 2 ? 2 : 1) spine8_kernel(const Params p) {
   static_assert(NS == 2 || NS == 4, "ring of 2 or 4 slots");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);                 // [NS][64][136] W rows [i][d]
-  bf16* Ks = Ws + NS * kC * kWP;                                // [NS][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + NS * kC * kWP;                                // [NS][64][72]  U [i][v − 64z]
-  bf16* Vt = Us + NS * kC * kUP8;                               // [4][64][24]   V_new [i][v − vr]
-  float* gs = reinterpret_cast<float*>(Vt + 4 * kC * kVP8);     // [NS][64]      γ
+  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);              // [NS][64][136] W rows [i][d]
+  bf16* Ks = Ws + NS * kC * kWP;                             // [NS][64][136] K̂ rows [i][d]
+  bf16* Us = Ks + NS * kC * kWP;                             // [NS][64][72]  U [i][v − 64z]
+  bf16* Vt = Us + NS * kC * kUP8;                            // [4][64][24]   V_new [i][v − vr]
+  float* gs = reinterpret_cast<float*>(Vt + 4 * kC * kVP8);  // [NS][64]      γ
 
   const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio, v0 = 64 * blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
@@ -856,8 +856,8 @@ __global__ void __launch_bounds__(128, NS == 2 ? 2 : 1) spine8_kernel(const Para
       sa[kt][3] = pack_bf162(s[2 * kt + 1][2], s[2 * kt + 1][3]);
     }
     {
-      bf16* hc = h + ((int64_t)(c_first + cs) * p.Hv + hv) * kD * kD + (int64_t)(vr + g) * kD +
-                 2 * q;
+      bf16* hc =
+          h + ((int64_t)(c_first + cs) * p.Hv + hv) * kD * kD + (int64_t)(vr + g) * kD + 2 * q;
 #pragma unroll
       for (int kt = 0; kt < 8; ++kt) {
         *reinterpret_cast<uint32_t*>(hc + 16 * kt) = sa[kt][0];
@@ -2458,13 +2458,13 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         auto* kern = spine8_kernel<St, NS>;
         HYBRID_CUDA_CHECK(
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-            kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));
         kern<<<dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), 2), 128, smem,
                as_stream(ctx.stream())>>>(p);
         HYBRID_CUDA_CHECK_LAUNCH();
-        spine_note = ", row-warp spine (4 warps x 16 V rows per block, " +
-                     std::to_string(blocks) + " blocks, ring of " + std::to_string(NS) + ")";
+        spine_note = ", row-warp spine (4 warps x 16 V rows per block, " + std::to_string(blocks) +
+                     " blocks, ring of " + std::to_string(NS) + ")";
       };
       if (blocks <= sms)
         run8(std::integral_constant<int, 4>{});
@@ -2665,8 +2665,7 @@ void tc_v8_cuda(const GdnChunkPrefill& a, Context& ctx) {
 Reason tc_v8_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
   const char* off = std::getenv("HYBRID_GDN_CHUNK_V8");
-  if (off && std::string(off) == "0")
-    return std::string("v8: turned off by HYBRID_GDN_CHUNK_V8=0");
+  if (off && std::string(off) == "0") return std::string("v8: turned off by HYBRID_GDN_CHUNK_V8=0");
   return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
