@@ -1465,6 +1465,133 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
+// v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
+// split, the same MMAs in the same order, so Sc is bit-identical), with the tile loads pipelined:
+// v2_state loads x and B with plain loads straight into shared memory at the top of each 64-token
+// stage (a full memory round trip per stage, exposed: its stall is long scoreboard) and
+// recomputes 64-bit addresses per element chunk. Here B stages are double-buffered with cp.async
+// (B[s + 1] is copied while the MMAs of stage s run) and the thread's two x chunks of stage s + 1
+// are loaded into registers before the MMAs of stage s (split into hi / lo at the top of stage
+// s + 1); every copy address is a base pointer set once per thread plus a stage offset.
+// Dynamic shared memory: x·w hi and lo [64 j][P + 8], B [2][64 j][N + 8] (bf16), w [256] (f32).
+size_t v6_state_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (kV2P + kV2Pad) + 2 * kV2J * (N + kV2Pad)) +
+         sizeof(float) * 256;
+}
+
+template <int N>
+__global__ void __launch_bounds__(kV2StateThreads, N == 256 ? 2 : N == 128 ? 3 : 4)
+    v6_state_kernel(const ScanParams p) {
+  constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
+  constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, L = loc.L, g = in.group(h);
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* xh = reinterpret_cast<bf16*>(v2_smem);  // [64 j][ldx]: bf16(w_j·x_j[p])
+  bf16* xl = xh + kV2J * ldx;                   // [64 j][ldx]: the remainder, rounded
+  bf16* bs = xl + kV2J * ldx;                   // [2][64 j][ldb]: B_j[n], two stages
+  float* w_s = reinterpret_cast<float*>(bs + 2 * kV2J * ldb);  // [256]
+
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  // B: chunk (r, n8) with r = tid / nv + k·kBRows; x: rows tid / 8 + 32k, columns (tid % 8)·8.
+  const int br0 = tid / nv, bn8 = (tid % nv) * 8;
+  const bf16* b_src = Bg + (loc.t0 + br0) * in.B.s0 + g * in.B.s1 + bn8;  // token j = br0
+  bf16* b_dst = bs + br0 * ldb + bn8;
+  auto load_B = [&](int j0, int buf) {
+    const bf16* src = b_src + j0 * in.B.s0;
+#pragma unroll
+    for (int k = 0; k < kV2J / kBRows; ++k) {
+      const bool ok = j0 + br0 + k * kBRows < L;
+      cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb,
+                 ok ? src + k * kBRows * in.B.s0 : Bg, ok ? 16 : 0);
+    }
+  };
+  const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+  const bf16* x_src = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // token j = xr0
+  uint4 xv[2];
+  auto load_x = [&](int j0) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      xv[k] = j0 + xr0 + 32 * k < L ? ld16(x_src + (j0 + 32 * k) * in.x.s0) : zero4();
+  };
+  load_B(0, 0);
+  cp_commit();
+  load_x(0);
+  {  // w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end), as v2_state<N, true>
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+    const float cs_last = p.css[row + L - 1];
+    for (int j = tid; j < Q; j += kV2StateThreads)
+      w_s[j] = j < L ? expf(cs_last - p.css[row + j]) * p.dts[row + j] : 0.0f;
+  }
+  const int wm = warp % 4, wn = warp / 4;  // rows p [16·wm, +16), columns n [wn·N/2, +N/2)
+  const Lane ln(lane);
+  float acc[NB][4] = {};
+  __syncthreads();  // w_s written
+  for (int j0 = 0, buf = 0; j0 < L; j0 += kV2J, buf ^= 1) {
+    // x of stage j0 (in registers) → hi / lo tiles (the previous stage's MMAs are done).
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int jj = xr0 + 32 * k;
+      uint4 hi, lo;
+      const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
+      __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+      __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+      const float wj = w_s[j0 + jj];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(xq[q]);
+        const float a = wj * f.x, b = wj * f.y;
+        hv[q] = __floats2bfloat162_rn(a, b);
+        const float2 hf = __bfloat1622float2(hv[q]);
+        lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+      }
+      st16(xh + jj * ldx + xp8, hi);
+      st16(xl + jj * ldx + xp8, lo);
+    }
+    // The next stage's B (cp.async, the other buffer: its last reader was stage j0 - 64) and x.
+    const bool more = j0 + kV2J < L;
+    if (more) load_B(j0 + kV2J, buf ^ 1);
+    cp_commit();
+    if (more) load_x(j0 + kV2J);
+    cp_wait<1>();  // B of this stage landed
+    __syncthreads();
+    const bf16* bcur = bs + buf * kV2J * ldb;
+#pragma unroll
+    for (int k0 = 0; k0 < kV2J; k0 += 16) {
+      if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
+        uint32_t ah[4], al[4];
+        const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
+        ldmatrix_x4_trans(ah, xh + xo);
+        ldmatrix_x4_trans(al, xl + xo);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(
+              b, bcur + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], ah, b[0], b[1]);
+          mma_bf16(acc[nb], al, b[0], b[1]);
+          mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+          mma_bf16(acc[nb + 1], al, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // hi / lo and this B buffer are consumed
+  }
+  // Sc [P][N] f32, as v2_state.
+  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
+  const int pr = wm * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int n = wn * (N / 2) + nb * 8 + (lane % 4) * 2;
+    *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
@@ -1688,15 +1815,16 @@ Reason scan_v3_supports(const SsmChunkScan& a) {
   return scan_v2_supports(a);
 }
 
-// v6 = v3 with v6_out_kernel<N> (fewer instructions around the output MMAs; same grid, shared
-// memory and workspace). HYBRID_SSM_CHUNK_V6=0 turns it off (v3 runs).
+// v6 = v3 with v6_state_kernel<N> (pipelined tile loads) and v6_out_kernel<N> (fewer instructions
+// around the output MMAs); same grids and workspace. HYBRID_SSM_CHUNK_V6=0 turns it off (v3 runs).
 Reason scan_v6_supports(const SsmChunkScan& a) {
   const char* v = std::getenv("HYBRID_SSM_CHUNK_V6");
   if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V6=0");
   return scan_v2_supports(a);
 }
 
-// version 2, 3 or 6: v3 and v6 share every launch but the output kernel's.
+// version 2, 3 or 6: v6 is v3 with v6_state_kernel and v6_out_kernel (the same grids, workspace
+// and other launches).
 void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const bool v3 = version >= 3;
   const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
@@ -1738,7 +1866,8 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
   timer.mark("offsets");
-  const size_t st_smem = v2_state_smem(static_cast<int>(N));
+  const size_t st_smem =
+      version == 6 ? v6_state_smem(static_cast<int>(N)) : v2_state_smem(static_cast<int>(N));
   auto state = [&](auto kernel) {
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(st_smem)));
@@ -1749,7 +1878,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
     timer.mark("dt");
-    if (N == 64)
+    if (version == 6 && N == 64)
+      state(v6_state_kernel<64>);
+    else if (version == 6 && N == 128)
+      state(v6_state_kernel<128>);
+    else if (version == 6)
+      state(v6_state_kernel<256>);
+    else if (N == 64)
       state(v2_state_kernel<64, true>);
     else if (N == 128)
       state(v2_state_kernel<128, true>);
