@@ -1,10 +1,10 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
 // priority: cuda_v6 (5, v3 with leaner state and output kernels, see "v6" below;
 // HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' /
-// cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
-// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
-// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
-// per-kernel times (StageTimer).
+// cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3,
+// tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2),
+// cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
+// debug log level) logs v2 / v3's per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1221,12 +1221,12 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   }
 }
 
-// ---- v6 (cuda_v6): v3 with an output kernel that issues fewer instructions per MMA ---------------
+// ---- v6 (cuda_v6): v3 with an output kernel that issues fewer instructions per MMA ------------
 // Same grid, block (4 warps × 16 rows i), shared-memory layout, cp.async pipeline and products as
 // v3_out<N>; what changes is the work around the MMAs (SASS of v3_out<128> per warp and 64-token
 // j tile: 32 HMMA among ≈ 900 instructions, ≈ 480 of them the per-element decay mask):
 //   * off-diagonal j tiles (j < i0 ≤ i) need no mask, and their decay factors through a block
-//     reference R = cs_{i0}:  exp(cs_i − cs_j)·dt'_j = exp(cs_i − R) · w_j,  w_j = exp(R − cs_j)·dt'_j.
+//     reference R = cs_{i0}: exp(cs_i − cs_j)·dt'_j = exp(cs_i − R)·w_j, w_j = exp(R − cs_j)·dt'_j.
 //     w_j (j < i0) is computed once per block into the dt' array (one exp per token, not one per
 //     element and head row), so a C·Bᵀ element costs one FMUL (w pairs read as float2); the row
 //     factor exp(cs_i − R) is applied once to the accumulator, right before the diagonal tile,
@@ -1268,9 +1268,9 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     return;
   }
   extern __shared__ __align__(16) unsigned char v2_smem[];  // v3_out_smem(N) bytes
-  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][ldn]
-  bf16* Bs = Cs + kV2J * ldn;                   // C·Bᵀ [64 i][kCBLd] f32
-  bf16* Ss = Bs;                                // [64 p][ldn]: S_enter, before the first j tile
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);              // [64 i][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                               // C·Bᵀ [64 i][kCBLd] f32
+  bf16* Ss = Bs;                                            // [64 p][ldn]: S_enter, first
   constexpr int b_space = kV2J * ldn > 2 * kV2J * kCBLd ? kV2J * ldn : 2 * kV2J * kCBLd;
   bf16* Xs = Bs + b_space;                                  // [64 j][ldx]
   float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
@@ -1480,8 +1480,13 @@ size_t v6_state_smem(int N) {
          sizeof(float) * 256;
 }
 
+// Blocks of 8 warps per SM the registers allow: 62 / 80 / 128 registers at N = 64 / 128 / 256.
+constexpr int v6_state_blocks(int N) {
+  return N == 256 ? 2 : (N == 128 ? 3 : 4);
+}
+
 template <int N>
-__global__ void __launch_bounds__(kV2StateThreads, N == 256 ? 2 : N == 128 ? 3 : 4)
+__global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
   constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
@@ -1507,8 +1512,8 @@ __global__ void __launch_bounds__(kV2StateThreads, N == 256 ? 2 : N == 128 ? 3 :
 #pragma unroll
     for (int k = 0; k < kV2J / kBRows; ++k) {
       const bool ok = j0 + br0 + k * kBRows < L;
-      cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb,
-                 ok ? src + k * kBRows * in.B.s0 : Bg, ok ? 16 : 0);
+      cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb, ok ? src + k * kBRows * in.B.s0 : Bg,
+                 ok ? 16 : 0);
     }
   };
   const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
