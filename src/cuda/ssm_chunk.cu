@@ -1,9 +1,10 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' / cs precomputed; see "v3"
-// at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3, tensor cores everywhere:
-// P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2), cuda_tiled (1), cuda (0, any
-// P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a debug log level) logs v2 / v3's
-// per-kernel times (StageTimer).
+// priority: cuda_v6 (5, v3 with leaner state and output kernels, see "v6" below;
+// HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' /
+// cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3,
+// tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2),
+// cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
+// debug log level) logs v2 / v3's per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1220,6 +1221,383 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   }
 }
 
+// ---- v6 (cuda_v6): v3 with an output kernel that issues fewer instructions per MMA ------------
+// Same grid, block (4 warps × 16 rows i), shared-memory layout, cp.async pipeline and products as
+// v3_out<N>; what changes is the work around the MMAs (SASS of v3_out<128> per warp and 64-token
+// j tile: 32 HMMA among ≈ 900 instructions, ≈ 480 of them the per-element decay mask):
+//   * off-diagonal j tiles (j < i0 ≤ i) need no mask, and their decay factors through a block
+//     reference R = cs_{i0}: exp(cs_i − cs_j)·dt'_j = exp(cs_i − R)·w_j, w_j = exp(R − cs_j)·dt'_j.
+//     w_j (j < i0) is computed once per block into the dt' array (one exp per token, not one per
+//     element and head row), so a C·Bᵀ element costs one FMUL (w pairs read as float2); the row
+//     factor exp(cs_i − R) is applied once to the accumulator, right before the diagonal tile,
+//     and the inter-chunk term is scaled by exp(R) instead of exp(cs_i) (their product). With
+//     dt' ≥ 0 (softplus or dt_min ≥ 0) cs falls monotonically, so every factor is ≤ 1 (no
+//     overflow); an underflowed factor means the true decay is below 2⁻¹²⁶ as well.
+//   * the diagonal tile keeps v3's direct exp(cs_i − cs_j)·dt'_j (the same operand rounding), only
+//     for the n8 blocks the warp's rows reach (nb < 2·warp + 2), branch-free (ex2.approx on cs
+//     pre-scaled by log2 e, a select for j ≤ i), cs / dt' pairs read as float2.
+//   * tile loads (C, S_enter, C·Bᵀ, x) from per-thread base pointers computed once: a cp.async is
+//     an add and the copy, not ≈ 25 instructions of 64-bit index math with divisions.
+//   * the epilogue reads x_i for D·x from the x tile still in shared memory (the diagonal tile's
+//     rows are the block's rows i) instead of global memory.
+// Rounding as v3 except the decays on off-diagonal tiles (product of two f32 exps instead of one;
+// relative difference ~1e-7, far below the bf16 rounding of the masked C·Bᵀ operand).
+__device__ __forceinline__ float ex2_approx(float v) {  // 2^v, ftz (MUFU.EX2 alone)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(v));
+  return r;
+}
+
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
+    v6_out_kernel(const ScanParams p, const bf16* Se) {
+  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int nt = p.Q / kV2J;
+  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, g = in.group(h);
+  const int rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < rows * kV2P; o += kV2OutThreads)
+      in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char v2_smem[];  // v3_out_smem(N) bytes
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);              // [64 i][ldn]
+  bf16* Bs = Cs + kV2J * ldn;                               // C·Bᵀ [64 i][kCBLd] f32
+  bf16* Ss = Bs;                                            // [64 p][ldn]: S_enter, first
+  constexpr int b_space = kV2J * ldn > 2 * kV2J * kCBLd ? kV2J * ldn : 2 * kV2J * kCBLd;
+  bf16* Xs = Bs + b_space;                                  // [64 j][ldx]
+  float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
+  float* w_s = cs_s + 256;  // [256]: w_j = exp(R − cs_j)·dt'_j for j < i0, dt'_j for j ≥ i0
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+
+  // Per-thread copy slots. C / S_enter: 16-byte chunk (r, n8), r = tid / nv + k·(128 / nv).
+  // C·Bᵀ: row tid / 16 + 8k, float column (tid % 16)·4. x: row tid / 8 + 16k, column (tid % 8)·8.
+  constexpr int kCRows = kV2OutThreads / nv;  // rows of C a pass of the block covers
+  {
+    const int r0 = tid / nv, n8 = (tid % nv) * 8;
+    const bf16* csrc = Cg + (loc.t0 + i0 + r0) * in.C.s0 + g * in.C.s1 + n8;
+    const bf16* ssrc = Se + row * kV2P * N + r0 * N + n8;
+#pragma unroll
+    for (int k = 0; k < kV2J / kCRows; ++k) {
+      const int r = r0 + k * kCRows;
+      const bool ok = i0 + r < L;
+      cp_async16(Cs + r * ldn + n8, ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
+      cp_async16(Ss + r * ldn + n8, ssrc + k * kCRows * N);
+    }
+  }
+  cp_commit();
+  const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+  const bf16* x_src = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // token j = xr0
+  bf16* x_dst = Xs + xr0 * ldx + xp8;
+  const int64_t x_step = 16 * in.x.s0;
+  auto load_X = [&](int j0) {
+    const bf16* src = x_src + j0 * in.x.s0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const bool ok = j0 + xr0 + 16 * k < jmax;
+      cp_async16(x_dst + 16 * k * ldx, ok ? src + k * x_step : X, ok ? 16 : 0);
+    }
+  };
+  const float* cb_src =
+      p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + (i0 + tid / 16) * Q + (tid % 16) * 4;
+  float* cb_dst = reinterpret_cast<float*>(Bs) + (tid / 16) * kCBLd + (tid % 16) * 4;
+  auto load_CB = [&](int j0) {  // C·Bᵀ rows i0.., columns j0.. (written whole by v3_cb)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) cp_async16(cb_dst + 8 * k * kCBLd, cb_src + 8 * k * Q + j0);
+  };
+  load_X(0);
+  cp_commit();
+  // cs, dt' of tokens j < jmax; w_j for j < i0 (R = cs_{i0}, i0 < L).
+  const float csR = p.css[row * Q + i0];
+  for (int j = tid; j < jmax; j += kV2OutThreads) {
+    const float cs = p.css[row * Q + j], dt = p.dts[row * Q + j];
+    cs_s[j] = cs * kLog2e;
+    w_s[j] = j < i0 ? __expf(csR - cs) * dt : dt;
+  }
+  cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  __syncthreads();
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  float acc[8][4] = {};
+  // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(R) (· exp(cs_i − R) later).
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldmatrix_x4(a, Cs + a_off + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(acc[nb], a, b[0], b[1]);
+      mma_bf16(acc[nb + 1], a, b[2], b[3]);
+    }
+  }
+  {
+    const float eR = __expf(csR);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] *= eR;
+  }
+  const int ra = warp * 16 + lane / 4;  // this lane's rows i0 + ra, i0 + ra + 8
+  const int ia = i0 + ra, ib = ia + 8;
+  const int jl = (lane % 4) * 2;  // this lane's first column in an n8 block
+  __syncthreads();                // S_enter (in the C·Bᵀ tile's space) is consumed
+  load_CB(0);
+  cp_commit();
+  const float* cb = reinterpret_cast<const float*>(Bs) + ra * kCBLd + jl;
+  for (int jt = 0; jt <= ti; ++jt) {
+    const int j0 = jt * kV2J;
+    // C·Bᵀ[jt] landed: pending groups are {X[0], CB[0]} at jt = 0 (wait for all), else
+    // {CB[jt], X[jt]}.
+    if (jt == 0)
+      cp_wait<0>();
+    else
+      cp_wait<1>();
+    __syncthreads();
+    const bool diag = jt == ti;
+    float s[8][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const float2 u = *reinterpret_cast<const float2*>(cb + nb * 8);
+      const float2 v = *reinterpret_cast<const float2*>(cb + 8 * kCBLd + nb * 8);
+      s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
+    }
+    __syncthreads();  // every warp holds its C·Bᵀ[jt] values: load C·Bᵀ[jt + 1] into the space
+    if (jt < ti) load_CB(j0 + kV2J);
+    cp_commit();
+    if (!diag) {  // j < i0 ≤ i: s ← s·w_j
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 w = *reinterpret_cast<const float2*>(w_s + j0 + nb * 8 + jl);
+        s[nb][0] *= w.x, s[nb][1] *= w.y, s[nb][2] *= w.x, s[nb][3] *= w.y;
+      }
+    } else {
+      // Row factor exp(cs_i − R) onto everything so far (0 for rows past the chunk's end), then
+      // s ← s·exp(cs_i − cs_j)·dt'_j for j ≤ i (j0 = i0): warp w's rows reach n8 blocks < 2w + 2.
+      const float ca = ia < L ? cs_s[ia] : 0.0f, cb_ = ib < L ? cs_s[ib] : 0.0f;
+      const float csR2 = csR * kLog2e;
+      const float fa = ia < L ? ex2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? ex2_approx(cb_ - csR2) : 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        acc[nb][0] *= fa, acc[nb][1] *= fa;
+        acc[nb][2] *= fb, acc[nb][3] *= fb;
+      }
+      const int nb_end = 2 * warp + 2;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb < nb_end) {
+          const int jj = nb * 8 + jl;  // column of element 0 within the tile (j = i0 + jj)
+          const float2 cj = *reinterpret_cast<const float2*>(cs_s + j0 + jj);
+          const float2 dj = *reinterpret_cast<const float2*>(w_s + j0 + jj);
+          s[nb][0] = jj <= ra ? s[nb][0] * ex2_approx(ca - cj.x) * dj.x : 0.0f;
+          s[nb][1] = jj + 1 <= ra ? s[nb][1] * ex2_approx(ca - cj.y) * dj.y : 0.0f;
+          s[nb][2] = jj <= ra + 8 ? s[nb][2] * ex2_approx(cb_ - cj.x) * dj.x : 0.0f;
+          s[nb][3] = jj + 1 <= ra + 8 ? s[nb][3] * ex2_approx(cb_ - cj.y) * dj.y : 0.0f;
+        } else {
+          s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        }
+      }
+    }
+    cp_wait<1>();  // X[jt] landed (C·Bᵀ[jt + 1] may be in flight)
+    __syncthreads();
+    // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt.
+#pragma unroll
+    for (int kt = 0; kt < kV2J / 16; ++kt) {
+      if (!diag || kt <= warp) {
+        const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                               pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                               pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                               pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with X[jt]: load X[jt + 1] into its space
+    if (jt < ti) load_X(j0 + kV2J);
+    cp_commit();
+  }
+  // y = (acc + D·x)·silu(z), two adjacent p per store; x_i from the x tile (= X[ti], rows i0..).
+  // Without z (the Mamba2 / Nemotron-H call) a pair is an LDS, two FFMA, a pack and a store at a
+  // constant offset from the row pointer.
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+  const bool gate = in.z.p != nullptr;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+    const bf16* xrow = Xs + (ra + 8 * half) * ldx + jl;
+    bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
+    if (!gate) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(
+            acc[nb][2 * half] + D_h * xv.x, acc[nb][2 * half + 1] + D_h * xv.y);
+      }
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int pp = nb * 8 + jl;
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
+        const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+}
+
+// v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
+// split, the same MMAs in the same order, so Sc is bit-identical), with the tile loads pipelined:
+// v2_state loads x and B with plain loads straight into shared memory at the top of each 64-token
+// stage (a full memory round trip per stage, exposed: its stall is long scoreboard) and
+// recomputes 64-bit addresses per element chunk. Here B stages are double-buffered with cp.async
+// (B[s + 1] is copied while the MMAs of stage s run) and the thread's two x chunks of stage s + 1
+// are loaded into registers before the MMAs of stage s (split into hi / lo at the top of stage
+// s + 1); every copy address is a base pointer set once per thread plus a stage offset.
+// Dynamic shared memory: x·w hi and lo [64 j][P + 8], B [2][64 j][N + 8] (bf16), w [256] (f32).
+size_t v6_state_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (kV2P + kV2Pad) + 2 * kV2J * (N + kV2Pad)) +
+         sizeof(float) * 256;
+}
+
+// Blocks of 8 warps per SM the registers allow: 62 / 80 / 128 registers at N = 64 / 128 / 256.
+constexpr int v6_state_blocks(int N) {
+  return N == 256 ? 2 : (N == 128 ? 3 : 4);
+}
+
+template <int N>
+__global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
+    v6_state_kernel(const ScanParams p) {
+  constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
+  constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || loc.slot < 0) return;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, L = loc.L, g = in.group(h);
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* xh = reinterpret_cast<bf16*>(v2_smem);  // [64 j][ldx]: bf16(w_j·x_j[p])
+  bf16* xl = xh + kV2J * ldx;                   // [64 j][ldx]: the remainder, rounded
+  bf16* bs = xl + kV2J * ldx;                   // [2][64 j][ldb]: B_j[n], two stages
+  float* w_s = reinterpret_cast<float*>(bs + 2 * kV2J * ldb);  // [256]
+
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Bg = static_cast<const bf16*>(in.B.p);
+  // B: chunk (r, n8) with r = tid / nv + k·kBRows; x: rows tid / 8 + 32k, columns (tid % 8)·8.
+  const int br0 = tid / nv, bn8 = (tid % nv) * 8;
+  const bf16* b_src = Bg + (loc.t0 + br0) * in.B.s0 + g * in.B.s1 + bn8;  // token j = br0
+  bf16* b_dst = bs + br0 * ldb + bn8;
+  auto load_B = [&](int j0, int buf) {
+    const bf16* src = b_src + j0 * in.B.s0;
+#pragma unroll
+    for (int k = 0; k < kV2J / kBRows; ++k) {
+      const bool ok = j0 + br0 + k * kBRows < L;
+      cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb, ok ? src + k * kBRows * in.B.s0 : Bg,
+                 ok ? 16 : 0);
+    }
+  };
+  const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+  const bf16* x_src = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // token j = xr0
+  uint4 xv[2];
+  auto load_x = [&](int j0) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      xv[k] = j0 + xr0 + 32 * k < L ? ld16(x_src + (j0 + 32 * k) * in.x.s0) : zero4();
+  };
+  load_B(0, 0);
+  cp_commit();
+  load_x(0);
+  {  // w_j = exp(cs_last - cs_j)·dt'_j (0 past the chunk's end), as v2_state<N, true>
+    const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+    const float cs_last = p.css[row + L - 1];
+    for (int j = tid; j < Q; j += kV2StateThreads)
+      w_s[j] = j < L ? expf(cs_last - p.css[row + j]) * p.dts[row + j] : 0.0f;
+  }
+  const int wm = warp % 4, wn = warp / 4;  // rows p [16·wm, +16), columns n [wn·N/2, +N/2)
+  const Lane ln(lane);
+  float acc[NB][4] = {};
+  __syncthreads();  // w_s written
+  for (int j0 = 0, buf = 0; j0 < L; j0 += kV2J, buf ^= 1) {
+    // x of stage j0 (in registers) → hi / lo tiles (the previous stage's MMAs are done).
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int jj = xr0 + 32 * k;
+      uint4 hi, lo;
+      const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
+      __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+      __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+      const float wj = w_s[j0 + jj];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(xq[q]);
+        const float a = wj * f.x, b = wj * f.y;
+        hv[q] = __floats2bfloat162_rn(a, b);
+        const float2 hf = __bfloat1622float2(hv[q]);
+        lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+      }
+      st16(xh + jj * ldx + xp8, hi);
+      st16(xl + jj * ldx + xp8, lo);
+    }
+    // The next stage's B (cp.async, the other buffer: its last reader was stage j0 - 64) and x.
+    const bool more = j0 + kV2J < L;
+    if (more) load_B(j0 + kV2J, buf ^ 1);
+    cp_commit();
+    if (more) load_x(j0 + kV2J);
+    cp_wait<1>();  // B of this stage landed
+    __syncthreads();
+    const bf16* bcur = bs + buf * kV2J * ldb;
+#pragma unroll
+    for (int k0 = 0; k0 < kV2J; k0 += 16) {
+      if (j0 + k0 < L) {  // rows past the end are zeros: skip their MMAs
+        uint32_t ah[4], al[4];
+        const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
+        ldmatrix_x4_trans(ah, xh + xo);
+        ldmatrix_x4_trans(al, xl + xo);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(
+              b, bcur + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], ah, b[0], b[1]);
+          mma_bf16(acc[nb], al, b[0], b[1]);
+          mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+          mma_bf16(acc[nb + 1], al, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // hi / lo and this B buffer are consumed
+  }
+  // Sc [P][N] f32, as v2_state.
+  float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
+  const int pr = wm * 16 + lane / 4;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int n = wn * (N / 2) + nb * 8 + (lane % 4) * 2;
+    *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
+    *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
@@ -1443,7 +1821,18 @@ Reason scan_v3_supports(const SsmChunkScan& a) {
   return scan_v2_supports(a);
 }
 
-void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
+// v6 = v3 with v6_state_kernel<N> (pipelined tile loads) and v6_out_kernel<N> (fewer instructions
+// around the output MMAs); same grids and workspace. HYBRID_SSM_CHUNK_V6=0 turns it off (v3 runs).
+Reason scan_v6_supports(const SsmChunkScan& a) {
+  const char* v = std::getenv("HYBRID_SSM_CHUNK_V6");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V6=0");
+  return scan_v2_supports(a);
+}
+
+// version 2, 3 or 6: v6 is v3 with v6_state_kernel and v6_out_kernel (the same grids, workspace
+// and other launches).
+void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
+  const bool v3 = version >= 3;
   const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
   const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
   if (seqs == 0) return;
@@ -1475,12 +1864,16 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
-  StageTimer timer(ctx, stream, v3 ? "ssm_chunk_scan.cuda_v3" : "ssm_chunk_scan.cuda_v2");
+  StageTimer timer(ctx, stream,
+                   version == 6 ? "ssm_chunk_scan.cuda_v6"
+                   : v3         ? "ssm_chunk_scan.cuda_v3"
+                                : "ssm_chunk_scan.cuda_v2");
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
   timer.mark("offsets");
-  const size_t st_smem = v2_state_smem(static_cast<int>(N));
+  const size_t st_smem =
+      version == 6 ? v6_state_smem(static_cast<int>(N)) : v2_state_smem(static_cast<int>(N));
   auto state = [&](auto kernel) {
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(st_smem)));
@@ -1491,7 +1884,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
     scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
     timer.mark("dt");
-    if (N == 64)
+    if (version == 6 && N == 64)
+      state(v6_state_kernel<64>);
+    else if (version == 6 && N == 128)
+      state(v6_state_kernel<128>);
+    else if (version == 6)
+      state(v6_state_kernel<256>);
+    else if (N == 64)
       state(v2_state_kernel<64, true>);
     else if (N == 128)
       state(v2_state_kernel<128, true>);
@@ -1540,6 +1939,12 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
   };
   if (!v3)
     out(v2_out_kernel);
+  else if (version == 6 && N == 64)
+    out(v6_out_kernel<64>);
+  else if (version == 6 && N == 128)
+    out(v6_out_kernel<128>);
+  else if (version == 6)
+    out(v6_out_kernel<256>);
   else if (N == 64)
     out(v3_out_kernel<64>);
   else if (N == 128)
@@ -1552,10 +1957,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, bool v3) {
 }
 
 void scan_v2_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, false);
+  scan_v2_run(a, ctx, 2);
 }
 void scan_v3_cuda(const SsmChunkScan& a, Context& ctx) {
-  scan_v2_run(a, ctx, true);
+  scan_v2_run(a, ctx, 3);
+}
+void scan_v6_cuda(const SsmChunkScan& a, Context& ctx) {
+  scan_v2_run(a, ctx, 6);
 }
 
 }  // namespace
@@ -1572,6 +1980,9 @@ void register_ssm_chunk(Registry& r) {
   // v3 on the H200 and were removed in session 3: docs/ops/ssm.md, "tried and removed".
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v3", DeviceType::cuda, 4, scan_v3_supports,
                       scan_v3_cuda);
+  // cuda_v6: v3 with the leaner output kernel (v6_out_kernel). HYBRID_SSM_CHUNK_V6=0: v3 runs.
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v6", DeviceType::cuda, 5, scan_v6_supports,
+                      scan_v6_cuda);
 }
 
 }  // namespace hybrid::cuda
