@@ -1002,7 +1002,7 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // contiguous ranges of nb steps of 4 spans, summed in part order through shared memory.
 //   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o])
 constexpr int kV5Warps = 8;
-constexpr int kV5Batch = 4;  // spans per pipeline step
+constexpr int kV5Batch = 4;          // spans per pipeline step
 constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 107 / 121 used)
 constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads
 constexpr size_t kV5MaxSmem = 160 * 1024;
@@ -1027,8 +1027,8 @@ struct GemvV5Params {
 };
 
 // Bytes of dynamic shared memory: staged x [T][in/8 + 1] uint4, per group 24 f32 (the mma's
-// initial C per token pair and X per token), the parts' sums [8 warps][16 rows][8 tokens] f32, max|x| bits and
-// the output factors [8] each.
+// initial C per token pair and X per token), the parts' sums [8 warps][16 rows][8 tokens] f32,
+// max|x| bits and the output factors [8] each.
 size_t gemv_v5_smem(int64_t T, int64_t in, int gs) {
   return static_cast<size_t>(T * (in / 8 + 1)) * 16 + static_cast<size_t>(in / gs) * 24 * 4 +
          size_t{kV5Warps} * 16 * 8 * 4 + 2 * 8 * 4;
@@ -1067,19 +1067,19 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   constexpr uint32_t kMagic = 0x64006400u;  // 1024 in both f16 halves
   extern __shared__ uint4 v5_smem[];
   const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
-  uint4* xs = v5_smem;                                         // [T][rs]
+  uint4* xs = v5_smem;  // [T][rs]
   // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
   // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
-  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);  // [groups][24]
-  float* partial = xx + groups * 24;                         // [kV5Warps][16][8]
+  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
+  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
   int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
-  float* yscale = reinterpret_cast<float*>(xmax + 8);                // [8] 2^e_t
+  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
   const int part = warp % parts, slot = warp / parts;
   const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
-  const int j_first = part * nb * kV5Batch;      // the part's first span
+  const int j_first = part * nb * kV5Batch;       // the part's first span
   const int tiles = (p.out + 15) / 16;
   const int tgroups = (tiles + tpg - 1) / tpg;
 
@@ -1089,6 +1089,11 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   // of row g + 8), shared with the quad by shuffles.
   const uint2 *pa = nullptr, *pb = nullptr;
   const ScaleWord* ps = nullptr;
+  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
+  // loaded step: the row's step kV5PrefetchSteps on, its first (c < 2) or last (c >= 2) byte.
+  const bool pf_odd = c & 1;
+  const int pf_delta =
+      (4 * kV5Batch * (kV5PrefetchSteps - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
   auto l_set = [&](int tg) {  // step 0 of tile group tg
     const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
     const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
@@ -1112,10 +1117,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
       nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
     }
     ns = __ldg(ps - 1);
-    if (prefetch) {
-      const uint2* row = (c & 1 ? pb : pa) - c + 4 * kV5Batch * (kV5PrefetchSteps - 1);
-      prefetch_l2(reinterpret_cast<const char*>(row) + (c & 2 ? 32 * kV5Batch - 1 : 0));
-    }
+    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
   };
   uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
   ScaleWord buf_s0, buf_s1;
@@ -1128,7 +1130,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   // words8 is a multiple of 32), xx zeroed (tokens T..7 stay 0: finite, never stored).
   const auto* xh = static_cast<const unsigned short*>(p.x);
   const int nw = p.T * words8;
-  auto load8 = [&](int idx, float (&v)[8]) {  // the 8 inputs of word idx % words8 of token n
+  auto load8 = [&](int idx, float(&v)[8]) {  // the 8 inputs of word idx % words8 of token n
     const int n = idx / words8, wi = idx % words8;
     const unsigned short* src = xh + n * p.ldx + 8 * wi;
     uint32_t r[4];
@@ -1212,7 +1214,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   }
   __syncthreads();
 
-  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;  // word 8j + 2c + w at xrow[8j + w]
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
   const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
   const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
   const uint32_t magic = kMagic;
@@ -1244,9 +1246,8 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
                                   and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
           mma_f16(d, a0, xv.x, xv.y);
           const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
-          const uint32_t a1[4] = {
-              and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
-              and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
+          const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
+                                  and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
           mma_f16(d, a1, xv.z, xv.w);
         }
       }
@@ -1278,7 +1279,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     if (++step < nb) return;
     step = 0;
     const int64_t og = int64_t{group_c} * tpg * 16;  // the CTA's tile group's first row
-    const int64_t o0 = og + slot * 16;                // the warp's tile
+    const int64_t o0 = og + slot * 16;               // the warp's tile
     group_c += gridDim.x;
     if (parts == 1) {  // the warp owns the tile: store from the accumulators
 #pragma unroll
@@ -1365,8 +1366,7 @@ Reason linear_q_gemv_v5_supports(const LinearQ& a) {
   // One load of a row's step of scales / biases: 4 (g64) or 2 (g128) 16-bit values.
   const int64_t step_bytes = gs == 64 ? 8 : 4, step_values = step_bytes / 2;
   for (const Tensor* t : {&a.w.scales, &a.w.biases})
-    if (reinterpret_cast<uintptr_t>(t->data()) % step_bytes != 0 ||
-        t->stride(0) % step_values != 0)
+    if (reinterpret_cast<uintptr_t>(t->data()) % step_bytes != 0 || t->stride(0) % step_values != 0)
       return str("scales / biases rows not ", step_bytes,
                  "-byte aligned (v5 loads a step's groups at once)");
   if (gemv_v5_smem(T, in, gs) > kV5MaxSmem)
