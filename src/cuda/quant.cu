@@ -970,29 +970,32 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 
 // ---- linear_q.gemv_v5: tensor-core GEMV, f16 mma, counted inner loop -------------------------
 //
-// v4's math with the per-weight instruction count cut from ~4.4 (SASS of v4's loop: 238
-// instructions of load bookkeeping per 4-span step, 64-bit divisions of the item counter, 84 per
-// span: 34 LOP3 + 12 SHF for 32 codes, 4 SHFL + 12 f32 ops of scale math) to ~1.3-1.5 per weight
-// per lane (docs/PERFORMANCE.md, session 3 predictions, has the counts):
+// v4's math with the instructions per weight and lane cut from ~4.5 (v4's SASS per 4-span step:
+// ~238 of load bookkeeping (64-bit item / nb divisions, per-load 64-bit address math), 84 per
+// span of math: 34 LOP3 + 12 SHF for 32 codes, 4 SHFL + 12 f32 ops of scale math; ncu: 4.8) to
+// 1.77 (g64) / 1.53 (g128) (SASS of one step along its common path: 227 / 196 instructions for
+// 128 weights per lane; docs/PERFORMANCE.md, session 3, next/linear-q has the table):
 //   - every x (bf16 or f16) is multiplied in f16 (10 mantissa bits, so 1024 + q and 1024 + 16·q
 //     are exact): x' = x·2^-e_t per token t (e_t puts max|x_t| in [2^14, 2^15): bf16's 8-bit
-//     significands are exact in f16 over 28 binades below the max; beyond that an element's error
-//     is below 2^-24 of the max), y = 2^e_t·(...) at the store;
+//     significands (f16 x: 11 bits) are exact in f16 over 24 binades below the max; beyond that an
+//     element's error is below 2^-35 of the max), y = 2^e_t·(...) at the store;
 //   - a word's 8 codes become 4 f16 pairs with ONE shift and 4 LOP3s ((w & m) | magic, mask and
 //     magic in one LOP3 through inline PTX: ptxas splits the C version into two):
 //       P0 = (w & 0x000F000F) | 0x6400 = (1024 + q0, 1024 + q4)
 //       P1 = (w & 0x00F000F0) | 0x6400 = (1024 + 16·q1, 1024 + 16·q5)
 //       P2, P3 = the same of w >> 8: codes 2, 6 and 16·(3, 7)
 //     and x is staged divided by 16 in the slots of P1 / P3, so every product is
-//     1024·x'_h + q·x' (x'_h the staged f16 value; exact);
+//     1024·x'_h + q·x'_eff (x'_h the staged f16 value, x'_eff = x'_h or 16·x'_h; exact);
 //   - the offset is removed inside the mma: its accumulator starts at −Xo, Xo = 1024·Σ x'_h over
-//     the group (staged per CTA), so D = Σ q·x' directly; per group and lane then 4 FFMA of
-//     s·D and 4 of b·X (X = Σ x' over the group, staged);
+//     the group (staged per CTA), so D = Σ q·x'_eff directly; per group and lane then 4 FFMA of
+//     s·D and 4 of b·X (X = Σ x'_eff over the group, staged);
 //   - contiguous span ranges per warp: the step's 8 LDG.64 of codes use one pointer per row with
-//     immediate offsets; the group's scales / biases come as one 8-byte (g64: 4 groups) or 4-byte
-//     (g128: 2 groups) load per row and tensor (no shuffles), converted by one op per value;
-//   - no divisions in the loop: the loader walks (tile group, step) with counters; with one warp
-//     per tile (parts = 1: the lm head) the epilogue stores straight from the accumulators.
+//     immediate offsets; lane c of a quad loads one of the step's 4 scale / bias words (8 bytes:
+//     4 groups at g64, 4 bytes: 2 groups at g128), shared by 4 shuffles per 2 groups;
+//   - two register buffers in turn (no copies), loads one step ahead, an L2 prefetch
+//     kV5PrefetchSteps further;
+//   - no divisions in the loop: (tile group, step) counters; with one warp per tile (parts = 1:
+//     the lm head) the epilogue stores straight from the accumulators, no barrier.
 // Fragments as v4 (lane 4·g + c: A rows g and g + 8, k slots 2c, 2c+1, 2c+8, 2c+9; B column g =
 // token g), per span j (64 inputs) the lane loads words 8j + 2c, + 1 of both rows; mma step
 // (word w, half h): A = {P(2h)(row g), P(2h)(row g+8), P(2h+1)(row g), P(2h+1)(row g+8)},
@@ -1001,9 +1004,10 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // CTA = 8 warps; `parts` (1, 2, 4, 8) warps share a 16-row tile, splitting its spans into
 // contiguous ranges of nb steps of 4 spans, summed in part order through shared memory.
 //   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o])
+// Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV5Warps = 8;
 constexpr int kV5Batch = 4;          // spans per pipeline step
-constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 107 / 121 used)
+constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 109 / 122 used)
 constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads
 constexpr size_t kV5MaxSmem = 160 * 1024;
 
