@@ -973,7 +973,7 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // v4's math with the instructions per weight and lane cut from ~4.5 (v4's SASS per 4-span step:
 // ~238 of load bookkeeping (64-bit item / nb divisions, per-load 64-bit address math), 84 per
 // span of math: 34 LOP3 + 12 SHF for 32 codes, 4 SHFL + 12 f32 ops of scale math; ncu: 4.8) to
-// 1.77 (g64) / 1.53 (g128) (SASS of one step along its common path: 227 / 196 instructions for
+// 1.78 (g64) / 1.54 (g128) (SASS of one step along its common path: 228 / 197 instructions for
 // 128 weights per lane; docs/PERFORMANCE.md, session 3, next/linear-q has the table):
 //   - every x (bf16 or f16) is multiplied in f16 (10 mantissa bits, so 1024 + q and 1024 + 16·q
 //     are exact): x' = x·2^-e_t per token t (e_t puts max|x_t| in [2^14, 2^15): bf16's 8-bit
@@ -993,7 +993,7 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 //     immediate offsets; lane c of a quad loads one of the step's 4 scale / bias words (8 bytes:
 //     4 groups at g64, 4 bytes: 2 groups at g128), shared by 4 shuffles per 2 groups;
 //   - two register buffers in turn (no copies), loads one step ahead, an L2 prefetch
-//     kV5PrefetchSteps further;
+//     p.prefetch steps further (default 2);
 //   - no divisions in the loop: (tile group, step) counters; with one warp per tile (parts = 1:
 //     the lm head) the epilogue stores straight from the accumulators, no barrier.
 // Fragments as v4 (lane 4·g + c: A rows g and g + 8, k slots 2c, 2c+1, 2c+8, 2c+9; B column g =
@@ -1007,8 +1007,8 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV5Warps = 8;
 constexpr int kV5Batch = 4;          // spans per pipeline step
-constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 109 / 122 used)
-constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads
+constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 104 / 115 used)
+constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads (default)
 constexpr size_t kV5MaxSmem = 160 * 1024;
 
 struct GemvV5Params {
@@ -1027,7 +1027,8 @@ struct GemvV5Params {
   DType yt;
   int64_t y_stride;
   int T, in, out;
-  int parts;  // warps per 16-row tile: 1, 2, 4 or 8
+  int parts;     // warps per 16-row tile: 1, 2, 4 or 8
+  int prefetch;  // L2 prefetch distance in steps (0: none)
 };
 
 // Bytes of dynamic shared memory: staged x [T][in/8 + 1] uint4, per group 24 f32 (the mma's
@@ -1094,10 +1095,9 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   const uint2 *pa = nullptr, *pb = nullptr;
   const ScaleWord* ps = nullptr;
   // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
-  // loaded step: the row's step kV5PrefetchSteps on, its first (c < 2) or last (c >= 2) byte.
+  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
   const bool pf_odd = c & 1;
-  const int pf_delta =
-      (4 * kV5Batch * (kV5PrefetchSteps - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
+  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
   auto l_set = [&](int tg) {  // step 0 of tile group tg
     const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
     const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
@@ -1109,7 +1109,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
   };
   // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
-  // With `prefetch`, the rows' 128 bytes of the step kV5PrefetchSteps further on are asked into
+  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
   // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
   // straddles at most 2 lines), so that more than the one step of registers is in flight.
   auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
@@ -1127,7 +1127,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   ScaleWord buf_s0, buf_s1;
   if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
     l_set(blockIdx.x);
-    l_load(buf_a0, buf_b0, buf_s0, kV5PrefetchSteps < nb);
+    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
   }
 
   // Stage x. Pass 1: max|x_t| per token (a warp's 32 consecutive words lie in one token:
@@ -1324,10 +1324,10 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
   // Issues the loads of the step after the current one, if any.
   auto load_ahead = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns) {
     if (step + 1 < nb) {
-      l_load(na, nbw, ns, step + 1 + kV5PrefetchSteps < nb);
+      l_load(na, nbw, ns, p.prefetch > 0 && step + 1 + p.prefetch < nb);
     } else if (group_c + static_cast<int>(gridDim.x) < tgroups) {
       l_set(group_c + gridDim.x);
-      l_load(na, nbw, ns, kV5PrefetchSteps < nb);
+      l_load(na, nbw, ns, p.prefetch > 0 && p.prefetch < nb);
     }
   };
 
@@ -1396,6 +1396,18 @@ void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
   p.parts = 1;
   while (p.parts < kV5Warps && tiles * p.parts < resident && spans % (kV5Batch * 2 * p.parts) == 0)
     p.parts *= 2;
+  // Tuning switches for a timing run (not needed for correctness): HYBRID_LINEAR_Q_V5_PARTS = 1,
+  // 2, 4 or 8 (taken when the part keeps whole steps), HYBRID_LINEAR_Q_V5_PREFETCH = 0..8 steps.
+  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PARTS")) {
+    const int want = std::atoi(env);
+    if ((want == 1 || want == 2 || want == 4 || want == 8) && spans % (kV5Batch * want) == 0)
+      p.parts = want;
+  }
+  p.prefetch = kV5PrefetchSteps;
+  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PREFETCH")) {
+    const int want = std::atoi(env);
+    if (want >= 0 && want <= 8) p.prefetch = want;
+  }
   const int64_t tgroups = (tiles + kV5Warps / p.parts - 1) / (kV5Warps / p.parts);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>(tgroups, int64_t{sm_count()} * per_sm));
@@ -1425,7 +1437,8 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
                        static_cast<int>(T),
                        static_cast<int>(in),
                        static_cast<int>(out),
-                       1};
+                       1,
+                       kV5PrefetchSteps};
   const cudaStream_t stream = as_stream(ctx.stream());
   const bool sbf = q.scales.dtype() == DType::bf16;
   if (q.group_size == 64) {
