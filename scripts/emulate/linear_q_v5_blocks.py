@@ -73,7 +73,7 @@ def run(T, inn, out, gs, x_bf16, s_bf16, bias, x_scale=1.0, sms=132, w_pad=0, s_
     assert s_stride % step_values == 0
     # launch_gemv_v5
     KGS = gs // 64
-    per_sm = 2
+    per_sm = 3  # __launch_bounds__(256, 3), small staged x
     tiles, spans = (out + 15) // 16, inn // 64
     resident = sms * per_sm * WARPS
     parts = 1
@@ -272,6 +272,7 @@ if __name__ == "__main__":
         (2, 1024, 200, 128, True, False, True, 1.0, 1, 2, 2),   # parts 1, rounds, prefetch
         (1, 2048, 100, 64, True, True, False, 1.0, 1, 0, 4),    # parts 1, nb 8
         (1, 1024, 600, 64, True, True, True, 1.0, 1, 2, 4),     # parts 1, 3 rounds, nb 4
+        (1, 2048, 800, 64, True, True, False, 1.0, 1, 0, 0),    # parts 1, 3 rounds, nb 8
         (2, 2048, 300, 128, False, True, False, 1.0, 1, 0, 0),  # parts 1, 2 rounds, nb 8, tail
         (4, 1536, 70, 64, True, True, True, 1.0, 132, 0, 0),    # parts 2
         (3, 1024, 300, 128, True, True, False, 1.0, 132, 0, 0), # parts 4

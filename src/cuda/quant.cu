@@ -973,7 +973,7 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // v4's math with the instructions per weight and lane cut from ~4.5 (v4's SASS per 4-span step:
 // ~238 of load bookkeeping (64-bit item / nb divisions, per-load 64-bit address math), 84 per
 // span of math: 34 LOP3 + 12 SHF for 32 codes, 4 SHFL + 12 f32 ops of scale math; ncu: 4.8) to
-// 1.78 (g64) / 1.54 (g128) (SASS of one step along its common path: 228 / 197 instructions for
+// 1.82 (g64) / 1.59 (g128) (SASS of one step along its common path: 233 / 203 instructions for
 // 128 weights per lane; docs/PERFORMANCE.md, session 3, next/linear-q has the table):
 //   - every x (bf16 or f16) is multiplied in f16 (10 mantissa bits, so 1024 + q and 1024 + 16·q
 //     are exact): x' = x·2^-e_t per token t (e_t puts max|x_t| in [2^14, 2^15): bf16's 8-bit
@@ -1007,7 +1007,7 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
 // Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV5Warps = 8;
 constexpr int kV5Batch = 4;          // spans per pipeline step
-constexpr int kV5MinBlocks = 2;      // 16 warps per SM (<= 128 registers: 104 / 115 used)
+constexpr int kV5MinBlocks = 3;      // 24 warps per SM (80 registers, no spills)
 constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads (default)
 constexpr size_t kV5MaxSmem = 160 * 1024;
 
