@@ -95,7 +95,7 @@ def run(T, inn, out, gs, x_bf16, s_bf16, bias, x_scale=1.0, sms=132, w_pad=0, s_
     def token_exp(t):
         b = int(xmax[t])
         e = 0 if b == 0 else ((b >> 23) & 0xFF) - 127 - 14
-        return max(-100, min(100, e))
+        return max(-126, min(113, e))
     yscale = [2.0 ** token_exp(t) for t in range(8)]
     for n in range(T):
         down = np.float32(2.0 ** (-token_exp(n)))

@@ -1171,11 +1171,13 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     if (lane == 0 && idx < nw) atomicMax(xmax + idx / words8, __float_as_int(m));
   }
   __syncthreads();
-  // e_t = floor(log2 max|x_t|) − 14 (clamped to ±100; 0 for an all-zero token): x' = x·2^-e_t.
+  // e_t = floor(log2 max|x_t|) − 14 (0 for an all-zero token): x' = x·2^-e_t. Clamped to
+  // [−126, 113], the widest range where 2^e_t and 2^-e_t are normal f32 (e_t = 113: max|x| up
+  // to 2^128, x' still below 2^15; e_t = −126: a subnormal max lands in [2^-7, 1)).
   auto token_exp = [&](int t) {
     const int bits = xmax[t];
     const int e = bits == 0 ? 0 : ((bits >> 23) & 0xFF) - 127 - 14;
-    return e < -100 ? -100 : e > 100 ? 100 : e;
+    return e < -126 ? -126 : e > 113 ? 113 : e;
   };
   if (threadIdx.x < 8) yscale[threadIdx.x] = __int_as_float((127 + token_exp(threadIdx.x)) << 23);
   // Pass 2: one thread per word: the f16 pairs, and per group X = Σ x' (the staged values, the

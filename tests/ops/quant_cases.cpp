@@ -494,6 +494,9 @@ void add_quant_cases(CaseList& cases) {
   lq(8, 512, 33, 4, 128, bf16, f16, f16, std::nullopt, false);
   cases.push_back(std::make_unique<LinearQScaledXCase>(2, 1024, 48, 64, 3.0e5));
   cases.push_back(std::make_unique<LinearQScaledXCase>(1, 1024, 48, 128, 1.0e-7));
+  // max|x| beyond 2^116 and below 2^-86: the per-token exponent's clamp (2^e normal in f32).
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 64, 1.0e36));
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 128, 1.0e-32));
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
