@@ -992,6 +992,494 @@ void linear_q_gemv_v4_run(const LinearQ& a, Context& ctx) {
     launch_gemv_v4<__nv_bfloat16>(p, stream);
 }
 
+// ---- linear_q.gemv_v5: tensor-core GEMV, f16 mma, counted inner loop -------------------------
+//
+// v4's math with the instructions per weight and lane cut from ~4.5 (v4's SASS per 4-span step:
+// ~238 of load bookkeeping (64-bit item / nb divisions, per-load 64-bit address math), 84 per
+// span of math: 34 LOP3 + 12 SHF for 32 codes, 4 SHFL + 12 f32 ops of scale math; ncu: 4.8) to
+// 1.82 (g64) / 1.59 (g128) (SASS of one step along its common path: 233 / 203 instructions for
+// 128 weights per lane; docs/PERFORMANCE.md, session 3, next/linear-q has the table):
+//   - every x (bf16 or f16) is multiplied in f16 (10 mantissa bits, so 1024 + q and 1024 + 16·q
+//     are exact): x' = x·2^-e_t per token t (e_t puts max|x_t| in [2^14, 2^15): bf16's 8-bit
+//     significands (f16 x: 11 bits) are exact in f16 over 24 binades below the max; beyond that an
+//     element's error is below 2^-35 of the max), y = 2^e_t·(...) at the store;
+//   - a word's 8 codes become 4 f16 pairs with ONE shift and 4 LOP3s ((w & m) | magic, mask and
+//     magic in one LOP3 through inline PTX: ptxas splits the C version into two):
+//       P0 = (w & 0x000F000F) | 0x6400 = (1024 + q0, 1024 + q4)
+//       P1 = (w & 0x00F000F0) | 0x6400 = (1024 + 16·q1, 1024 + 16·q5)
+//       P2, P3 = the same of w >> 8: codes 2, 6 and 16·(3, 7)
+//     and x is staged divided by 16 in the slots of P1 / P3, so every product is
+//     1024·x'_h + q·x'_eff (x'_h the staged f16 value, x'_eff = x'_h or 16·x'_h; exact);
+//   - the offset is removed inside the mma: its accumulator starts at −Xo, Xo = 1024·Σ x'_h over
+//     the group (staged per CTA), so D = Σ q·x'_eff directly; per group and lane then 4 FFMA of
+//     s·D and 4 of b·X (X = Σ x'_eff over the group, staged);
+//   - contiguous span ranges per warp: the step's 8 LDG.64 of codes use one pointer per row with
+//     immediate offsets; lane c of a quad loads one of the step's 4 scale / bias words (8 bytes:
+//     4 groups at g64, 4 bytes: 2 groups at g128), shared by 4 shuffles per 2 groups;
+//   - two register buffers in turn (no copies), loads one step ahead, an L2 prefetch
+//     p.prefetch steps further (default 2);
+//   - no divisions in the loop: (tile group, step) counters; with one warp per tile (parts = 1:
+//     the lm head) the epilogue stores straight from the accumulators, no barrier.
+// Fragments as v4 (lane 4·g + c: A rows g and g + 8, k slots 2c, 2c+1, 2c+8, 2c+9; B column g =
+// token g), per span j (64 inputs) the lane loads words 8j + 2c, + 1 of both rows; mma step
+// (word w, half h): A = {P(2h)(row g), P(2h)(row g+8), P(2h+1)(row g), P(2h+1)(row g+8)},
+// B = {(x_{2h}, x_{2h+4}), (x_{2h+1}, x_{2h+5}) / 16} of the word's 8 inputs, staged per token
+// and word as one uint4 {(x0,x4), (x1,x5)/16, (x2,x6), (x3,x7)/16} (rows padded by 16 bytes).
+// CTA = 8 warps; `parts` (1, 2, 4, 8) warps share a 16-row tile, splitting its spans into
+// contiguous ranges of nb steps of 4 spans, summed in part order through shared memory.
+//   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o])
+// Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
+constexpr int kV5Warps = 8;
+constexpr int kV5Batch = 4;          // spans per pipeline step
+constexpr int kV5MinBlocks = 3;      // 24 warps per SM (80 registers, no spills)
+constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads (default)
+constexpr size_t kV5MaxSmem = 160 * 1024;
+
+struct GemvV5Params {
+  const void* x;  // [T, in] bf16 or f16, row stride ldx elements
+  int64_t ldx;
+  bool x_vec;                    // rows 16-byte aligned: staged with 16-byte loads
+  bool x_bf16;                   // else f16
+  const uint32_t* w;             // [out, in/8] packed 4-bit codes (8-byte aligned rows)
+  int64_t w_stride;              // words
+  const unsigned short* scales;  // [out, in/gs] 16-bit (bf16 or f16 by the kernel's template)
+  const unsigned short* biases;
+  int64_t s_stride, b_stride;
+  const void* bias;  // [out] or null
+  DType bt;
+  void* y;  // [T, out]
+  DType yt;
+  int64_t y_stride;
+  int T, in, out;
+  int parts;     // warps per 16-row tile: 1, 2, 4 or 8
+  int prefetch;  // L2 prefetch distance in steps (0: none)
+};
+
+// Bytes of dynamic shared memory: staged x [T][in/8 + 1] uint4, per group 24 f32 (the mma's
+// initial C per token pair and X per token), the parts' sums [8 warps][16 rows][8 tokens] f32,
+// max|x| bits and the output factors [8] each.
+size_t gemv_v5_smem(int64_t T, int64_t in, int gs) {
+  return static_cast<size_t>(T * (in / 8 + 1)) * 16 + static_cast<size_t>(in / gs) * 24 * 4 +
+         size_t{kV5Warps} * 16 * 8 * 4 + 2 * 8 * 4;
+}
+
+// Asks the L2 for the line holding p (a hint: no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.L2 [%0];" ::"l"(p));
+}
+
+// (a & kMask) | b in one LOP3 (b in a register; the C expression compiles to two LOP3s).
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "r"(b));
+  return d;
+}
+
+// Value k of a group of 16-bit scales packed in u32 words (k even: low half), as f32.
+template <bool kBf16>
+__device__ __forceinline__ float half16_to_f32(uint32_t word, int hi) {
+  if constexpr (kBf16)
+    return __uint_as_float(hi ? word & 0xFFFF0000u : word << 16);
+  else
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(hi ? word >> 16 : word)));
+}
+
+// kGroupSpans: spans (64 inputs) per group: 1 (g64) or 2 (g128). kScaleBf16: scales / biases
+// bf16 (else f16).
+template <int kGroupSpans, bool kScaleBf16>
+__global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
+    linear_q_gemv_v5_kernel(const GemvV5Params p) {
+  constexpr int kStepGroups = kV5Batch / kGroupSpans;  // groups per step: 4 or 2
+  // One load of a row's scales (or biases) for the step's groups: 4 or 2 16-bit values.
+  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
+  constexpr uint32_t kMagic = 0x64006400u;  // 1024 in both f16 halves
+  extern __shared__ uint4 v5_smem[];
+  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
+  uint4* xs = v5_smem;  // [T][rs]
+  // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
+  // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
+  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
+  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
+  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
+  const int part = warp % parts, slot = warp / parts;
+  const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
+  const int j_first = part * nb * kV5Batch;       // the part's first span
+  const int tiles = (p.out + 15) / 16;
+  const int tgroups = (tiles + tpg - 1) / tpg;
+
+  // Loads run one step ahead of the math: pointers of rows g, g + 8 of tile tg·tpg + slot at the
+  // part's step. Rows past out read row out - 1 (never stored). Lane c of a quad loads one of
+  // the 4 scale words of the step (c = 0: scales of row g, 1: biases of row g, 2 / 3: the same
+  // of row g + 8), shared with the quad by shuffles.
+  const uint2 *pa = nullptr, *pb = nullptr;
+  const ScaleWord* ps = nullptr;
+  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
+  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
+  const bool pf_odd = c & 1;
+  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
+  auto l_set = [&](int tg) {  // step 0 of tile group tg
+    const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
+    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
+    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
+    pa = reinterpret_cast<const uint2*>(p.w + ra * p.w_stride) + 4 * j_first + c;
+    pb = reinterpret_cast<const uint2*>(p.w + rb * p.w_stride) + 4 * j_first + c;
+    const int64_t rc = c & 2 ? rb : ra;
+    const unsigned short* base = c & 1 ? p.biases + rc * p.b_stride : p.scales + rc * p.s_stride;
+    ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
+  };
+  // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
+  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
+  // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
+  // straddles at most 2 lines), so that more than the one step of registers is in flight.
+  auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
+    pa += 4 * kV5Batch, pb += 4 * kV5Batch;  // advanced first: the loads use negative offsets
+    ++ps;
+#pragma unroll
+    for (int k = 0; k < kV5Batch; ++k) {
+      na[k] = __ldg(pa + 4 * (k - kV5Batch));
+      nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
+    }
+    ns = __ldg(ps - 1);
+    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
+  };
+  uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
+  ScaleWord buf_s0, buf_s1;
+  if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
+    l_set(blockIdx.x);
+    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
+  }
+
+  // Stage x. Pass 1: max|x_t| per token (a warp's 32 consecutive words lie in one token:
+  // words8 is a multiple of 32), xx zeroed (tokens T..7 stay 0: finite, never stored).
+  const auto* xh = static_cast<const unsigned short*>(p.x);
+  const int nw = p.T * words8;
+  auto load8 = [&](int idx, float(&v)[8]) {  // the 8 inputs of word idx % words8 of token n
+    const int n = idx / words8, wi = idx % words8;
+    const unsigned short* src = xh + n * p.ldx + 8 * wi;
+    uint32_t r[4];
+    if (p.x_vec) {
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(src));
+      r[0] = u.x, r[1] = u.y, r[2] = u.z, r[3] = u.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        r[e] = static_cast<uint32_t>(__ldg(src + 2 * e)) |
+               (static_cast<uint32_t>(__ldg(src + 2 * e + 1)) << 16);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const auto u = static_cast<unsigned short>(r[e / 2] >> (16 * (e % 2)));
+      v[e] = p.x_bf16 ? __uint_as_float(static_cast<uint32_t>(u) << 16)
+                      : __half2float(__ushort_as_half(u));
+    }
+  };
+  if (threadIdx.x < 8) xmax[threadIdx.x] = 0;
+  for (int i = threadIdx.x; i < groups * 24; i += blockDim.x) xx[i] = 0.0f;
+  __syncthreads();
+  for (int base = 0; base < nw; base += blockDim.x) {  // uniform trip count
+    const int idx = base + static_cast<int>(threadIdx.x);
+    float m = 0.0f;
+    if (idx < nw) {
+      float v[8];
+      load8(idx, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(v[e]));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0 && idx < nw) atomicMax(xmax + idx / words8, __float_as_int(m));
+  }
+  __syncthreads();
+  // e_t = floor(log2 max|x_t|) − 14 (0 for an all-zero token): x' = x·2^-e_t. Clamped to
+  // [−126, 113], the widest range where 2^e_t and 2^-e_t are normal f32 (e_t = 113: max|x| up
+  // to 2^128, x' still below 2^15; e_t = −126: a subnormal max lands in [2^-7, 1)).
+  auto token_exp = [&](int t) {
+    const int bits = xmax[t];
+    const int e = bits == 0 ? 0 : ((bits >> 23) & 0xFF) - 127 - 14;
+    return e < -126 ? -126 : e > 113 ? 113 : e;
+  };
+  if (threadIdx.x < 8) yscale[threadIdx.x] = __int_as_float((127 + token_exp(threadIdx.x)) << 23);
+  // Pass 2: one thread per word: the f16 pairs, and per group X = Σ x' (the staged values, the
+  // odd-slot ones times 16) and Xo = 1024·Σ x'_h, reduced over the group's 8·kGroupSpans lanes.
+  for (int base = 0; base < nw; base += blockDim.x) {
+    const int idx = base + static_cast<int>(threadIdx.x);
+    const bool valid = idx < nw;
+    float xsum = 0.0f, hsum = 0.0f;
+    uint32_t pr[4] = {0, 0, 0, 0};
+    if (valid) {
+      float v[8];
+      load8(idx, v);
+      const float down = __int_as_float((127 - token_exp(idx / words8)) << 23);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {  // pair m: inputs m, m + 4; odd m divided by 16
+        const float f = (m % 2) ? down * 0.0625f : down;
+        const __half lo = __float2half_rn(v[m] * f), hi = __float2half_rn(v[m + 4] * f);
+        const float lo_f = __half2float(lo), hi_f = __half2float(hi);
+        hsum += lo_f + hi_f;
+        xsum += (m % 2) ? 16.0f * (lo_f + hi_f) : lo_f + hi_f;
+        pr[m] = static_cast<uint32_t>(__half_as_ushort(lo)) |
+                (static_cast<uint32_t>(__half_as_ushort(hi)) << 16);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < 8 * kGroupSpans; off *= 2) {
+      xsum += __shfl_xor_sync(0xffffffffu, xsum, off);
+      hsum += __shfl_xor_sync(0xffffffffu, hsum, off);
+    }
+    if (valid) {
+      const int n = idx / words8, wi = idx % words8;
+      xs[n * rs + wi] = make_uint4(pr[0], pr[1], pr[2], pr[3]);
+      if (wi % (8 * kGroupSpans) == 0) {
+        float* q = xx + (wi / (8 * kGroupSpans)) * 24;
+        q[(n / 2) * 4 + n % 2] = -1024.0f * hsum;
+        q[(n / 2) * 4 + n % 2 + 2] = -1024.0f * hsum;
+        q[16 + n] = xsum;
+      }
+    }
+  }
+  __syncthreads();
+
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
+  const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
+  const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
+  const uint32_t magic = kMagic;
+  float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+  int step = 0;
+  int group_c = blockIdx.x;  // CTA-uniform: tile group, step
+  const int quad0 = 4 * g;   // the quad's first lane
+
+  // One step of 4 spans: the mma chains, then per group acc += s·D + b·X.
+  auto step_math = [&](const uint2(&wa)[kV5Batch], const uint2(&wb)[kV5Batch],
+                       const ScaleWord mine_s) {
+    const int j0 = j_first + step * kV5Batch;
+    // Scales (s) and biases (b) of rows g (a) and g + 8 (b): u32 words of 2 groups' 16-bit
+    // values, from the quad's lanes, fetched when group q = 0 (and 2) needs them.
+    uint32_t wsa = 0, wba = 0, wsb = 0, wbb = 0;
+#pragma unroll
+    for (int q = 0; q < kStepGroups; ++q) {
+      const int gq = j0 / kGroupSpans + q;
+      const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1 (both rows)
+      float d[4] = {cq.x, cq.y, cq.z, cq.w};
+#pragma unroll
+      for (int h = 0; h < kGroupSpans; ++h) {
+        const int k = q * kGroupSpans + h;
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          const uint32_t ua = w ? wa[k].y : wa[k].x, ub = w ? wb[k].y : wb[k].x;
+          const uint4 xv = xrow[8 * (j0 + k) + w];
+          const uint32_t a0[4] = {and_or<0x000F000Fu>(ua, magic), and_or<0x000F000Fu>(ub, magic),
+                                  and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
+          mma_f16(d, a0, xv.x, xv.y);
+          const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
+          const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
+                                  and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
+          mma_f16(d, a1, xv.z, xv.w);
+        }
+      }
+      if (q % 2 == 0) {
+        uint32_t mw;
+        if constexpr (kStepGroups == 4)
+          mw = q < 2 ? mine_s.x : mine_s.y;
+        else
+          mw = mine_s;
+        wsa = __shfl_sync(0xffffffffu, mw, quad0);
+        wba = __shfl_sync(0xffffffffu, mw, quad0 + 1);
+        wsb = __shfl_sync(0xffffffffu, mw, quad0 + 2);
+        wbb = __shfl_sync(0xffffffffu, mw, quad0 + 3);
+      }
+      const float s_a = half16_to_f32<kScaleBf16>(wsa, q % 2);
+      const float b_a = half16_to_f32<kScaleBf16>(wba, q % 2);
+      const float s_b = half16_to_f32<kScaleBf16>(wsb, q % 2);
+      const float b_b = half16_to_f32<kScaleBf16>(wbb, q % 2);
+      const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
+      acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
+      acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
+      acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
+      acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
+    }
+  };
+
+  // After a step: the next one; a finished tile is summed and stored (CTA-uniform).
+  auto step_done = [&]() {
+    if (++step < nb) return;
+    step = 0;
+    const int64_t og = int64_t{group_c} * tpg * 16;  // the CTA's tile group's first row
+    const int64_t o0 = og + slot * 16;               // the warp's tile
+    group_c += gridDim.x;
+    if (parts == 1) {  // the warp owns the tile: store from the accumulators
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int t = 2 * c + u;
+          const int64_t o = o0 + g + 8 * r;
+          if (t < p.T && o < p.out) {
+            float v = yscale[t] * acc[2 * r + u];
+            if (p.bias) v += load_any(p.bias, p.bt, o);
+            store_any(p.y, p.yt, t * p.y_stride + o, v);
+          }
+        }
+    } else {
+      float* mine = partial + warp * 16 * 8;
+      mine[g * 8 + 2 * c] = acc[0];
+      mine[g * 8 + 2 * c + 1] = acc[1];
+      mine[(g + 8) * 8 + 2 * c] = acc[2];
+      mine[(g + 8) * 8 + 2 * c + 1] = acc[3];
+      __syncthreads();
+      // (tile slot, token, row) per thread; the parts added in part order.
+      for (int v = threadIdx.x; v < tpg * 128; v += blockDim.x) {
+        const int sl = v / 128, t = (v / 16) % 8, row = v % 16;
+        const int64_t o = og + sl * 16 + row;
+        if (t < p.T && o < p.out) {
+          float sum = 0.0f;
+          for (int q = 0; q < parts; ++q) sum += partial[((sl * parts + q) * 16 + row) * 8 + t];
+          sum *= yscale[t];
+          if (p.bias) sum += load_any(p.bias, p.bt, o);
+          store_any(p.y, p.yt, t * p.y_stride + o, sum);
+        }
+      }
+      __syncthreads();  // partial is rewritten by the next tile
+    }
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+  };
+  // Issues the loads of the step after the current one, if any.
+  auto load_ahead = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns) {
+    if (step + 1 < nb) {
+      l_load(na, nbw, ns, p.prefetch > 0 && step + 1 + p.prefetch < nb);
+    } else if (group_c + static_cast<int>(gridDim.x) < tgroups) {
+      l_set(group_c + gridDim.x);
+      l_load(na, nbw, ns, p.prefetch > 0 && p.prefetch < nb);
+    }
+  };
+
+  // Two register buffers in turn (no copies): buffer 0 holds the current step on entry.
+#pragma unroll 1
+  while (group_c < tgroups) {
+    load_ahead(buf_a1, buf_b1, buf_s1);
+    step_math(buf_a0, buf_b0, buf_s0);
+    step_done();
+    if (group_c >= tgroups) break;
+    load_ahead(buf_a0, buf_b0, buf_s0);
+    step_math(buf_a1, buf_b1, buf_s1);
+    step_done();
+  }
+}
+
+// HYBRID_LINEAR_Q_V5=0 refuses v5 (v4 and the older variants then run).
+Reason linear_q_gemv_v5_supports(const LinearQ& a) {
+  const char* env = std::getenv("HYBRID_LINEAR_Q_V5");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_LINEAR_Q_V5=0");
+  const DType xt = a.x.dtype(), st = a.w.scales.dtype();
+  const int64_t T = a.x.size(0), in = a.x.size(1);
+  const int gs = a.w.group_size;
+  if (a.w.bits != 4) return str("bits=", a.w.bits, ": v5 decodes 4-bit codes only");
+  if (gs != 64 && gs != 128) return str("group_size=", gs, ": v5 needs groups of 64 or 128");
+  if (xt != DType::bf16 && xt != DType::f16)
+    return str("x ", dtype_name(xt), ": v5 multiplies 16-bit x on tensor cores (bf16 / f16)");
+  if (st != DType::bf16 && st != DType::f16)
+    return str("scales ", dtype_name(st), ": v5 reads 16-bit scales only");
+  if (T > kGemvMaxTokens)
+    return str("T=", T, " above ", kGemvMaxTokens, " (the tokens are the mma's 8 columns)");
+  if (in % (64 * kV5Batch) != 0)
+    return str("in=", in, " not a multiple of ", 64 * kV5Batch,
+               " (v5's steps are 4 whole spans of 64 inputs)");
+  if (in > (int64_t{1} << 30) || a.y.size(1) > (int64_t{1} << 30) ||
+      (a.y.size(1) / 16 + 1) * (in / 256) >= (int64_t{1} << 31))
+    return std::string("in or out above 2^30, or (out/16)·(in/256) steps above 2^31");
+  if (reinterpret_cast<uintptr_t>(a.w.weight.data()) % 8 != 0 || a.w.weight.stride(0) % 2 != 0)
+    return std::string("packed rows not 8-byte aligned (v5 loads 2 words at a time)");
+  // One load of a row's step of scales / biases: 4 (g64) or 2 (g128) 16-bit values.
+  const int64_t step_bytes = gs == 64 ? 8 : 4, step_values = step_bytes / 2;
+  for (const Tensor* t : {&a.w.scales, &a.w.biases})
+    if (reinterpret_cast<uintptr_t>(t->data()) % step_bytes != 0 || t->stride(0) % step_values != 0)
+      return str("scales / biases rows not ", step_bytes,
+                 "-byte aligned (v5 loads a step's groups at once)");
+  if (gemv_v5_smem(T, in, gs) > kV5MaxSmem)
+    return str("in=", in, ", T=", T, ": staged x above ", kV5MaxSmem, " bytes of shared memory");
+  return {};
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
+  const size_t smem = gemv_v5_smem(p.T, p.in, gs);
+  const auto kernel = linear_q_gemv_v5_kernel<kGroupSpans, kScaleBf16>;
+  if (smem > 48 * 1024)
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV5Warps * 32, smem));
+  per_sm = std::max(1, per_sm);
+  // Parts per tile: 1 (one warp per 16-row tile: no cross-warp sum) while the tiles alone fill
+  // the resident warps, else doubled up to 8 while each part keeps whole 4-span steps.
+  const int64_t tiles = (int64_t{p.out} + 15) / 16, spans = p.in / 64;
+  const int64_t resident = int64_t{sm_count()} * per_sm * kV5Warps;
+  p.parts = 1;
+  while (p.parts < kV5Warps && tiles * p.parts < resident && spans % (kV5Batch * 2 * p.parts) == 0)
+    p.parts *= 2;
+  // Tuning switches for a timing run (not needed for correctness): HYBRID_LINEAR_Q_V5_PARTS = 1,
+  // 2, 4 or 8 (taken when the part keeps whole steps), HYBRID_LINEAR_Q_V5_PREFETCH = 0..8 steps.
+  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PARTS")) {
+    const int want = std::atoi(env);
+    if ((want == 1 || want == 2 || want == 4 || want == 8) && spans % (kV5Batch * want) == 0)
+      p.parts = want;
+  }
+  p.prefetch = kV5PrefetchSteps;
+  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PREFETCH")) {
+    const int want = std::atoi(env);
+    if (want >= 0 && want <= 8) p.prefetch = want;
+  }
+  const int64_t tgroups = (tiles + kV5Warps / p.parts - 1) / (kV5Warps / p.parts);
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tgroups, int64_t{sm_count()} * per_sm));
+  kernel<<<blocks, kV5Warps * 32, smem, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
+  if (T == 0 || out == 0) return;
+  const QuantizedWeight& q = a.w;
+  const GemvV5Params p{a.x.data(),
+                       a.x.stride(0),
+                       aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
+                       a.x.dtype() == DType::bf16,
+                       q.weight.data_as<const uint32_t>(),
+                       q.weight.stride(0),
+                       static_cast<const unsigned short*>(q.scales.data()),
+                       static_cast<const unsigned short*>(q.biases.data()),
+                       q.scales.stride(0),
+                       q.biases.stride(0),
+                       a.bias.defined() ? a.bias.data() : nullptr,
+                       a.bias.defined() ? a.bias.dtype() : DType::f32,
+                       a.y.data(),
+                       a.y.dtype(),
+                       a.y.stride(0),
+                       static_cast<int>(T),
+                       static_cast<int>(in),
+                       static_cast<int>(out),
+                       1,
+                       kV5PrefetchSteps};
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const bool sbf = q.scales.dtype() == DType::bf16;
+  if (q.group_size == 64) {
+    if (sbf)
+      launch_gemv_v5<1, true>(p, 64, stream);
+    else
+      launch_gemv_v5<1, false>(p, 64, stream);
+  } else {
+    if (sbf)
+      launch_gemv_v5<2, true>(p, 128, stream);
+    else
+      launch_gemv_v5<2, false>(p, 128, stream);
+  }
+}
+
 // Tiled: rows of W dequantized kChunk-wise into the workspace (compute dtype c), then
 // y[:, o0:o0+n] = x_c · W_cᵀ by cuBLASLt (beta = 1 over the prefilled bias when present).
 void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
@@ -1043,6 +1531,8 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
+  r.add<LinearQ>("linear_q.gemv_v5", DeviceType::cuda, 40, linear_q_gemv_v5_supports,
+                 linear_q_gemv_v5_run);
   r.add<LinearQ>("linear_q.gemv_v4", DeviceType::cuda, 30, linear_q_gemv_v4_supports,
                  linear_q_gemv_v4_run);
   r.add<LinearQ>("linear_q.gemv_v3", DeviceType::cuda, 20, linear_q_gemv_v3_supports,

@@ -365,6 +365,23 @@ struct LinearQStridedXCase : LinearQCase {
   }
 };
 
+// x of a chosen magnitude (stddev x_std): the CUDA GEMV v5 multiplies x in f16 after scaling
+// each token by a power of two (its max into [2^14, 2^15)); bf16 x far above f16's range (65504)
+// or far below its normal range (6e-5) must come out as accurate as x ~ N(0, 1).
+struct LinearQScaledXCase : LinearQCase {
+  double x_std;
+  LinearQScaledXCase(int64_t T, int64_t in, int64_t out, int gs, double x_std)
+      : LinearQCase(T, in, out, 4, gs, DType::bf16, DType::bf16, DType::f32, std::nullopt, false),
+        x_std(x_std) {}
+  std::string params() const override { return LinearQCase::params() + str(",x_std=", x_std); }
+  void init(Rng& rng, Slots& s) override {
+    fill_normal(s.input("x", xdt, {T, in}), rng, 0.0, x_std);
+    s.output("y", ydt, {T, out});
+    add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, false);
+    fill_quantized(s, rng, bits, gs, std::sqrt(3.0 / static_cast<double>(in)));
+  }
+};
+
 // Perf only (hybrid-ops perf -b cuda): a 4-bit g64 bf16 GEMV at batch 1; bytes = the quantized
 // weight's bytes (packed codes, scales, biases), the traffic that bounds it.
 struct LinearQPerfCase : LinearQCase {
@@ -462,6 +479,24 @@ void add_quant_cases(CaseList& cases) {
   lq(8, 256, 6400, 4, 128, f16, f16, f16, f16, false);
   cases.push_back(std::make_unique<LinearQStridedXCase>(3, 512, 40, 64, bf16));
   cases.push_back(std::make_unique<LinearQStridedXCase>(1, 640, 17, 128, f16));
+
+  // CUDA GEMV v5 (4-bit, groups 64 / 128, 16-bit x, T <= 8, in a multiple of 256; on an H200,
+  // 132 SMs x 3 CTAs x 8 warps): one warp per 16-row tile over 2 rounds of CTAs with the L2
+  // prefetch and a tail tile (60007 rows, in = 2048: 8 steps per tile, the lm head's path), 2
+  // warps per tile over 2 rounds (40003 rows, f32 y: the tight tolerance), 2 and 4 warps per tile
+  // (in = 1536: 24 spans, 3 steps per part; in = 1024 at 300 rows), 3 steps per tile at 7 tokens
+  // with f16 scales and a bias, and x far outside f16's range (the per-token scaling).
+  lq(1, 2048, 60007, 4, 64, bf16, bf16, bf16, bf16, false);
+  lq(2, 2048, 40003, 4, 128, f16, f16, f32, std::nullopt, false);
+  lq(4, 1536, 70, 4, 64, bf16, bf16, bf16, f32, false);
+  lq(3, 1024, 300, 4, 128, bf16, bf16, f32, std::nullopt, false);
+  lq(7, 768, 100, 4, 64, f16, f16, f32, bf16, false);
+  lq(8, 512, 33, 4, 128, bf16, f16, f16, std::nullopt, false);
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 1024, 48, 64, 3.0e5));
+  cases.push_back(std::make_unique<LinearQScaledXCase>(1, 1024, 48, 128, 1.0e-7));
+  // max|x| beyond 2^116 and below 2^-86: the per-token exponent's clamp (2^e normal in f32).
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 64, 1.0e36));
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 128, 1.0e-32));
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
