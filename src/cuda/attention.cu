@@ -62,6 +62,7 @@ struct AttnParams {
   int64_t o_t = 0, o_h = 0;
   float* part_o = nullptr;   // [rows, Hq, splits, D] unnormalised Σ 2^(s−m) v
   float* part_ml = nullptr;  // [rows, Hq, splits, 2] (m, l)
+  int chunk = 0;  // v5: keys per split from the shapes (a multiple of kTcBN; window 0 only)
 };
 
 // Weight 2^(m − M) of a partial state with max m in a merge of max M (0 for an empty state).
@@ -375,10 +376,21 @@ constexpr size_t tc_smem_bytes() {
 //    first lookups (issued once seq_lens has arrived) hit L2;
 //  - griddepcontrol.launch_dependents at the start, so the merge kernel (launched with
 //    programmatic stream serialisation) is resident and waiting when the last block exits.
+// kVer 5 (attn_decode.cuda_tc4; window 0, the few-(sequence, KV head) regime, see
+// decode_tc4_supports) takes the split's key range from the shapes: [split · p.chunk,
+// (split + 1) · p.chunk), p.chunk = ⌈keys_max / splits⌉ rounded up to a tile, so k_begin is known
+// before seq_lens arrives. The prologue issues the seq_lens load, then the page-table loads of
+// its S − 1 tiles and their copies (bounded by the chunk and the table row, not by the length),
+// and reads the length only after that: the first data round trip starts one round trip earlier
+// (seq_lens and the page table are fetched concurrently instead of one after the other). Keys at
+// or past the length are masked at compute time (j < k_end); the loop never issues tiles past
+// ntiles (known by then). A split past the length (ntiles = 0) waits for its speculative copies
+// and writes m = −inf.
 template <int D, class C, int kVer>
 __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams p) {
   constexpr bool kQAsync = kVer >= 3;
   constexpr bool kV4 = kVer >= 4;
+  constexpr bool kV5 = kVer >= 5;
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int BN = kTcBN, S = kTcStages<D>, OS = kTcOStride<D>;
   static_assert((BN * CH) % kTcThreads == 0, "whole tile loads per thread");
@@ -419,32 +431,8 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
     }
   }
 
-  // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles.
-  const int pos = p.seq_lens[n] - 1;  // −1: padding sequence
-  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;
-  const int chunk = ((nkeys + p.splits - 1) / p.splits + BN - 1) / BN * BN;
-  const int k_begin = lo + split * chunk;
-  const int k_end = min(pos + 1, k_begin + chunk);
-  const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
-
-  if (ntiles == 0) {
-    if constexpr (kQAsync) {
-      cp_commit();
-      cp_wait<0>();  // no copy left in flight into the block's shared memory
-    }
-    for (int i = tid; i < gc * D; i += kTcThreads) {
-      const int h = h0 + i / D, d = i % D;
-      if (p.splits == 1) {
-        store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, 0.0f);
-      } else if (d == 0) {
-        const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
-        p.part_ml[ps * 2] = -INFINITY, p.part_ml[ps * 2 + 1] = 0.0f;
-      }
-    }
-    return;
-  }
-
+  // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles (v5: [0, keys_max) cut
+  // in chunks of p.chunk keys, then clipped to [0, pos]).
   const C* kbase = static_cast<const C*>(p.k.p);
   const C* vbase = static_cast<const C*>(p.v.p);
   // K and V of tile i (keys k_begin + 64i ..) into stage i % S, and its key flags. Thread tid
@@ -479,6 +467,66 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       if (ch == 0) ok_s[i % S][r] = ok;
     }
   };
+  const int len = p.seq_lens[n];  // v5: consumed only after the prologue's copies are issued
+  int k_begin = 0, chunk = p.chunk;
+  if constexpr (kV5) k_begin = split * chunk;
+  // v5 prologue state (declared here, filled before the length is read).
+  uint64_t policy = 0;
+  if constexpr (kV5) {
+    policy = l2_evict_first_policy();
+    // Raw page-table entries of the first S − 1 tiles of the chunk (lane < 16: its look_row).
+    int pages[S - 1];
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      pages[i] = -1;
+      const int j = k_begin + i * BN + look_row;
+      if (lane < 16 && i * BN < chunk) {
+        const int col = j / p.k.page_size;
+        if (col < p.pt.max_pages) pages[i] = p.pt.p[n * p.pt.s0 + col * p.pt.s1];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i * BN < chunk) {
+        int k_off = -1, v_off = 0;
+        if (pages[i] >= 0 && pages[i] < p.k.num_pages) {
+          const int j = k_begin + i * BN + look_row;
+          const int row = j - (j / p.k.page_size) * p.k.page_size;
+          k_off = static_cast<int>(p.k.offset(pages[i], row, hk));
+          v_off = static_cast<int>(p.v.offset(pages[i], row, hk));
+        }
+        issue_tile(i, k_off, v_off, policy);
+      }
+      cp_commit();  // Q joins group 0
+    }
+  }
+  const int pos = len - 1;  // −1: padding sequence
+  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;
+  if constexpr (!kV5) {
+    chunk = ((nkeys + p.splits - 1) / p.splits + BN - 1) / BN * BN;
+    k_begin = lo + split * chunk;
+  }
+  const int k_end = min(pos + 1, k_begin + chunk);
+  const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+
+  if (ntiles == 0) {
+    if constexpr (kQAsync) {
+      cp_commit();
+      cp_wait<0>();  // no copy (Q, v5's speculative tiles) left in flight into shared memory
+    }
+    for (int i = tid; i < gc * D; i += kTcThreads) {
+      const int h = h0 + i / D, d = i % D;
+      if (p.splits == 1) {
+        store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, 0.0f);
+      } else if (d == 0) {
+        const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
+        p.part_ml[ps * 2] = -INFINITY, p.part_ml[ps * 2 + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+
   auto load_tile = [&](int i) {
     const int j0 = k_begin + i * BN;
     int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
@@ -524,9 +572,10 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
     }
   }
-  uint64_t policy = 0;
   int page_next = -1;  // v4: lane's page-table entry for tile i + S − 1, loaded during tile i − 1
-  if constexpr (kV4) {
+  if constexpr (kV5) {
+    page_next = look_up(S - 1);  // the prologue's tiles are in flight already
+  } else if constexpr (kV4) {
     policy = l2_evict_first_policy();
     int pages[S - 1];
 #pragma unroll
@@ -589,7 +638,11 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[nt][hr * 2 + e];
-          x = ok_s[st][warp * 16 + nt * 8 + c4 * 2 + e] ? x * p.scale_log2 : -INFINITY;
+          const int key = warp * 16 + nt * 8 + c4 * 2 + e;
+          bool present = ok_s[st][key];
+          // v5: the prologue's tiles were issued before the length was known.
+          if constexpr (kV5) present = present && k_begin + i * BN + key < k_end;
+          x = present ? x * p.scale_log2 : -INFINITY;
           mx = fmaxf(mx, x);
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -864,7 +917,9 @@ void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
 // attn_decode.cuda_tc2; q 16-byte aligned).
 // attn_decode.cuda_tc3: v3 plus evict-first K/V copies, page lookups a tile ahead, the
 // page-table prefetch and the programmatic (early) launch of the merge.
-enum class Core { cuda_core, tensor_core, tensor_core_v3, tensor_core_v4 };
+// attn_decode.cuda_tc4 (v5): v4 with the split ranges from the shapes and the prologue's copies
+// issued before the length arrives (window 0, few (sequence, KV head) pairs).
+enum class Core { cuda_core, tensor_core, tensor_core_v3, tensor_core_v4, tensor_core_v5 };
 
 // Fills the fields shared by every attention launch and picks the split count from the shapes
 // (keys_max: the page-table capacity, or the window; the real lengths live on the device, so the
@@ -900,6 +955,9 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
     if (s == 1 || cost < best) best = cost, splits = s;
   }
   p.splits = static_cast<int>(splits);
+  // v5: keys per split from the shapes, whole tiles (splits ≤ keys_max / 64, so every chunk but
+  // possibly the last ones is non-empty).
+  p.chunk = static_cast<int>(((keys_max + splits - 1) / splits + kTcBN - 1) / kTcBN * kTcBN);
 }
 
 // Workspace bytes of the split partials (0 for one split).
@@ -928,6 +986,9 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
       case Core::tensor_core_v4:
         launch_tc_dtype<kD, 4>(p, cache, st);
         break;
+      case Core::tensor_core_v5:
+        launch_tc_dtype<kD, 5>(p, cache, st);
+        break;
       default:
         launch_attn_d<kD>(p, cache, st);
         break;
@@ -945,7 +1006,7 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
       break;
   }
   if (p.splits > 1) {
-    if (core == Core::tensor_core_v4) {
+    if (core == Core::tensor_core_v4 || core == Core::tensor_core_v5) {
       launch_merge_v4(p, D, st);
     } else if (core == Core::tensor_core_v3) {
       const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
@@ -1074,6 +1135,36 @@ void decode_tc3_cuda(const AttnDecode& a, Context& ctx) {
   decode_with(a, Core::tensor_core_v4, ctx);
 }
 
+// v5 (attn_decode.cuda_tc4) is on unless HYBRID_ATTN_DECODE_V5=0 (then v4 serves attn_decode).
+bool decode_v5_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_ATTN_DECODE_V5");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// What v5 refuses beyond v4: HYBRID_ATTN_DECODE_V5=0; a sliding window (the split ranges start at
+// the window's low end, which depends on the length); more (sequence, KV head, head chunk)
+// triples than a quarter of the SMs (B 32 / 128: v4's per-length plan already streams at
+// 3.9-4.3 TB/s there, and its chunks follow each sequence's length); key capacities past 2^31.
+Reason decode_tc4_supports(const AttnDecode& a) {
+  if (!decode_v5_enabled()) return std::string("HYBRID_ATTN_DECODE_V5=0");
+  if (Reason r = decode_tc3_supports(a)) return r;
+  if (a.window > 0) return std::string("sliding window: v4 serves it");
+  const int64_t Hq = a.q.size(1), Hkv = a.k_cache.size(2);
+  const int64_t pairs = a.q.size(0) * Hkv * ((Hq / Hkv + kTcRows - 1) / kTcRows);
+  if (pairs * 4 > sm_count())
+    return "N*Hkv*chunks=" + std::to_string(pairs) + " > SMs/4: v4's per-length plan serves it";
+  if (a.k_cache.size(1) * a.page_table.size(1) >= (int64_t{1} << 31))
+    return std::string("key capacity past 2^31");
+  return std::nullopt;
+}
+
+void decode_tc4_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core_v5, ctx);
+}
+
 Reason prefill_simple_supports(const AttnPrefill& a) {
   return dims_supported(a.q.size(2), a.k_cache);
 }
@@ -1147,6 +1238,8 @@ void register_attention_prefill_tc(Registry& r);
 void register_attention(Registry& r) {
   using namespace attn;
   r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc4", DeviceType::cuda, 40, decode_tc4_supports,
+                    decode_tc4_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc3", DeviceType::cuda, 30, decode_tc3_supports,
                     decode_tc3_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc2", DeviceType::cuda, 20, decode_tc2_supports,
