@@ -282,11 +282,25 @@ __global__ void attn_merge_kernel(const AttnParams p, int D) {
 // kAfterPrimary (v4): launched with programmatic stream serialisation while the decode kernel
 // runs; griddepcontrol.wait holds the block until that grid has completed and its partials are
 // visible.
+// kEarlyLoad (v5): thread (lane c, warp j) loads its splits' o_s[c] (s ≡ j mod 8, at most
+// kMaxSplits / 8 = 32 registers) right after the wait, together with the (m, l) loads, so the
+// merge makes one L2 round trip instead of two (the weights are applied when they are known).
 constexpr int kMergeCols = 32, kMergeWarps = 8, kMergeThreads = kMergeCols * kMergeWarps;
 static_assert(kMergeThreads >= kMaxSplits, "one split per thread for (m, l)");
-template <bool kAfterPrimary>
+template <bool kAfterPrimary, bool kEarlyLoad = false>
 __global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const AttnParams p, int D) {
   if constexpr (kAfterPrimary) grid_dependency_wait();
+  constexpr int kPerWarp = kMaxSplits / kMergeWarps;
+  float xs[kEarlyLoad ? kPerWarp : 1];
+  if constexpr (kEarlyLoad) {
+    const float* po0 = p.part_o + static_cast<int64_t>(blockIdx.x) * p.splits * D;
+    const int d0 = blockIdx.y * kMergeCols + threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int s = threadIdx.x / 32 + i * kMergeWarps;
+      xs[i] = s < p.splits ? po0[static_cast<int64_t>(s) * D + d0] : 0.0f;
+    }
+  }
   __shared__ float w_s[kMaxSplits];
   __shared__ float red_s[2][kMergeWarps];
   __shared__ float o_s[kMergeWarps][kMergeCols];
@@ -315,11 +329,22 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const At
 
   const int d = blockIdx.y * kMergeCols + lane;
   float O = 0.0f;
+  if constexpr (kEarlyLoad) {
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int s = warp + i * kMergeWarps;
+      if (s < p.splits) {
+        const float ws = w_s[s];
+        O += ws != 0.0f ? ws * xs[i] : 0.0f;  // same order as below: s = warp, warp + 8, ...
+      }
+    }
+  } else {
 #pragma unroll 8
-  for (int s = warp; s < p.splits; s += kMergeWarps) {
-    const float x = po[static_cast<int64_t>(s) * D + d];
-    const float ws = w_s[s];
-    O += ws != 0.0f ? ws * x : 0.0f;
+    for (int s = warp; s < p.splits; s += kMergeWarps) {
+      const float x = po[static_cast<int64_t>(s) * D + d];
+      const float ws = w_s[s];
+      O += ws != 0.0f ? ws * x : 0.0f;
+    }
   }
   o_s[warp][lane] = O;
   __syncthreads();
@@ -892,8 +917,8 @@ void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
 
 // The v4 merge: attn_merge_wide_kernel<true> launched with programmatic stream serialisation (it
 // may start while decode_tc_kernel<.., 4> runs and waits for it in griddepcontrol.wait), or as a
-// plain launch with HYBRID_ATTN_DECODE_PDL=0.
-void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
+// plain launch with HYBRID_ATTN_DECODE_PDL=0; early_load (v5): attn_merge_wide_kernel<true, true>.
+void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st, bool early_load = false) {
   static const bool pdl = [] {
     const char* v = std::getenv("HYBRID_ATTN_DECODE_PDL");
     return v == nullptr || std::strcmp(v, "0") != 0;
@@ -908,7 +933,12 @@ void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
+  if (early_load)
+    HYBRID_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true, true>, p, static_cast<int>(D)));
+  else
+    HYBRID_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
 }
 
 // Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
@@ -1007,7 +1037,7 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
   }
   if (p.splits > 1) {
     if (core == Core::tensor_core_v4 || core == Core::tensor_core_v5) {
-      launch_merge_v4(p, D, st);
+      launch_merge_v4(p, D, st, core == Core::tensor_core_v5);
     } else if (core == Core::tensor_core_v3) {
       const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
       attn_merge_wide_kernel<false><<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
