@@ -1180,7 +1180,7 @@ bool decode_v5_enabled() {
 // 3.9-4.3 TB/s there, and its chunks follow each sequence's length); key capacities past 2^31.
 Reason decode_tc4_supports(const AttnDecode& a) {
   if (!decode_v5_enabled()) return std::string("HYBRID_ATTN_DECODE_V5=0");
-  if (Reason r = decode_tc3_supports(a)) return r;
+  if (Reason r = decode_tc2_supports(a)) return r;  // v4's needs, not its switch
   if (a.window > 0) return std::string("sliding window: v4 serves it");
   const int64_t Hq = a.q.size(1), Hkv = a.k_cache.size(2);
   const int64_t pairs = a.q.size(0) * Hkv * ((Hq / Hkv + kTcRows - 1) / kTcRows);
