@@ -153,6 +153,7 @@ struct GdnParams {
   // v5 (gdn_warp_kernel<.., true>): an item's v values (kItemRows contiguous elements of the v
   // row) can be copied into its stage: V a multiple of the item rows, v rows 16-byte aligned.
   bool v_async = false;
+  bool cs_store = true;  // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
 };
 
 // The lane's KC columns of row `i` of a [rows, K] per-column parameter (RMSNorm weights, f32 or
@@ -1032,7 +1033,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         const int row = row0 + r * L::kGroupRows;
         if (valid[r]) {
           if (lead) out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
-          if constexpr (kV5)
+          if (kV5 && p.cs_store)
             store_row_cs<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
           else
             store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
@@ -1251,6 +1252,16 @@ void dispatch_k_warp(int64_t K, Body&& body) {
 }
 
 // A persistent grid of 4-warp blocks (as many as fit: 3-4 per SM), capped at one item a warp.
+// v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (to time it apart from the staged
+// v values in one run; shared with ssm_step.cuda_warp2).
+bool decode_v5_cs_stores() {
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V5_CS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // kV5: gdn_warp_kernel<.., true>; v_rows_aligned: every v row (v, or conv_out's v segments) starts
 // 16-byte aligned (p.v_async then also needs V % kItemRows == 0).
 template <Mode mode, bool kV5 = false>
@@ -1267,6 +1278,7 @@ void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
       const int tiles = (p.V + WT::kItemRows - 1) / WT::kItemRows;
       const int64_t items = N * p.Hv * tiles;
       p.v_async = kV5 && v_rows_aligned && p.V % WT::kItemRows == 0;
+      p.cs_store = decode_v5_cs_stores();
       auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5>;
       constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
       const int64_t blocks =

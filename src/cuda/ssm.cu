@@ -68,6 +68,7 @@ struct RecParams {
   Arg state_out;  // [seqs, H, P, N] (record, optional)
   int H = 0, P = 0, N = 0;
   bool xz_async = false;  // ssm_warp_kernel<.., true>: x, z of an item copied into its stage
+  bool cs_store = true;   // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
 };
 
 // The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
@@ -704,7 +705,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         if (in.z.p) y *= zv[r] / (1.0f + expf(-zv[r]));
         in.store_y(t, h, prow, y);
       }
-      if constexpr (kV5)
+      if (kV5 && p.cs_store)
         store_row_cs<LPR, NC, St>(pool + prow * p.st_p, sub, s[r]);
       else
         store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
@@ -908,6 +909,11 @@ bool xz_rows_aligned(const Tensor& t) {
 
 template <bool kV5>
 void launch_step_warp(const SsmStep& a, Context& ctx) {
+  // v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (as gdn.cu's v5).
+  static const bool cs_stores = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V5_CS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
   RecParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -926,6 +932,7 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
         const int64_t items = seqs * p.H * tiles;
         p.xz_async = kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) &&
                      xz_rows_aligned(a.z);
+        p.cs_store = cs_stores;
         auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5>;
         constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
         const int64_t blocks =
