@@ -837,9 +837,9 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     if constexpr (kV5) {
       if (p.v_async && lane < WT::kVPieces && seq_fast<mode>(p, m)) {
         const In* vsrc = v_row(m.bos, hv) + tile * WT::kItemRows;  // V % kItemRows == 0
-        cp_async_piece<WT::kVPiece>(st + WT::kVOffset + lane * WT::kVPiece,
-                                    reinterpret_cast<const unsigned char*>(vsrc) +
-                                        lane * WT::kVPiece);
+        cp_async_piece<WT::kVPiece>(
+            st + WT::kVOffset + lane * WT::kVPiece,
+            reinterpret_cast<const unsigned char*>(vsrc) + lane * WT::kVPiece);
       }
     }
     if (lane < LPR && seq_fast<mode>(p, m) && (item == begin || key != (item - 1) / tiles)) {
@@ -1522,8 +1522,8 @@ void prep_step_warp2_cuda(const GdnPrepStep& a, Context& ctx) {
   const size_t esz = dtype_size(a.conv_out.dtype());
   const bool v_aligned = (2 * static_cast<size_t>(p.Hk) * p.K * esz) % 16 == 0 &&
                          (static_cast<size_t>(p.V) * esz) % 16 == 0;
-  launch_warp<Mode::prep, true>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0),
-                                ctx, v_aligned);
+  launch_warp<Mode::prep, true>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx,
+                                v_aligned);
 }
 
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------

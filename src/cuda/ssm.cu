@@ -499,7 +499,7 @@ struct SsmWarpTile {
   static constexpr int kChunksPerRow = NC / L::W;
   static constexpr int kChunks = R * kChunksPerRow;  // a lane's 16-byte chunks of an item
   static constexpr int kGroupRows = 32 / LPR;
-  static constexpr int kItemRows = kGroupRows * R;       // rows of an item
+  static constexpr int kItemRows = kGroupRows * R;  // rows of an item
   // v5: the item's x and z values (kItemRows elements each, 2- or 4-byte dtypes) after the
   // state chunks, in 8-byte cp.async pieces (x by lanes 0.., z by lanes 16..).
   static constexpr int kXZOffset = kChunks * 32 * 16;  // [kChunks][32 lanes] 16-byte chunks
@@ -561,10 +561,9 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         const int piece = lane % 16;
         const int bytes = WT::kItemRows * static_cast<int>(dtype_size_dev(a.dt));
         if (a.p != nullptr && piece * 8 < bytes) {
-          const unsigned char* src = static_cast<const unsigned char*>(a.p) +
-                                     (int64_t{seq} * a.s0 + int64_t{h} * a.s1 + row) *
-                                         dtype_size_dev(a.dt) +
-                                     piece * 8;
+          const unsigned char* src =
+              static_cast<const unsigned char*>(a.p) +
+              (int64_t{seq} * a.s0 + int64_t{h} * a.s1 + row) * dtype_size_dev(a.dt) + piece * 8;
           cp_async_8(st + WT::kXZOffset + (is_z ? WT::kXZMax : 0) + piece * 8, src);
         }
       }
@@ -930,8 +929,8 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
         using WT = SsmWarpTile<LPR, NC, R, TS, kV5>;
         const int tiles = (p.P + WT::kItemRows - 1) / WT::kItemRows;
         const int64_t items = seqs * p.H * tiles;
-        p.xz_async = kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) &&
-                     xz_rows_aligned(a.z);
+        p.xz_async =
+            kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
         p.cs_store = cs_stores;
         auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5>;
         constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
@@ -1006,8 +1005,7 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 void register_ssm(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_SSM_STEP_V4=0 turns
   // it off), v3 (shared-memory streaming by blocks); the v2 kernel below stays as the fallback.
-  r.add<SsmStep>("ssm_step.cuda_warp2", DeviceType::cuda, 3, step_warp2_supports,
-                 step_warp2_cuda);
+  r.add<SsmStep>("ssm_step.cuda_warp2", DeviceType::cuda, 3, step_warp2_supports, step_warp2_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp", DeviceType::cuda, 2, step_warp_supports, step_warp_cuda);
   r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,
                  step_stream_cuda);
