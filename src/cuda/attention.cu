@@ -627,7 +627,23 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
 
   for (int i = 0; i < ntiles; ++i) {
     cp_wait<S - 2>();  // tile i landed (this thread's copies) ...
-    __syncthreads();   // ... everyone's; and every warp is done with tile i − 1's stage
+    if constexpr (kV5) {
+      // The prologue's tiles were copied before the length was known: their rows at or past
+      // k_end hold whatever the cache has there (unwritten rows may be NaN / Inf bit patterns,
+      // and P = 0 times NaN is NaN in the PV mma; masking the scores only covers K). The thread
+      // zeroes its own V chunks of those rows (its copies have landed; the barrier publishes).
+      if (i < S - 1 && k_begin + (i + 1) * BN > k_end) {
+        C* vz = kv_s + (i % S) * 2 * BN * D + BN * D;
+#pragma unroll
+        for (int it = 0; it < STEPS; ++it) {
+          const int c = tid + it * kTcThreads;
+          const int r = c / CH, ch = c % CH;
+          if (k_begin + i * BN + r >= k_end)
+            *reinterpret_cast<uint4*>(vz + swz<D>(r, ch)) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+    __syncthreads();  // ... everyone's; and every warp is done with tile i − 1's stage
     if constexpr (kV4) {
       if (i + S - 1 < ntiles) issue_looked_up(i + S - 1, page_next, policy);
       cp_commit();
