@@ -1193,7 +1193,8 @@ bool decode_v5_enabled() {
 // What v5 refuses beyond v4: HYBRID_ATTN_DECODE_V5=0; a sliding window (the split ranges start at
 // the window's low end, which depends on the length); more (sequence, KV head, head chunk)
 // triples than a quarter of the SMs (B 32 / 128: v4's per-length plan already streams at
-// 3.9-4.3 TB/s there, and its chunks follow each sequence's length); key capacities past 2^31.
+// 3.9-4.3 TB/s there, and its chunks follow each sequence's length); key capacities past 2^30
+// (the split ranges reach splits · chunk <= keys_max + 64 · splits <= 2 · keys_max, in int).
 Reason decode_tc4_supports(const AttnDecode& a) {
   if (!decode_v5_enabled()) return std::string("HYBRID_ATTN_DECODE_V5=0");
   if (Reason r = decode_tc2_supports(a)) return r;  // v4's needs, not its switch
@@ -1202,8 +1203,8 @@ Reason decode_tc4_supports(const AttnDecode& a) {
   const int64_t pairs = a.q.size(0) * Hkv * ((Hq / Hkv + kTcRows - 1) / kTcRows);
   if (pairs * 4 > sm_count())
     return "N*Hkv*chunks=" + std::to_string(pairs) + " > SMs/4: v4's per-length plan serves it";
-  if (a.k_cache.size(1) * a.page_table.size(1) >= (int64_t{1} << 31))
-    return std::string("key capacity past 2^31");
+  if (a.k_cache.size(1) * a.page_table.size(1) > (int64_t{1} << 30))
+    return std::string("key capacity past 2^30");
   return std::nullopt;
 }
 
