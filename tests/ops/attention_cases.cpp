@@ -99,6 +99,9 @@ struct AttnCase : Case {
   // anything): a kernel that reads keys past the length must mask them.
   int64_t spare_cols = 0;
   bool stale_tail = false;
+  // Every cache row that holds no sequence's key (rows past a length in its last page, spare
+  // pages) is NaN: a kernel that copies such rows must zero or skip them (0 · NaN = NaN).
+  bool nan_tail = false;
 
   // Derived in init.
   int64_t N = 0, T = 0, S = 0, max_pages = 0, num_pages = 0;
@@ -125,6 +128,7 @@ struct AttnCase : Case {
     if (q_unaligned) p += ",q_unaligned";
     if (spare_cols) p += str(",spare_cols=", spare_cols);
     if (stale_tail) p += ",stale_tail";
+    if (nan_tail) p += ",nan_tail";
     return p;
   }
 
@@ -194,6 +198,18 @@ struct AttnCase : Case {
       Slot& c = cache_role == Role::in ? s.input(name, cache, {num_pages, S, Hkv, D})
                                        : s.inout(name, cache, {num_pages, S, Hkv, D});
       fill_normal(c, rng);
+      if (nan_tail) {
+        std::vector<bool> live(num_pages * S, false);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < (lens[n] + S - 1) / S; ++j) {
+            const int32_t page = table[n * max_pages + j];
+            for (int64_t r = 0; page >= 0 && r < S && j * S + r < lens[n]; ++r)
+              live[page * S + r] = true;
+          }
+        for (int64_t pr = 0; pr < num_pages * S; ++pr)
+          if (!live[pr])
+            for (int64_t e = 0; e < Hkv * D; ++e) c.set(pr * Hkv * D + e, std::nan(""));
+      }
     }
     fill_values(s.input("page_table", DType::i32, {N, max_pages}),
                 std::vector<double>(table.begin(), table.end()));
@@ -666,6 +682,14 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
     c = make(Mode::decode, {0, 9000}, qwen3_next, 16, f16, f16);
     c->spare_cols = 100, c->stale_tail = true;
+    cases.push_back(std::move(c));
+    // Unwritten cache rows as NaN: the partial last page's rows past the length reach the
+    // speculative tiles' V (D 256: 20001 = 1250 pages + 1 key).
+    c = make(Mode::decode, {20001}, qwen3_next, 16, bf16, bf16);
+    c->spare_cols = 700, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {3001}, gqa8, 7, f16, f16);
+    c->stale_tail = true, c->nan_tail = true;
     cases.push_back(std::move(c));
     c = make(Mode::decode, {4000}, Shape{48, 2, 64}, 32, bf16, bf16);
     c->spare_cols = 40, c->stale_tail = true;
