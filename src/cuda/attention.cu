@@ -62,6 +62,7 @@ struct AttnParams {
   int64_t o_t = 0, o_h = 0;
   float* part_o = nullptr;   // [rows, Hq, splits, D] unnormalised Σ 2^(s−m) v
   float* part_ml = nullptr;  // [rows, Hq, splits, 2] (m, l)
+  int chunk = 0;  // v5: keys per split from the shapes (a multiple of kTcBN; window 0 only)
 };
 
 // Weight 2^(m − M) of a partial state with max m in a merge of max M (0 for an empty state).
@@ -281,11 +282,25 @@ __global__ void attn_merge_kernel(const AttnParams p, int D) {
 // kAfterPrimary (v4): launched with programmatic stream serialisation while the decode kernel
 // runs; griddepcontrol.wait holds the block until that grid has completed and its partials are
 // visible.
+// kEarlyLoad (v5): thread (lane c, warp j) loads its splits' o_s[c] (s ≡ j mod 8, at most
+// kMaxSplits / 8 = 32 registers) right after the wait, together with the (m, l) loads, so the
+// merge makes one L2 round trip instead of two (the weights are applied when they are known).
 constexpr int kMergeCols = 32, kMergeWarps = 8, kMergeThreads = kMergeCols * kMergeWarps;
 static_assert(kMergeThreads >= kMaxSplits, "one split per thread for (m, l)");
-template <bool kAfterPrimary>
+template <bool kAfterPrimary, bool kEarlyLoad = false>
 __global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const AttnParams p, int D) {
   if constexpr (kAfterPrimary) grid_dependency_wait();
+  constexpr int kPerWarp = kMaxSplits / kMergeWarps;
+  float xs[kEarlyLoad ? kPerWarp : 1];
+  if constexpr (kEarlyLoad) {
+    const float* po0 = p.part_o + static_cast<int64_t>(blockIdx.x) * p.splits * D;
+    const int d0 = blockIdx.y * kMergeCols + threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int s = threadIdx.x / 32 + i * kMergeWarps;
+      xs[i] = s < p.splits ? po0[static_cast<int64_t>(s) * D + d0] : 0.0f;
+    }
+  }
   __shared__ float w_s[kMaxSplits];
   __shared__ float red_s[2][kMergeWarps];
   __shared__ float o_s[kMergeWarps][kMergeCols];
@@ -314,11 +329,22 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_wide_kernel(const At
 
   const int d = blockIdx.y * kMergeCols + lane;
   float O = 0.0f;
+  if constexpr (kEarlyLoad) {
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int s = warp + i * kMergeWarps;
+      if (s < p.splits) {
+        const float ws = w_s[s];
+        O += ws != 0.0f ? ws * xs[i] : 0.0f;  // same order as below: s = warp, warp + 8, ...
+      }
+    }
+  } else {
 #pragma unroll 8
-  for (int s = warp; s < p.splits; s += kMergeWarps) {
-    const float x = po[static_cast<int64_t>(s) * D + d];
-    const float ws = w_s[s];
-    O += ws != 0.0f ? ws * x : 0.0f;
+    for (int s = warp; s < p.splits; s += kMergeWarps) {
+      const float x = po[static_cast<int64_t>(s) * D + d];
+      const float ws = w_s[s];
+      O += ws != 0.0f ? ws * x : 0.0f;
+    }
   }
   o_s[warp][lane] = O;
   __syncthreads();
@@ -375,10 +401,21 @@ constexpr size_t tc_smem_bytes() {
 //    first lookups (issued once seq_lens has arrived) hit L2;
 //  - griddepcontrol.launch_dependents at the start, so the merge kernel (launched with
 //    programmatic stream serialisation) is resident and waiting when the last block exits.
+// kVer 5 (attn_decode.cuda_tc4; window 0, the few-(sequence, KV head) regime, see
+// decode_tc4_supports) takes the split's key range from the shapes: [split · p.chunk,
+// (split + 1) · p.chunk), p.chunk = ⌈keys_max / splits⌉ rounded up to a tile, so k_begin is known
+// before seq_lens arrives. The prologue issues the seq_lens load, then the page-table loads of
+// its S − 1 tiles and their copies (bounded by the chunk and the table row, not by the length),
+// and reads the length only after that: the first data round trip starts one round trip earlier
+// (seq_lens and the page table are fetched concurrently instead of one after the other). Keys at
+// or past the length are masked at compute time (j < k_end); the loop never issues tiles past
+// ntiles (known by then). A split past the length (ntiles = 0) waits for its speculative copies
+// and writes m = −inf.
 template <int D, class C, int kVer>
 __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams p) {
   constexpr bool kQAsync = kVer >= 3;
   constexpr bool kV4 = kVer >= 4;
+  constexpr bool kV5 = kVer >= 5;
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int BN = kTcBN, S = kTcStages<D>, OS = kTcOStride<D>;
   static_assert((BN * CH) % kTcThreads == 0, "whole tile loads per thread");
@@ -419,32 +456,8 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
     }
   }
 
-  // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles.
-  const int pos = p.seq_lens[n] - 1;  // −1: padding sequence
-  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;
-  const int chunk = ((nkeys + p.splits - 1) / p.splits + BN - 1) / BN * BN;
-  const int k_begin = lo + split * chunk;
-  const int k_end = min(pos + 1, k_begin + chunk);
-  const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
-
-  if (ntiles == 0) {
-    if constexpr (kQAsync) {
-      cp_commit();
-      cp_wait<0>();  // no copy left in flight into the block's shared memory
-    }
-    for (int i = tid; i < gc * D; i += kTcThreads) {
-      const int h = h0 + i / D, d = i % D;
-      if (p.splits == 1) {
-        store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, 0.0f);
-      } else if (d == 0) {
-        const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
-        p.part_ml[ps * 2] = -INFINITY, p.part_ml[ps * 2 + 1] = 0.0f;
-      }
-    }
-    return;
-  }
-
+  // Keys of this split: [lo, pos] cut in p.splits chunks of whole tiles (v5: [0, keys_max) cut
+  // in chunks of p.chunk keys, then clipped to [0, pos]).
   const C* kbase = static_cast<const C*>(p.k.p);
   const C* vbase = static_cast<const C*>(p.v.p);
   // K and V of tile i (keys k_begin + 64i ..) into stage i % S, and its key flags. Thread tid
@@ -479,6 +492,66 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       if (ch == 0) ok_s[i % S][r] = ok;
     }
   };
+  const int len = p.seq_lens[n];  // v5: consumed only after the prologue's copies are issued
+  int k_begin = 0, chunk = p.chunk;
+  if constexpr (kV5) k_begin = split * chunk;
+  // v5 prologue state (declared here, filled before the length is read).
+  uint64_t policy = 0;
+  if constexpr (kV5) {
+    policy = l2_evict_first_policy();
+    // Raw page-table entries of the first S − 1 tiles of the chunk (lane < 16: its look_row).
+    int pages[S - 1];
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      pages[i] = -1;
+      const int j = k_begin + i * BN + look_row;
+      if (lane < 16 && i * BN < chunk) {
+        const int col = j / p.k.page_size;
+        if (col < p.pt.max_pages) pages[i] = p.pt.p[n * p.pt.s0 + col * p.pt.s1];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i * BN < chunk) {
+        int k_off = -1, v_off = 0;
+        if (pages[i] >= 0 && pages[i] < p.k.num_pages) {
+          const int j = k_begin + i * BN + look_row;
+          const int row = j - (j / p.k.page_size) * p.k.page_size;
+          k_off = static_cast<int>(p.k.offset(pages[i], row, hk));
+          v_off = static_cast<int>(p.v.offset(pages[i], row, hk));
+        }
+        issue_tile(i, k_off, v_off, policy);
+      }
+      cp_commit();  // Q joins group 0
+    }
+  }
+  const int pos = len - 1;  // −1: padding sequence
+  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int nkeys = pos >= 0 ? pos - lo + 1 : 0;
+  if constexpr (!kV5) {
+    chunk = ((nkeys + p.splits - 1) / p.splits + BN - 1) / BN * BN;
+    k_begin = lo + split * chunk;
+  }
+  const int k_end = min(pos + 1, k_begin + chunk);
+  const int ntiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+
+  if (ntiles == 0) {
+    if constexpr (kQAsync) {
+      cp_commit();
+      cp_wait<0>();  // no copy (Q, v5's speculative tiles) left in flight into shared memory
+    }
+    for (int i = tid; i < gc * D; i += kTcThreads) {
+      const int h = h0 + i / D, d = i % D;
+      if (p.splits == 1) {
+        store_any(p.out, p.o_dtype, n * p.o_t + h * p.o_h + d, 0.0f);
+      } else if (d == 0) {
+        const int64_t ps = (static_cast<int64_t>(n) * p.Hq + h) * p.splits + split;
+        p.part_ml[ps * 2] = -INFINITY, p.part_ml[ps * 2 + 1] = 0.0f;
+      }
+    }
+    return;
+  }
+
   auto load_tile = [&](int i) {
     const int j0 = k_begin + i * BN;
     int k_off = -1, v_off = 0;  // element offsets: below 2^31 (tc_decode_reason)
@@ -524,9 +597,10 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
       q_s[swz<D>(r, d / 8) + d % 8] = from_f32<C>(x);
     }
   }
-  uint64_t policy = 0;
   int page_next = -1;  // v4: lane's page-table entry for tile i + S − 1, loaded during tile i − 1
-  if constexpr (kV4) {
+  if constexpr (kV5) {
+    page_next = look_up(S - 1);  // the prologue's tiles are in flight already
+  } else if constexpr (kV4) {
     policy = l2_evict_first_policy();
     int pages[S - 1];
 #pragma unroll
@@ -553,7 +627,23 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
 
   for (int i = 0; i < ntiles; ++i) {
     cp_wait<S - 2>();  // tile i landed (this thread's copies) ...
-    __syncthreads();   // ... everyone's; and every warp is done with tile i − 1's stage
+    if constexpr (kV5) {
+      // The prologue's tiles were copied before the length was known: their rows at or past
+      // k_end hold whatever the cache has there (unwritten rows may be NaN / Inf bit patterns,
+      // and P = 0 times NaN is NaN in the PV mma; masking the scores only covers K). The thread
+      // zeroes its own V chunks of those rows (its copies have landed; the barrier publishes).
+      if (i < S - 1 && k_begin + (i + 1) * BN > k_end) {
+        C* vz = kv_s + (i % S) * 2 * BN * D + BN * D;
+#pragma unroll
+        for (int it = 0; it < STEPS; ++it) {
+          const int c = tid + it * kTcThreads;
+          const int r = c / CH, ch = c % CH;
+          if (k_begin + i * BN + r >= k_end)
+            *reinterpret_cast<uint4*>(vz + swz<D>(r, ch)) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+    __syncthreads();  // ... everyone's; and every warp is done with tile i − 1's stage
     if constexpr (kV4) {
       if (i + S - 1 < ntiles) issue_looked_up(i + S - 1, page_next, policy);
       cp_commit();
@@ -589,7 +679,11 @@ __global__ void __launch_bounds__(kTcThreads) decode_tc_kernel(const AttnParams 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[nt][hr * 2 + e];
-          x = ok_s[st][warp * 16 + nt * 8 + c4 * 2 + e] ? x * p.scale_log2 : -INFINITY;
+          const int key = warp * 16 + nt * 8 + c4 * 2 + e;
+          bool present = ok_s[st][key];
+          // v5: the prologue's tiles were issued before the length was known.
+          if constexpr (kV5) present = present && k_begin + i * BN + key < k_end;
+          x = present ? x * p.scale_log2 : -INFINITY;
           mx = fmaxf(mx, x);
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -839,8 +933,8 @@ void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
 
 // The v4 merge: attn_merge_wide_kernel<true> launched with programmatic stream serialisation (it
 // may start while decode_tc_kernel<.., 4> runs and waits for it in griddepcontrol.wait), or as a
-// plain launch with HYBRID_ATTN_DECODE_PDL=0.
-void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
+// plain launch with HYBRID_ATTN_DECODE_PDL=0; early_load (v5): attn_merge_wide_kernel<true, true>.
+void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st, bool early_load = false) {
   static const bool pdl = !env_is_zero("HYBRID_ATTN_DECODE_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
@@ -852,7 +946,12 @@ void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
+  if (early_load)
+    HYBRID_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true, true>, p, static_cast<int>(D)));
+  else
+    HYBRID_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
 }
 
 // Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),
@@ -861,7 +960,9 @@ void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st) {
 // attn_decode.cuda_tc2; q 16-byte aligned).
 // attn_decode.cuda_tc3: v3 plus evict-first K/V copies, page lookups a tile ahead, the
 // page-table prefetch and the programmatic (early) launch of the merge.
-enum class Core { cuda_core, tensor_core, tensor_core_v3, tensor_core_v4 };
+// attn_decode.cuda_tc4 (v5): v4 with the split ranges from the shapes and the prologue's copies
+// issued before the length arrives (window 0, few (sequence, KV head) pairs).
+enum class Core { cuda_core, tensor_core, tensor_core_v3, tensor_core_v4, tensor_core_v5 };
 
 // Fills the fields shared by every attention launch and picks the split count from the shapes
 // (keys_max: the page-table capacity, or the window; the real lengths live on the device, so the
@@ -897,6 +998,9 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
     if (s == 1 || cost < best) best = cost, splits = s;
   }
   p.splits = static_cast<int>(splits);
+  // v5: keys per split from the shapes, whole tiles (splits ≤ keys_max / 64, so every chunk but
+  // possibly the last ones is non-empty).
+  p.chunk = static_cast<int>(((keys_max + splits - 1) / splits + kTcBN - 1) / kTcBN * kTcBN);
 }
 
 // Workspace bytes of the split partials (0 for one split).
@@ -925,6 +1029,9 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
       case Core::tensor_core_v4:
         launch_tc_dtype<kD, 4>(p, cache, st);
         break;
+      case Core::tensor_core_v5:
+        launch_tc_dtype<kD, 5>(p, cache, st);
+        break;
       default:
         launch_attn_d<kD>(p, cache, st);
         break;
@@ -942,8 +1049,8 @@ void launch_attention(AttnParams p, int64_t D, DType cache, void* ws, Core core,
       break;
   }
   if (p.splits > 1) {
-    if (core == Core::tensor_core_v4) {
-      launch_merge_v4(p, D, st);
+    if (core == Core::tensor_core_v4 || core == Core::tensor_core_v5) {
+      launch_merge_v4(p, D, st, core == Core::tensor_core_v5);
     } else if (core == Core::tensor_core_v3) {
       const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
       attn_merge_wide_kernel<false><<<grid, kMergeThreads, 0, st>>>(p, static_cast<int>(D));
@@ -1068,6 +1175,34 @@ void decode_tc3_cuda(const AttnDecode& a, Context& ctx) {
   decode_with(a, Core::tensor_core_v4, ctx);
 }
 
+// v5 (attn_decode.cuda_tc4) is on unless HYBRID_ATTN_DECODE_V5=0 (then v4 serves attn_decode).
+bool decode_v5_enabled() {
+  static const bool on = !env_is_zero("HYBRID_ATTN_DECODE_V5");
+  return on;
+}
+
+// What v5 refuses beyond v4: HYBRID_ATTN_DECODE_V5=0; a sliding window (the split ranges start at
+// the window's low end, which depends on the length); more (sequence, KV head, head chunk)
+// triples than a quarter of the SMs (B 32 / 128: v4's per-length plan already streams at
+// 3.9-4.3 TB/s there, and its chunks follow each sequence's length); key capacities past 2^30
+// (the split ranges reach splits · chunk <= keys_max + 64 · splits <= 2 · keys_max, in int).
+Reason decode_tc4_supports(const AttnDecode& a) {
+  if (!decode_v5_enabled()) return std::string("HYBRID_ATTN_DECODE_V5=0");
+  if (Reason r = decode_tc2_supports(a)) return r;  // v4's needs, not its switch
+  if (a.window > 0) return std::string("sliding window: v4 serves it");
+  const int64_t Hq = a.q.size(1), Hkv = a.k_cache.size(2);
+  const int64_t pairs = a.q.size(0) * Hkv * ((Hq / Hkv + kTcRows - 1) / kTcRows);
+  if (pairs * 4 > sm_count())
+    return "N*Hkv*chunks=" + std::to_string(pairs) + " > SMs/4: v4's per-length plan serves it";
+  if (a.k_cache.size(1) * a.page_table.size(1) > (int64_t{1} << 30))
+    return std::string("key capacity past 2^30");
+  return std::nullopt;
+}
+
+void decode_tc4_cuda(const AttnDecode& a, Context& ctx) {
+  decode_with(a, Core::tensor_core_v5, ctx);
+}
+
 Reason prefill_simple_supports(const AttnPrefill& a) {
   return dims_supported(a.q.size(2), a.k_cache);
 }
@@ -1141,6 +1276,8 @@ void register_attention_prefill_tc(Registry& r);
 void register_attention(Registry& r) {
   using namespace attn;
   r.add<KvAppend>("kv_append.cuda", DeviceType::cuda, 0, append_supports, append_cuda);
+  r.add<AttnDecode>("attn_decode.cuda_tc4", DeviceType::cuda, 40, decode_tc4_supports,
+                    decode_tc4_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc3", DeviceType::cuda, 30, decode_tc3_supports,
                     decode_tc3_cuda);
   r.add<AttnDecode>("attn_decode.cuda_tc2", DeviceType::cuda, 20, decode_tc2_supports,

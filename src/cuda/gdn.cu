@@ -150,6 +150,10 @@ struct GdnParams {
   int Hk = 0, Hv = 0, V = 0, K = 0;
   float scale = 1.0f;
   bool l2norm = false;
+  // v5 (gdn_warp_kernel<.., true>): an item's v values (kItemRows contiguous elements of the v
+  // row) can be copied into its stage: V a multiple of the item rows, v rows 16-byte aligned.
+  bool v_async = false;
+  bool cs_store = true;  // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
 };
 
 // The lane's KC columns of row `i` of a [rows, K] per-column parameter (RMSNorm weights, f32 or
@@ -683,7 +687,7 @@ constexpr int kWarpStages = 3;
 template <class S>
 constexpr int kWarpRows = sizeof(S) == 2 ? 4 : 2;  // R: a 4 KiB item at K = 128
 
-template <int LPR, int KC, int R, class In, class S>
+template <int LPR, int KC, int R, class In, class S, bool kV5 = false>
 struct WarpTile {
   using L = Layout<LPR, KC, S, R>;
   static_assert(L::W * sizeof(S) == 16, "v4 needs 16-byte state chunks (K >= 64)");
@@ -693,7 +697,14 @@ struct WarpTile {
   static constexpr int kPiece = L::W * static_cast<int>(sizeof(In));  // a lane's W q columns
   static constexpr int kTokOffset = kChunks * 32 * 16;  // state chunks [kChunks][32 lanes]
   static constexpr int kRowBytes = kChunksPerRow * LPR * kPiece;  // q (or k): K·sizeof(In)
-  static constexpr int kStageBytes = kTokOffset + 2 * kRowBytes;
+  // v5: the item's v values after the q / k pieces, in kVPieces copies of kVPiece bytes.
+  static constexpr int kVOffset = kTokOffset + 2 * kRowBytes;
+  static constexpr int kVBytes = kItemRows * static_cast<int>(sizeof(In));
+  static constexpr int kVPiece = kVBytes < 16 ? kVBytes : 16;
+  static constexpr int kVPieces = kVBytes / kVPiece;
+  static_assert(kVPiece == 8 || kVPiece == 16, "v piece of 8 or 16 bytes");
+  static_assert(kVPieces <= 32 && kVPieces * kVPiece == kVBytes, "one v piece per lane");
+  static constexpr int kStageBytes = kVOffset + (kV5 ? (kVBytes + 15) / 16 * 16 : 0);
   // After the stages: the head run's q̂ and k̂ (f32), [2][KC / 4][LPR] float4, written by the
   // first row group and read by every lane of the same `sub` (registers would keep 2·KC values
   // live across the general path, which then spills at R = 4).
@@ -713,6 +724,24 @@ __device__ __forceinline__ void cp_async_piece(void* dst, const void* src) {
 #pragma unroll
     for (int i = 0; i < kBytes / 16; ++i)
       cp_async16(static_cast<char*>(dst) + 16 * i, static_cast<const char*>(src) + 16 * i);
+  }
+}
+
+// v5 write-back: the lane's KC elements of a row by 16-byte st.global.cs (streaming: the pool row
+// is not read again by this kernel, so its lines are the first L2 victims, not the stream's).
+template <int LPR, int KC, class S>
+__device__ __forceinline__ void store_row_cs(S* row, int sub, const float (&r)[KC]) {
+  using L = Layout<LPR, KC, S>;
+  static_assert(L::W * sizeof(S) == 16, "16-byte chunks");
+#pragma unroll
+  for (int j = 0; j < KC / L::W; ++j) {
+    uint4 u;
+    S* e = reinterpret_cast<S*>(&u);
+#pragma unroll
+    for (int i = 0; i < L::W; ++i) e[i] = from_f32<S>(r[j * L::W + i]);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(row + L::col(sub, j * L::W)),
+                 "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                 : "memory");
   }
 }
 
@@ -746,11 +775,18 @@ __device__ __forceinline__ bool seq_fast(const GdnParams& p, const SeqMeta& m) {
   return m.slot >= 0 && m.eos - m.bos == 1 && !p.states_per_token;
 }
 
-template <Mode mode, int LPR, int KC, int R, class In, class S>
+// kV5 (gdn_recurrent.cuda_warp2 / gdn_prep_step.cuda_warp2): the only global loads v4 waits on in
+// the item loop on the fast path are the v values of the thread's rows (issued at the top of the
+// item, consumed by the update: a full L2 / DRAM round trip per item, ~1-2 µs under load, while
+// the item's state landed one to two items earlier) and, once per head run, the gates. v5 copies
+// the item's v values (kItemRows contiguous elements, 16-32 B) into its stage with the state and
+// the q / k pieces, kWarpStages items ahead (p.v_async; else v4's loads), so the fast path waits
+// only on cp.async groups; the state rows are written back with st.global.cs.
+template <Mode mode, int LPR, int KC, int R, class In, class S, bool kV5 = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     gdn_warp_kernel(const GdnParams p, const int items, const int tiles) {
   using L = Layout<LPR, KC, S, R>;
-  using WT = WarpTile<LPR, KC, R, In, S>;
+  using WT = WarpTile<LPR, KC, R, In, S, kV5>;
   constexpr int W = L::W, CPR = WT::kChunksPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -796,6 +832,14 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
             cp_async16(st + ((r * CPR + cc) * 32 + lane) * 16,
                        head + row * p.st_row + L::col(sub, cc * W));
         }
+      }
+    }
+    if constexpr (kV5) {
+      if (p.v_async && lane < WT::kVPieces && seq_fast<mode>(p, m)) {
+        const In* vsrc = v_row(m.bos, hv) + tile * WT::kItemRows;  // V % kItemRows == 0
+        cp_async_piece<WT::kVPiece>(
+            st + WT::kVOffset + lane * WT::kVPiece,
+            reinterpret_cast<const unsigned char*>(vsrc) + lane * WT::kVPiece);
       }
     }
     if (lane < LPR && seq_fast<mode>(p, m) && (item == begin || key != (item - 1) / tiles)) {
@@ -851,11 +895,14 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     float q[KC], k[KC];  // q̂ (scale folded in) and k̂, the lane's columns
 #pragma unroll
     for (int c = 0; c < KC; ++c) q[c] = 0.0f, k[c] = 0.0f;
+    const bool v_staged = kV5 && p.v_async;  // v5: the v values come with the stage
     if (fast) {
-      const In* vrow = v_row(t, hv);
+      if (!v_staged) {
+        const In* vrow = v_row(t, hv);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (valid[r]) vr[r] = to_f32(vrow[row0 + r * L::kGroupRows]);
+        for (int r = 0; r < R; ++r)
+          if (valid[r]) vr[r] = to_f32(vrow[row0 + r * L::kGroupRows]);
+      }
       if (new_head) {
         if (mode == Mode::prep) {
           g_or_a = p.a_raw.at(t, hv), b_in = p.b_raw.at(t, hv);
@@ -883,6 +930,11 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 #pragma unroll
         for (int c = 0; c < KC; ++c) s[r][c] = 0.0f;
       }
+    }
+    if (fast && v_staged) {
+      const In* vs = reinterpret_cast<const In*>(st + WT::kVOffset);
+#pragma unroll
+      for (int r = 0; r < R; ++r) vr[r] = to_f32(vs[r * L::kGroupRows + group_row]);
     }
     float qq = 0.0f, kk = 0.0f;
     if (fast && !new_head) {
@@ -981,7 +1033,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         const int row = row0 + r * L::kGroupRows;
         if (valid[r]) {
           if (lead) out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
-          store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
+          if (kV5 && p.cs_store)
+            store_row_cs<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
+          else
+            store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
         }
       }
     } else if (m.slot < 0) {
@@ -1197,8 +1252,18 @@ void dispatch_k_warp(int64_t K, Body&& body) {
 }
 
 // A persistent grid of 4-warp blocks (as many as fit: 3-4 per SM), capped at one item a warp.
-template <Mode mode>
-void launch_warp(const GdnParams& p, DType in, DType state, int64_t N, Context& ctx) {
+// v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (to time it apart from the staged
+// v values in one run; shared with ssm_step.cuda_warp2).
+bool decode_v5_cs_stores() {
+  static const bool on = !env_is_zero("HYBRID_DECODE_V5_CS");
+  return on;
+}
+
+// kV5: gdn_warp_kernel<.., true>; v_rows_aligned: every v row (v, or conv_out's v segments) starts
+// 16-byte aligned (p.v_async then also needs V % kItemRows == 0).
+template <Mode mode, bool kV5 = false>
+void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
+                 bool v_rows_aligned = false) {
   if (N == 0) return;
   dispatch_k_warp(p.K, [&](auto lpr, auto kc) {
     dispatch_in_state(in, state, [&](auto tin, auto ts) {
@@ -1206,10 +1271,12 @@ void launch_warp(const GdnParams& p, DType in, DType state, int64_t N, Context& 
       using TS = decltype(ts);
       using TIn = decltype(tin);
       constexpr int R = kWarpRows<TS>;
-      using WT = WarpTile<LPR, KC, R, TIn, TS>;
+      using WT = WarpTile<LPR, KC, R, TIn, TS, kV5>;
       const int tiles = (p.V + WT::kItemRows - 1) / WT::kItemRows;
       const int64_t items = N * p.Hv * tiles;
-      auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS>;
+      p.v_async = kV5 && v_rows_aligned && p.V % WT::kItemRows == 0;
+      p.cs_store = decode_v5_cs_stores();
+      auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5>;
       constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
       const int64_t blocks =
           persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
@@ -1226,9 +1293,11 @@ void launch_warp(const GdnParams& p, DType in, DType state, int64_t N, Context& 
 // conv_out) that are not 16-byte aligned (their pieces are cp.async copies), more than 2^31 − 1
 // items, devices before sm_80 (cp.async).
 Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
-                     std::initializer_list<const Tensor*> token_rows) {
-  static const bool off = env_is_zero("HYBRID_GDN_DECODE_V4");
-  if (off) return std::string("HYBRID_GDN_DECODE_V4=0");
+                     std::initializer_list<const Tensor*> token_rows, bool v5 = false) {
+  // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
+  static const bool v4_off = env_is_zero("HYBRID_GDN_DECODE_V4");
+  static const bool v5_off = env_is_zero("HYBRID_GDN_DECODE_V5");
+  if (v5 ? v5_off : v4_off) return std::string(v5 ? "HYBRID_GDN_DECODE_V5=0" : "HYBRID_GDN_DECODE_V4=0");
   if (K != 64 && K != 128 && K != 256) return str("K=", K, " not in {64, 128, 256}");
   for (const Tensor* t : token_rows) {
     const size_t esz = dtype_size(t->dtype());
@@ -1332,6 +1401,26 @@ void recurrent_warp_cuda(const GdnRecurrent& a, Context& ctx) {
   launch_warp<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
+// v5 (gdn_recurrent.cuda_warp2): what v4 serves, under HYBRID_GDN_DECODE_V5 instead of _V4. The v
+// values ride in the stages when the v rows are 16-byte aligned (else v4's loads, same kernel).
+Reason recurrent_warp2_supports(const GdnRecurrent& a) {
+  if (Reason r = recurrent_supports(a)) return r;
+  return warp_supports(a.q.size(2), a.state_slots.size(0), a.v.size(1), a.v.size(2),
+                       a.state.dtype(), {&a.q, &a.k}, true);
+}
+
+void recurrent_warp2_cuda(const GdnRecurrent& a, Context& ctx) {
+  GdnParams p = token_params(a);
+  p.has_initial =
+      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
+  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  const size_t esz = dtype_size(a.v.dtype());
+  const bool v_aligned =
+      aligned16(a.v) && (a.v.stride(0) * esz) % 16 == 0 && (a.v.stride(1) * esz) % 16 == 0;
+  launch_warp<Mode::recurrent, true>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx,
+                                     v_aligned);
+}
+
 // ---- gdn_prep_chunk / gdn_prep_step ---------------------------------------------------------
 
 template <class Args>
@@ -1405,6 +1494,33 @@ void prep_step_warp_cuda(const GdnPrepStep& a, Context& ctx) {
   p.cu_seqlens = nullptr;
   p.slots = a.state_slots.data_as<const int>();
   launch_warp<Mode::prep>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
+}
+
+// v5 (gdn_prep_step.cuda_warp2): what v4 serves, under HYBRID_GDN_DECODE_V5.
+Reason prep_step_warp2_supports(const GdnPrepStep& a) {
+  static const bool off = env_is_zero("HYBRID_GDN_DECODE_V5");
+  if (off) return std::string("HYBRID_GDN_DECODE_V5=0");
+  if (Reason r = prep_supports(a)) return r;
+  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
+    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
+        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
+      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  return warp_supports(a.q_norm_weight.size(1), a.state_slots.size(0), a.y.size(1), a.y.size(2),
+                       a.state.dtype(), {&a.conv_out}, true);
+}
+
+void prep_step_warp2_cuda(const GdnPrepStep& a, Context& ctx) {
+  GdnParams p;
+  prep_params(a, p);
+  p.cu_seqlens = nullptr;
+  p.slots = a.state_slots.data_as<const int>();
+  // v rows of token t: conv_out + t·conv_t + 2·Hk·K + hv·V (conv_out rows 16-byte aligned:
+  // warp_supports).
+  const size_t esz = dtype_size(a.conv_out.dtype());
+  const bool v_aligned = (2 * static_cast<size_t>(p.Hk) * p.K * esz) % 16 == 0 &&
+                         (static_cast<size_t>(p.V) * esz) % 16 == 0;
+  launch_warp<Mode::prep, true>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx,
+                                v_aligned);
 }
 
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------
@@ -1500,6 +1616,11 @@ void register_gdn(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_GDN_DECODE_V4=0
   // turns it off), v3 (shared-memory streaming by blocks, bf16 pools); the v2 kernels below stay
   // as fallbacks.
+  // v5 (v4 with the v values in the stages and streaming write-back; HYBRID_GDN_DECODE_V5=0).
+  r.add<GdnRecurrent>("gdn_recurrent.cuda_warp2", DeviceType::cuda, 3, recurrent_warp2_supports,
+                      recurrent_warp2_cuda);
+  r.add<GdnPrepStep>("gdn_prep_step.cuda_warp2", DeviceType::cuda, 3, prep_step_warp2_supports,
+                     prep_step_warp2_cuda);
   r.add<GdnRecurrent>("gdn_recurrent.cuda_warp", DeviceType::cuda, 2, recurrent_warp_supports,
                       recurrent_warp_cuda);
   r.add<GdnPrepStep>("gdn_prep_step.cuda_warp", DeviceType::cuda, 2, prep_step_warp_supports,

@@ -2669,8 +2669,8 @@ void tc_v8_cuda(const GdnChunkPrefill& a, Context& ctx) {
 // HYBRID_GDN_CHUNK_V8=0 refuses every call (to test and time cuda_tc_v7 beside it).
 Reason tc_v8_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
-  const char* off = std::getenv("HYBRID_GDN_CHUNK_V8");
-  if (off && std::string(off) == "0") return std::string("v8: turned off by HYBRID_GDN_CHUNK_V8=0");
+  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_V8");
+  if (off) return std::string("v8: turned off by HYBRID_GDN_CHUNK_V8=0");
   return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).

@@ -1372,8 +1372,8 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
 
 // HYBRID_LINEAR_Q_V5=0 refuses v5 (v4 and the older variants then run).
 Reason linear_q_gemv_v5_supports(const LinearQ& a) {
-  const char* env = std::getenv("HYBRID_LINEAR_Q_V5");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return std::string("HYBRID_LINEAR_Q_V5=0");
+  static const bool off = env_is_zero("HYBRID_LINEAR_Q_V5");
+  if (off) return std::string("HYBRID_LINEAR_Q_V5=0");
   const DType xt = a.x.dtype(), st = a.w.scales.dtype();
   const int64_t T = a.x.size(0), in = a.x.size(1);
   const int gs = a.w.group_size;
@@ -1424,16 +1424,19 @@ void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
     p.parts *= 2;
   // Tuning switches for a timing run (not needed for correctness): HYBRID_LINEAR_Q_V5_PARTS = 1,
   // 2, 4 or 8 (taken when the part keeps whole steps), HYBRID_LINEAR_Q_V5_PREFETCH = 0..8 steps.
-  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PARTS")) {
-    const int want = std::atoi(env);
-    if ((want == 1 || want == 2 || want == 4 || want == 8) && spans % (kV5Batch * want) == 0)
-      p.parts = want;
-  }
-  p.prefetch = kV5PrefetchSteps;
-  if (const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PREFETCH")) {
-    const int want = std::atoi(env);
-    if (want >= 0 && want <= 8) p.prefetch = want;
-  }
+  // Read once per process (this runs on every launch); -1 = not set.
+  static const int want_parts = [] {
+    const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PARTS");
+    return env ? std::atoi(env) : -1;
+  }();
+  static const int want_prefetch = [] {
+    const char* env = std::getenv("HYBRID_LINEAR_Q_V5_PREFETCH");
+    return env ? std::atoi(env) : -1;
+  }();
+  if ((want_parts == 1 || want_parts == 2 || want_parts == 4 || want_parts == 8) &&
+      spans % (kV5Batch * want_parts) == 0)
+    p.parts = want_parts;
+  p.prefetch = (want_prefetch >= 0 && want_prefetch <= 8) ? want_prefetch : kV5PrefetchSteps;
   const int64_t tgroups = (tiles + kV5Warps / p.parts - 1) / (kV5Warps / p.parts);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>(tgroups, int64_t{sm_count()} * per_sm));

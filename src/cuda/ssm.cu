@@ -67,6 +67,8 @@ struct RecParams {
   Arg dBx_log;    // [T, H, P, N]  (record: written; replay: read)
   Arg state_out;  // [seqs, H, P, N] (record, optional)
   int H = 0, P = 0, N = 0;
+  bool xz_async = false;  // ssm_warp_kernel<.., true>: x, z of an item copied into its stage
+  bool cs_store = true;   // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
 };
 
 // The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
@@ -445,6 +447,32 @@ __global__ void __launch_bounds__(kRecThreads, 3)
   }
 }
 
+// v5 helpers: bytes of a float dtype on the device; an 8-byte cp.async (both addresses 8-byte
+// aligned); the lane's NC elements of a row by 16-byte st.global.cs (the pool row is not read
+// again by this kernel: its lines should be the first L2 victims, not the stream's).
+__device__ __forceinline__ int dtype_size_dev(DType d) {
+  return d == DType::f32 ? 4 : 2;  // xz_async admits f32, bf16, f16 only
+}
+__device__ __forceinline__ void cp_async_8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+}
+template <int LPR, int NC, class St>
+__device__ __forceinline__ void store_row_cs(St* row, int sub, const float (&r)[NC]) {
+  using L = RecLayout<LPR, NC, true, St>;
+  static_assert(L::W * sizeof(St) == 16, "16-byte chunks");
+#pragma unroll
+  for (int j = 0; j < NC / L::W; ++j) {
+    uint4 u;
+    St* e = reinterpret_cast<St*>(&u);
+#pragma unroll
+    for (int i = 0; i < L::W; ++i) e[i] = from_f32<St>(r[j * L::W + i]);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(row + L::col(sub, j * L::W)),
+                 "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                 : "memory");
+  }
+}
+
 // ---- v4: persistent warps, each streaming its own run of items (ssm_step.cuda_warp) ----------
 //
 // v3 (75% of copy at B 256 f32) has 3 processors (blocks) per SM, a block barrier per 16 KiB
@@ -464,24 +492,34 @@ constexpr int kWarpStages = 3;
 template <class St>
 constexpr int kWarpRows = sizeof(St) == 2 ? 4 : 2;  // R: a 4 KiB item at N = 128
 
-template <int LPR, int NC, int R, class St>
+template <int LPR, int NC, int R, class St, bool kV5 = false>
 struct SsmWarpTile {
   using L = RecLayout<LPR, NC, true, St>;
   static_assert(L::W * sizeof(St) == 16, "v4 needs 16-byte state chunks");
   static constexpr int kChunksPerRow = NC / L::W;
   static constexpr int kChunks = R * kChunksPerRow;  // a lane's 16-byte chunks of an item
   static constexpr int kGroupRows = 32 / LPR;
-  static constexpr int kItemRows = kGroupRows * R;       // rows of an item
-  static constexpr int kStageBytes = kChunks * 32 * 16;  // [kChunks][32 lanes] 16-byte chunks
+  static constexpr int kItemRows = kGroupRows * R;  // rows of an item
+  // v5: the item's x and z values (kItemRows elements each, 2- or 4-byte dtypes) after the
+  // state chunks, in 8-byte cp.async pieces (x by lanes 0.., z by lanes 16..).
+  static constexpr int kXZOffset = kChunks * 32 * 16;  // [kChunks][32 lanes] 16-byte chunks
+  static constexpr int kXZMax = kItemRows * 4;         // bytes of one of x, z at most
+  static_assert(kItemRows * 2 >= 8 && kXZMax / 8 <= 16, "x, z: 1..16 pieces of 8 bytes");
+  static constexpr int kStageBytes = kXZOffset + (kV5 ? (2 * kXZMax + 15) / 16 * 16 : 0);
   // After the stages: the run's B and C (f32), [2][NC / 4][LPR] float4.
   static constexpr int kCacheOffset = kWarpStages * kStageBytes;
   static constexpr int kWarpBytes = kCacheOffset + 2 * NC * LPR * 4;
 };
 
-template <int LPR, int NC, int R, class St>
+// v5 (kV5, ssm_step.cuda_warp2): v4 waits in every item on the x and z loads of the thread's rows
+// (issued at the top of the item, consumed after the stage wait: a full round trip per item
+// while the item's state landed items earlier). v5 copies the item's x and z values into its
+// stage with the state, kWarpStages items ahead (p.xz_async: rows of x / z 8-byte aligned, P a
+// multiple of the item rows; else v4's loads), and writes the state back with st.global.cs.
+template <int LPR, int NC, int R, class St, bool kV5 = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     ssm_warp_kernel(const RecParams p, const int items, const int tiles) {
-  using WT = SsmWarpTile<LPR, NC, R, St>;
+  using WT = SsmWarpTile<LPR, NC, R, St, kV5>;
   using L = typename WT::L;
   constexpr int W = L::W, CPR = WT::kChunksPerRow, kGroupRows = WT::kGroupRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -514,6 +552,22 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
                      head + row * p.st_p + L::col(sub, cc * W));
       }
     }
+    if constexpr (kV5) {
+      if (p.xz_async) {
+        const int seq = key / H;
+        const int row = tile * WT::kItemRows;  // P % kItemRows == 0
+        const bool is_z = lane >= 16;
+        const Arg& a = is_z ? in.z : in.x;
+        const int piece = lane % 16;
+        const int bytes = WT::kItemRows * static_cast<int>(dtype_size_dev(a.dt));
+        if (a.p != nullptr && piece * 8 < bytes) {
+          const unsigned char* src =
+              static_cast<const unsigned char*>(a.p) +
+              (int64_t{seq} * a.s0 + int64_t{h} * a.s1 + row) * dtype_size_dev(a.dt) + piece * 8;
+          cp_async_8(st + WT::kXZOffset + (is_z ? WT::kXZMax : 0) + piece * 8, src);
+        }
+      }
+    }
   };
 
 #pragma unroll
@@ -544,12 +598,14 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 #pragma unroll
     for (int r = 0; r < R; ++r) valid[r] = row0 + r * kGroupRows < P;
 
-    // The token's inputs, independent of the state: in flight during the stage wait.
+    // The token's inputs, independent of the state: in flight during the stage wait (v5 with
+    // p.xz_async: in the stage, read after it).
+    const bool xz_staged = kV5 && p.xz_async;
     float xv[R], zv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int prow = row0 + r * kGroupRows;
-      const bool use = slot >= 0 && valid[r];
+      const bool use = slot >= 0 && valid[r] && !xz_staged;
       xv[r] = use ? in.x_at(t, h, prow) : 0.0f;
       zv[r] = use && in.z.p ? load_any(in.z.p, in.z.dt, t * in.z.s0 + h * in.z.s1 + prow) : 0.0f;
     }
@@ -578,6 +634,15 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       } else {
 #pragma unroll
         for (int c = 0; c < NC; ++c) s[r][c] = 0.0f;
+      }
+    }
+    if (xz_staged && slot >= 0) {
+      const unsigned char* xz = st + WT::kXZOffset;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int local = r * kGroupRows + group_row;  // the row within the item
+        xv[r] = load_any(xz, in.x.dt, local);
+        zv[r] = in.z.p ? load_any(xz + WT::kXZMax, in.z.dt, local) : 0.0f;
       }
     }
     if (slot >= 0 && !new_head) {
@@ -639,7 +704,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         if (in.z.p) y *= zv[r] / (1.0f + expf(-zv[r]));
         in.store_y(t, h, prow, y);
       }
-      store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
+      if (kV5 && p.cs_store)
+        store_row_cs<LPR, NC, St>(pool + prow * p.st_p, sub, s[r]);
+      else
+        store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
     }
   }
 }
@@ -804,9 +872,11 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
 // / v2 run and be timed beside it), N not in {32, 64, 128, 256}, pool rows not 16-byte aligned,
 // B / C rows that are not 16-byte aligned with unit column stride (vector loads), more than
 // 2^31 − 1 items, devices before sm_80 (cp.async). Unlike v3 the pool rows need not be packed.
-Reason step_warp_supports(const SsmStep& a) {
-  static const bool off = env_is_zero("HYBRID_SSM_STEP_V4");
-  if (off) return std::string("HYBRID_SSM_STEP_V4=0");
+Reason warp_supports_for(const SsmStep& a, bool v5) {
+  // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
+  static const bool v4_off = env_is_zero("HYBRID_SSM_STEP_V4");
+  static const bool v5_off = env_is_zero("HYBRID_SSM_STEP_V5");
+  if (v5 ? v5_off : v4_off) return std::string(v5 ? "HYBRID_SSM_STEP_V5=0" : "HYBRID_SSM_STEP_V4=0");
   if (Reason r = step_supports(a)) return r;
   const int64_t N = a.B.size(2);
   if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");
@@ -826,7 +896,20 @@ Reason step_warp_supports(const SsmStep& a) {
   return {};
 }
 
-void step_warp_cuda(const SsmStep& a, Context& ctx) {
+// v5: x and z (when given) of f32 / bf16 / f16 with unit element stride and 8-byte aligned rows
+// (base and the two outer strides) can be copied into the stages by 8-byte cp.async.
+bool xz_rows_aligned(const Tensor& t) {
+  if (!t.defined()) return true;
+  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16) return false;
+  const size_t esz = dtype_size(t.dtype());
+  return t.stride(2) == 1 && reinterpret_cast<uintptr_t>(t.data()) % 8 == 0 &&
+         (t.stride(0) * esz) % 8 == 0 && (t.stride(1) * esz) % 8 == 0;
+}
+
+template <bool kV5>
+void launch_step_warp(const SsmStep& a, Context& ctx) {
+  // v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (as gdn.cu's v5).
+  static const bool cs_stores = !env_is_zero("HYBRID_DECODE_V5_CS");
   RecParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -840,10 +923,13 @@ void step_warp_cuda(const SsmStep& a, Context& ctx) {
         constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
         using TS = decltype(ts);
         constexpr int R = kWarpRows<TS>;
-        using WT = SsmWarpTile<LPR, NC, R, TS>;
+        using WT = SsmWarpTile<LPR, NC, R, TS, kV5>;
         const int tiles = (p.P + WT::kItemRows - 1) / WT::kItemRows;
         const int64_t items = seqs * p.H * tiles;
-        auto* kernel = ssm_warp_kernel<LPR, NC, R, TS>;
+        p.xz_async =
+            kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
+        p.cs_store = cs_stores;
+        auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5>;
         constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
         const int64_t blocks =
             persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
@@ -854,6 +940,24 @@ void step_warp_cuda(const SsmStep& a, Context& ctx) {
       }
     });
   });
+}
+
+Reason step_warp_supports(const SsmStep& a) {
+  return warp_supports_for(a, false);
+}
+
+void step_warp_cuda(const SsmStep& a, Context& ctx) {
+  launch_step_warp<false>(a, ctx);
+}
+
+// v5 (ssm_step.cuda_warp2): what v4 serves, under HYBRID_SSM_STEP_V5 instead of _V4; x / z that
+// fail xz_rows_aligned take v4's loads inside the same kernel.
+Reason step_warp2_supports(const SsmStep& a) {
+  return warp_supports_for(a, true);
+}
+
+void step_warp2_cuda(const SsmStep& a, Context& ctx) {
+  launch_step_warp<true>(a, ctx);
 }
 
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
@@ -898,6 +1002,7 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 void register_ssm(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_SSM_STEP_V4=0 turns
   // it off), v3 (shared-memory streaming by blocks); the v2 kernel below stays as the fallback.
+  r.add<SsmStep>("ssm_step.cuda_warp2", DeviceType::cuda, 3, step_warp2_supports, step_warp2_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp", DeviceType::cuda, 2, step_warp_supports, step_warp_cuda);
   r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,
                  step_stream_cuda);

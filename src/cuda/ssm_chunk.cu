@@ -1824,8 +1824,8 @@ Reason scan_v3_supports(const SsmChunkScan& a) {
 // v6 = v3 with v6_state_kernel<N> (pipelined tile loads) and v6_out_kernel<N> (fewer instructions
 // around the output MMAs); same grids and workspace. HYBRID_SSM_CHUNK_V6=0 turns it off (v3 runs).
 Reason scan_v6_supports(const SsmChunkScan& a) {
-  const char* v = std::getenv("HYBRID_SSM_CHUNK_V6");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return std::string("HYBRID_SSM_CHUNK_V6=0");
+  static const bool off = env_is_zero("HYBRID_SSM_CHUNK_V6");
+  if (off) return std::string("HYBRID_SSM_CHUNK_V6=0");
   return scan_v2_supports(a);
 }
 

@@ -94,6 +94,14 @@ struct AttnCase : Case {
   bool strided = false;      // q, k, v are views into a packed [T, (Hq + 2·Hkv)·D + 8] projection
   bool q_unaligned = false;  // with strided: q starts one element in (not 16-byte aligned)
   bool varlen = false;       // append: with cu_seqlens (else one token per sequence)
+  // Page-table columns past the longest sequence's pages; with stale_tail, every entry past a
+  // sequence's own pages holds a valid (stale) page id instead of -1 (the contract lets them hold
+  // anything): a kernel that reads keys past the length must mask them.
+  int64_t spare_cols = 0;
+  bool stale_tail = false;
+  // Every cache row that holds no sequence's key (rows past a length in its last page, spare
+  // pages) is NaN: a kernel that copies such rows must zero or skip them (0 · NaN = NaN).
+  bool nan_tail = false;
 
   // Derived in init.
   int64_t N = 0, T = 0, S = 0, max_pages = 0, num_pages = 0;
@@ -118,6 +126,9 @@ struct AttnCase : Case {
     p += str(",act=", dtype_name(act), ",cache=", dtype_name(cache));
     if (strided) p += ",strided";
     if (q_unaligned) p += ",q_unaligned";
+    if (spare_cols) p += str(",spare_cols=", spare_cols);
+    if (stale_tail) p += ",stale_tail";
+    if (nan_tail) p += ",nan_tail";
     return p;
   }
 
@@ -140,7 +151,7 @@ struct AttnCase : Case {
     T = static_cast<int64_t>(row_seq.size());
     const int64_t max_len = *std::max_element(lens.begin(), lens.end());
     S = page_size ? page_size : max_len + 5;
-    max_pages = page_size ? (max_len + S - 1) / S + 1 : 1;
+    max_pages = page_size ? (max_len + S - 1) / S + 1 + spare_cols : 1;
     int64_t used = 0;
     for (int64_t len : lens) used += (len + S - 1) / S;
     num_pages = used + 3;  // spare pages hold stale values nobody may read
@@ -160,6 +171,9 @@ struct AttnCase : Case {
         const int32_t page = ids[next++];
         if ((j + 1) * S > first_key) table[n * max_pages + j] = page;
       }
+      if (stale_tail)
+        for (int64_t j = (lens[n] + S - 1) / S; j < max_pages; ++j)
+          table[n * max_pages + j] = ids[(n * 7 + j) % num_pages];
     }
   }
 
@@ -184,6 +198,18 @@ struct AttnCase : Case {
       Slot& c = cache_role == Role::in ? s.input(name, cache, {num_pages, S, Hkv, D})
                                        : s.inout(name, cache, {num_pages, S, Hkv, D});
       fill_normal(c, rng);
+      if (nan_tail) {
+        std::vector<bool> live(num_pages * S, false);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < (lens[n] + S - 1) / S; ++j) {
+            const int32_t page = table[n * max_pages + j];
+            for (int64_t r = 0; page >= 0 && r < S && j * S + r < lens[n]; ++r)
+              live[page * S + r] = true;
+          }
+        for (int64_t pr = 0; pr < num_pages * S; ++pr)
+          if (!live[pr])
+            for (int64_t e = 0; e < Hkv * D; ++e) c.set(pr * Hkv * D + e, std::nan(""));
+      }
     }
     fill_values(s.input("page_table", DType::i32, {N, max_pages}),
                 std::vector<double>(table.begin(), table.end()));
@@ -637,6 +663,36 @@ void add_attention_cases(CaseList& cases) {
     c = make(Mode::decode, {2500, 70, 0}, qwen3_next, 16, bf16, bf16);
     c->strided = true;
     c->q_unaligned = true;
+    cases.push_back(std::move(c));
+  }
+
+  // attn_decode.cuda_tc4 (v5: split ranges from the table capacity, the first tiles' copies issued
+  // before the length is read, keys past it masked): few (sequence, KV head) pairs with table
+  // rows much longer than the sequences and stale page ids past them. B 1 at D 256 with a partial
+  // last page and splits wholly past the length (their speculative tiles hold stale keys) and one
+  // split ending one key into its first tile; D 128 with page 7 (the split count, 47, divides
+  // neither the pages nor the tiles); a padding sequence beside a long one (f16); GQA 24 (two
+  // head chunks, the second of 8 heads) at D 64.
+  {
+    auto c = make(Mode::decode, {20001}, qwen3_next, 16, bf16, bf16);
+    c->spare_cols = 700, c->stale_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {3001}, gqa8, 7, bf16, bf16);
+    c->stale_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {0, 9000}, qwen3_next, 16, f16, f16);
+    c->spare_cols = 100, c->stale_tail = true;
+    cases.push_back(std::move(c));
+    // Unwritten cache rows as NaN: the partial last page's rows past the length reach the
+    // speculative tiles' V (D 256: 20001 = 1250 pages + 1 key).
+    c = make(Mode::decode, {20001}, qwen3_next, 16, bf16, bf16);
+    c->spare_cols = 700, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {3001}, gqa8, 7, f16, f16);
+    c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::decode, {4000}, Shape{48, 2, 64}, 32, bf16, bf16);
+    c->spare_cols = 40, c->stale_tail = true;
     cases.push_back(std::move(c));
   }
 

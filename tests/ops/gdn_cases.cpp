@@ -873,6 +873,18 @@ void add_gdn_cases(CaseList& cases) {
                                                std::nullopt, false, false));
   }
 
+  // Decode v5 (gdn_recurrent.cuda_warp2 / gdn_prep_step.cuda_warp2: the item's v values copied
+  // into its stage): K = 256 (16 lanes a row, 2 rows a warp step), where an f32 pool's item is 4
+  // rows, so its v values are one 8-byte cp.async piece (bf16) or one 16-byte piece (f32), over
+  // one-token sequences with a padding slot. (K = 128 cases above take the 16- and 32-byte
+  // pieces; V = 100 and the packed conv views take v4's register loads inside v5.)
+  for (DType act : {bf16, f32})
+    cases.push_back(make_unique<RecurrentCase>(Heads{1, 2, 256, 64},
+                                               Batch{{1, 1, 1}, {2, -1, 0}, {}, 3}, act, f32, true,
+                                               std::nullopt, false, false));
+  cases.push_back(
+      make_unique<PrepStepCase>(Heads{1, 2, 256, 64}, std::vector<int>{1, -1, 0}, 2, bf16, f32));
+
   // The v2 fallback (gdn_recurrent.cuda) at real shapes: a pool whose rows are not packed (row
   // stride K + 8: still 16-byte aligned for both dtypes), B = 64 with padding slots.
   for (DType st : {f32, bf16}) {

@@ -715,6 +715,16 @@ void add_ssm_cases(CaseList& cases) {
   }
   for (const Shape& sh : {Shape{4, 8, 32, 2}, Shape{2, 6, 256, 1}, Shape{3, 40, 64, 3}})
     for (const Opts& o : {all, bf16_state}) add(new StepCase(sh, o, {1, -1, 0}, 2));
+  // Decode v5 (ssm_step.cuda_warp2: the item's x, z copied into its stage): N = 256 with P = 8, so
+  // an f32 pool's item is 4 rows and x / z of 2-byte dtypes are one 8-byte piece each (bf16 with
+  // z, f16 without; f32 with z: 16 bytes; a bf16 pool: 8 rows); P = 64 / 40 above take 16- to
+  // 64-byte runs, P = 6 and P = 40 with a bf16 pool take v4's loads inside v5.
+  {
+    Opts bf16_act_z = all;
+    bf16_act_z.act = DType::bf16;
+    for (const Opts& o : {all, bf16, f16, bf16_act_z})
+      add(new StepCase(Shape{2, 8, 256, 1}, o, {1, -1, 0}, 2));
+  }
   // Decode v3 (ssm_step.cuda_stream: persistent blocks over (tile, head, sequence) items, the
   // pool streamed through shared memory): real shapes at B = 64 with padding slots and a shuffled
   // pool (f32: 2 tiles a head, bf16: 1; several items a block, each stage through several
