@@ -7,13 +7,13 @@
 #   GPU machine:     scripts/device-quick.sh    (device tool: carry [".carry", ".whl", ".mamba-src"])
 # Session 3's timings on the H200 (start ~30 s): op tests ~3 min, perf ~2.5 min, the peers ~2.5 min
 # with FLA's prefill autotuning, memcheck of the GDN and SSM ops > 100 s: the whole script needs
-# more than one 600 s call, so SECTIONS picks (default all): tests,fallbacks,unit,perf,stages,
-# peers,sanitizers.
+# more than one 600 s call, so SECTIONS picks (default all): tests,fallbacks,unit,perf,variants,
+# stages,peers,sanitizers.
 # Everything it prints also goes to $OUT/final.log; the other logs are in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,stages,peers,sanitizers}
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -40,16 +40,24 @@ if section tests; then
   for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 60 X=1 "$op"; done
 fi
 if section fallbacks; then
-  test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
+  # Each layer below the default, by its switch (a variant answers to its own switch only, so the
+  # layers under it need theirs too).
+  test_one gdn_chunk_v7 40 HYBRID_GDN_CHUNK_V8=0 gdn_chunk_prefill
+  test_one gdn_chunk_v5 40 "HYBRID_GDN_CHUNK_V8=0 HYBRID_GDN_CHUNK_V7=0" gdn_chunk_prefill
   test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
-  test_one gdn_decode_v2 60 HYBRID_GDN_DECODE_V4=0 gdn_recurrent
-  test_one gdn_prep_v2 60 HYBRID_GDN_DECODE_V4=0 gdn_prep_step
-  test_one ssm_step_v3 60 HYBRID_SSM_STEP_V4=0 ssm_step
+  test_one gdn_decode_v4 40 HYBRID_GDN_DECODE_V5=0 gdn_recurrent
+  test_one gdn_prep_v4 40 HYBRID_GDN_DECODE_V5=0 gdn_prep_step
+  test_one gdn_decode_v5_nocs 40 HYBRID_DECODE_V5_CS=0 gdn_recurrent,ssm_step
+  test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" gdn_recurrent,gdn_prep_step
+  test_one ssm_step_v4 40 HYBRID_SSM_STEP_V5=0 ssm_step
+  test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
   test_one attn_prefill_fa2 40 HYBRID_ATTN_PREFILL_V4=0 attn_prefill
-  test_one attn_decode_v3 40 HYBRID_ATTN_DECODE_V4=0 attn_decode
-  test_one linear_q_v3 40 HYBRID_LINEAR_Q_V4=0 linear_q
+  test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
+  test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
+  test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
+  test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
   test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
 fi
 if section unit; then
@@ -73,6 +81,17 @@ if section perf; then
       conv1d_causal conv1d_update; do P="$P,$o:perf"; done
   timeout 200 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
   cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
+fi
+if section variants; then
+  # The variant each default replaced, timed in the same run (perf shapes of the op, switch on).
+  for pair in "HYBRID_GDN_CHUNK_V8=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
+      "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent" \
+      "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"; do
+    set -- $pair
+    echo "-- $1"
+    env "$1" timeout 60 $OPS perf -b cuda -o "$2:perf" 2>&1 | cut -c1-200 |
+      sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
+  done
 fi
 if section stages; then
   G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
