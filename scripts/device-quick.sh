@@ -42,8 +42,7 @@ fi
 if section fallbacks; then
   # Each layer below the default, by its switch (a variant answers to its own switch only, so the
   # layers under it need theirs too).
-  test_one gdn_chunk_v7 40 HYBRID_GDN_CHUNK_V8=0 gdn_chunk_prefill
-  test_one gdn_chunk_v5 40 "HYBRID_GDN_CHUNK_V8=0 HYBRID_GDN_CHUNK_V7=0" gdn_chunk_prefill
+  test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
   test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
   test_one gdn_decode_v4 75 HYBRID_GDN_DECODE_V5=0 gdn_recurrent
   test_one gdn_prep_v4 40 HYBRID_GDN_DECODE_V5=0 gdn_prep_step
@@ -84,7 +83,7 @@ if section perf; then
 fi
 if section variants; then
   # The variant each default replaced, timed in the same run (perf shapes of the op, switch on).
-  for pair in "HYBRID_GDN_CHUNK_V8=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
+  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
       "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent" \
       "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"; do
     set -- $pair

@@ -25,7 +25,6 @@
 // critical path (2 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
-#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -704,257 +703,6 @@ __global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, co
   }
 }
 
-// `cuda_tc_v8`'s spine, the "row-warp spine" (spine8_kernel): block (sequence n, hv, half z of
-// V), grid (N, Hv, 2), 4 warps; warp w owns the 16 V rows vr = 64z + 16w.. of S with all 128 k
-// columns in f32 registers: s[nt][r] = S[vr + g + 8(r / 2)][8nt + 2q + r % 2] (the m16n8
-// accumulator layout of 16 n-tiles). Per chunk of L <= 64 tokens the warps share nothing but the
-// chunk's W, K̂, U tiles and γ (no exchange of S or V_new between warps):
-//   Sa = bf16(S) as A fragments (two adjacent accumulator n-tiles are one m16k16 A tile);
-//   h[c] rows vr.. = Sa (4-byte stores);
-//   V_newᵀ [16 v, 64 i] = Uᵀ − Sa [16, 128] · Wᵀ [128, 64]   (64 MMAs, 8 chains of 8; the W rows
-//                                                             are B fragments, by ldmatrix)
-//   S ← e^{γ_L} S + (V_newᵀ ⊙ e^{γ_L−γ}) [16, 64] · K̂ [64, 128]  (64 MMAs, 16 chains of 4; the
-//                      V_newᵀ accumulators are the A fragments; K̂ by ldmatrix.trans)
-//   V_new rows (bf16, for stage 3) through a per-warp stmatrix.trans transpose, 16-byte stores.
-// Rows past L: V_new = 0 (so they add nothing and are not stored).
-// Copies: the chunk's W and K̂ rows, the block's U half rows and γ by cp.async (16 bytes; γ 4),
-// 21 per thread at fixed per-thread rows and pieces (compile-time unrolled, no loop or divide per
-// copy; rows past L zero-filled), one group per chunk, NS − 1 chunks ahead in a ring of NS slots.
-// (cp.async.bulk per 256-byte row was tried first: its source address must be uniform, so nvcc
-// serialises the 64 issuing lanes in an ELECT loop, ~7 instructions x 32 lanes x 3 tiles on two
-// warps per chunk, more than the 21 cp.async per thread.) One __syncthreads per chunk: after it
-// every thread's copies of the chunk are visible and every warp is done with the previous chunk,
-// whose slot the refill then reuses.
-// Shared memory: Ws, Ks [NS][64][136], Us [NS][64][72], Vt [4][64][24] (bf16), γ [NS][64] f32:
-// NS·44 288 + 12 288 bytes (NS = 4: 189 440, one block per SM; NS = 2: 100 864, two per SM).
-// 2^x by the MUFU alone (ex2.approx.ftz: exp2f without its denormal-range fix-up; x <= 0 here,
-// results below 2^-126 flush to 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-constexpr int kUP8 = 64 + 8;  // U half row (bf16), padded
-constexpr int kVP8 = 16 + 8;  // per-warp V_new transpose row (bf16), padded
-template <int NS>
-constexpr int spine8_smem() {
-  return NS * (2 * kC * kWP + kC * kUP8) * 2 + 4 * kC * kVP8 * 2 + NS * kC * 4;
-}
-static_assert(spine8_smem<4>() + 1024 <= 228 * 1024, "row-warp spine: ring of 4, one block per SM");
-static_assert(2 * (spine8_smem<2>() + 1024) <= 228 * 1024,
-              "row-warp spine: ring of 2, two blocks per SM");
-// Four 8x8 bf16 matrices from fragments (thread t: row t / 4, columns 2(t % 4), +1 of matrix i in
-// r_i), stored transposed: lanes 8i..8i+7 address the rows of stored matrix i.
-__device__ __forceinline__ void stmatrix_x4_trans(void* p, uint32_t r0, uint32_t r1, uint32_t r2,
-                                                  uint32_t r3) {
-  asm volatile(
-      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)),
-      "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-      : "memory");
-}
-
-template <class St, int NS>
-__global__ void __launch_bounds__(128, NS == 2 ? 2 : 1) spine8_kernel(const Params p) {
-  static_assert(NS == 2 || NS == 4, "ring of 2 or 4 slots");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw);              // [NS][64][136] W rows [i][d]
-  bf16* Ks = Ws + NS * kC * kWP;                             // [NS][64][136] K̂ rows [i][d]
-  bf16* Us = Ks + NS * kC * kWP;                             // [NS][64][72]  U [i][v − 64z]
-  bf16* Vt = Us + NS * kC * kUP8;                            // [4][64][24]   V_new [i][v − vr]
-  float* gs = reinterpret_cast<float*>(Vt + 4 * kC * kVP8);  // [NS][64]      γ
-
-  const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio, v0 = 64 * blockIdx.z;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  const int vr = v0 + 16 * warp;  // the warp's first V row
-  const int bos = p.cu[n], len = p.cu[n + 1] - bos;
-  const int nch = (len + kC - 1) / kC;
-  const int slot = p.slots[n * p.slots_s];
-  if (slot < 0) {  // padding: zero this block's rows of the sequence's checkpoints; no pool
-    if (p.every > 0)
-      for (int j = 0; j < len / p.every; ++j)
-        for (int e = tid; e < 64 * kD; e += blockDim.x)
-          p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
-                 (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
-    return;
-  }
-  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
-  const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
-
-  float s[16][4];
-#pragma unroll
-  for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int v = vr + g + 8 * (r / 2), d = 8 * nt + 2 * q + r % 2;
-      s[nt][r] = from_pool ? to_f32(pool[(int64_t)v * p.st_row + d]) : 0.0f;
-    }
-
-  const bf16* w = static_cast<const bf16*>(p.w);
-  const bf16* u = static_cast<const bf16*>(p.u);
-  const bf16* kn = static_cast<const bf16*>(p.kn);
-  bf16* vnew = static_cast<bf16*>(p.vnew);
-  bf16* h = static_cast<bf16*>(p.h);
-  // Chunk cs of the sequence into slot b, this thread's part (no commit): row cr = tid / 2 of W,
-  // K̂ and the U half, the 16-byte half tid % 2 of each 32-byte sector (so a warp's copy covers 16
-  // rows x 32 whole bytes; one source and one destination pointer per tile, the 12 + 8 copies at
-  // immediate offsets); γ row tid (tid < 64). Rows past L are zero-filled (source row L − 1).
-  const int cr = tid / 2, ch = 8 * (tid % 2);
-  const int64_t w_row = (int64_t)p.Hv * kD, k_row = (int64_t)p.Hk * kD;
-  auto issue = [&](int cs, int b) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    const int64_t t = t0 + min(cr, L - 1);
-    const int bytes = cr < L ? 16 : 0;
-    const bf16* wsrc = w + t * w_row + hv * kD + ch;
-    const bf16* ksrc = kn + t * k_row + hk * kD + ch;
-    const bf16* usrc = u + t * w_row + hv * kD + v0 + ch;
-    bf16* wdst = Ws + (b * kC + cr) * kWP + ch;
-    bf16* kdst = Ks + (b * kC + cr) * kWP + ch;
-    bf16* udst = Us + (b * kC + cr) * kUP8 + ch;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      cp_async16(wdst + 16 * m, wsrc + 16 * m, bytes);
-      cp_async16(kdst + 16 * m, ksrc + 16 * m, bytes);
-    }
-#pragma unroll
-    for (int m = 0; m < 4; ++m) cp_async16(udst + 16 * m, usrc + 16 * m, bytes);
-    if (tid < kC)
-      cp_async4(gs + b * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
-                tid < L ? 4 : 0);
-  };
-  // Prologue: chunks 0..NS−2 (group k = chunk k; empty groups past the end keep the count).
-#pragma unroll
-  for (int k = 0; k < NS - 1; ++k) {
-    if (k < nch) issue(k, k);
-    cp_commit();
-  }
-
-  constexpr float kLog2e = 1.4426950408889634f;
-  bf16* vtw = Vt + warp * kC * kVP8;
-  // Next checkpoint (a chunk end; every is a multiple of 64, so the ends 64, 128, .. meet each
-  // multiple below the last chunk, and the last end len only if it is one) and its row.
-  int next_ck = p.every > 0 ? p.every : INT_MAX, ck_index = p.every > 0 ? p.first_ckpt[n] : 0;
-  const int c_first = p.first_chunk[n];
-  for (int cs = 0; cs < nch; ++cs) {
-    const int b = cs % NS;
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    cp_wait<NS - 2>();  // this thread's copies of chunk cs: groups 0..cs of the NS − 1 + cs
-    __syncthreads();    // every thread's copies of chunk cs visible; every warp done with cs − 1
-
-    const bf16* ws = Ws + b * kC * kWP;
-    const bf16* ks = Ks + b * kC * kWP;
-    const bf16* us = Us + b * kC * kUP8;
-    const float* gb = gs + b * kC;
-
-    // Sa = bf16(S) A fragments (k-step kt: n-tiles 2kt, 2kt + 1), and h[c] rows vr + g (+ 8).
-    uint32_t sa[8][4];
-#pragma unroll
-    for (int kt = 0; kt < 8; ++kt) {
-      sa[kt][0] = pack_bf162(s[2 * kt][0], s[2 * kt][1]);
-      sa[kt][1] = pack_bf162(s[2 * kt][2], s[2 * kt][3]);
-      sa[kt][2] = pack_bf162(s[2 * kt + 1][0], s[2 * kt + 1][1]);
-      sa[kt][3] = pack_bf162(s[2 * kt + 1][2], s[2 * kt + 1][3]);
-    }
-    {
-      bf16* hc =
-          h + ((int64_t)(c_first + cs) * p.Hv + hv) * kD * kD + (int64_t)(vr + g) * kD + 2 * q;
-#pragma unroll
-      for (int kt = 0; kt < 8; ++kt) {
-        *reinterpret_cast<uint32_t*>(hc + 16 * kt) = sa[kt][0];
-        *reinterpret_cast<uint32_t*>(hc + 8 * kD + 16 * kt) = sa[kt][1];
-        *reinterpret_cast<uint32_t*>(hc + 16 * kt + 8) = sa[kt][2];
-        *reinterpret_cast<uint32_t*>(hc + 8 * kD + 16 * kt + 8) = sa[kt][3];
-      }
-    }
-
-    // vt[j]: (Sa·Wᵀ)[v][i] for v = g (r 0, 1), g + 8 (r 2, 3), tokens i = 8j + 2q (+1).
-    float vt[8][4] = {};
-    const int lrow = (lane & 7) + 8 * (lane >> 4), lcol = 8 * ((lane >> 3) & 1);
-#pragma unroll
-    for (int kt = 0; kt < 8; ++kt)
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {  // W rows 16np.. (n-tiles 2np, 2np + 1), columns 16kt..
-        uint32_t bw[4];
-        ldmatrix_x4(bw, ws + (16 * np + lrow) * kWP + 16 * kt + lcol);
-        mma_bf16(vt[2 * np], sa[kt], bw[0], bw[1]);
-        mma_bf16(vt[2 * np + 1], sa[kt], bw[2], bw[3]);
-      }
-    // Refill: chunk cs + NS − 1 into the slot of chunk cs − 1 (every warp is past it), issued
-    // here so that it fills the wait for the MMAs above.
-    if (cs + NS - 1 < nch) issue(cs + NS - 1, (cs + NS - 1) % NS);
-    cp_commit();
-
-    // V_newᵀ = Uᵀ − vt (0 for i >= L); U pairs (tokens i, i + 1 of row v) by ldmatrix.trans.
-    const float g_last = gb[L - 1];
-    uint32_t va[4][4];  // A fragments of (V_newᵀ ⊙ e^{γ_L−γ}), k-step = tokens 16kt..
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {  // n-tiles 2jj, 2jj + 1 (tokens 16jj..16jj + 15)
-      uint32_t ut[4];
-      ldmatrix_x4_trans(ut, us + (16 * jj + lrow) * kUP8 + 16 * warp + lcol);
-      uint32_t vn[4];  // bf16x2 V_newᵀ for stmatrix: (2jj, v g), (2jj, g + 8), (2jj + 1, ..)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * jj + half, i0 = 8 * j + 2 * q;
-        const float2 gg = *reinterpret_cast<const float2*>(gb + i0);
-        const float e0 = exp2_approx((g_last - gg.x) * kLog2e),
-                    e1 = exp2_approx((g_last - gg.y) * kLog2e);
-        const float2 ulo = __bfloat1622float2(*reinterpret_cast<const bf162*>(&ut[2 * half]));
-        const float2 uhi = __bfloat1622float2(*reinterpret_cast<const bf162*>(&ut[2 * half + 1]));
-        const bool in0 = i0 < L, in1 = i0 + 1 < L;
-        const float a00 = in0 ? ulo.x - vt[j][0] : 0.0f, a01 = in1 ? ulo.y - vt[j][1] : 0.0f;
-        const float a10 = in0 ? uhi.x - vt[j][2] : 0.0f, a11 = in1 ? uhi.y - vt[j][3] : 0.0f;
-        vn[2 * half] = pack_bf162(a00, a01);
-        vn[2 * half + 1] = pack_bf162(a10, a11);
-        // A fragment of k-step jj: a0 / a1 = tokens 16jj + 2q.. (half 0), a2 / a3 = + 8 (half 1)
-        va[jj][2 * half] = pack_bf162(a00 * e0, a01 * e1);
-        va[jj][2 * half + 1] = pack_bf162(a10 * e0, a11 * e1);
-      }
-      stmatrix_x4_trans(vtw + (16 * jj + lrow) * kVP8 + lcol, vn[0], vn[1], vn[2], vn[3]);
-    }
-    __syncwarp();  // the warp's V_new rows [i][16 v] in vtw
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {  // 64 rows x 2 pieces of 16 bytes, rows < L
-      const int e = lane + 32 * r, i = e / 2, half = e % 2;
-      if (i < L)
-        *reinterpret_cast<uint4*>(vnew + ((int64_t)(t0 + i) * p.Hv + hv) * kD + vr + 8 * half) =
-            *reinterpret_cast<const uint4*>(vtw + i * kVP8 + 8 * half);
-    }
-
-    // S ← e^{γ_L} S + VT·K̂ (k = tokens); K̂ [i][d] is the B tile stored [k][n].
-    const float decay = exp2_approx(g_last * kLog2e);
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) s[nt][r] *= decay;
-#pragma unroll
-    for (int kt = 0; kt < 4; ++kt)
-#pragma unroll
-      for (int np = 0; np < 8; ++np) {
-        uint32_t b0[2], b1[2];
-        load_b2_trans(b0, b1, ks, kWP, 16 * kt, 16 * np, lane);
-        mma_bf16(s[2 * np], va[kt], b0);
-        mma_bf16(s[2 * np + 1], va[kt], b1);
-      }
-
-    if (cs * kC + L == next_ck) {
-      float* ck = p.ckpt + ck_index * p.ck_row + hv * p.ck_head;
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          ck[(int64_t)(vr + g + 8 * (r / 2)) * p.ck_v + 8 * nt + 2 * q + r % 2] = s[nt][r];
-      next_ck += p.every;
-      ++ck_index;
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      pool[(int64_t)(vr + g + 8 * (r / 2)) * p.st_row + 8 * nt + 2 * q + r % 2] =
-          from_f32<St>(s[nt][r]);
-}
-
 // Stage 1 on tensor cores, one (chunk, hv), 4 warps; warp w owns rows 16w..16w+15 (rows past
 // L are zero):
 //   γ = cumsum g (warp scan);  G = K̂ K̂ᵀ (mma);  A_ij = β_i G_ij e^{γ_i−γ_j} (i > j);
@@ -1310,6 +1058,14 @@ __device__ __forceinline__ float half_warp_sum(float x) {
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
+}
+
+// 2^x by the MUFU alone (ex2.approx.ftz: exp2f without its denormal-range fix-up; x <= 0 here,
+// results below 2^-126 flush to 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
@@ -2189,8 +1945,6 @@ struct TcOptions {
   bool wu_v7 = false;          // with wu_v5: wu_tc5_kernel's kV7 path (`cuda_tc_v7`)
   bool out_v5 = false;         // stage 3 with 16-byte q loads / out stores (`cuda_tc_v5`)
   bool out_v7 = false;         // with out_v5 and 16-byte q rows: output_tc_kernel's kV7 path
-  bool row_spine = false;      // `cuda_tc_v8`: spine8_kernel (the row-warp spine) wherever the
-                               // sequence is not split (else the spine the flags above pick)
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
@@ -2460,30 +2214,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   std::string spine_note;  // the cluster size chosen, for the stage timer's line
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
-    // cuda_tc_v8: the row-warp spine, grid (N, Hv, 2); a ring of 4 chunks (one block per SM)
-    // when all N·Hv·2 blocks fit on the SMs at once, else of 2 (two blocks per SM).
-    if (opt.row_spine && S == 1) {
-      const int64_t blocks = int64_t{p.N} * p.Hv * 2;
-      auto run8 = [&](auto ns) {
-        constexpr int NS = decltype(ns)::value;
-        constexpr int smem = spine8_smem<NS>();
-        auto* kern = spine8_kernel<St, NS>;
-        HYBRID_CUDA_CHECK(
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared));
-        kern<<<dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), 2), 128, smem,
-               as_stream(ctx.stream())>>>(p);
-        HYBRID_CUDA_CHECK_LAUNCH();
-        spine_note = ", row-warp spine (4 warps x 16 V rows per block, " + std::to_string(blocks) +
-                     " blocks, ring of " + std::to_string(NS) + ")";
-      };
-      if (blocks <= sms)
-        run8(std::integral_constant<int, 4>{});
-      else
-        run8(std::integral_constant<int, 2>{});
-      return;
-    }
     if (fused) {  // cuda_tc_v4_fused: the cluster spine with the output (its supports() checked
                   // that clusters of 8 or 4 are possible)
       std::string why;
@@ -2651,28 +2381,6 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
 void tc_v7_cuda(const GdnChunkPrefill& a, Context& ctx) {
   tc_v5_run(a, ctx, true);
 }
-// `cuda_tc_v8`: cuda_tc_v7's stage 1 and stage 3 (never the fused spine) around the row-warp
-// spine (spine8_kernel); a split sequence (N = 1, few heads) keeps cuda_tc_v7's cluster spine.
-void tc_v8_cuda(const GdnChunkPrefill& a, Context& ctx) {
-  TcOptions opt;
-  opt.deep_ring = true;
-  opt.fast_inverse = true;
-  opt.cluster_spine = true;
-  opt.row_spine = true;
-  opt.wu_v5 = true;
-  opt.wu_v7 = true;
-  opt.out_v5 = true;
-  opt.out_v7 = true;
-  opt.name = "cuda_tc_v8";
-  tc_run(a, ctx, opt);
-}
-// HYBRID_GDN_CHUNK_V8=0 refuses every call (to test and time cuda_tc_v7 beside it).
-Reason tc_v8_supports(const GdnChunkPrefill& a) {
-  if (Reason r = tc_supports(a)) return r;
-  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_V8");
-  if (off) return std::string("v8: turned off by HYBRID_GDN_CHUNK_V8=0");
-  return std::nullopt;
-}
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
 Reason tc_v7_supports(const GdnChunkPrefill& a) {
   if (Reason r = tc_supports(a)) return r;
@@ -2722,10 +2430,6 @@ void register_gdn_chunk_tc(Registry& r) {
   // HYBRID_GDN_CHUNK_V7=0 falls back to cuda_tc_v5.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v7", DeviceType::cuda, 70,
                          gdn_chunk::tc_v7_supports, gdn_chunk::tc_v7_cuda);
-  // cuda_tc_v7's stage 1 and stage 3 around the row-warp spine (spine8_kernel: each warp owns 16
-  // V rows of S, one barrier per chunk); HYBRID_GDN_CHUNK_V8=0 falls back to cuda_tc_v7.
-  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v8", DeviceType::cuda, 80,
-                         gdn_chunk::tc_v8_supports, gdn_chunk::tc_v8_cuda);
 }
 
 }  // namespace hybrid::cuda
