@@ -1297,7 +1297,8 @@ Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
   // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
   static const bool v4_off = env_is_zero("HYBRID_GDN_DECODE_V4");
   static const bool v5_off = env_is_zero("HYBRID_GDN_DECODE_V5");
-  if (v5 ? v5_off : v4_off) return std::string(v5 ? "HYBRID_GDN_DECODE_V5=0" : "HYBRID_GDN_DECODE_V4=0");
+  if (v5 ? v5_off : v4_off)
+    return std::string(v5 ? "HYBRID_GDN_DECODE_V5=0" : "HYBRID_GDN_DECODE_V4=0");
   if (K != 64 && K != 128 && K != 256) return str("K=", K, " not in {64, 128, 256}");
   for (const Tensor* t : token_rows) {
     const size_t esz = dtype_size(t->dtype());

@@ -876,7 +876,8 @@ Reason warp_supports_for(const SsmStep& a, bool v5) {
   // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
   static const bool v4_off = env_is_zero("HYBRID_SSM_STEP_V4");
   static const bool v5_off = env_is_zero("HYBRID_SSM_STEP_V5");
-  if (v5 ? v5_off : v4_off) return std::string(v5 ? "HYBRID_SSM_STEP_V5=0" : "HYBRID_SSM_STEP_V4=0");
+  if (v5 ? v5_off : v4_off)
+    return std::string(v5 ? "HYBRID_SSM_STEP_V5=0" : "HYBRID_SSM_STEP_V4=0");
   if (Reason r = step_supports(a)) return r;
   const int64_t N = a.B.size(2);
   if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");
