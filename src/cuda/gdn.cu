@@ -1461,12 +1461,19 @@ void prep_step_cuda(const GdnPrepStep& a, Context& ctx) {
   launch(p, Mode::prep, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
-Reason prep_step_stream_supports(const GdnPrepStep& a) {
-  if (Reason r = prep_supports(a)) return r;
+// v3, v4 and v5 load the RMSNorm weights by 16-byte vectors: f32 / bf16, unit-stride rows,
+// 16-byte aligned.
+Reason norm_weights_vectorizable(const GdnPrepStep& a) {
   for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
     if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
         (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
       return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  return {};
+}
+
+Reason prep_step_stream_supports(const GdnPrepStep& a) {
+  if (Reason r = prep_supports(a)) return r;
+  if (Reason r = norm_weights_vectorizable(a)) return r;
   return stream_supports(a.q_norm_weight.size(1), a.state);
 }
 
@@ -1481,10 +1488,7 @@ void prep_step_stream_cuda(const GdnPrepStep& a, Context& ctx) {
 // v4 also needs v3's RMSNorm weight layout (16-byte vector loads).
 Reason prep_step_warp_supports(const GdnPrepStep& a) {
   if (Reason r = prep_supports(a)) return r;
-  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
-    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
-        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
-      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  if (Reason r = norm_weights_vectorizable(a)) return r;
   return warp_supports(a.q_norm_weight.size(1), a.state_slots.size(0), a.y.size(1), a.y.size(2),
                        a.state.dtype(), {&a.conv_out});
 }
@@ -1499,13 +1503,8 @@ void prep_step_warp_cuda(const GdnPrepStep& a, Context& ctx) {
 
 // v5 (gdn_prep_step.cuda_warp2): what v4 serves, under HYBRID_GDN_DECODE_V5.
 Reason prep_step_warp2_supports(const GdnPrepStep& a) {
-  static const bool off = env_is_zero("HYBRID_GDN_DECODE_V5");
-  if (off) return std::string("HYBRID_GDN_DECODE_V5=0");
   if (Reason r = prep_supports(a)) return r;
-  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
-    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
-        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
-      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
+  if (Reason r = norm_weights_vectorizable(a)) return r;
   return warp_supports(a.q_norm_weight.size(1), a.state_slots.size(0), a.y.size(1), a.y.size(2),
                        a.state.dtype(), {&a.conv_out}, true);
 }
