@@ -762,11 +762,11 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const Prefil
 // O [32 × 128] for dims 128·hf .. 128·hf + 127 over all 64 keys. The two halves exchange their
 // partial row maxima and their P [32 × 32] (bf16) through shared memory between two named
 // barriers of the pair (bar.sync 1 + pr, 64). Per warp and tile the fragments read from shared
-// memory are Q 32 ldmatrix.x4 + K 32 (S) and V 32 + P 4 (P V) = 100 (51 KiB; fa2b: 144, 72 KiB)
+// memory are Q 32 ldmatrix.x4 + K 32 (S) and V 32 + P 4 (P V) = 100 (50 KiB; fa2b: 144, 72 KiB)
 // for the same 256 mma: fa2b is bound by shared-memory bandwidth (8 warps × 144 × 512 B = 4608
-// clk of 128 B/clk per block tile of ~7400; PERFORMANCE.md, session 4 predictions), this kernel
-// reads 3328 clk worth. Registers per thread as fa2b: S 2 × 4 × 4 (32 rows × 32 keys), O 2 × 16
-// × 4 (32 rows × 128 dims), four rows per thread (m, l per row).
+// clk of 128 B/clk per block tile of ~7630; PERFORMANCE.md, "attn_prefill.cuda_fa2c"), this
+// kernel ~3360 with its P stores. Registers per thread as fa2b: S 2 × 4 × 4 (32 rows × 32 keys), O
+// 2 × 16 × 4 (32 rows × 128 dims), four rows per thread (m, l per row).
 //
 // The scale is folded into the exponent: the row max is taken over the raw scores (scale > 0,
 // supports(); fl(x · c) is monotonic in x then, so max(fl(x · c)) = fl(max(x) · c) exactly) and
