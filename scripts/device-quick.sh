@@ -52,7 +52,8 @@ if section fallbacks; then
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
-  test_one attn_prefill_fa2 40 HYBRID_ATTN_PREFILL_V4=0 attn_prefill
+  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
+  test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
@@ -86,7 +87,8 @@ if section variants; then
   # The variant each default replaced, timed in the same run (perf shapes of the op, switch on).
   for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
       "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent" \
-      "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"; do
+      "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode" \
+      "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"; do
     set -- $pair
     echo "-- $1"
     env "$1" timeout 40 $OPS perf -b cuda -o "$2:perf" 2>&1 | cut -c1-200 |
@@ -123,12 +125,16 @@ if section sanitizers; then
     echo "$tool $op: rc $? ($(grep -cE '^  OK' "$OUT/${tool}_$op.txt") cases OK)" \
       "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/${tool}_$op.txt" | tail -1)"
   }
+  # The new kernel first (cuda_fa2c's pair barriers and P / row-max exchange): at the end of the
+  # list the budget is likely spent before them (the GDN / SSM runs may take 1410 s, SAN_BUDGET 480).
+  san memcheck attn_prefill 60
+  san racecheck attn_prefill 90
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step gdn_record \
       gdn_replay ssm_step_record ssm_replay; do san memcheck "$op" 90; done
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step; do
     san racecheck "$op" 120
   done
-  for op in attn_decode linear_q attn_prefill moe_experts; do san memcheck "$op" 60; done
+  for op in attn_decode linear_q moe_experts; do san memcheck "$op" 60; done
 fi
 echo "[t+$(($(date +%s) - start))s] == done"
 # The device tool brings back at most 8 files: every log in one archive beside final.log.

@@ -753,6 +753,345 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const Prefil
   }
 }
 
+// ---- prefill_fa2c_kernel (attn_prefill.cuda_fa2c, D 256) --------------------------------------
+//
+// prefill_fa2b_kernel's block (query head, 128-row query tile, 8 warps, Q in shared memory, grid
+// and tile plan, loader, two K/V stages of 64 keys, one block barrier per tile), with the warps in
+// pairs: pair pr = warp / 2 owns query rows 32·pr .. 32·pr + 31, and half hf = warp % 2 of the
+// pair computes S = Q Kᵀ for those 32 rows and keys 32·hf .. 32·hf + 31 of the tile, and then
+// O [32 × 128] for dims 128·hf .. 128·hf + 127 over all 64 keys. The two halves exchange their
+// partial row maxima and their P [32 × 32] (bf16) through shared memory between two named
+// barriers of the pair (bar.sync 1 + pr, 64). Per warp and tile the fragments read from shared
+// memory are Q 32 ldmatrix.x4 + K 32 (S) and V 32 + P 4 (P V) = 100 (50 KiB; fa2b: 144, 72 KiB)
+// for the same 256 mma: fa2b is bound by shared-memory bandwidth (8 warps × 144 × 512 B = 4608
+// clk of 128 B/clk per block tile of ~7630; PERFORMANCE.md, "attn_prefill.cuda_fa2c"), this
+// kernel ~3360 with its P stores. Registers per thread as fa2b: S 2 × 4 × 4 (32 rows × 32 keys), O
+// 2 × 16 × 4 (32 rows × 128 dims), four rows per thread (m, l per row).
+//
+// The scale is folded into the exponent: the row max is taken over the raw scores (scale > 0,
+// supports(); fl(x · c) is monotonic in x then, so max(fl(x · c)) = fl(max(x) · c) exactly) and
+// P = exp2(fma(s, scale·log2 e, −m)). Masks (causal, window, padding rows) only on tiles that cut
+// the pair's rows, in their own branch; the pair skips a tile none of its 32 rows reaches.
+// Fragment addresses as fa2b's (rows of every operand have row & 7 = lane & 7); P in shared
+// memory is [32 rows][64 + 8 keys] bf16 per pair (row stride 144 B: the 32-bit stores of the
+// accumulator layout and the ldmatrix rows fall in distinct banks), written with plain 32-bit
+// stores and read back by ldmatrix.x4 in the A-operand pattern (row lane % 16, 8 keys × lane / 16).
+constexpr int kPairs = kWarps2 / 2;  // 4 pairs of warps, 32 query rows each
+constexpr int kPStride = kBNb + 8;   // P row stride in bf16 (144 bytes)
+
+constexpr size_t fa2c_smem_bytes() {
+  return fa2b_smem_bytes() + static_cast<size_t>(kPairs) * 32 * kPStride * sizeof(__nv_bfloat16) +
+         2 * kPairs * 2 * 32 * sizeof(float);  // P, then (max, sum)[pair][half][row] floats
+}
+
+// Barrier of the two warps of a pair (ids 1..4; 0 is __syncthreads).
+__device__ __forceinline__ void pair_sync(int id) {
+  asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads2, 1) prefill_fa2c_kernel(const PrefillParams p) {
+  constexpr int D = 256, CH = D / 8;  // 32 16-byte chunks per row
+  constexpr int BN = kBNb;
+  constexpr uint32_t kRowBytes = D * sizeof(__nv_bfloat16);     // 512
+  constexpr uint32_t kTileBytes = BN * kRowBytes;               // one K or V tile: 32 KiB
+  constexpr uint32_t kPRow = kPStride * sizeof(__nv_bfloat16);  // 144
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);        // [kBM2, D]
+  __nv_bfloat16* kv_s = q_s + kBM2 * D;                                   // [2 stages][K, V][BN, D]
+  __nv_bfloat16* p_s = kv_s + 2 * 2 * BN * D;                             // [kPairs][32][kPStride]
+  float* red_s = reinterpret_cast<float*>(p_s + kPairs * 32 * kPStride);  // [2][kPairs][2][32]
+
+  const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
+  if (tile.x < 0) return;
+  const int n = tile.x, r0 = tile.y;
+  const int h = blockIdx.x, hk = h / p.group;
+  const int L = p.cu[n + 1] - p.cu[n];
+  const int rows = min(kBM2, L - r0);
+  const int prefix = p.seq_lens[n] - L;
+  const int pos0 = prefix + r0;          // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
+  const int t0 = p.cu[n] + r0;           // packed row of the first query
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
+    for (int i = tid; i < rows * D; i += kThreads2)
+      store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
+    return;
+  }
+  const int lo_first = p.window > 0 ? max(0, pos0 - p.window + 1) : 0;
+  const int j_begin = lo_first / BN * BN;
+
+  // Q tile (rows past `rows` zero-filled); joins the first K/V tile's commit group.
+  for (int i = tid; i < kBM2 * CH; i += kThreads2) {
+    const int r = i / CH, ch = i % CH;
+    const bool ok = r < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + r) * p.q_t + h * p.q_h + ch * 8 : 0);
+    cp_async16(q_s + swz<D>(r, ch), src, ok ? 16 : 0);
+  }
+  // K / V loader: prefill_fa2b_kernel's (warp w copies rows w + 8·it, one lookup per row).
+  constexpr int STEPS = BN * CH / kThreads2;  // 8 steps per tile
+  static_assert(CH == 32 && STEPS == BN / kWarps2, "one whole row per warp and step");
+  __shared__ int2 row_off_s[kWarps2][BN / kWarps2];
+  const __nv_bfloat16* kbase = static_cast<const __nv_bfloat16*>(p.k.p);
+  const __nv_bfloat16* vbase = static_cast<const __nv_bfloat16*>(p.v.p);
+  auto load_kv = [&](int st, int j0) {
+    __nv_bfloat16* ks = kv_s + st * 2 * BN * D;
+    __nv_bfloat16* vs = ks + BN * D;
+    __syncwarp();  // the warp's lanes are done reading the previous call's offsets
+    if (lane < STEPS) {
+      const int j = j0 + warp + lane * kWarps2;
+      int2 off = make_int2(-1, 0);  // element offsets; below 2^31 (supports())
+      if (j <= pos_last) {
+        const int2 kv = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        if (kv.x >= 0)
+          off = make_int2(static_cast<int>(p.k.offset(kv.x, kv.y, hk)),
+                          static_cast<int>(p.v.offset(kv.x, kv.y, hk)));
+      }
+      row_off_s[warp][lane] = off;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int it = 0; it < STEPS; ++it) {
+      const int2 o = row_off_s[warp][it];
+      const int r = warp + it * kWarps2;
+      const bool ok = o.x >= 0;
+      cp_async16(ks + swz<D>(r, lane), kbase + (ok ? o.x + lane * 8 : 0), ok ? 16 : 0);
+      cp_async16(vs + swz<D>(r, lane), vbase + (ok ? o.y + lane * 8 : 0), ok ? 16 : 0);
+    }
+  };
+  load_kv(0, j_begin);
+  cp_commit();
+
+  const int pr = warp / 2, hf = warp % 2, bar_id = 1 + pr;
+  const int g = lane / 4, c4 = lane % 4;
+  // Lane offsets of the fragments (fa2b's, see its header; b = k-step or column step mod 4).
+  const uint32_t q_u32 = smem_u32(q_s), kv_u32 = smem_u32(kv_s);
+  const uint32_t l7 = lane & 7;
+  uint32_t q_off[4], k_off[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    // Q (A operand): row 32·pr + l % 16 (+ 16 for the second m-tile), chunk bit c = l / 16.
+    q_off[b] = q_u32 + (pr * 32 + lane % 16) * kRowBytes + (((2 * b + lane / 16) ^ l7) << 4);
+    // K (B operand of S, rows = keys): key 32·hf + l % 8 + (l / 16)·8 of the half, c = (l / 8) % 2.
+    k_off[b] =
+        (hf * 32 + lane % 8 + (lane / 16) * 8) * kRowBytes + (((2 * b + (lane / 8) % 2) ^ l7) << 4);
+  }
+  // P of the pair: this half writes keys 32·hf.., reads the other half's (A-operand pattern).
+  uint32_t* const pp = reinterpret_cast<uint32_t*>(p_s + pr * 32 * kPStride);
+  const uint32_t p_u32 = smem_u32(pp);
+  float* red_max = red_s + (pr * 2) * 32;             // [half][32 rows]
+  float* red_sum = red_s + ((kPairs + pr) * 2) * 32;  // [half][32 rows]
+
+  float o[2][D / 16][4];  // [m-tile][8-dim column of this half][4]
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  // Row i = 2·mt + hr of this thread: pair row 16·mt + g + 8·hr. m in the scaled log2 domain.
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // The pair's valid rows: positions [p_first, p_last] (none when the pair is past `rows`); keys
+  // [p_lo_first, p_last] reach at least one of them, [p_lo_last, p_first] reach all of them. As
+  // ranges of tile starts j0: the pair works on tiles j0 in [act_lo, act_hi] and needs no mask on
+  // j0 in [full_lo, full_hi] (empty ranges when the pair has no rows / fewer than 32).
+  // The four bounds live in shared memory (written here, published by the loop's first barrier,
+  // read after each barrier), not in registers: they would be live across the S phase, where the
+  // 255 registers are full.
+  __shared__ int4 pair_rng_s[kPairs];  // (act_lo, act_hi, full_lo, full_hi) per pair
+  const int p_rows = min(32, rows - pr * 32);
+  if (hf == 0 && lane == 0) {
+    const int p_first = pos0 + pr * 32, p_last = p_first + p_rows - 1;
+    const int p_lo_first = p.window > 0 ? max(0, p_first - p.window + 1) : 0;
+    const int p_lo_last = p.window > 0 ? max(0, p_last - p.window + 1) : 0;
+    pair_rng_s[pr] = make_int4(p_lo_first - (BN - 1), p_rows > 0 ? p_last : INT_MIN, p_lo_last,
+                               p_rows == 32 ? p_first - (BN - 1) : INT_MIN);
+  }
+  const float sc = p.scale_log2;
+
+  int st = 0;
+  for (int j0 = j_begin; j0 <= pos_last; j0 += BN, st ^= 1) {
+    cp_wait<0>();     // this thread's copies of tile j0 (and Q) landed ...
+    __syncthreads();  // ... everyone's; and every warp is done with the other stage
+    if (j0 + BN <= pos_last) load_kv(st ^ 1, j0 + BN);
+    cp_commit();
+    // Skip a tile no row of the pair reaches (both halves alike: the pair barriers stay matched).
+    const int4 rng = pair_rng_s[pr];
+    if (j0 > rng.y || j0 < rng.x) continue;
+    const uint32_t ks_u32 = kv_u32 + st * 2 * kTileBytes;
+    const uint32_t vs_u32 = ks_u32 + kTileBytes;
+
+    // S = Q Kᵀ: 32 rows × this half's 32 keys; k-step kk = 4a + b covers dims 16kk..16kk+15.
+    float s[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const uint32_t qa = a * 128, ka = ks_u32 + a * 128;
+#pragma unroll
+      for (int b4 = 0; b4 < 4; ++b4) {
+        uint32_t a0[4], a1[4];
+        ldsm_x4(a0, q_off[b4] + qa);
+        ldsm_x4(a1, q_off[b4] + qa + 16 * kRowBytes);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          uint32_t b[4];
+          ldsm_x4(b, ka + k_off[b4] + nt * 16 * kRowBytes);
+          mma_bf16(s[0][2 * nt], a0, b[0], b[1]);
+          mma_bf16(s[0][2 * nt + 1], a0, b[2], b[3]);
+          mma_bf16(s[1][2 * nt], a1, b[0], b[1]);
+          mma_bf16(s[1][2 * nt + 1], a1, b[2], b[3]);
+        }
+      }
+    }
+    // Masks (causal, window, padding rows) only where the tile cuts the pair's rows.
+    const bool full = j0 <= rng.w && j0 >= rng.z;
+    if (!full) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = pr * 32 + mt * 16 + g + hr * 8;
+          const int pos = r < rows ? pos0 + r : -1;  // padding rows attend to nothing
+          const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = j0 + hf * 32 + nt * 8 + c4 * 2 + e;
+              if (j > pos || j < lo) s[mt][nt][hr * 2 + e] = -INFINITY;
+            }
+        }
+    }
+    // Row maxima of the raw scores over this half's keys (quad shuffles), then over the pair.
+    float mx[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int mt = i / 2, hr = i % 2;
+      float v = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) v = fmaxf(v, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+      mx[i] = v;
+      if (c4 == 0) red_max[hf * 32 + mt * 16 + g + hr * 8] = v;
+    }
+    pair_sync(bar_id);
+    float corr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int mt = i / 2, hr = i % 2;
+      const float v = fmaxf(mx[i], red_max[(hf ^ 1) * 32 + mt * 16 + g + hr * 8]);
+      const float m_new = fmaxf(m[i], v * sc);  // both halves: the same value
+      corr[i] = m_new == -INFINITY ? 1.0f : fast_exp2(m[i] - m_new);
+      const float nb = m_new == -INFINITY ? 0.0f : -m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][hr * 2 + e];
+          x = fast_exp2(fmaf(x, sc, nb));  // masked: exp2(−inf) = 0
+          sum += x;
+        }
+      l[i] = l[i] * corr[i] + sum;  // thread-partial over this half's keys
+      m[i] = m_new;
+    }
+    uint32_t ln;  // %laneid (asm volatile: recomputed per tile, see v_off below)
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(ln));
+    uint32_t* const p_w = pp + (ln / 4) * (kPStride / 2) + hf * 16 + ln % 4;
+    // P rounded to bf16: A fragments of this half's two k-steps, and the same words to shared
+    // memory for the other half (word (row, key / 2): row 16·mt + g + 8·hr, key 32·hf + 8·nt +
+    // 2·c4).
+    uint32_t pa[2][2][4];  // [m-tile][k-step of this half][4]
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const uint32_t w = pack_bf16(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]);
+          pa[mt][nt / 2][(nt % 2) * 2 + hr] = w;
+          p_w[(mt * 16 + hr * 8) * (kPStride / 2) + nt * 4] = w;
+        }
+    // O = O · corr (skipped, warp-uniformly, when no row max of the pair moved: corr = 1 exactly).
+    if (__any_sync(0xffffffffu,
+                   corr[0] != 1.0f || corr[1] != 1.0f || corr[2] != 1.0f || corr[3] != 1.0f)) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < D / 16; ++dt) {
+          o[mt][dt][0] *= corr[2 * mt], o[mt][dt][1] *= corr[2 * mt];
+          o[mt][dt][2] *= corr[2 * mt + 1], o[mt][dt][3] *= corr[2 * mt + 1];
+        }
+    }
+    pair_sync(bar_id);  // both halves of P written
+    // The V and P lane offsets, computed here from %laneid (an asm volatile, so not hoisted out
+    // of the loop): they are not live across the S phase, where O, S and the Q / K fragments in
+    // flight fill the 255 registers (hoisted, they cost 40 bytes of spills).
+    uint32_t v_off[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+      // V (B operand of P V by .trans, rows = keys): key l % 8 + ((l / 8) % 2)·8 of the k-step,
+      // c = l / 16; dims from 128·hf: chunks 16·hf.., + 256·hf bytes (outside the XOR's 3 bits).
+      v_off[b] = (ln % 8 + ((ln / 8) % 2) * 8) * kRowBytes + hf * 256 +
+                 (((2 * b + ln / 16) ^ (ln & 7)) << 4);
+    const uint32_t p_rd = p_u32 + (ln % 16) * kPRow + (hf ^ 1) * 64 + (ln / 16) * 16;
+    // O [32 × 128] += P V over the tile's 64 keys: this half's keys from registers, then the
+    // other half's from shared memory. V column step dt = 4a + b: dims 128·hf + 16dt...
+    auto pv = [&](const uint32_t(&x0)[4], const uint32_t(&x1)[4], uint32_t vbase_u32) {
+#pragma unroll
+      for (int dt = 0; dt < D / 32; ++dt) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, vbase_u32 + v_off[dt % 4] + (dt / 4) * 128);
+        mma_bf16(o[0][2 * dt], x0, b[0], b[1]);
+        mma_bf16(o[0][2 * dt + 1], x0, b[2], b[3]);
+        mma_bf16(o[1][2 * dt], x1, b[0], b[1]);
+        mma_bf16(o[1][2 * dt + 1], x1, b[2], b[3]);
+      }
+    };
+#pragma unroll
+    for (int kl = 0; kl < 2; ++kl)
+      pv(pa[0][kl], pa[1][kl], vs_u32 + (hf * 32 + kl * 16) * kRowBytes);
+#pragma unroll
+    for (int kl = 0; kl < 2; ++kl) {
+      uint32_t x0[4], x1[4];
+      ldsm_x4(x0, p_rd + kl * 32);
+      ldsm_x4(x1, p_rd + kl * 32 + 16 * kPRow);
+      pv(x0, x1, vs_u32 + ((hf ^ 1) * 32 + kl * 16) * kRowBytes);
+    }
+  }
+  cp_wait<0>();             // no copy left in flight (the last commit group is empty)
+  if (p_rows <= 0) return;  // both halves of the pair alike
+
+  // Row sums: over the quad, then the two halves (fa2c's own slot: no hazard with red_max).
+  float tot[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v = l[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    tot[i] = v;
+    if (c4 == 0) red_sum[hf * 32 + (i / 2) * 16 + g + (i % 2) * 8] = v;
+  }
+  pair_sync(bar_id);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int mt = i / 2, hr = i % 2;
+    const float t = tot[i] + red_sum[(hf ^ 1) * 32 + mt * 16 + g + hr * 8];
+    const int r = pr * 32 + mt * 16 + g + hr * 8;
+    if (r >= rows) continue;
+    const float inv = t > 0.0f ? 1.0f / t : 0.0f;
+    const int64_t ob = (t0 + r) * p.o_t + h * p.o_h;
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+      const int d = hf * 128 + dt * 8 + c4 * 2;
+      store_any(p.out, p.o_dtype, ob + d, o[mt][dt][hr * 2] * inv);
+      store_any(p.out, p.o_dtype, ob + d + 1, o[mt][dt][hr * 2 + 1] * inv);
+    }
+  }
+}
+
 Reason prefill_tc_supports(const AttnPrefill& a) {
   const int64_t D = a.q.size(2);
   if (D != 64 && D != 128 && D != 256)
@@ -913,11 +1252,51 @@ void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+// attn_prefill.cuda_fa2c is on unless HYBRID_ATTN_PREFILL_V5=0 (then cuda_fa2b serves D 256, so
+// both can be tested and timed from one build).
+bool prefill_v5_enabled() {
+  static const bool on = !env_is_zero("HYBRID_ATTN_PREFILL_V5");
+  return on;
+}
+
+Reason prefill_fa2c_supports(const AttnPrefill& a) {
+  if (!prefill_v5_enabled()) return std::string("HYBRID_ATTN_PREFILL_V5=0");
+  if (a.q.size(2) != 256)
+    return "fa2c prefill is the D 256 kernel (warp pairs over 64-key tiles; cuda_fa2 serves D 64 / "
+           "128), got D=" +
+           std::to_string(a.q.size(2));
+  if (a.scale && !(*a.scale > 0.0f))
+    return std::string(
+        "fa2c prefill takes the row max of the unscaled scores, so it needs scale > 0 (cuda_fa2b "
+        "serves other scales)");
+  return prefill_fa2_supports(a);
+}
+
+void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p = prefill_params(a);
+  p.tile_rows = kBM2;
+  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
+  p.max_tiles = p.T / kBM2 + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  constexpr size_t smem = fa2c_smem_bytes();
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
+      prefill_fa2c_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  prefill_fa2c_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 }  // namespace attn
 
 void register_attention_prefill_tc(Registry& r) {
+  r.add<AttnPrefill>("attn_prefill.cuda_fa2c", DeviceType::cuda, 40, attn::prefill_fa2c_supports,
+                     attn::prefill_fa2c_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2b", DeviceType::cuda, 30, attn::prefill_fa2b_supports,
                      attn::prefill_fa2b_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2", DeviceType::cuda, 20, attn::prefill_fa2_supports,

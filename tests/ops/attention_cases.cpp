@@ -648,6 +648,29 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_prefill.cuda_fa2c (D 256, warp pairs: each half computes S for 32 keys of a tile and O for
+  // 128 dims; row maxima and P exchanged through shared memory): a varlen batch whose last query
+  // tiles leave pairs with 0 and < 32 rows (1000 = 7 · 128 + 104: pairs of 32, 32, 32, 8 rows; 37
+  // rows: one pair of 32 and one of 5), window 33 (one half of a tile often fully masked for a row
+  // while the other is not; tiles start mid-window) and an explicit scale, GQA 2, page 16; window
+  // 1 (every row sees only its own key: one half's partial maxima are all −inf), GQA 16, over a
+  // prefix of 61; a negative scale (fa2c refuses: cuda_fa2b serves it).
+  {
+    auto c = make(Mode::prefill, {1000, 37}, Shape{4, 2, 256}, 16, bf16, bf16);
+    c->news = {1000, 37};
+    c->window = 33;
+    c->scale = 0.07f;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {261}, Shape{16, 1, 256}, 32, bf16, bf16);
+    c->news = {200};
+    c->window = 1;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {300}, Shape{2, 1, 256}, 64, bf16, bf16);
+    c->news = {300};
+    c->scale = -0.05f;
+    cases.push_back(std::move(c));
+  }
+
   // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
   // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
   // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
