@@ -154,10 +154,10 @@ struct GdnParams {
   // row) can be copied into its stage: V a multiple of the item rows, v rows 16-byte aligned.
   bool v_async = false;
   bool cs_store = true;  // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
-  // v6 (gdn_warp_kernel<.., true, true>): warp w takes items w, w + W, w + 2W, ... (the grid
-  // sweeps the pool in order) instead of the run [w·items/W, (w+1)·items/W)
-  // (HYBRID_DECODE_V6_SWEEP=0: the runs).
-  bool sweep = true;
+  // v6 (gdn_warp_kernel<.., true, true>): sweep_run = c > 0 (a power of two): warp w takes the
+  // c-item chunks w, w + W, w + 2W, ... (the grid sweeps the pool in order, a window of ~W·c
+  // items) instead of the run [w·items/W, (w+1)·items/W) (0: the runs; HYBRID_DECODE_V6_SWEEP).
+  int sweep_run = 1;
 };
 
 // The lane's KC columns of row `i` of a [rows, K] per-column parameter (RMSNorm weights, f32 or
@@ -811,12 +811,20 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;  // [stages][kStageBytes]
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  // v4 / v5 (and v6 with p.sweep off): the run [w·items/W, (w+1)·items/W), step 1. v6: items
-  // w, w + W, ...: at any time the grid's warps work on one window of the pool (~W items).
-  const bool sweep = kBulk && p.sweep;
-  const int begin = sweep ? static_cast<int>(gw) : static_cast<int>(gw * items / nw);
+  // v4 / v5 (and v6 with sweep_run 0): the run [w·items/W, (w+1)·items/W). v6: the chunks of
+  // c = sweep_run items w, w + W, ...: at any time the grid's warps work on one window of the
+  // pool (~W·c items).
+  const bool sweep = kBulk && p.sweep_run > 0;
+  const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
+  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run
+                          : static_cast<int>(gw * items / nw);
   const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
-  const int step = sweep ? static_cast<int>(nw) : 1;
+  const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
+  auto next = [&](int item) {
+    ++item;
+    return (item & run_mask) == 0 ? item + skip : item;
+  };
+  int issued_key = -1;  // v6: the key of the item issued last (items are issued in order)
   S* const pool_base = static_cast<S*>(p.state);
   const int ratio = p.Hv / p.Hk;
   uint64_t* const bars = reinterpret_cast<uint64_t*>(warp_smem + WT::kBarOffset);  // v6
@@ -852,7 +860,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       const int rows = min(WT::kItemRows, p.V - row_begin);
       const uint32_t state_bytes = m.read ? uint32_t(rows) * (LPR * KC) * sizeof(S) : 0u;
       const bool v_bulk = WT::kVBulk && p.v_async && fast;
-      const bool qk = fast && (item == begin || key != (item - step) / tiles);
+      const bool qk = fast && key != issued_key;  // the first item of a head run
+      issued_key = key;
       const uint32_t bytes =
           state_bytes + (v_bulk ? WT::kVBytes : 0) + (qk ? 2 * WT::kRowBytes : 0);
       uint64_t* const bar = bars + stage;
@@ -911,10 +920,12 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
     __syncwarp();
   }
+  int ahead_item = begin;  // v6: the next item to issue
 #pragma unroll
   for (int s = 0; s < kWarpStages; ++s) {
-    const int item = begin + s * step;
+    const int item = kBulk ? ahead_item : begin + s;
     if (item < end) issue(item, seq_meta<mode>(p, item / tiles / p.Hv), s);
+    if constexpr (kBulk) ahead_item = next(ahead_item);
     if constexpr (!kBulk) cp_commit();  // one group per stage, empty ones too: uniform waits
   }
 
@@ -926,11 +937,12 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 
   int i = 0;
 #pragma unroll 1
-  for (int item = begin; item < end; item += step, ++i) {
+  for (int item = begin; item < end; item = kBulk ? next(item) : item + 1, ++i) {
     const int stage = i % kWarpStages;
     const int key = item / tiles, tile = item - key * tiles;
     const int n = key / p.Hv, hv = key - n * p.Hv, hk = hv / ratio;
-    const int ahead = item + kWarpStages * step;  // issued into this stage once it is read
+    // Issued into this stage once it is read (v4 / v5: kWarpStages items on).
+    const int ahead = kBulk ? ahead_item : item + kWarpStages;
     const SeqMeta m = seq_meta<mode>(p, n);
     SeqMeta m_ahead;
     if (ahead < end) m_ahead = seq_meta<mode>(p, ahead / tiles / p.Hv);
@@ -1027,6 +1039,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
     __syncwarp();  // every lane has read the stage: it takes the item kWarpStages ahead
     if (ahead < end) issue(ahead, m_ahead, stage);
+    if constexpr (kBulk) ahead_item = next(ahead_item);
     if constexpr (!kBulk) cp_commit();
 
     if (fast) {
@@ -1322,11 +1335,20 @@ bool decode_v5_cs_stores() {
 
 // kV5: gdn_warp_kernel<.., true>; v_rows_aligned: every v row (v, or conv_out's v segments) starts
 // 16-byte aligned (p.v_async then also needs V % kItemRows == 0).
-// v6's grid order (HYBRID_DECODE_V6_SWEEP=0: v5's contiguous runs in the v6 kernel, to time the
-// order apart from the bulk copies; shared with ssm_step.cuda_bulk).
-bool decode_v6_sweep() {
-  static const bool on = !env_is_zero("HYBRID_DECODE_V6_SWEEP");
-  return on;
+// v6's grid order: items a warp takes consecutively per sweep step (default 1; the largest power
+// of two <= HYBRID_DECODE_V6_SWEEP, at most 64; 0: v5's contiguous runs in the v6 kernel, to time
+// the order apart from the bulk copies). ssm.cu reads the same variable the same way.
+int decode_v6_sweep_run() {
+  static const int run = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V6_SWEEP");
+    if (v == nullptr || *v == '\0') return 1;
+    const long n = std::strtol(v, nullptr, 10);
+    if (n <= 0) return 0;
+    int c = 1;
+    while (c * 2 <= n && c < 64) c *= 2;
+    return c;
+  }();
+  return run;
 }
 
 // kBulk: gdn_warp_kernel<.., true, true> (v6; needs kV5).
@@ -1345,7 +1367,7 @@ void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
       const int64_t items = N * p.Hv * tiles;
       p.v_async = kV5 && v_rows_aligned && p.V % WT::kItemRows == 0;
       p.cs_store = decode_v5_cs_stores();
-      p.sweep = kBulk && decode_v6_sweep();
+      p.sweep_run = kBulk ? decode_v6_sweep_run() : 0;
       auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5, kBulk>;
       constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
       const int64_t blocks =

@@ -69,7 +69,7 @@ struct RecParams {
   int H = 0, P = 0, N = 0;
   bool xz_async = false;  // ssm_warp_kernel<.., true>: x, z of an item copied into its stage
   bool cs_store = true;   // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
-  bool sweep = true;      // v6: warp w takes items w, w + W, ... (HYBRID_DECODE_V6_SWEEP=0: runs)
+  int sweep_run = 1;  // v6: c-item chunks w, w + W, ... a warp (0: v5's runs; as gdn.cu)
 };
 
 // The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
@@ -539,12 +539,19 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  // v4 / v5 (and v6 with p.sweep off): the run [w·items/W, (w+1)·items/W), step 1. v6: items
-  // w, w + W, ...: at any time the grid's warps work on one window of the pool (~W items).
-  const bool sweep = kBulk && p.sweep;
-  const int begin = sweep ? static_cast<int>(gw) : static_cast<int>(gw * items / nw);
+  // v4 / v5 (and v6 with sweep_run 0): the run [w·items/W, (w+1)·items/W). v6: the chunks of
+  // c = sweep_run items w, w + W, ...: at any time the grid's warps work on one window of the
+  // pool (~W·c items).
+  const bool sweep = kBulk && p.sweep_run > 0;
+  const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
+  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run
+                          : static_cast<int>(gw * items / nw);
   const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
-  const int step = sweep ? static_cast<int>(nw) : 1;
+  const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
+  auto next = [&](int item) {
+    ++item;
+    return (item & run_mask) == 0 ? item + skip : item;
+  };
   const int P = p.P, H = p.H;
   const SsmIn& in = p.in;
   St* const pool_base = static_cast<St*>(p.state);
@@ -624,10 +631,12 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
     __syncwarp();
   }
+  int ahead_item = begin;  // v6: the next item to issue
 #pragma unroll
   for (int s = 0; s < kWarpStages; ++s) {
-    const int item = begin + s * step;
+    const int item = kBulk ? ahead_item : begin + s;
     if (item < end) issue(item, p.slots[item / tiles / H], s);
+    if constexpr (kBulk) ahead_item = next(ahead_item);
     if constexpr (!kBulk) cp_commit();  // one group per stage, empty ones too: uniform waits
   }
 
@@ -638,12 +647,13 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 
   int i = 0;
 #pragma unroll 1
-  for (int item = begin; item < end; item += step, ++i) {
+  for (int item = begin; item < end; item = kBulk ? next(item) : item + 1, ++i) {
     const int stage = i % kWarpStages;
     const int key = item / tiles, tile = item - key * tiles;
     const int seq = key / H, h = key - seq * H;
-    const int64_t t = seq;                        // one token per sequence
-    const int ahead = item + kWarpStages * step;  // issued into this stage once it is read
+    const int64_t t = seq;  // one token per sequence
+    // Issued into this stage once it is read (v4 / v5: kWarpStages items on).
+    const int ahead = kBulk ? ahead_item : item + kWarpStages;
     const int slot = p.slots[seq];
     const int ahead_slot = ahead < end ? p.slots[ahead / tiles / H] : -1;
     const bool new_head = slot >= 0 && key != prep_key;
@@ -715,6 +725,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
     __syncwarp();  // every lane has read the stage (and the cache): both may be rewritten
     if (ahead < end) issue(ahead, ahead_slot, stage);
+    if constexpr (kBulk) ahead_item = next(ahead_item);
     if constexpr (!kBulk) cp_commit();
 
     if (slot < 0) {  // padding: y = 0, pool untouched
@@ -988,8 +999,17 @@ template <bool kV5, bool kBulk = false>
 void launch_step_warp(const SsmStep& a, Context& ctx) {
   // v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (as gdn.cu's v5).
   static const bool cs_stores = !env_is_zero("HYBRID_DECODE_V5_CS");
-  // v6's grid order (HYBRID_DECODE_V6_SWEEP=0: v5's contiguous runs in the v6 kernel; as gdn.cu).
-  static const bool sweep = !env_is_zero("HYBRID_DECODE_V6_SWEEP");
+  // v6's grid order: HYBRID_DECODE_V6_SWEEP as gdn.cu (default 1 item a warp per sweep step; the
+  // largest power of two <= the value, at most 64; 0: v5's contiguous runs in the v6 kernel).
+  static const int sweep_run = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V6_SWEEP");
+    if (v == nullptr || *v == '\0') return 1;
+    const long n = std::strtol(v, nullptr, 10);
+    if (n <= 0) return 0;
+    int c = 1;
+    while (c * 2 <= n && c < 64) c *= 2;
+    return c;
+  }();
   RecParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -1011,7 +1031,7 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
                         xz_bulk_ok(a.z, WT::kItemRows)
                   : kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
         p.cs_store = cs_stores;
-        p.sweep = kBulk && sweep;
+        p.sweep_run = kBulk ? sweep_run : 0;
         auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5, kBulk>;
         constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
         const int64_t blocks =
