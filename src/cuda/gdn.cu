@@ -816,8 +816,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   // pool (~W·c items).
   const bool sweep = kBulk && p.sweep_run > 0;
   const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
-  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run
-                          : static_cast<int>(gw * items / nw);
+  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run : static_cast<int>(gw * items / nw);
   const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
   const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
   auto next = [&](int item) {
@@ -872,8 +871,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (v_bulk) bulk_g2s(st + WT::kVOffset, v_row(m.bos, hv) + row_begin, WT::kVBytes, bar);
       if (qk) {
         bulk_g2s(st + WT::kTokOffset, q_row(m.bos, hv / ratio), WT::kRowBytes, bar);
-        bulk_g2s(st + WT::kTokOffset + WT::kRowBytes, k_row(m.bos, hv / ratio), WT::kRowBytes,
-                 bar);
+        bulk_g2s(st + WT::kTokOffset + WT::kRowBytes, k_row(m.bos, hv / ratio), WT::kRowBytes, bar);
       }
       return;
     }
@@ -995,9 +993,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (m.read && valid[r]) {
 #pragma unroll
         for (int cc = 0; cc < CPR; ++cc)
-          vload<W>(reinterpret_cast<const S*>(
-                       st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
-                                   : ((r * CPR + cc) * 32 + lane) * 16)),
+          vload<W>(reinterpret_cast<const S*>(st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
+                                                          : ((r * CPR + cc) * 32 + lane) * 16)),
                    s[r] + cc * W);
       } else {
 #pragma unroll
@@ -1407,7 +1404,8 @@ Reason bulk_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, const Tensor& 
   if (off) return std::string("HYBRID_GDN_DECODE_V6=0");
   if (Reason r = warp_shape_supports(K, N, Hv, V, state.dtype(), token_rows)) return r;
   if (state.stride(2) != K)
-    return str("state row stride ", state.stride(2), " != K=", K, " (bulk copies need packed rows)");
+    return str("state row stride ", state.stride(2), " != K=", K,
+               " (bulk copies need packed rows)");
   const int major = device_info().major;
   if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
   return {};
@@ -1679,8 +1677,8 @@ void prep_step_bulk_cuda(const GdnPrepStep& a, Context& ctx) {
   const size_t esz = dtype_size(a.conv_out.dtype());
   const bool v_aligned = (2 * static_cast<size_t>(p.Hk) * p.K * esz) % 16 == 0 &&
                          (static_cast<size_t>(p.V) * esz) % 16 == 0;
-  launch_warp<Mode::prep, true, true>(p, a.conv_out.dtype(), a.state.dtype(),
-                                      a.state_slots.size(0), ctx, v_aligned);
+  launch_warp<Mode::prep, true, true>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0),
+                                      ctx, v_aligned);
 }
 
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------

@@ -69,7 +69,7 @@ struct RecParams {
   int H = 0, P = 0, N = 0;
   bool xz_async = false;  // ssm_warp_kernel<.., true>: x, z of an item copied into its stage
   bool cs_store = true;   // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
-  int sweep_run = 1;  // v6: c-item chunks w, w + W, ... a warp (0: v5's runs; as gdn.cu)
+  int sweep_run = 1;      // v6: c-item chunks w, w + W, ... a warp (0: v5's runs; as gdn.cu)
 };
 
 // The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
@@ -544,8 +544,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   // pool (~W·c items).
   const bool sweep = kBulk && p.sweep_run > 0;
   const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
-  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run
-                          : static_cast<int>(gw * items / nw);
+  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run : static_cast<int>(gw * items / nw);
   const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
   const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
   auto next = [&](int item) {
@@ -697,9 +696,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (slot >= 0 && valid[r]) {
 #pragma unroll
         for (int cc = 0; cc < CPR; ++cc)
-          vload<W>(reinterpret_cast<const St*>(
-                       st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
-                                   : ((r * CPR + cc) * 32 + lane) * 16)),
+          vload<W>(reinterpret_cast<const St*>(st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
+                                                           : ((r * CPR + cc) * 32 + lane) * 16)),
                    s[r] + cc * W);
       } else {
 #pragma unroll

@@ -758,7 +758,8 @@ void add_ssm_cases(CaseList& cases) {
     const Shape heads4{4, 64, 128, 2};
     Opts f32_z = all, bf16_z_state = all;
     bf16_z_state.act = bf16_z_state.state = DType::bf16;
-    for (const Opts& o : {f32_z, bf16_z_state, bf16_state}) add(new StepCase(heads4, o, slots, 256));
+    for (const Opts& o : {f32_z, bf16_z_state, bf16_state})
+      add(new StepCase(heads4, o, slots, 256));
   }
   // The v5 fallback under v6 (pool rows of N + 8 elements: not one contiguous bulk copy), real
   // shapes at B = 16 with a padding slot, both pools.
