@@ -46,6 +46,7 @@ if section fallbacks; then
   test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
   test_one decode_v6_runs 120 HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step
   test_one decode_v6_sweep4 120 HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,gdn_prep_step,ssm_step
+  test_one decode_v6_bulk_store 120 HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step
   test_one gdn_decode_v5 90 HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step
   test_one gdn_decode_v4 75 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_recurrent
   test_one gdn_prep_v4 40 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_prep_step
@@ -95,6 +96,7 @@ if section variants; then
       "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step" \
       "HYBRID_SSM_STEP_V6=0 ssm_step" "HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step" \
       "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
+      "HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step" \
       "HYBRID_ATTN_DECODE_V5=0 attn_decode"; do
     set -- $pair
     echo "-- $1"

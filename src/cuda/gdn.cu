@@ -796,11 +796,15 @@ __device__ __forceinline__ bool seq_fast(const GdnParams& p, const SeqMeta& m) {
 // the item's v values (kItemRows contiguous elements, 16-32 B) into its stage with the state and
 // the q / k pieces, kWarpStages items ahead (p.v_async; else v4's loads), so the fast path waits
 // only on cp.async groups; the state rows are written back with st.global.cs.
+// kBulkStore (v6, HYBRID_DECODE_V6_BULK_STORE=1): the fast path's new state is written into the
+// item's stage and stored by one bulk copy (cp.async.bulk.global.shared::cta) instead of 16-byte
+// register stores; its own instantiation, so that the default keeps its registers.
 template <Mode mode, int LPR, int KC, int R, class In, class S, bool kV5 = false,
-          bool kBulk = false>
+          bool kBulk = false, bool kBulkStore = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     gdn_warp_kernel(const GdnParams p, const int items, const int tiles) {
   static_assert(kV5 || !kBulk, "v6 extends v5");
+  static_assert(kBulk || !kBulkStore, "bulk stores are v6's");
   using L = Layout<LPR, KC, S, R>;
   using WT = WarpTile<LPR, KC, R, In, S, kV5, kBulk>;
   constexpr int W = L::W, CPR = WT::kChunksPerRow;
@@ -1035,8 +1039,17 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       }
     }
     __syncwarp();  // every lane has read the stage: it takes the item kWarpStages ahead
-    if (ahead < end) issue(ahead, m_ahead, stage);
-    if constexpr (kBulk) ahead_item = next(ahead_item);
+    // v6 with bulk stores: this stage receives the new state and stays busy until its store has
+    // been read, so the item kWarpStages − 1 on goes into the previous item's stage, once lane 0
+    // has seen that item's store read out (committed one item ago).
+    constexpr bool bstore = kBulkStore;
+    if (!bstore || i >= 1) {
+      if (ahead < end) {
+        if (bstore && lane == 0) bulk_wait_read<0>();
+        issue(ahead, m_ahead, bstore ? (i + kWarpStages - 1) % kWarpStages : stage);
+      }
+      if constexpr (kBulk) ahead_item = next(ahead_item);
+    }
     if constexpr (!kBulk) cp_commit();
 
     if (fast) {
@@ -1104,10 +1117,17 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         const int row = row0 + r * L::kGroupRows;
         if (valid[r]) {
           if (lead) out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
-          if (kV5 && p.cs_store)
+          if (bstore) {
+#pragma unroll
+            for (int cc = 0; cc < CPR; ++cc)
+              vstore<W>(reinterpret_cast<S*>(warp_smem + stage * WT::kStageBytes +
+                                             WT::bulk_chunk(r, group_row, sub, cc)),
+                        s[r] + cc * W);
+          } else if (kV5 && p.cs_store) {
             store_row_cs<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
-          else
+          } else {
             store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
+          }
         }
       }
     } else if (m.slot < 0) {
@@ -1116,6 +1136,20 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       S* const pool = pool_base + m.slot * p.st_slot + hv * p.st_head;
       gdn_tokens<mode, LPR, KC, R, In, S>(p, hv, m.bos, m.eos, row0, false, pool, s);
     }
+    if (bstore && fast) {        // this item's rows go out from its stage
+      fence_proxy_async_smem();  // every lane's chunks, before the async proxy reads them
+      __syncwarp();
+      if (lane == 0) {
+        const int row_begin = tile * WT::kItemRows;
+        const int rows = min(WT::kItemRows, p.V - row_begin);
+        bulk_s2g(pool_base + m.slot * p.st_slot + hv * p.st_head + row_begin * p.st_row,
+                 warp_smem + stage * WT::kStageBytes, uint32_t(rows) * (LPR * KC) * sizeof(S));
+        bulk_commit();
+      }
+    }
+  }
+  if constexpr (kBulkStore) {
+    if (lane == 0) bulk_wait<0>();  // the stages outlive the last stores
   }
 }
 
@@ -1348,6 +1382,16 @@ int decode_v6_sweep_run() {
   return run;
 }
 
+// v6's write-back by bulk copies from the stage (HYBRID_DECODE_V6_BULK_STORE=1; default: v5's
+// 16-byte register stores, docs/PERFORMANCE.md counts why). Shared with ssm_step.cuda_bulk.
+bool decode_v6_bulk_store() {
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V6_BULK_STORE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // kBulk: gdn_warp_kernel<.., true, true> (v6; needs kV5).
 template <Mode mode, bool kV5 = false, bool kBulk = false>
 void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
@@ -1365,14 +1409,24 @@ void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
       p.v_async = kV5 && v_rows_aligned && p.V % WT::kItemRows == 0;
       p.cs_store = decode_v5_cs_stores();
       p.sweep_run = kBulk ? decode_v6_sweep_run() : 0;
-      auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5, kBulk>;
-      constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
-      const int64_t blocks =
-          persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
-                            (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
-      kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
-               as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
-      HYBRID_CUDA_CHECK_LAUNCH();
+      auto go = [&](auto bulk_store) {
+        auto* kernel =
+            gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5, kBulk, decltype(bulk_store)::value>;
+        constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+        const int64_t blocks =
+            persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                              (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+        kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+                 as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      };
+      if constexpr (kBulk) {
+        if (decode_v6_bulk_store()) {
+          go(std::true_type{});
+          return;
+        }
+      }
+      go(std::false_type{});
     });
   });
 }

@@ -525,10 +525,14 @@ struct SsmWarpTile {
 // while the item's state landed items earlier). v5 copies the item's x and z values into its
 // stage with the state, kWarpStages items ahead (p.xz_async: rows of x / z 8-byte aligned, P a
 // multiple of the item rows; else v4's loads), and writes the state back with st.global.cs.
-template <int LPR, int NC, int R, class St, bool kV5 = false, bool kBulk = false>
+// kBulkStore (v6, HYBRID_DECODE_V6_BULK_STORE=1): the new state is written into the item's stage
+// and stored by one bulk copy instead of 16-byte register stores (its own instantiation).
+template <int LPR, int NC, int R, class St, bool kV5 = false, bool kBulk = false,
+          bool kBulkStore = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     ssm_warp_kernel(const RecParams p, const int items, const int tiles) {
   static_assert(kV5 || !kBulk, "v6 extends v5");
+  static_assert(kBulk || !kBulkStore, "bulk stores are v6's");
   using WT = SsmWarpTile<LPR, NC, R, St, kV5, kBulk>;
   using L = typename WT::L;
   constexpr int W = L::W, CPR = WT::kChunksPerRow, kGroupRows = WT::kGroupRows;
@@ -722,8 +726,17 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       }
     }
     __syncwarp();  // every lane has read the stage (and the cache): both may be rewritten
-    if (ahead < end) issue(ahead, ahead_slot, stage);
-    if constexpr (kBulk) ahead_item = next(ahead_item);
+    // v6 with bulk stores: this stage receives the new state and stays busy until its store has
+    // been read, so the item kWarpStages − 1 on goes into the previous item's stage, once lane 0
+    // has seen that item's store read out (committed one item ago).
+    constexpr bool bstore = kBulkStore;
+    if (!bstore || i >= 1) {
+      if (ahead < end) {
+        if (bstore && lane == 0) bulk_wait_read<0>();
+        issue(ahead, ahead_slot, bstore ? (i + kWarpStages - 1) % kWarpStages : stage);
+      }
+      if constexpr (kBulk) ahead_item = next(ahead_item);
+    }
     if constexpr (!kBulk) cp_commit();
 
     if (slot < 0) {  // padding: y = 0, pool untouched
@@ -773,11 +786,32 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         if (in.z.p) y *= zv[r] / (1.0f + expf(-zv[r]));
         in.store_y(t, h, prow, y);
       }
-      if (kV5 && p.cs_store)
+      if (bstore) {
+#pragma unroll
+        for (int cc = 0; cc < CPR; ++cc)
+          vstore<W>(reinterpret_cast<St*>(warp_smem + stage * WT::kStageBytes +
+                                          WT::bulk_chunk(r, group_row, sub, cc)),
+                    s[r] + cc * W);
+      } else if (kV5 && p.cs_store) {
         store_row_cs<LPR, NC, St>(pool + prow * p.st_p, sub, s[r]);
-      else
+      } else {
         store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
+      }
     }
+    if (bstore) {                // this item's rows go out from its stage
+      fence_proxy_async_smem();  // every lane's chunks, before the async proxy reads them
+      __syncwarp();
+      if (lane == 0) {
+        const int row_begin = tile * WT::kItemRows;
+        const int rows = min(WT::kItemRows, P - row_begin);
+        bulk_s2g(pool + row_begin * p.st_p, warp_smem + stage * WT::kStageBytes,
+                 uint32_t(rows) * (LPR * NC) * sizeof(St));
+        bulk_commit();
+      }
+    }
+  }
+  if constexpr (kBulkStore) {
+    if (lane == 0) bulk_wait<0>();  // the stages outlive the last stores
   }
 }
 
@@ -999,6 +1033,11 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
   static const bool cs_stores = !env_is_zero("HYBRID_DECODE_V5_CS");
   // v6's grid order: HYBRID_DECODE_V6_SWEEP as gdn.cu (default 1 item a warp per sweep step; the
   // largest power of two <= the value, at most 64; 0: v5's contiguous runs in the v6 kernel).
+  // v6's write-back from the stage by bulk copies: HYBRID_DECODE_V6_BULK_STORE=1 (as gdn.cu).
+  static const bool bulk_store = [] {
+    const char* v = std::getenv("HYBRID_DECODE_V6_BULK_STORE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
   static const int sweep_run = [] {
     const char* v = std::getenv("HYBRID_DECODE_V6_SWEEP");
     if (v == nullptr || *v == '\0') return 1;
@@ -1030,14 +1069,23 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
                   : kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
         p.cs_store = cs_stores;
         p.sweep_run = kBulk ? sweep_run : 0;
-        auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5, kBulk>;
-        constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
-        const int64_t blocks =
-            persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
-                              (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
-        kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
-                 as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
-        HYBRID_CUDA_CHECK_LAUNCH();
+        auto go = [&](auto bstore) {
+          auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5, kBulk, decltype(bstore)::value>;
+          constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+          const int64_t blocks =
+              persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                                (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+          kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+                   as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+          HYBRID_CUDA_CHECK_LAUNCH();
+        };
+        if constexpr (kBulk) {
+          if (bulk_store) {
+            go(std::true_type{});
+            return;
+          }
+        }
+        go(std::false_type{});
       }
     });
   });
