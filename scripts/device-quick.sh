@@ -37,19 +37,26 @@ test_one() {
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 if section tests; then
-  for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 60 X=1 "$op"; done
+  for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 90 X=1 "$op"; done
 fi
 if section fallbacks; then
   # Each layer below the default, by its switch (a variant answers to its own switch only, so the
   # layers under it need theirs too).
   test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
   test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
-  test_one gdn_decode_v4 75 HYBRID_GDN_DECODE_V5=0 gdn_recurrent
-  test_one gdn_prep_v4 40 HYBRID_GDN_DECODE_V5=0 gdn_prep_step
-  test_one gdn_decode_v5_nocs 90 HYBRID_DECODE_V5_CS=0 gdn_recurrent,ssm_step
-  test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" gdn_recurrent,gdn_prep_step
-  test_one ssm_step_v4 40 HYBRID_SSM_STEP_V5=0 ssm_step
-  test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
+  test_one decode_v6_runs 120 HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step
+  test_one decode_v6_sweep4 120 HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,gdn_prep_step,ssm_step
+  test_one decode_v6_bulk_store 120 HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step
+  test_one gdn_decode_v5 90 HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step
+  test_one gdn_decode_v4 75 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_recurrent
+  test_one gdn_prep_v4 40 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_prep_step
+  test_one gdn_decode_v5_nocs 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_SSM_STEP_V6=0 HYBRID_DECODE_V5_CS=0" \
+    gdn_recurrent,ssm_step
+  test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" \
+    gdn_recurrent,gdn_prep_step
+  test_one ssm_step_v5 40 HYBRID_SSM_STEP_V6=0 ssm_step
+  test_one ssm_step_v4 40 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0" ssm_step
+  test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
@@ -84,14 +91,18 @@ if section perf; then
   cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
 fi
 if section variants; then
-  # The variant each default replaced, timed in the same run (perf shapes of the op, switch on).
+  # The variant each default replaced, timed in the same run (perf shapes of the op, switch on;
+  # several switches joined by commas).
   for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
-      "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent" \
-      "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode" \
-      "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"; do
+      "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step" \
+      "HYBRID_SSM_STEP_V6=0 ssm_step" "HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step" \
+      "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
+      "HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step" \
+      "HYBRID_ATTN_DECODE_V5=0 attn_decode" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"; do
     set -- $pair
     echo "-- $1"
-    env "$1" timeout 40 $OPS perf -b cuda -o "$2:perf" 2>&1 | cut -c1-200 |
+    env $(echo "$1" | tr , ' ') timeout 60 $OPS perf -b cuda -o "$(echo "$2" | sed 's/,/:perf,/g'):perf" \
+      2>&1 | cut -c1-200 |
       sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
   done
 fi

@@ -885,6 +885,33 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(
       make_unique<PrepStepCase>(Heads{1, 2, 256, 64}, std::vector<int>{1, -1, 0}, 2, bf16, f32));
 
+  // Decode v6 (gdn_recurrent.cuda_bulk / gdn_prep_step.cuda_bulk: an item's state rows, v values
+  // and new-head q / k rows as 1-D bulk copies completing on the stage's mbarrier; the grid sweeps
+  // items w, w + W, ...): f32 activations at K = V = 128 (v values: one 32-byte bulk copy; q, k:
+  // 512-byte rows) over 250 one-token sequences (f32 pool: 16000 items, ~10 a warp at 1584 warps,
+  // so every stage's barrier passes several phases and its parity flips; bf16 pool: 8000 items;
+  // 250 is no multiple of the warps: the last sweep is partial) with padding slots (0 bytes
+  // armed) and sequences without an initial state (0 state bytes, q / k / v bytes armed), and a
+  // shuffled pool with unused rows.
+  for (DType st : {f32, bf16}) {
+    Batch b{std::vector<int>(250, 1), std::vector<int>(250), {}, 260};
+    for (int n = 0; n < 250; ++n) {
+      b.slots[n] = n % 31 == 7 ? -1 : (n * 67) % 260;
+      b.init.push_back(n % 9 == 4 ? 0 : 1);
+    }
+    cases.push_back(
+        make_unique<RecurrentCase>(k128g2, b, f32, st, true, std::nullopt, false, false));
+  }
+  // v6 at GVA 4, K = 64 / V = 128 (2 KiB items: 8 rows f32, 16 rows bf16), bf16 activations (v:
+  // 16 / 32 bytes), one-token sequences, a 3-token one, a padding slot and one without an initial
+  // state, with per-token states: the general path (gdn_tokens / gdn_padding) on rows from a
+  // bulk-filled stage, no q / k / v bytes armed for those items.
+  for (DType st : {f32, bf16}) {
+    Batch b{{1, 1, 3, 1, 1, 1, 1}, {4, -1, 0, 6, 1, 3, 5}, {1, 1, 1, 0, 1, 1, 1}, 7};
+    cases.push_back(make_unique<RecurrentCase>(Heads{1, 4, 64, 128}, b, bf16, st, true,
+                                               std::nullopt, true, false));
+  }
+
   // The v2 fallback (gdn_recurrent.cuda) at real shapes: a pool whose rows are not packed (row
   // stride K + 8: still 16-byte aligned for both dtypes), B = 64 with padding slots.
   for (DType st : {f32, bf16}) {
@@ -948,6 +975,15 @@ void add_gdn_cases(CaseList& cases) {
     for (int n = 0; n < 64; ++n) slots[n] = n % 17 == 9 ? -1 : (n * 37) % 66;
     for (DType st : {f32, bf16})
       cases.push_back(make_unique<PrepStepCase>(next, slots, 66, bf16, st));
+  }
+
+  // Decode v6 (gdn_prep_step.cuda_bulk): 200 sequences at K = V = 128 with 4 value heads, f32
+  // conv_out (v: 32-byte bulk copies, q / k rows 512 bytes), both pools, padding slots.
+  {
+    std::vector<int> slots(200);
+    for (int n = 0; n < 200; ++n) slots[n] = n % 27 == 11 ? -1 : (n * 89) % 210;
+    for (DType st : {f32, bf16})
+      cases.push_back(make_unique<PrepStepCase>(k128g2, slots, 210, f32, st));
   }
 
   // gdn_record + gdn_replay: every k in [0, T], varlen with padding, in-place rollback.

@@ -191,18 +191,26 @@ struct StepCase : Case {
   Opts o;
   Ints slots;  // per sequence (one token each); < 0 = padding
   int64_t pool;
+  int64_t row_pad = 0;  // > 0: pool rows of N + row_pad elements (not packed: v6 refuses, v5 runs)
 
   StepCase(Shape sh, Opts o, Ints slots, int64_t pool)
       : sh(sh), o(o), slots(std::move(slots)), pool(pool) {}
   std::string op() const override { return "ssm_step"; }
   std::string params() const override {
     return str("batch=", slots.size(), ",slots=", ints_text(slots), ",pool=", pool, ",",
-               shape_text(sh, o));
+               shape_text(sh, o), row_pad ? str(",pool_row_stride=N+", row_pad) : std::string());
   }
   void init(Rng& rng, Slots& s) override {
     const int64_t batch = static_cast<int64_t>(slots.size());
     init_inputs(rng, s, batch, sh, o);
-    init_pool(rng, s, pool, sh, o);
+    if (row_pad > 0) {
+      const int64_t row = sh.N + row_pad;
+      fill_normal(s.strided("state", Role::inout, o.state, {pool, sh.H, sh.P, sh.N},
+                            {sh.H * sh.P * row, sh.P * row, row, 1}, 0, pool * sh.H * sh.P * row),
+                  rng, 0.0, 0.5);
+    } else {
+      init_pool(rng, s, pool, sh, o);
+    }
     ints(s, "state_slots", slots);
     s.output("y", o.act, {batch, sh.H, sh.P});
   }
@@ -736,6 +744,31 @@ void add_ssm_cases(CaseList& cases) {
     // The v2 fallback (ssm_step.cuda) at the same shape: B / C rows read out of wider buffers
     // at odd offsets (not 16-byte aligned), which the v3 kernel refuses.
     add(new StepCase(mamba2, strided, slots, 67));
+  }
+
+  // Decode v6 (ssm_step.cuda_bulk: an item's state rows and x / z values as 1-D bulk copies
+  // completing on the stage's mbarrier; the grid sweeps items w, w + W, ...): P 64 / N 128 with
+  // 4 heads over 250 sequences (f32 pool: 8000 items, ~5 a warp, the stages' parities flip;
+  // bf16 pool: 4000), f32 activations with z (x, z: 32-byte bulk copies) and bf16 activations
+  // with z (16 / 32 bytes), padding slots (0 bytes armed), a shuffled pool with unused rows;
+  // 250 sequences are no multiple of the warps (a partial last sweep).
+  {
+    Ints slots(250);
+    for (int64_t n = 0; n < 250; ++n) slots[n] = n % 23 == 9 ? -1 : (n * 53) % 256;
+    const Shape heads4{4, 64, 128, 2};
+    Opts f32_z = all, bf16_z_state = all;
+    bf16_z_state.act = bf16_z_state.state = DType::bf16;
+    for (const Opts& o : {f32_z, bf16_z_state, bf16_state})
+      add(new StepCase(heads4, o, slots, 256));
+  }
+  // The v5 fallback under v6 (pool rows of N + 8 elements: not one contiguous bulk copy), real
+  // shapes at B = 16 with a padding slot, both pools.
+  for (const Opts& o : {plain, bf16_state}) {
+    Ints slots(16);
+    for (int64_t n = 0; n < 16; ++n) slots[n] = n == 5 ? -1 : (n * 7) % 17;
+    auto* c = new StepCase(mamba2, o, slots, 17);
+    c->row_pad = 8;
+    add(c);
   }
 
   // ssm_step_record: varlen, padding, mask, bf16 tape, state_out; real shapes with few tokens.
