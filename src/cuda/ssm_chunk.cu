@@ -1598,6 +1598,254 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
   }
 }
 
+// v7 chunk state: dt' / cs, the chunk states and the state pass in one kernel. v6 ran them as three
+// launches joined by two workspaces: dt' / cs (scan_dt), and Sc [chunks, H, P, N] f32, written by
+// the state kernel (168 MB at Mamba2 1 × 16384) and read back by the pass (168 MB more), which
+// then wrote S_enter bf16. Here one block of 8 warps owns the whole state of a (head, sequence)
+// and walks the sequence's chunks in order, the state in its MMA accumulators the whole time
+// (warp w: rows p [16·(w % 4), +16), columns n [(w / 4)·N/2, +N/2), v6_state's warp tile). At the
+// first stage of chunk c it writes S_enter(c) = S (bf16) for the output kernel and scales S by
+// exp(cs_last(c)); every 64-token stage adds Σ_j w_j·x_j ⊗ B_j with v6_state's products
+// (w_j = exp(cs_last − cs_j)·dt'_j, w·x split into bf16 hi + lo, B exact in bf16, f32
+// accumulation) straight into S; after the chunk S is the chunk_states row, after the last one the
+// pool's state. No Sc round trip, no pass launch, no dt launch.
+// Pipeline (one barrier per stage; stages run across chunk boundaries without draining):
+//   iteration s: wait for B(s), barrier; [first stage of a chunk: S_enter, decay, and the dt' / cs
+//   scan of the next chunk: thread t owns token t, warp shuffles + 8 warp totals, 2 more
+//   barriers]; cp.async B(s + 1) into the other B buffer; split x(s + 1) (in registers since
+//   iteration s − 1) into the other hi / lo buffers; load x(s + 2) into registers; MMAs of stage
+//   s. The split and the loads are independent of the MMAs, so one warp's FP / integer work
+//   overlaps its own HMMAs (v6_state split, then waited, then multiplied).
+// w_j and the dt' loads run a chunk ahead: w of chunk c + 1 (double-buffered) is made at chunk c's
+// first stage, from dt values loaded at chunk c − 1's.
+// Parallelism: H · seqs blocks (Mamba2 1 × 16384: 80 blocks on 80 SMs, 2 warps per SM
+// sub-partition; 8 × 4096: 640).
+// Rounding: v6_state's hi / lo products, accumulated onto exp(cs_last)·S instead of zero (v6's
+// pass added Sc to exp(cs_last)·S in f32 afterwards); cs_last is the sum of the 8 warp totals
+// (cs at the chunk's last token up to the order of the f32 sums; tokens past the end add 0).
+constexpr int kV7Threads = 256;
+constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
+
+// Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [2][64 j][N + 8] (bf16),
+// w [2][256], warp totals [8] (f32).
+size_t v7_state_smem(int N) {
+  return sizeof(bf16) * (4 * kV2J * kV7Ld + 2 * kV2J * (N + kV2Pad)) + sizeof(float) * (512 + 8);
+}
+
+template <int N, class St>
+__global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
+    v7_state_kernel(const ScanParams p, bf16* Se) {
+  constexpr int NB = N / 16, ld = kV7Ld, ldb = N + kV2Pad, nv = N / 8;
+  constexpr int kBRows = kV7Threads / nv;  // B rows one pass of the block copies
+  constexpr int kHL = kV2J * ld;           // one hi or lo tile
+  const int h = blockIdx.x, seq = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, H = in.H;
+  const int slot = p.slots[seq];
+  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  const int tb = p.cu_seqlens[seq], len = p.cu_seqlens[seq + 1] - tb;
+  const Arg& cst = p.chunk_states;
+  const int wm = warp % 4, wn = warp / 4;
+  // Accumulator element e of n8 block nb: row pr (+8 for e ≥ 2), column nc + nb·8 + (e & 1).
+  const int pr = wm * 16 + lane / 4, nc = wn * (N / 2) + (lane % 4) * 2;
+  auto cst_at = [&](int c, int row, int col) {
+    return c * cst.s0 + h * cst.s1 + row * cst.s2 + col;
+  };
+  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
+    if (cst.p)
+      for (int c = c0; c < c1; ++c)
+        for (int o = tid; o < kV2P * N; o += kV7Threads)
+          store_any(const_cast<void*>(cst.p), cst.dt, cst_at(c, o / N, o % N), 0.0f);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* hl = reinterpret_cast<bf16*>(v2_smem);  // [2][hi, lo][64 j][ld]: bf16(w_j·x_j[p]), rest
+  bf16* bs = hl + 4 * kHL;                      // [2][64 j][ldb]: B_j[n]
+  float* w_s = reinterpret_cast<float*>(bs + 2 * kV2J * ldb);  // [2][256]
+  float* tot_s = w_s + 512;                                    // [8]
+
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
+  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+  float acc[NB][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[nb][e] =
+          initial ? to_f32(pool[(pr + 8 * (e >> 1)) * p.st_p + nc + nb * 8 + (e & 1)]) : 0.0f;
+
+  if (c0 < c1) {
+    const bf16* X = static_cast<const bf16*>(in.x.p);
+    const bf16* Bg = static_cast<const bf16*>(in.B.p);
+    const int g = in.group(h);
+    auto chunk_len = [&](int c) { return min(Q, len - (c - c0) * Q); };
+    // Stages are 64 consecutive tokens of the sequence (Q is a multiple of 64, so a chunk is
+    // whole stages): stage s holds tokens u = 64·s.. of the sequence, rows u + r < len valid. The
+    // copies walk the sequence with pointers advanced by 64 rows per stage.
+    // B copy slots: chunk (r, n8), r = br0 + k·kBRows; x: rows xr0 + 32k (k < 2), columns xp8.
+    const int br0 = tid / nv, bn8 = (tid % nv) * 8;
+    const bf16* b_src = Bg + (tb + br0) * in.B.s0 + g * in.B.s1 + bn8;  // next B stage, row br0
+    bf16* b_dst = bs + br0 * ldb + bn8;
+    const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+    const bf16* x_src = X + (tb + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // next x stage, row xr0
+    int ub = br0, ux = xr0;  // sequence row of b_src / x_src
+    auto load_B = [&](int buf) {
+#pragma unroll
+      for (int k = 0; k < kV2J / kBRows; ++k) {
+        const bool ok = ub + k * kBRows < len;
+        cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb,
+                   ok ? b_src + k * kBRows * in.B.s0 : Bg, ok ? 16 : 0);
+      }
+      cp_commit();
+      b_src += kV2J * in.B.s0, ub += kV2J;
+    };
+    uint4 xv[2];
+    auto load_x = [&]() {
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        xv[k] = ux + 32 * k < len ? ld16(x_src + 32 * k * in.x.s0) : zero4();
+      x_src += kV2J * in.x.s0, ux += kV2J;
+    };
+    auto split_x = [&](const float* w, int buf) {  // xv → hi / lo tiles of buf; w = w_s row + j0
+      bf16* dst = hl + buf * 2 * kHL + xr0 * ld + xp8;
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        uint4 hi, lo;
+        const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
+        __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+        __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+        const float wj = w[xr0 + 32 * k];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(xq[q]);
+          const float a = wj * f.x, b = wj * f.y;
+          hv[q] = __floats2bfloat162_rn(a, b);
+          const float2 hf = __bfloat1622float2(hv[q]);
+          lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+        }
+        st16(dst + 32 * k * ld, hi);
+        st16(dst + kHL + 32 * k * ld, lo);
+      }
+    };
+    // dt' / cs of chunk c (thread t: token t), raw dt of chunk c in `raw` (loaded a chunk ahead),
+    // then the raw dt of chunk c + 1. Writes w [c & 1], dt' / cs for the output kernel; returns
+    // exp(cs_last). Two barriers (block-uniform: c is).
+    const float dt_b =
+        in.dt_bias.p ? load_any(in.dt_bias.p, in.dt_bias.dt, h * in.dt_bias.s0) : 0.0f;
+    const float A = in.A(h);
+    auto load_raw = [&](int c) {
+      const int64_t t = tb + static_cast<int64_t>(c - c0) * Q + tid;
+      return tid < chunk_len(c) ? load_any(in.dt.p, in.dt.dt, t * in.dt.s0 + h) : 0.0f;
+    };
+    float raw = load_raw(c0);
+    auto scan = [&](int c) {
+      const int Lc = chunk_len(c);
+      float d = raw;  // = SsmIn::dt_eff on the raw value
+      if (in.dt_bias.p) d += dt_b;
+      if (in.softplus) d = d > 20.0f ? d : log1pf(expf(d));
+      d = tid < Lc ? fminf(fmaxf(d, in.dt_min), in.dt_max) : 0.0f;
+      if (c + 1 < c1) raw = load_raw(c + 1);
+      const float a = d * A;
+      float incl = a;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += u;
+      }
+      if (lane == 31) tot_s[warp] = incl;
+      __syncthreads();
+      float before = incl - a, cs_last = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kV7Threads / 32; ++w) {
+        const float tw = tot_s[w];
+        if (w < warp) before += tw;
+        cs_last += tw;
+      }
+      const float cs = before + a;
+      w_s[(c & 1) * 256 + tid] = tid < Lc ? expf(cs_last - cs) * d : 0.0f;
+      if (tid < Lc) {
+        const int64_t row = (static_cast<int64_t>(c) * H + h) * Q;
+        p.dts[row + tid] = d, p.css[row + tid] = cs;
+      }
+      __syncthreads();  // w written; tot_s read
+      return expf(cs_last);
+    };
+
+    // Prologue: w of chunk c0; B(0) in flight; x(0) split into buffer 0; x(1) in registers.
+    // (c, j0): the stage multiplied; (cn, jn): the next one (split this iteration).
+    const int nst = (len + kV2J - 1) / kV2J;
+    float decay = scan(c0);
+    load_B(0);
+    load_x();
+    split_x(w_s + (c0 & 1) * 256, 0);
+    load_x();
+    int c = c0, j0 = 0, cn = c0, jn = kV2J, buf = 0;
+    if (jn >= Q) cn = c0 + 1, jn = 0;
+    const Lane ln(lane);
+    const int xo = (ln.r + 8 * ln.hi) * ld + wm * 16 + 8 * ln.sel;
+    const int bo = (ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + 8 * ln.hi;
+    for (int s = 0; s < nst; ++s) {
+      const int rem = len - s * kV2J;  // valid rows of this stage (≥ 1)
+      cp_wait<0>();                    // B(s) landed
+      __syncthreads();  // hi / lo and B of this stage written; the previous stage's MMAs are done
+      if (j0 == 0) {    // S_enter(c) = S (bf16 [c, h, p, n]); S ← exp(cs_last(c))·S
+        bf16* se = Se + (static_cast<int64_t>(c) * H + h) * kV2P * N + pr * N + nc;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          *reinterpret_cast<__nv_bfloat162*>(se + nb * 8) =
+              __floats2bfloat162_rn(acc[nb][0], acc[nb][1]);
+          *reinterpret_cast<__nv_bfloat162*>(se + 8 * N + nb * 8) =
+              __floats2bfloat162_rn(acc[nb][2], acc[nb][3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nb][e] *= decay;
+        }
+        if (c + 1 < c1) decay = scan(c + 1);  // w of the next chunk, before its first split
+      }
+      // The next stage: B by cp.async, x split from registers; the one after: x into registers.
+      if (s + 1 < nst) {
+        load_B(buf ^ 1);
+        split_x(w_s + (cn & 1) * 256 + jn, buf ^ 1);
+        if (s + 2 < nst) load_x();
+      }
+      const bf16* xh = hl + buf * 2 * kHL + xo;
+      const bf16* bcur = bs + buf * kV2J * ldb + bo;
+#pragma unroll
+      for (int k0 = 0; k0 < kV2J; k0 += 16) {
+        if (k0 < rem) {  // rows past the end are zeros: skip their MMAs
+          uint32_t ah[4], al[4];
+          ldmatrix_x4_trans(ah, xh + k0 * ld);
+          ldmatrix_x4_trans(al, xh + kHL + k0 * ld);
+#pragma unroll
+          for (int nb = 0; nb < NB; nb += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, bcur + k0 * ldb + nb * 8);
+            mma_bf16(acc[nb], ah, b[0], b[1]);
+            mma_bf16(acc[nb], al, b[0], b[1]);
+            mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+            mma_bf16(acc[nb + 1], al, b[2], b[3]);
+          }
+        }
+      }
+      if (cst.p && (cn != c || s + 1 == nst))  // the state after chunk c
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            store_any(const_cast<void*>(cst.p), cst.dt,
+                      cst_at(c, pr + 8 * (e >> 1), nc + nb * 8 + (e & 1)), acc[nb][e]);
+      c = cn, j0 = jn, buf ^= 1;
+      jn = j0 + kV2J;
+      if (jn >= Q) cn = c + 1, jn = 0;
+    }
+  }
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      pool[(pr + 8 * (e >> 1)) * p.st_p + nc + nb * 8 + (e & 1)] = from_f32<St>(acc[nb][e]);
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
@@ -1966,6 +2214,104 @@ void scan_v6_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_v2_run(a, ctx, 6);
 }
 
+// v7 = v6 with dt' / cs, the chunk states and the state pass fused into v7_state_kernel (one
+// launch, no Sc workspace); the C·Bᵀ and output launches are v6's. HYBRID_SSM_CHUNK_V7=0 turns it
+// off (v6 runs).
+Reason scan_v7_supports(const SsmChunkScan& a) {
+  static const bool off = env_is_zero("HYBRID_SSM_CHUNK_V7");
+  if (off) return std::string("HYBRID_SSM_CHUNK_V7=0");
+  if (a.state_slots.size(0) > 65535) return std::string("more than 65535 sequences");
+  return scan_v2_supports(a);
+}
+
+void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
+  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  const int64_t G = a.B.size(1);
+  // One workspace: chunk_off | dt' | cs | S_enter (bf16) | CB (f32).
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
+  const size_t cb_b = align_up(sizeof(float) * max_chunks * G * Q * Q);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + e_b + cb_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b);
+  p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + e_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  StageTimer timer(ctx, stream, "ssm_chunk_scan.cuda_v7");
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  timer.mark("offsets");
+  const dim3 st_grid(hh, static_cast<unsigned>(seqs));
+  const size_t st_smem = v7_state_smem(static_cast<int>(N));
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    using St = decltype(ts);
+    auto state = [&](auto kernel) {
+      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(st_smem)));
+      kernel<<<st_grid, kV7Threads, st_smem, stream>>>(p, Se);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (N == 64)
+      state(v7_state_kernel<64, St>);
+    else if (N == 128)
+      state(v7_state_kernel<128, St>);
+    else
+      state(v7_state_kernel<256, St>);
+  });
+  timer.mark("state");  // dt' / cs, chunk states and the state pass
+  const int64_t nt = Q / kV2J;
+  const dim3 cb_grid(static_cast<unsigned>(G * nt * (nt + 1) / 2), mc);
+  const size_t cb_smem = v3_cb_smem(static_cast<int>(N));
+  auto cb = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(cb_smem)));
+    kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (N == 64)
+    cb(v3_cb_kernel<64>);
+  else if (N == 128)
+    cb(v3_cb_kernel<128>);
+  else
+    cb(v3_cb_kernel<256>);
+  timer.mark("cb");
+  const size_t out_smem = v3_out_smem(static_cast<int>(N));
+  const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
+  auto out = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(out_smem)));
+    kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (N == 64)
+    out(v6_out_kernel<64>);
+  else if (N == 128)
+    out(v6_out_kernel<128>);
+  else
+    out(v6_out_kernel<256>);
+  timer.mark("out");
+  timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
+                   " chunks<=", max_chunks));
+}
+
 }  // namespace
 
 void register_ssm_chunk(Registry& r) {
@@ -1983,6 +2329,10 @@ void register_ssm_chunk(Registry& r) {
   // cuda_v6: v3 with the leaner output kernel (v6_out_kernel). HYBRID_SSM_CHUNK_V6=0: v3 runs.
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v6", DeviceType::cuda, 5, scan_v6_supports,
                       scan_v6_cuda);
+  // cuda_v7: v6 with dt' / cs, chunk states and the state pass in one kernel (v7_state_kernel).
+  // HYBRID_SSM_CHUNK_V7=0: v6 runs.
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v7", DeviceType::cuda, 6, scan_v7_supports,
+                      scan_v7_cuda);
 }
 
 }  // namespace hybrid::cuda
