@@ -1626,10 +1626,13 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
 constexpr int kV7Threads = 256;
 constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
 
-// Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [2][64 j][N + 8] (bf16),
-// w [2][256], warp totals [8] (f32).
+constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during stage s
+
+// Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [3][64 j][N + 8] (bf16),
+// w [2][256], warp totals [8] (f32). N = 128: 91 KiB (2 blocks per SM), N = 256: 139 KiB.
 size_t v7_state_smem(int N) {
-  return sizeof(bf16) * (4 * kV2J * kV7Ld + 2 * kV2J * (N + kV2Pad)) + sizeof(float) * (512 + 8);
+  return sizeof(bf16) * (4 * kV2J * kV7Ld + kV7BSlots * kV2J * (N + kV2Pad)) +
+         sizeof(float) * (512 + 8);
 }
 
 template <int N, class St>
@@ -1661,9 +1664,9 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
   }
   extern __shared__ __align__(16) unsigned char v2_smem[];
   bf16* hl = reinterpret_cast<bf16*>(v2_smem);  // [2][hi, lo][64 j][ld]: bf16(w_j·x_j[p]), rest
-  bf16* bs = hl + 4 * kHL;                      // [2][64 j][ldb]: B_j[n]
-  float* w_s = reinterpret_cast<float*>(bs + 2 * kV2J * ldb);  // [2][256]
-  float* tot_s = w_s + 512;                                    // [8]
+  bf16* bs = hl + 4 * kHL;                      // [3][64 j][ldb]: B_j[n]
+  float* w_s = reinterpret_cast<float*>(bs + kV7BSlots * kV2J * ldb);  // [2][256]
+  float* tot_s = w_s + 512;                                            // [8]
 
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
   const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
@@ -1700,11 +1703,12 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
       cp_commit();
       b_src += kV2J * in.B.s0, ub += kV2J;
     };
-    uint4 xv[2];
-    auto load_x = [&]() {
+    // x in registers two stages deep: xv = the next stage to split, xw = the one after.
+    uint4 xv[2], xw[2];
+    auto load_x = [&](uint4(&r)[2]) {
 #pragma unroll
       for (int k = 0; k < 2; ++k)
-        xv[k] = ux + 32 * k < len ? ld16(x_src + 32 * k * in.x.s0) : zero4();
+        r[k] = ux + 32 * k < len ? ld16(x_src + 32 * k * in.x.s0) : zero4();
       x_src += kV2J * in.x.s0, ux += kV2J;
     };
     auto split_x = [&](const float* w, int buf) {  // xv → hi / lo tiles of buf; w = w_s row + j0
@@ -1772,22 +1776,25 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
       return expf(cs_last);
     };
 
-    // Prologue: w of chunk c0; B(0) in flight; x(0) split into buffer 0; x(1) in registers.
+    // Prologue: w of chunk c0; B(0), B(1) in flight; x(0) split into hi / lo buffer 0; x(1),
+    // x(2) in registers.
     // (c, j0): the stage multiplied; (cn, jn): the next one (split this iteration).
     const int nst = (len + kV2J - 1) / kV2J;
     float decay = scan(c0);
     load_B(0);
-    load_x();
+    load_B(1);  // rows past the end: zero-filled (no global read), as every guarded copy
+    load_x(xv);
     split_x(w_s + (c0 & 1) * 256, 0);
-    load_x();
-    int c = c0, j0 = 0, cn = c0, jn = kV2J, buf = 0;
+    load_x(xv);
+    load_x(xw);
+    int c = c0, j0 = 0, cn = c0, jn = kV2J, buf = 0, bslot = 0;
     if (jn >= Q) cn = c0 + 1, jn = 0;
     const Lane ln(lane);
     const int xo = (ln.r + 8 * ln.hi) * ld + wm * 16 + 8 * ln.sel;
     const int bo = (ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + 8 * ln.hi;
     for (int s = 0; s < nst; ++s) {
       const int rem = len - s * kV2J;  // valid rows of this stage (≥ 1)
-      cp_wait<0>();                    // B(s) landed
+      cp_wait<1>();                    // B(s) landed (B(s + 1) may be in flight)
       __syncthreads();  // hi / lo and B of this stage written; the previous stage's MMAs are done
       if (j0 == 0) {    // S_enter(c) = S (bf16 [c, h, p, n]); S ← exp(cs_last(c))·S
         bf16* se = Se + (static_cast<int64_t>(c) * H + h) * kV2P * N + pr * N + nc;
@@ -1802,14 +1809,21 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
         }
         if (c + 1 < c1) decay = scan(c + 1);  // w of the next chunk, before its first split
       }
-      // The next stage: B by cp.async, x split from registers; the one after: x into registers.
+      // B(s + 2) into the slot B(s - 1) left (its MMAs are done); one group per iteration (empty
+      // at the end), so cp_wait<1> above always means "B(s) landed".
+      const int bnext = bslot == 0 ? kV7BSlots - 1 : bslot - 1;  // (s + 2) % 3
+      if (s + 2 < nst)
+        load_B(bnext);
+      else
+        cp_commit();
+      // x(s + 1) split into the other hi / lo buffer; x(s + 3) into registers.
       if (s + 1 < nst) {
-        load_B(buf ^ 1);
         split_x(w_s + (cn & 1) * 256 + jn, buf ^ 1);
-        if (s + 2 < nst) load_x();
+        xv[0] = xw[0], xv[1] = xw[1];
+        if (s + 3 < nst) load_x(xw);
       }
       const bf16* xh = hl + buf * 2 * kHL + xo;
-      const bf16* bcur = bs + buf * kV2J * ldb + bo;
+      const bf16* bcur = bs + bslot * kV2J * ldb + bo;
 #pragma unroll
       for (int k0 = 0; k0 < kV2J; k0 += 16) {
         if (k0 < rem) {  // rows past the end are zeros: skip their MMAs
@@ -1834,7 +1848,7 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
           for (int e = 0; e < 4; ++e)
             store_any(const_cast<void*>(cst.p), cst.dt,
                       cst_at(c, pr + 8 * (e >> 1), nc + nb * 8 + (e & 1)), acc[nb][e]);
-      c = cn, j0 = jn, buf ^= 1;
+      c = cn, j0 = jn, buf ^= 1, bslot = bslot == kV7BSlots - 1 ? 0 : bslot + 1;
       jn = j0 + kV2J;
       if (jn >= Q) cn = c + 1, jn = 0;
     }
