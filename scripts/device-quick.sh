@@ -50,8 +50,10 @@ if section fallbacks; then
   test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" gdn_recurrent,gdn_prep_step
   test_one ssm_step_v4 40 HYBRID_SSM_STEP_V5=0 ssm_step
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
-  test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
-  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
+  test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
+  test_one ssm_chunk_v3 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0" ssm_chunk_scan
+  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" \
+    ssm_chunk_scan
   test_one attn_prefill_fa2 40 HYBRID_ATTN_PREFILL_V4=0 attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
@@ -84,7 +86,7 @@ if section perf; then
 fi
 if section variants; then
   # The variant each default replaced, timed in the same run (perf shapes of the op, switch on).
-  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
+  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan" \
       "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent" \
       "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"; do
     set -- $pair
@@ -98,7 +100,7 @@ if section stages; then
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
   HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
-  HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
+  HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
     -o "$M" 2>&1 | grep -i "stages" | tail -1
 fi
 if section peers; then

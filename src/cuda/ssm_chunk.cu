@@ -1,10 +1,12 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v6 (5, v3 with leaner state and output kernels, see "v6" below;
-// HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' /
-// cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3,
-// tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2),
-// cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
-// debug log level) logs v2 / v3's per-kernel times (StageTimer).
+// priority: cuda_v7 (6, v6 with dt' / cs, the chunk states and the state pass in one kernel that
+// walks each (head, sequence)'s chunks with the state in registers, see "v7" below;
+// HYBRID_SSM_CHUNK_V7=0 turns it off), cuda_v6 (5, v3 with leaner state and output kernels, see
+// "v6" below; HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group)
+// and dt' / cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off),
+// cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma
+// (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
+// debug log level) logs v2 / v3 / v6 / v7's per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
