@@ -1611,13 +1611,15 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
 // (w_j = exp(cs_last − cs_j)·dt'_j, w·x split into bf16 hi + lo, B exact in bf16, f32
 // accumulation) straight into S; after the chunk S is the chunk_states row, after the last one the
 // pool's state. No Sc round trip, no pass launch, no dt launch.
-// Pipeline (one barrier per stage; stages run across chunk boundaries without draining):
+// Pipeline (one barrier per stage; stages are 64 consecutive tokens of the sequence, so they run
+// across chunk boundaries without draining):
 //   iteration s: wait for B(s), barrier; [first stage of a chunk: S_enter, decay, and the dt' / cs
 //   scan of the next chunk: thread t owns token t, warp shuffles + 8 warp totals, 2 more
-//   barriers]; cp.async B(s + 1) into the other B buffer; split x(s + 1) (in registers since
-//   iteration s − 1) into the other hi / lo buffers; load x(s + 2) into registers; MMAs of stage
-//   s. The split and the loads are independent of the MMAs, so one warp's FP / integer work
-//   overlaps its own HMMAs (v6_state split, then waited, then multiplied).
+//   barriers]; cp.async B(s + 2) into the B slot stage s − 1 used (3 slots); split x(s + 1) (in
+//   registers since iteration s − 2) into the other hi / lo buffer; load x(s + 3) into registers;
+//   MMAs of stage s. The split and the loads are independent of the MMAs, so a warp's FP /
+//   integer work overlaps its own HMMAs (v6_state split, then waited, then multiplied), and every
+//   global load has two stages of MMAs to land (x from DRAM, B from L2).
 // w_j and the dt' loads run a chunk ahead: w of chunk c + 1 (double-buffered) is made at chunk c's
 // first stage, from dt values loaded at chunk c − 1's.
 // Parallelism: H · seqs blocks (Mamba2 1 × 16384: 80 blocks on 80 SMs, 2 warps per SM
@@ -1631,7 +1633,8 @@ constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
 constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during stage s
 
 // Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [3][64 j][N + 8] (bf16),
-// w [2][256], warp totals [8] (f32). N = 128: 91 KiB (2 blocks per SM), N = 256: 139 KiB.
+// w [2][256], warp totals [8] (f32). N = 64 / 128 / 256: 65 / 89 / 137 KiB (2 / 2 / 1 blocks per
+// SM).
 size_t v7_state_smem(int N) {
   return sizeof(bf16) * (4 * kV2J * kV7Ld + kV7BSlots * kV2J * (N + kV2Pad)) +
          sizeof(float) * (512 + 8);
