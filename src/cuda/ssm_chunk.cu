@@ -1468,6 +1468,235 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
+// v7 output kernel: v6_out with the C·Bᵀ tile read straight from global memory (L2: v3_cb wrote it
+// just before) into the registers that hold it, instead of staged through shared memory. In
+// v6_out a warp only ever reads its own 16 rows of the staged tile, so staging bought nothing but
+// a cp.async copy, 16 LDS.64 and two of the four barriers per j tile. Here the lane loads its 16
+// float2 (rows ra, ra + 8; columns nb·8 + jl) with ld.global.nc: tile 0 before the inter product,
+// tile jt + 1 during tile jt's MMAs (after the values of k16 block kt are packed into its A
+// fragment, their registers take the next tile's). The x tiles are double-buffered, so a j tile
+// has one barrier: wait for X[jt], barrier, copy X[jt + 1] into the other buffer (its readers,
+// tile jt − 1's MMAs, are past the barrier), scale, multiply. Shared memory: C and S_enter
+// [64][N + 8], x [2][64][P + 8] (bf16), cs and w [256] (f32): 54 KiB at N 128 (4 blocks per SM, as
+// v6_out), 87 KiB at N 256 (2), 37 KiB at N 64. Values and rounding as v6_out.
+size_t v7_out_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (N + kV2Pad) + 2 * kV2J * (kV2P + kV2Pad)) +
+         sizeof(float) * 2 * 256;
+}
+
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
+    v7_out_kernel(const ScanParams p, const bf16* Se) {
+  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int nt = p.Q / kV2J;
+  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, g = in.group(h);
+  const int rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < rows * kV2P; o += kV2OutThreads)
+      in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char v2_smem[];      // v7_out_smem(N) bytes
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);                  // [64 i][ldn]
+  bf16* Ss = Cs + kV2J * ldn;                                   // [64 p][ldn]: S_enter
+  bf16* Xs = Ss + kV2J * ldn;                                   // [2][64 j][ldx]
+  float* cs_s = reinterpret_cast<float*>(Xs + 2 * kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
+  float* w_s = cs_s + 256;  // [256]: w_j = exp(R − cs_j)·dt'_j for j < i0, dt'_j for j ≥ i0
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+
+  // Per-thread copy slots. C / S_enter: 16-byte chunk (r, n8), r = tid / nv + k·(128 / nv).
+  // x: row tid / 8 + 16k, column (tid % 8)·8.
+  constexpr int kCRows = kV2OutThreads / nv;  // rows of C a pass of the block covers
+  {
+    const int r0 = tid / nv, n8 = (tid % nv) * 8;
+    const bf16* csrc = Cg + (loc.t0 + i0 + r0) * in.C.s0 + g * in.C.s1 + n8;
+    const bf16* ssrc = Se + row * kV2P * N + r0 * N + n8;
+#pragma unroll
+    for (int k = 0; k < kV2J / kCRows; ++k) {
+      const int r = r0 + k * kCRows;
+      const bool ok = i0 + r < L;
+      cp_async16(Cs + r * ldn + n8, ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
+      cp_async16(Ss + r * ldn + n8, ssrc + k * kCRows * N);
+    }
+  }
+  cp_commit();
+  const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+  // The next x tile's copy slot: row x_row (of the chunk) at x_next; the tiles are loaded in order.
+  const bf16* x_next = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;
+  int x_row = xr0;
+  bf16* x_dst = Xs + xr0 * ldx + xp8;
+  const int64_t x_step = 16 * in.x.s0;
+  auto load_X = [&](int buf) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const bool ok = x_row + 16 * k < jmax;
+      cp_async16(x_dst + buf * kV2J * ldx + 16 * k * ldx, ok ? x_next + k * x_step : X,
+                 ok ? 16 : 0);
+    }
+    x_next += 4 * x_step, x_row += kV2J;
+  };
+  load_X(0);
+  cp_commit();
+  // This lane's C·Bᵀ values (rows i0 + ra, i0 + ra + 8; columns nb·8 + jl, + 1 of a j tile),
+  // read from global memory (written whole by v3_cb for every tile j0 ≤ i0): tile 0 now, so it
+  // lands during the inter product.
+  const int ra = warp * 16 + lane / 4;  // this lane's rows i0 + ra, i0 + ra + 8
+  const int jl = (lane % 4) * 2;        // this lane's first column in an n8 block
+  // cb_a / cb_b: rows i0 + ra / i0 + ra + 8 of the next tile to load, column jl.
+  const float* cb_a = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + (i0 + ra) * Q + jl;
+  const float* cb_b = cb_a + 8 * Q;
+  float s[8][4];
+  auto load_s = [&](int nb) {
+    const float2 u = __ldg(reinterpret_cast<const float2*>(cb_a + nb * 8));
+    const float2 v = __ldg(reinterpret_cast<const float2*>(cb_b + nb * 8));
+    s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
+  };
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) load_s(nb);
+  cb_a += kV2J, cb_b += kV2J;
+  // cs, dt' of tokens j < jmax; w_j for j < i0 (R = cs_{i0}, i0 < L).
+  const float csR = p.css[row * Q + i0];
+  for (int j = tid; j < jmax; j += kV2OutThreads) {
+    const float cs = p.css[row * Q + j], dt = p.dts[row * Q + j];
+    cs_s[j] = cs * kLog2e;
+    w_s[j] = j < i0 ? __expf(csR - cs) * dt : dt;
+  }
+  cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  __syncthreads();
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  float acc[8][4] = {};
+  // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(R) (· exp(cs_i − R) later).
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldmatrix_x4(a, Cs + a_off + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(acc[nb], a, b[0], b[1]);
+      mma_bf16(acc[nb + 1], a, b[2], b[3]);
+    }
+  }
+  {
+    const float eR = __expf(csR);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] *= eR;
+  }
+  const int ia = i0 + ra, ib = ia + 8;
+  for (int jt = 0; jt <= ti; ++jt) {
+    const int j0 = jt * kV2J;
+    const bool diag = jt == ti;
+    cp_wait<0>();     // X[jt] landed (the only group in flight)
+    __syncthreads();  // ... for every thread; every warp is past tile jt − 1's MMAs
+    if (jt < ti) load_X((jt + 1) & 1);  // X[jt + 1], into the buffer tile jt − 1 read
+    cp_commit();
+    if (!diag) {  // j < i0 ≤ i: s ← s·w_j
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 w = *reinterpret_cast<const float2*>(w_s + j0 + nb * 8 + jl);
+        s[nb][0] *= w.x, s[nb][1] *= w.y, s[nb][2] *= w.x, s[nb][3] *= w.y;
+      }
+    } else {
+      // Row factor exp(cs_i − R) onto everything so far (0 for rows past the chunk's end), then
+      // s ← s·exp(cs_i − cs_j)·dt'_j for j ≤ i (j0 = i0): warp w's rows reach n8 blocks < 2w + 2.
+      const float ca = ia < L ? cs_s[ia] : 0.0f, cb_ = ib < L ? cs_s[ib] : 0.0f;
+      const float csR2 = csR * kLog2e;
+      const float fa = ia < L ? ex2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? ex2_approx(cb_ - csR2) : 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        acc[nb][0] *= fa, acc[nb][1] *= fa;
+        acc[nb][2] *= fb, acc[nb][3] *= fb;
+      }
+      const int nb_end = 2 * warp + 2;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb < nb_end) {
+          const int jj = nb * 8 + jl;  // column of element 0 within the tile (j = i0 + jj)
+          const float2 cj = *reinterpret_cast<const float2*>(cs_s + j0 + jj);
+          const float2 dj = *reinterpret_cast<const float2*>(w_s + j0 + jj);
+          s[nb][0] = jj <= ra ? s[nb][0] * ex2_approx(ca - cj.x) * dj.x : 0.0f;
+          s[nb][1] = jj + 1 <= ra ? s[nb][1] * ex2_approx(ca - cj.y) * dj.y : 0.0f;
+          s[nb][2] = jj <= ra + 8 ? s[nb][2] * ex2_approx(cb_ - cj.x) * dj.x : 0.0f;
+          s[nb][3] = jj + 1 <= ra + 8 ? s[nb][3] * ex2_approx(cb_ - cj.y) * dj.y : 0.0f;
+        } else {
+          s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        }
+      }
+    }
+    // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt;
+    // once packed, their registers load C·Bᵀ[jt + 1] (off-diagonal tiles: a next tile exists).
+    const bf16* xcur = Xs + (jt & 1) * kV2J * ldx;
+#pragma unroll
+    for (int kt = 0; kt < kV2J / 16; ++kt) {
+      if (!diag || kt <= warp) {
+        const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                               pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                               pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                               pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+        if (!diag) {
+          load_s(2 * kt);
+          load_s(2 * kt + 1);
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, xcur + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    cb_a += kV2J, cb_b += kV2J;
+  }
+  // y = (acc + D·x)·silu(z), two adjacent p per store; x_i from the x tile (= X[ti], rows i0..,
+  // in buffer ti & 1; visible since tile ti's barrier, overwritten by no one).
+  // Without z (the Mamba2 / Nemotron-H call) a pair is an LDS, two FFMA, a pack and a store at a
+  // constant offset from the row pointer.
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+  const bool gate = in.z.p != nullptr;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+    const bf16* xrow = Xs + (ti & 1) * kV2J * ldx + (ra + 8 * half) * ldx + jl;
+    bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
+    if (!gate) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(
+            acc[nb][2 * half] + D_h * xv.x, acc[nb][2 * half + 1] + D_h * xv.y);
+      }
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int pp = nb * 8 + jl;
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
+        const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+}
+
 // v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
 // split, the same MMAs in the same order, so Sc is bit-identical), with the tile loads pipelined:
 // v2_state loads x and B with plain loads straight into shared memory at the top of each 64-token
@@ -2234,8 +2463,9 @@ void scan_v6_cuda(const SsmChunkScan& a, Context& ctx) {
 }
 
 // v7 = v6 with dt' / cs, the chunk states and the state pass fused into v7_state_kernel (one
-// launch, no Sc workspace); the C·Bᵀ and output launches are v6's. HYBRID_SSM_CHUNK_V7=0 turns it
-// off (v6 runs).
+// launch, no Sc workspace) and v7_out_kernel (C·Bᵀ read into registers, one barrier per j tile)
+// for v6_out_kernel; the C·Bᵀ launch is v6's. HYBRID_SSM_CHUNK_V7=0 turns it off (v6 runs);
+// HYBRID_SSM_CHUNK_V7_OUT=0 keeps the walk and runs v6_out_kernel.
 Reason scan_v7_supports(const SsmChunkScan& a) {
   static const bool off = env_is_zero("HYBRID_SSM_CHUNK_V7");
   if (off) return std::string("HYBRID_SSM_CHUNK_V7=0");
@@ -2312,7 +2542,10 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
   else
     cb(v3_cb_kernel<256>);
   timer.mark("cb");
-  const size_t out_smem = v3_out_smem(static_cast<int>(N));
+  // HYBRID_SSM_CHUNK_V7_OUT=0: v6's output kernel after the walk (times the two changes apart).
+  static const bool v6_out = env_is_zero("HYBRID_SSM_CHUNK_V7_OUT");
+  const size_t out_smem =
+      v6_out ? v3_out_smem(static_cast<int>(N)) : v7_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
   auto out = [&](auto kernel) {
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2320,12 +2553,18 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
     kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  if (N == 64)
+  if (v6_out && N == 64)
     out(v6_out_kernel<64>);
-  else if (N == 128)
+  else if (v6_out && N == 128)
     out(v6_out_kernel<128>);
-  else
+  else if (v6_out)
     out(v6_out_kernel<256>);
+  else if (N == 64)
+    out(v7_out_kernel<64>);
+  else if (N == 128)
+    out(v7_out_kernel<128>);
+  else
+    out(v7_out_kernel<256>);
   timer.mark("out");
   timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
                    " chunks<=", max_chunks));
