@@ -1856,7 +1856,11 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
 // Rounding: v6_state's hi / lo products, accumulated onto exp(cs_last)·S instead of zero (v6's
 // pass added Sc to exp(cs_last)·S in f32 afterwards); cs_last is the sum of the 8 warp totals
 // (cs at the chunk's last token up to the order of the f32 sums; tokens past the end add 0).
-constexpr int kV7Threads = 256;
+// Block size: 256 threads (8 warps: 4 row tiles p x 2 column halves n; 2 blocks per SM at
+// N <= 128) or 512 (16 warps: 4 x 4 column quarters; 1 block per SM). The host takes 512 when the
+// grid has no more blocks than SMs (Mamba2 / Nemotron-H 1 x 16384: 80 / 128 blocks), so that a
+// sub-partition has 4 warps to switch between instead of 2, at 221 instructions per 32 HMMA
+// instead of 364 per 64.
 constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
 
 constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during stage s
@@ -1866,13 +1870,15 @@ constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during s
 // SM).
 size_t v7_state_smem(int N) {
   return sizeof(bf16) * (4 * kV2J * kV7Ld + kV7BSlots * kV2J * (N + kV2Pad)) +
-         sizeof(float) * (512 + 8);
+         sizeof(float) * (512 + 16);
 }
 
-template <int N, class St>
-__global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
+template <int N, class St, int kV7Threads>
+__global__ void __launch_bounds__(kV7Threads, kV7Threads == 256 && N <= 128 ? 2 : 1)
     v7_state_kernel(const ScanParams p, bf16* Se) {
-  constexpr int NB = N / 16, ld = kV7Ld, ldb = N + kV2Pad, nv = N / 8;
+  constexpr int kCols = kV7Threads / 128;         // column groups: a warp owns N / kCols columns
+  constexpr int kV7XPer = kV2J * 8 / kV7Threads;  // 16-byte x chunks a thread copies per stage
+  constexpr int NB = N / kCols / 8, ld = kV7Ld, ldb = N + kV2Pad, nv = N / 8;
   constexpr int kBRows = kV7Threads / nv;  // B rows one pass of the block copies
   constexpr int kHL = kV2J * ld;           // one hi or lo tile
   const int h = blockIdx.x, seq = blockIdx.y;
@@ -1885,7 +1891,7 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
   const Arg& cst = p.chunk_states;
   const int wm = warp % 4, wn = warp / 4;
   // Accumulator element e of n8 block nb: row pr (+8 for e ≥ 2), column nc + nb·8 + (e & 1).
-  const int pr = wm * 16 + lane / 4, nc = wn * (N / 2) + (lane % 4) * 2;
+  const int pr = wm * 16 + lane / 4, nc = wn * (N / kCols) + (lane % 4) * 2;
   auto cst_at = [&](int c, int row, int col) {
     return c * cst.s0 + h * cst.s1 + row * cst.s2 + col;
   };
@@ -1900,7 +1906,7 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
   bf16* hl = reinterpret_cast<bf16*>(v2_smem);  // [2][hi, lo][64 j][ld]: bf16(w_j·x_j[p]), rest
   bf16* bs = hl + 4 * kHL;                      // [3][64 j][ldb]: B_j[n]
   float* w_s = reinterpret_cast<float*>(bs + kV7BSlots * kV2J * ldb);  // [2][256]
-  float* tot_s = w_s + 512;                                            // [8]
+  float* tot_s = w_s + 512;                                            // [16]
 
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
   const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
@@ -1920,7 +1926,8 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
     // Stages are 64 consecutive tokens of the sequence (Q is a multiple of 64, so a chunk is
     // whole stages): stage s holds tokens u = 64·s.. of the sequence, rows u + r < len valid. The
     // copies walk the sequence with pointers advanced by 64 rows per stage.
-    // B copy slots: chunk (r, n8), r = br0 + k·kBRows; x: rows xr0 + 32k (k < 2), columns xp8.
+    // B copy slots: chunk (r, n8), r = br0 + k·kBRows; x: row xr0 (one 16-byte chunk), columns
+    // xp8.
     const int br0 = tid / nv, bn8 = (tid % nv) * 8;
     const bf16* b_src = Bg + (tb + br0) * in.B.s0 + g * in.B.s1 + bn8;  // next B stage, row br0
     bf16* b_dst = bs + br0 * ldb + bn8;
@@ -1938,22 +1945,22 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
       b_src += kV2J * in.B.s0, ub += kV2J;
     };
     // x in registers two stages deep: xv = the next stage to split, xw = the one after.
-    uint4 xv[2], xw[2];
-    auto load_x = [&](uint4(&r)[2]) {
+    uint4 xv[kV7XPer], xw[kV7XPer];
+    auto load_x = [&](uint4(&r)[kV7XPer]) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k)
-        r[k] = ux + 32 * k < len ? ld16(x_src + 32 * k * in.x.s0) : zero4();
+      for (int k = 0; k < kV7XPer; ++k)
+        r[k] = ux + 64 / kV7XPer * k < len ? ld16(x_src + 64 / kV7XPer * k * in.x.s0) : zero4();
       x_src += kV2J * in.x.s0, ux += kV2J;
     };
     auto split_x = [&](const float* w, int buf) {  // xv → hi / lo tiles of buf; w = w_s row + j0
       bf16* dst = hl + buf * 2 * kHL + xr0 * ld + xp8;
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < kV7XPer; ++k) {
         uint4 hi, lo;
         const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
         __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
         __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
-        const float wj = w[xr0 + 32 * k];
+        const float wj = w[xr0 + 64 / kV7XPer * k];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const float2 f = __bfloat1622float2(xq[q]);
@@ -1962,8 +1969,8 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
           const float2 hf = __bfloat1622float2(hv[q]);
           lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
         }
-        st16(dst + 32 * k * ld, hi);
-        st16(dst + kHL + 32 * k * ld, lo);
+        st16(dst + 64 / kV7XPer * k * ld, hi);
+        st16(dst + kHL + 64 / kV7XPer * k * ld, lo);
       }
     };
     // dt' / cs of chunk c (thread t: token t), raw dt of chunk c in `raw` (loaded a chunk ahead),
@@ -2001,7 +2008,7 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
         cs_last += tw;
       }
       const float cs = before + a;
-      w_s[(c & 1) * 256 + tid] = tid < Lc ? expf(cs_last - cs) * d : 0.0f;
+      if (tid < 256) w_s[(c & 1) * 256 + tid] = tid < Lc ? expf(cs_last - cs) * d : 0.0f;
       if (tid < Lc) {
         const int64_t row = (static_cast<int64_t>(c) * H + h) * Q;
         p.dts[row + tid] = d, p.css[row + tid] = cs;
@@ -2025,7 +2032,7 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
     if (jn >= Q) cn = c0 + 1, jn = 0;
     const Lane ln(lane);
     const int xo = (ln.r + 8 * ln.hi) * ld + wm * 16 + 8 * ln.sel;
-    const int bo = (ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + 8 * ln.hi;
+    const int bo = (ln.r + 8 * ln.sel) * ldb + wn * (N / kCols) + 8 * ln.hi;
     for (int s = 0; s < nst; ++s) {
       const int rem = len - s * kV2J;  // valid rows of this stage (≥ 1)
       cp_wait<1>();                    // B(s) landed (B(s + 1) may be in flight)
@@ -2053,7 +2060,8 @@ __global__ void __launch_bounds__(kV7Threads, N == 256 ? 1 : 2)
       // x(s + 1) split into the other hi / lo buffer; x(s + 3) into registers.
       if (s + 1 < nst) {
         split_x(w_s + (cn & 1) * 256 + jn, buf ^ 1);
-        xv[0] = xw[0], xv[1] = xw[1];
+#pragma unroll
+        for (int k = 0; k < kV7XPer; ++k) xv[k] = xw[k];
         if (s + 3 < nst) load_x(xw);
       }
       const bf16* xh = hl + buf * 2 * kHL + xo;
@@ -2510,20 +2518,21 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
   timer.mark("offsets");
   const dim3 st_grid(hh, static_cast<unsigned>(seqs));
   const size_t st_smem = v7_state_smem(static_cast<int>(N));
+  const bool wide = H * seqs <= sm_count();  // few blocks: 16 warps each (see kV7Threads)
   dispatch_state(a.state.dtype(), [&](auto ts) {
     using St = decltype(ts);
-    auto state = [&](auto kernel) {
+    auto state = [&](auto kernel, int threads) {
       HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(st_smem)));
-      kernel<<<st_grid, kV7Threads, st_smem, stream>>>(p, Se);
+      kernel<<<st_grid, threads, st_smem, stream>>>(p, Se);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
     if (N == 64)
-      state(v7_state_kernel<64, St>);
+      wide ? state(v7_state_kernel<64, St, 512>, 512) : state(v7_state_kernel<64, St, 256>, 256);
     else if (N == 128)
-      state(v7_state_kernel<128, St>);
+      wide ? state(v7_state_kernel<128, St, 512>, 512) : state(v7_state_kernel<128, St, 256>, 256);
     else
-      state(v7_state_kernel<256, St>);
+      wide ? state(v7_state_kernel<256, St, 512>, 512) : state(v7_state_kernel<256, St, 256>, 256);
   });
   timer.mark("state");  // dt' / cs, chunk states and the state pass
   const int64_t nt = Q / kV2J;
