@@ -51,6 +51,7 @@ if section fallbacks; then
   test_one ssm_step_v4 40 HYBRID_SSM_STEP_V5=0 ssm_step
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v7_v6out 40 HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan
+  test_one ssm_chunk_v7_narrow 40 HYBRID_SSM_CHUNK_V7_WIDE=0 ssm_chunk_scan
   test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
   test_one ssm_chunk_v3 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0" ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" \
@@ -102,6 +103,8 @@ if section stages; then
   HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_V7_OUT=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
+    --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
+  HYBRID_SSM_CHUNK_V7_WIDE=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
     --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
     -o "$M" 2>&1 | grep -i "stages" | tail -1

@@ -2518,7 +2518,10 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
   timer.mark("offsets");
   const dim3 st_grid(hh, static_cast<unsigned>(seqs));
   const size_t st_smem = v7_state_smem(static_cast<int>(N));
-  const bool wide = H * seqs <= sm_count();  // few blocks: 16 warps each (see kV7Threads)
+  // Few blocks: 16 warps each (see the block size at v7_state_kernel); HYBRID_SSM_CHUNK_V7_WIDE=0
+  // always takes 8.
+  static const bool narrow_only = env_is_zero("HYBRID_SSM_CHUNK_V7_WIDE");
+  const bool wide = !narrow_only && H * seqs <= sm_count();
   dispatch_state(a.state.dtype(), [&](auto ts) {
     using St = decltype(ts);
     auto state = [&](auto kernel, int threads) {
