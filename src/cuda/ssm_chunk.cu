@@ -1832,18 +1832,19 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
 // v7 chunk state: dt' / cs, the chunk states and the state pass in one kernel. v6 ran them as three
 // launches joined by two workspaces: dt' / cs (scan_dt), and Sc [chunks, H, P, N] f32, written by
 // the state kernel (168 MB at Mamba2 1 × 16384) and read back by the pass (168 MB more), which
-// then wrote S_enter bf16. Here one block of 8 warps owns the whole state of a (head, sequence)
-// and walks the sequence's chunks in order, the state in its MMA accumulators the whole time
-// (warp w: rows p [16·(w % 4), +16), columns n [(w / 4)·N/2, +N/2), v6_state's warp tile). At the
-// first stage of chunk c it writes S_enter(c) = S (bf16) for the output kernel and scales S by
-// exp(cs_last(c)); every 64-token stage adds Σ_j w_j·x_j ⊗ B_j with v6_state's products
+// then wrote S_enter bf16. Here one block of 8 or 16 warps owns the whole state of a (head,
+// sequence) and walks the sequence's chunks in order, the state in its MMA accumulators the whole
+// time (warp w: rows p [16·(w % 4), +16), columns n [(w / 4)·N/k, +N/k), k = 2 (v6_state's warp
+// tile) or 4). At the first stage of chunk c it writes S_enter(c) = S (bf16) for the output
+// kernel and scales S by exp(cs_last(c)); every 64-token stage adds Σ_j w_j·x_j ⊗ B_j with
+// v6_state's products
 // (w_j = exp(cs_last − cs_j)·dt'_j, w·x split into bf16 hi + lo, B exact in bf16, f32
 // accumulation) straight into S; after the chunk S is the chunk_states row, after the last one the
 // pool's state. No Sc round trip, no pass launch, no dt launch.
 // Pipeline (one barrier per stage; stages are 64 consecutive tokens of the sequence, so they run
 // across chunk boundaries without draining):
 //   iteration s: wait for B(s), barrier; [first stage of a chunk: S_enter, decay, and the dt' / cs
-//   scan of the next chunk: thread t owns token t, warp shuffles + 8 warp totals, 2 more
+//   scan of the next chunk: thread t < 256 owns token t, warp shuffles + warp totals, 2 more
 //   barriers]; cp.async B(s + 2) into the B slot stage s − 1 used (3 slots); split x(s + 1) (in
 //   registers since iteration s − 2) into the other hi / lo buffer; load x(s + 3) into registers;
 //   MMAs of stage s. The split and the loads are independent of the MMAs, so a warp's FP /
@@ -1851,23 +1852,22 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
 //   global load has two stages of MMAs to land (x from DRAM, B from L2).
 // w_j and the dt' loads run a chunk ahead: w of chunk c + 1 (double-buffered) is made at chunk c's
 // first stage, from dt values loaded at chunk c − 1's.
-// Parallelism: H · seqs blocks (Mamba2 1 × 16384: 80 blocks on 80 SMs, 2 warps per SM
-// sub-partition; 8 × 4096: 640).
+// Parallelism: H · seqs blocks (Mamba2 1 × 16384: 80 blocks on 80 SMs, 16 warps each, 4 per SM
+// sub-partition; 8 × 4096: 640 blocks of 8 warps, 2 per SM).
 // Rounding: v6_state's hi / lo products, accumulated onto exp(cs_last)·S instead of zero (v6's
-// pass added Sc to exp(cs_last)·S in f32 afterwards); cs_last is the sum of the 8 warp totals
+// pass added Sc to exp(cs_last)·S in f32 afterwards); cs_last is the sum of the warp totals
 // (cs at the chunk's last token up to the order of the f32 sums; tokens past the end add 0).
 // Block size: 256 threads (8 warps: 4 row tiles p x 2 column halves n; 2 blocks per SM at
 // N <= 128) or 512 (16 warps: 4 x 4 column quarters; 1 block per SM). The host takes 512 when the
 // grid has no more blocks than SMs (Mamba2 / Nemotron-H 1 x 16384: 80 / 128 blocks), so that a
 // sub-partition has 4 warps to switch between instead of 2, at 221 instructions per 32 HMMA
-// instead of 364 per 64.
+// instead of 364 per 64 (SASS, N 128). HYBRID_SSM_CHUNK_V7_WIDE=0: always 256.
 constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
 
 constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during stage s
 
 // Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [3][64 j][N + 8] (bf16),
-// w [2][256], warp totals [8] (f32). N = 64 / 128 / 256: 65 / 89 / 137 KiB (2 / 2 / 1 blocks per
-// SM).
+// w [2][256], warp totals [16] (f32). N = 64 / 128 / 256: 65 / 89 / 137 KiB.
 size_t v7_state_smem(int N) {
   return sizeof(bf16) * (4 * kV2J * kV7Ld + kV7BSlots * kV2J * (N + kV2Pad)) +
          sizeof(float) * (512 + 16);
