@@ -57,8 +57,12 @@ if section fallbacks; then
   test_one ssm_step_v5 40 HYBRID_SSM_STEP_V6=0 ssm_step
   test_one ssm_step_v4 40 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0" ssm_step
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
-  test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
-  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
+  test_one ssm_chunk_v7_v6out 40 HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan
+  test_one ssm_chunk_v7_narrow 40 HYBRID_SSM_CHUNK_V7_WIDE=0 ssm_chunk_scan
+  test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
+  test_one ssm_chunk_v3 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0" ssm_chunk_scan
+  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" \
+    ssm_chunk_scan
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
@@ -93,7 +97,8 @@ fi
 if section variants; then
   # The variant each default replaced, timed in the same run (perf shapes of the op, switch on;
   # several switches joined by commas).
-  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan" \
+  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan" \
+      "HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan" \
       "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step" \
       "HYBRID_SSM_STEP_V6=0 ssm_step" "HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step" \
       "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
@@ -111,7 +116,11 @@ if section stages; then
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
   HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
-  HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
+  HYBRID_SSM_CHUNK_V7_OUT=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
+    --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
+  HYBRID_SSM_CHUNK_V7_WIDE=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
+    --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
+  HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
     -o "$M" 2>&1 | grep -i "stages" | tail -1
 fi
 if section peers; then

@@ -1,10 +1,12 @@
 // CUDA: ssm_chunk_scan, the Mamba-2 chunked SSD prefill (include/hybrid/ops/ssm.h). Variants, by
-// priority: cuda_v6 (5, v3 with leaner state and output kernels, see "v6" below;
-// HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group) and dt' /
-// cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off), cuda_v2 (3,
-// tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma (2),
-// cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
-// debug log level) logs v2 / v3's per-kernel times (StageTimer).
+// priority: cuda_v7 (6, v6 with dt' / cs, the chunk states and the state pass in one kernel that
+// walks each (head, sequence)'s chunks with the state in registers, see "v7" below;
+// HYBRID_SSM_CHUNK_V7=0 turns it off), cuda_v6 (5, v3 with leaner state and output kernels, see
+// "v6" below; HYBRID_SSM_CHUNK_V6=0 turns it off), cuda_v3 (4, v2 with C·Bᵀ once per (chunk, group)
+// and dt' / cs precomputed; see "v3" at the v2 kernels; HYBRID_SSM_CHUNK_V3=0 turns it off),
+// cuda_v2 (3, tensor cores everywhere: P = 64, bf16 x / B / C / y; see "v2" below), cuda_tiled_mma
+// (2), cuda_tiled (1), cuda (0, any P, N <= 256; described first). HYBRID_SSM_CHUNK_STAGES=1 (and a
+// debug log level) logs v2 / v3 / v6 / v7's per-kernel times (StageTimer).
 //
 // Shared math (include/hybrid/ops/ssm.h), per token t and head h, g = h / (H / G):
 //   dt' = clamp(softplus?(dt[t,h] + dt_bias[h]), dt_min, dt_max),  dA = exp(dt' · -exp(A_log[h]))
@@ -1466,6 +1468,235 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
+// v7 output kernel: v6_out with the C·Bᵀ tile read straight from global memory (L2: v3_cb wrote it
+// just before) into the registers that hold it, instead of staged through shared memory. In
+// v6_out a warp only ever reads its own 16 rows of the staged tile, so staging bought nothing but
+// a cp.async copy, 16 LDS.64 and two of the four barriers per j tile. Here the lane loads its 16
+// float2 (rows ra, ra + 8; columns nb·8 + jl) with ld.global.nc: tile 0 before the inter product,
+// tile jt + 1 during tile jt's MMAs (after the values of k16 block kt are packed into its A
+// fragment, their registers take the next tile's). The x tiles are double-buffered, so a j tile
+// has one barrier: wait for X[jt], barrier, copy X[jt + 1] into the other buffer (its readers,
+// tile jt − 1's MMAs, are past the barrier), scale, multiply. Shared memory: C and S_enter
+// [64][N + 8], x [2][64][P + 8] (bf16), cs and w [256] (f32): 54 KiB at N 128 (4 blocks per SM, as
+// v6_out), 87 KiB at N 256 (2), 37 KiB at N 64. Values and rounding as v6_out.
+size_t v7_out_smem(int N) {
+  return sizeof(bf16) * (2 * kV2J * (N + kV2Pad) + 2 * kV2J * (kV2P + kV2Pad)) +
+         sizeof(float) * 2 * 256;
+}
+
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
+    v7_out_kernel(const ScanParams p, const bf16* Se) {
+  constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int nt = p.Q / kV2J;
+  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  const int c = blockIdx.y, i0 = ti * kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc) || i0 >= loc.L) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, g = in.group(h);
+  const int rows = min(kV2J, L - i0), jmax = i0 + rows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < rows * kV2P; o += kV2OutThreads)
+      in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char v2_smem[];      // v7_out_smem(N) bytes
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);                  // [64 i][ldn]
+  bf16* Ss = Cs + kV2J * ldn;                                   // [64 p][ldn]: S_enter
+  bf16* Xs = Ss + kV2J * ldn;                                   // [2][64 j][ldx]
+  float* cs_s = reinterpret_cast<float*>(Xs + 2 * kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
+  float* w_s = cs_s + 256;  // [256]: w_j = exp(R − cs_j)·dt'_j for j < i0, dt'_j for j ≥ i0
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+
+  // Per-thread copy slots. C / S_enter: 16-byte chunk (r, n8), r = tid / nv + k·(128 / nv).
+  // x: row tid / 8 + 16k, column (tid % 8)·8.
+  constexpr int kCRows = kV2OutThreads / nv;  // rows of C a pass of the block covers
+  {
+    const int r0 = tid / nv, n8 = (tid % nv) * 8;
+    const bf16* csrc = Cg + (loc.t0 + i0 + r0) * in.C.s0 + g * in.C.s1 + n8;
+    const bf16* ssrc = Se + row * kV2P * N + r0 * N + n8;
+#pragma unroll
+    for (int k = 0; k < kV2J / kCRows; ++k) {
+      const int r = r0 + k * kCRows;
+      const bool ok = i0 + r < L;
+      cp_async16(Cs + r * ldn + n8, ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
+      cp_async16(Ss + r * ldn + n8, ssrc + k * kCRows * N);
+    }
+  }
+  cp_commit();
+  const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+  // The next x tile's copy slot: row x_row (of the chunk) at x_next; the tiles are loaded in order.
+  const bf16* x_next = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;
+  int x_row = xr0;
+  bf16* x_dst = Xs + xr0 * ldx + xp8;
+  const int64_t x_step = 16 * in.x.s0;
+  auto load_X = [&](int buf) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const bool ok = x_row + 16 * k < jmax;
+      cp_async16(x_dst + buf * kV2J * ldx + 16 * k * ldx, ok ? x_next + k * x_step : X,
+                 ok ? 16 : 0);
+    }
+    x_next += 4 * x_step, x_row += kV2J;
+  };
+  load_X(0);
+  cp_commit();
+  // This lane's C·Bᵀ values (rows i0 + ra, i0 + ra + 8; columns nb·8 + jl, + 1 of a j tile),
+  // read from global memory (written whole by v3_cb for every tile j0 ≤ i0): tile 0 now, so it
+  // lands during the inter product.
+  const int ra = warp * 16 + lane / 4;  // this lane's rows i0 + ra, i0 + ra + 8
+  const int jl = (lane % 4) * 2;        // this lane's first column in an n8 block
+  // cb_a / cb_b: rows i0 + ra / i0 + ra + 8 of the next tile to load, column jl.
+  const float* cb_a = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + (i0 + ra) * Q + jl;
+  const float* cb_b = cb_a + 8 * Q;
+  float s[8][4];
+  auto load_s = [&](int nb) {
+    const float2 u = __ldg(reinterpret_cast<const float2*>(cb_a + nb * 8));
+    const float2 v = __ldg(reinterpret_cast<const float2*>(cb_b + nb * 8));
+    s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
+  };
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) load_s(nb);
+  cb_a += kV2J, cb_b += kV2J;
+  // cs, dt' of tokens j < jmax; w_j for j < i0 (R = cs_{i0}, i0 < L).
+  const float csR = p.css[row * Q + i0];
+  for (int j = tid; j < jmax; j += kV2OutThreads) {
+    const float cs = p.css[row * Q + j], dt = p.dts[row * Q + j];
+    cs_s[j] = cs * kLog2e;
+    w_s[j] = j < i0 ? __expf(csR - cs) * dt : dt;
+  }
+  cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
+  __syncthreads();
+  const Lane ln(lane);
+  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  float acc[8][4] = {};
+  // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(R) (· exp(cs_i − R) later).
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4];
+    ldmatrix_x4(a, Cs + a_off + k0);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      mma_bf16(acc[nb], a, b[0], b[1]);
+      mma_bf16(acc[nb + 1], a, b[2], b[3]);
+    }
+  }
+  {
+    const float eR = __expf(csR);
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] *= eR;
+  }
+  const int ia = i0 + ra, ib = ia + 8;
+  for (int jt = 0; jt <= ti; ++jt) {
+    const int j0 = jt * kV2J;
+    const bool diag = jt == ti;
+    cp_wait<0>();     // X[jt] landed (the only group in flight)
+    __syncthreads();  // ... for every thread; every warp is past tile jt − 1's MMAs
+    if (jt < ti) load_X((jt + 1) & 1);  // X[jt + 1], into the buffer tile jt − 1 read
+    cp_commit();
+    if (!diag) {  // j < i0 ≤ i: s ← s·w_j
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 w = *reinterpret_cast<const float2*>(w_s + j0 + nb * 8 + jl);
+        s[nb][0] *= w.x, s[nb][1] *= w.y, s[nb][2] *= w.x, s[nb][3] *= w.y;
+      }
+    } else {
+      // Row factor exp(cs_i − R) onto everything so far (0 for rows past the chunk's end), then
+      // s ← s·exp(cs_i − cs_j)·dt'_j for j ≤ i (j0 = i0): warp w's rows reach n8 blocks < 2w + 2.
+      const float ca = ia < L ? cs_s[ia] : 0.0f, cb_ = ib < L ? cs_s[ib] : 0.0f;
+      const float csR2 = csR * kLog2e;
+      const float fa = ia < L ? ex2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? ex2_approx(cb_ - csR2) : 0.0f;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        acc[nb][0] *= fa, acc[nb][1] *= fa;
+        acc[nb][2] *= fb, acc[nb][3] *= fb;
+      }
+      const int nb_end = 2 * warp + 2;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        if (nb < nb_end) {
+          const int jj = nb * 8 + jl;  // column of element 0 within the tile (j = i0 + jj)
+          const float2 cj = *reinterpret_cast<const float2*>(cs_s + j0 + jj);
+          const float2 dj = *reinterpret_cast<const float2*>(w_s + j0 + jj);
+          s[nb][0] = jj <= ra ? s[nb][0] * ex2_approx(ca - cj.x) * dj.x : 0.0f;
+          s[nb][1] = jj + 1 <= ra ? s[nb][1] * ex2_approx(ca - cj.y) * dj.y : 0.0f;
+          s[nb][2] = jj <= ra + 8 ? s[nb][2] * ex2_approx(cb_ - cj.x) * dj.x : 0.0f;
+          s[nb][3] = jj + 1 <= ra + 8 ? s[nb][3] * ex2_approx(cb_ - cj.y) * dj.y : 0.0f;
+        } else {
+          s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        }
+      }
+    }
+    // acc += S·X_j: the accumulators of n8 blocks 2kt, 2kt + 1 are the A fragment of k16 block kt;
+    // once packed, their registers load C·Bᵀ[jt + 1] (off-diagonal tiles: a next tile exists).
+    const bf16* xcur = Xs + (jt & 1) * kV2J * ldx;
+#pragma unroll
+    for (int kt = 0; kt < kV2J / 16; ++kt) {
+      if (!diag || kt <= warp) {
+        const uint32_t a[4] = {pack_bf16(s[2 * kt][0], s[2 * kt][1]),
+                               pack_bf16(s[2 * kt][2], s[2 * kt][3]),
+                               pack_bf16(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                               pack_bf16(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+        if (!diag) {
+          load_s(2 * kt);
+          load_s(2 * kt + 1);
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, xcur + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          mma_bf16(acc[nb], a, b[0], b[1]);
+          mma_bf16(acc[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    cb_a += kV2J, cb_b += kV2J;
+  }
+  // y = (acc + D·x)·silu(z), two adjacent p per store; x_i from the x tile (= X[ti], rows i0..,
+  // in buffer ti & 1; visible since tile ti's barrier, overwritten by no one).
+  // Without z (the Mamba2 / Nemotron-H call) a pair is an LDS, two FFMA, a pack and a store at a
+  // constant offset from the row pointer.
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+  const bool gate = in.z.p != nullptr;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+    const bf16* xrow = Xs + (ti & 1) * kV2J * ldx + (ra + 8 * half) * ldx + jl;
+    bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
+    if (!gate) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(
+            acc[nb][2 * half] + D_h * xv.x, acc[nb][2 * half + 1] + D_h * xv.y);
+      }
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        const int pp = nb * 8 + jl;
+        const float2 xv =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
+        const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
+        *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+}
+
 // v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
 // split, the same MMAs in the same order, so Sc is bit-identical), with the tile loads pipelined:
 // v2_state loads x and B with plain loads straight into shared memory at the top of each 64-token
@@ -1596,6 +1827,279 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     *reinterpret_cast<float2*>(Sc + pr * N + n) = make_float2(acc[nb][0], acc[nb][1]);
     *reinterpret_cast<float2*>(Sc + (pr + 8) * N + n) = make_float2(acc[nb][2], acc[nb][3]);
   }
+}
+
+// v7 chunk state: dt' / cs, the chunk states and the state pass in one kernel. v6 ran them as three
+// launches joined by two workspaces: dt' / cs (scan_dt), and Sc [chunks, H, P, N] f32, written by
+// the state kernel (168 MB at Mamba2 1 × 16384) and read back by the pass (168 MB more), which
+// then wrote S_enter bf16. Here one block of 8 or 16 warps owns the whole state of a (head,
+// sequence) and walks the sequence's chunks in order, the state in its MMA accumulators the whole
+// time (warp w: rows p [16·(w % 4), +16), columns n [(w / 4)·N/k, +N/k), k = 2 (v6_state's warp
+// tile) or 4). At the first stage of chunk c it writes S_enter(c) = S (bf16) for the output
+// kernel and scales S by exp(cs_last(c)); every 64-token stage adds Σ_j w_j·x_j ⊗ B_j with
+// v6_state's products
+// (w_j = exp(cs_last − cs_j)·dt'_j, w·x split into bf16 hi + lo, B exact in bf16, f32
+// accumulation) straight into S; after the chunk S is the chunk_states row, after the last one the
+// pool's state. No Sc round trip, no pass launch, no dt launch.
+// Pipeline (one barrier per stage; stages are 64 consecutive tokens of the sequence, so they run
+// across chunk boundaries without draining):
+//   iteration s: wait for B(s), barrier; [first stage of a chunk: S_enter, decay, and the dt' / cs
+//   scan of the next chunk: thread t < 256 owns token t, warp shuffles + warp totals, 2 more
+//   barriers]; cp.async B(s + 2) into the B slot stage s − 1 used (3 slots); split x(s + 1) (in
+//   registers since iteration s − 2) into the other hi / lo buffer; load x(s + 3) into registers;
+//   MMAs of stage s. The split and the loads are independent of the MMAs, so a warp's FP /
+//   integer work overlaps its own HMMAs (v6_state split, then waited, then multiplied), and every
+//   global load has two stages of MMAs to land (x from DRAM, B from L2).
+// w_j and the dt' loads run a chunk ahead: w of chunk c + 1 (double-buffered) is made at chunk c's
+// first stage, from dt values loaded at chunk c − 1's.
+// Parallelism: H · seqs blocks (Mamba2 1 × 16384: 80 blocks on 80 SMs, 16 warps each, 4 per SM
+// sub-partition; 8 × 4096: 640 blocks of 8 warps, 2 per SM).
+// Rounding: v6_state's hi / lo products, accumulated onto exp(cs_last)·S instead of zero (v6's
+// pass added Sc to exp(cs_last)·S in f32 afterwards); cs_last is the sum of the warp totals
+// (cs at the chunk's last token up to the order of the f32 sums; tokens past the end add 0).
+// Block size: 256 threads (8 warps: 4 row tiles p x 2 column halves n; 2 blocks per SM at
+// N <= 128) or 512 (16 warps: 4 x 4 column quarters; 1 block per SM). The host takes 512 when the
+// grid has no more blocks than SMs (Mamba2 / Nemotron-H 1 x 16384: 80 / 128 blocks), so that a
+// sub-partition has 4 warps to switch between instead of 2, at 221 instructions per 32 HMMA
+// instead of 364 per 64 (SASS, N 128). HYBRID_SSM_CHUNK_V7_WIDE=0: always 256.
+constexpr int kV7Ld = kV2P + kV2Pad;  // bf16 row of the x hi / lo tiles
+
+constexpr int kV7BSlots = 3;  // B stages in flight: B(s + 2) is copied during stage s
+
+// Dynamic shared memory: hi / lo [2 buffers][2][64 j][P + 8], B [3][64 j][N + 8] (bf16),
+// w [2][256], warp totals [16] (f32). N = 64 / 128 / 256: 65 / 89 / 137 KiB.
+size_t v7_state_smem(int N) {
+  return sizeof(bf16) * (4 * kV2J * kV7Ld + kV7BSlots * kV2J * (N + kV2Pad)) +
+         sizeof(float) * (512 + 16);
+}
+
+template <int N, class St, int kV7Threads>
+__global__ void __launch_bounds__(kV7Threads, kV7Threads == 256 && N <= 128 ? 2 : 1)
+    v7_state_kernel(const ScanParams p, bf16* Se) {
+  constexpr int kCols = kV7Threads / 128;         // column groups: a warp owns N / kCols columns
+  constexpr int kV7XPer = kV2J * 8 / kV7Threads;  // 16-byte x chunks a thread copies per stage
+  constexpr int NB = N / kCols / 8, ld = kV7Ld, ldb = N + kV2Pad, nv = N / 8;
+  constexpr int kBRows = kV7Threads / nv;  // B rows one pass of the block copies
+  constexpr int kHL = kV2J * ld;           // one hi or lo tile
+  const int h = blockIdx.x, seq = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const SsmIn& in = p.in;
+  const int Q = p.Q, H = in.H;
+  const int slot = p.slots[seq];
+  const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  const int tb = p.cu_seqlens[seq], len = p.cu_seqlens[seq + 1] - tb;
+  const Arg& cst = p.chunk_states;
+  const int wm = warp % 4, wn = warp / 4;
+  // Accumulator element e of n8 block nb: row pr (+8 for e ≥ 2), column nc + nb·8 + (e & 1).
+  const int pr = wm * 16 + lane / 4, nc = wn * (N / kCols) + (lane % 4) * 2;
+  auto cst_at = [&](int c, int row, int col) {
+    return c * cst.s0 + h * cst.s1 + row * cst.s2 + col;
+  };
+  if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
+    if (cst.p)
+      for (int c = c0; c < c1; ++c)
+        for (int o = tid; o < kV2P * N; o += kV7Threads)
+          store_any(const_cast<void*>(cst.p), cst.dt, cst_at(c, o / N, o % N), 0.0f);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char v2_smem[];
+  bf16* hl = reinterpret_cast<bf16*>(v2_smem);  // [2][hi, lo][64 j][ld]: bf16(w_j·x_j[p]), rest
+  bf16* bs = hl + 4 * kHL;                      // [3][64 j][ldb]: B_j[n]
+  float* w_s = reinterpret_cast<float*>(bs + kV7BSlots * kV2J * ldb);  // [2][256]
+  float* tot_s = w_s + 512;                                            // [16]
+
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + h * p.st_h;
+  const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+  float acc[NB][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[nb][e] =
+          initial ? to_f32(pool[(pr + 8 * (e >> 1)) * p.st_p + nc + nb * 8 + (e & 1)]) : 0.0f;
+
+  if (c0 < c1) {
+    const bf16* X = static_cast<const bf16*>(in.x.p);
+    const bf16* Bg = static_cast<const bf16*>(in.B.p);
+    const int g = in.group(h);
+    auto chunk_len = [&](int c) { return min(Q, len - (c - c0) * Q); };
+    // Stages are 64 consecutive tokens of the sequence (Q is a multiple of 64, so a chunk is
+    // whole stages): stage s holds tokens u = 64·s.. of the sequence, rows u + r < len valid. The
+    // copies walk the sequence with pointers advanced by 64 rows per stage.
+    // B copy slots: chunk (r, n8), r = br0 + k·kBRows; x: row xr0 (one 16-byte chunk), columns
+    // xp8.
+    const int br0 = tid / nv, bn8 = (tid % nv) * 8;
+    const bf16* b_src = Bg + (tb + br0) * in.B.s0 + g * in.B.s1 + bn8;  // next B stage, row br0
+    bf16* b_dst = bs + br0 * ldb + bn8;
+    const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
+    const bf16* x_src = X + (tb + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // next x stage, row xr0
+    int ub = br0, ux = xr0;  // sequence row of b_src / x_src
+    auto load_B = [&](int buf) {
+#pragma unroll
+      for (int k = 0; k < kV2J / kBRows; ++k) {
+        const bool ok = ub + k * kBRows < len;
+        cp_async16(b_dst + buf * kV2J * ldb + k * kBRows * ldb,
+                   ok ? b_src + k * kBRows * in.B.s0 : Bg, ok ? 16 : 0);
+      }
+      cp_commit();
+      b_src += kV2J * in.B.s0, ub += kV2J;
+    };
+    // x in registers two stages deep: xv = the next stage to split, xw = the one after.
+    uint4 xv[kV7XPer], xw[kV7XPer];
+    auto load_x = [&](uint4(&r)[kV7XPer]) {
+#pragma unroll
+      for (int k = 0; k < kV7XPer; ++k)
+        r[k] = ux + 64 / kV7XPer * k < len ? ld16(x_src + 64 / kV7XPer * k * in.x.s0) : zero4();
+      x_src += kV2J * in.x.s0, ux += kV2J;
+    };
+    auto split_x = [&](const float* w, int buf) {  // xv → hi / lo tiles of buf; w = w_s row + j0
+      bf16* dst = hl + buf * 2 * kHL + xr0 * ld + xp8;
+#pragma unroll
+      for (int k = 0; k < kV7XPer; ++k) {
+        uint4 hi, lo;
+        const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
+        __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
+        __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+        const float wj = w[xr0 + 64 / kV7XPer * k];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float2 f = __bfloat1622float2(xq[q]);
+          const float a = wj * f.x, b = wj * f.y;
+          hv[q] = __floats2bfloat162_rn(a, b);
+          const float2 hf = __bfloat1622float2(hv[q]);
+          lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+        }
+        st16(dst + 64 / kV7XPer * k * ld, hi);
+        st16(dst + kHL + 64 / kV7XPer * k * ld, lo);
+      }
+    };
+    // dt' / cs of chunk c (thread t: token t), raw dt of chunk c in `raw` (loaded a chunk ahead),
+    // then the raw dt of chunk c + 1. Writes w [c & 1], dt' / cs for the output kernel; returns
+    // exp(cs_last). Two barriers (block-uniform: c is).
+    const float dt_b =
+        in.dt_bias.p ? load_any(in.dt_bias.p, in.dt_bias.dt, h * in.dt_bias.s0) : 0.0f;
+    const float A = in.A(h);
+    auto load_raw = [&](int c) {
+      const int64_t t = tb + static_cast<int64_t>(c - c0) * Q + tid;
+      return tid < chunk_len(c) ? load_any(in.dt.p, in.dt.dt, t * in.dt.s0 + h) : 0.0f;
+    };
+    float raw = load_raw(c0);
+    auto scan = [&](int c) {
+      const int Lc = chunk_len(c);
+      float d = raw;  // = SsmIn::dt_eff on the raw value
+      if (in.dt_bias.p) d += dt_b;
+      if (in.softplus) d = d > 20.0f ? d : log1pf(expf(d));
+      d = tid < Lc ? fminf(fmaxf(d, in.dt_min), in.dt_max) : 0.0f;
+      if (c + 1 < c1) raw = load_raw(c + 1);
+      const float a = d * A;
+      float incl = a;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += u;
+      }
+      if (lane == 31) tot_s[warp] = incl;
+      __syncthreads();
+      float before = incl - a, cs_last = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kV7Threads / 32; ++w) {
+        const float tw = tot_s[w];
+        if (w < warp) before += tw;
+        cs_last += tw;
+      }
+      const float cs = before + a;
+      if (tid < 256) w_s[(c & 1) * 256 + tid] = tid < Lc ? expf(cs_last - cs) * d : 0.0f;
+      if (tid < Lc) {
+        const int64_t row = (static_cast<int64_t>(c) * H + h) * Q;
+        p.dts[row + tid] = d, p.css[row + tid] = cs;
+      }
+      __syncthreads();  // w written; tot_s read
+      return expf(cs_last);
+    };
+
+    // Prologue: w of chunk c0; B(0), B(1) in flight; x(0) split into hi / lo buffer 0; x(1),
+    // x(2) in registers.
+    // (c, j0): the stage multiplied; (cn, jn): the next one (split this iteration).
+    const int nst = (len + kV2J - 1) / kV2J;
+    float decay = scan(c0);
+    load_B(0);
+    load_B(1);  // rows past the end: zero-filled (no global read), as every guarded copy
+    load_x(xv);
+    split_x(w_s + (c0 & 1) * 256, 0);
+    load_x(xv);
+    load_x(xw);
+    int c = c0, j0 = 0, cn = c0, jn = kV2J, buf = 0, bslot = 0;
+    if (jn >= Q) cn = c0 + 1, jn = 0;
+    const Lane ln(lane);
+    const int xo = (ln.r + 8 * ln.hi) * ld + wm * 16 + 8 * ln.sel;
+    const int bo = (ln.r + 8 * ln.sel) * ldb + wn * (N / kCols) + 8 * ln.hi;
+    for (int s = 0; s < nst; ++s) {
+      const int rem = len - s * kV2J;  // valid rows of this stage (≥ 1)
+      cp_wait<1>();                    // B(s) landed (B(s + 1) may be in flight)
+      __syncthreads();  // hi / lo and B of this stage written; the previous stage's MMAs are done
+      if (j0 == 0) {    // S_enter(c) = S (bf16 [c, h, p, n]); S ← exp(cs_last(c))·S
+        bf16* se = Se + (static_cast<int64_t>(c) * H + h) * kV2P * N + pr * N + nc;
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          *reinterpret_cast<__nv_bfloat162*>(se + nb * 8) =
+              __floats2bfloat162_rn(acc[nb][0], acc[nb][1]);
+          *reinterpret_cast<__nv_bfloat162*>(se + 8 * N + nb * 8) =
+              __floats2bfloat162_rn(acc[nb][2], acc[nb][3]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[nb][e] *= decay;
+        }
+        if (c + 1 < c1) decay = scan(c + 1);  // w of the next chunk, before its first split
+      }
+      // B(s + 2) into the slot B(s - 1) left (its MMAs are done); one group per iteration (empty
+      // at the end), so cp_wait<1> above always means "B(s) landed".
+      const int bnext = bslot == 0 ? kV7BSlots - 1 : bslot - 1;  // (s + 2) % 3
+      if (s + 2 < nst)
+        load_B(bnext);
+      else
+        cp_commit();
+      // x(s + 1) split into the other hi / lo buffer; x(s + 3) into registers.
+      if (s + 1 < nst) {
+        split_x(w_s + (cn & 1) * 256 + jn, buf ^ 1);
+#pragma unroll
+        for (int k = 0; k < kV7XPer; ++k) xv[k] = xw[k];
+        if (s + 3 < nst) load_x(xw);
+      }
+      const bf16* xh = hl + buf * 2 * kHL + xo;
+      const bf16* bcur = bs + bslot * kV2J * ldb + bo;
+#pragma unroll
+      for (int k0 = 0; k0 < kV2J; k0 += 16) {
+        if (k0 < rem) {  // rows past the end are zeros: skip their MMAs
+          uint32_t ah[4], al[4];
+          ldmatrix_x4_trans(ah, xh + k0 * ld);
+          ldmatrix_x4_trans(al, xh + kHL + k0 * ld);
+#pragma unroll
+          for (int nb = 0; nb < NB; nb += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, bcur + k0 * ldb + nb * 8);
+            mma_bf16(acc[nb], ah, b[0], b[1]);
+            mma_bf16(acc[nb], al, b[0], b[1]);
+            mma_bf16(acc[nb + 1], ah, b[2], b[3]);
+            mma_bf16(acc[nb + 1], al, b[2], b[3]);
+          }
+        }
+      }
+      if (cst.p && (cn != c || s + 1 == nst))  // the state after chunk c
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            store_any(const_cast<void*>(cst.p), cst.dt,
+                      cst_at(c, pr + 8 * (e >> 1), nc + nb * 8 + (e & 1)), acc[nb][e]);
+      c = cn, j0 = jn, buf ^= 1, bslot = bslot == kV7BSlots - 1 ? 0 : bslot + 1;
+      jn = j0 + kV2J;
+      if (jn >= Q) cn = c + 1, jn = 0;
+    }
+  }
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      pool[(pr + 8 * (e >> 1)) * p.st_p + nc + nb * 8 + (e & 1)] = from_f32<St>(acc[nb][e]);
 }
 
 // ---- host side -----------------------------------------------------------------------------
@@ -1966,6 +2470,118 @@ void scan_v6_cuda(const SsmChunkScan& a, Context& ctx) {
   scan_v2_run(a, ctx, 6);
 }
 
+// v7 = v6 with dt' / cs, the chunk states and the state pass fused into v7_state_kernel (one
+// launch, no Sc workspace) and v7_out_kernel (C·Bᵀ read into registers, one barrier per j tile)
+// for v6_out_kernel; the C·Bᵀ launch is v6's. HYBRID_SSM_CHUNK_V7=0 turns it off (v6 runs);
+// HYBRID_SSM_CHUNK_V7_OUT=0 keeps the walk and runs v6_out_kernel.
+Reason scan_v7_supports(const SsmChunkScan& a) {
+  static const bool off = env_is_zero("HYBRID_SSM_CHUNK_V7");
+  if (off) return std::string("HYBRID_SSM_CHUNK_V7=0");
+  if (a.state_slots.size(0) > 65535) return std::string("more than 65535 sequences");
+  return scan_v2_supports(a);
+}
+
+void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), N = a.B.size(2);
+  const int64_t seqs = a.state_slots.size(0), Q = a.chunk_size, PN = kV2P * N;
+  if (seqs == 0) return;
+  const int64_t max_chunks = T / Q + seqs;  // ≥ Σ ceil(len_i / Q)
+  const int64_t G = a.B.size(1);
+  // One workspace: chunk_off | dt' | cs | S_enter (bf16) | CB (f32).
+  const size_t off_b = align_up(sizeof(int) * (seqs + 1));
+  const size_t q_b = align_up(sizeof(float) * max_chunks * H * Q);
+  const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
+  const size_t cb_b = align_up(sizeof(float) * max_chunks * G * Q * Q);
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + e_b + cb_b));
+  ScanParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  p.Q = static_cast<int>(Q), p.seqs = static_cast<int>(seqs);
+  p.cu_seqlens = a.cu_seqlens.data_as<const int>();
+  p.slots = a.state_slots.data_as<const int>();
+  if (a.has_initial_state.defined())
+    p.has_initial = a.has_initial_state.data(), p.has_initial_dt = a.has_initial_state.dtype();
+  p.state = a.state.data();
+  p.st_slot = a.state.stride(0), p.st_h = a.state.stride(1), p.st_p = a.state.stride(2);
+  p.chunk_states = arg(a.chunk_states);
+  p.chunk_off = reinterpret_cast<int*>(ws);
+  p.dts = reinterpret_cast<float*>(ws + off_b);
+  p.css = reinterpret_cast<float*>(ws + off_b + q_b);
+  bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b);
+  p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + e_b);
+  cudaStream_t stream = as_stream(ctx.stream());
+  const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  StageTimer timer(ctx, stream, "ssm_chunk_scan.cuda_v7");
+
+  scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  timer.mark("offsets");
+  const dim3 st_grid(hh, static_cast<unsigned>(seqs));
+  const size_t st_smem = v7_state_smem(static_cast<int>(N));
+  // Few blocks: 16 warps each (see the block size at v7_state_kernel); HYBRID_SSM_CHUNK_V7_WIDE=0
+  // always takes 8.
+  static const bool narrow_only = env_is_zero("HYBRID_SSM_CHUNK_V7_WIDE");
+  const bool wide = !narrow_only && H * seqs <= sm_count();
+  dispatch_state(a.state.dtype(), [&](auto ts) {
+    using St = decltype(ts);
+    auto state = [&](auto kernel, int threads) {
+      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(st_smem)));
+      kernel<<<st_grid, threads, st_smem, stream>>>(p, Se);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (N == 64)
+      wide ? state(v7_state_kernel<64, St, 512>, 512) : state(v7_state_kernel<64, St, 256>, 256);
+    else if (N == 128)
+      wide ? state(v7_state_kernel<128, St, 512>, 512) : state(v7_state_kernel<128, St, 256>, 256);
+    else
+      wide ? state(v7_state_kernel<256, St, 512>, 512) : state(v7_state_kernel<256, St, 256>, 256);
+  });
+  timer.mark("state");  // dt' / cs, chunk states and the state pass
+  const int64_t nt = Q / kV2J;
+  const dim3 cb_grid(static_cast<unsigned>(G * nt * (nt + 1) / 2), mc);
+  const size_t cb_smem = v3_cb_smem(static_cast<int>(N));
+  auto cb = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(cb_smem)));
+    kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (N == 64)
+    cb(v3_cb_kernel<64>);
+  else if (N == 128)
+    cb(v3_cb_kernel<128>);
+  else
+    cb(v3_cb_kernel<256>);
+  timer.mark("cb");
+  // HYBRID_SSM_CHUNK_V7_OUT=0: v6's output kernel after the walk (times the two changes apart).
+  static const bool v6_out = env_is_zero("HYBRID_SSM_CHUNK_V7_OUT");
+  const size_t out_smem =
+      v6_out ? v3_out_smem(static_cast<int>(N)) : v7_out_smem(static_cast<int>(N));
+  const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
+  auto out = [&](auto kernel) {
+    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(out_smem)));
+    kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (v6_out && N == 64)
+    out(v6_out_kernel<64>);
+  else if (v6_out && N == 128)
+    out(v6_out_kernel<128>);
+  else if (v6_out)
+    out(v6_out_kernel<256>);
+  else if (N == 64)
+    out(v7_out_kernel<64>);
+  else if (N == 128)
+    out(v7_out_kernel<128>);
+  else
+    out(v7_out_kernel<256>);
+  timer.mark("out");
+  timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", G, " N=", N, " Q=", Q,
+                   " chunks<=", max_chunks));
+}
+
 }  // namespace
 
 void register_ssm_chunk(Registry& r) {
@@ -1983,6 +2599,10 @@ void register_ssm_chunk(Registry& r) {
   // cuda_v6: v3 with the leaner output kernel (v6_out_kernel). HYBRID_SSM_CHUNK_V6=0: v3 runs.
   r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v6", DeviceType::cuda, 5, scan_v6_supports,
                       scan_v6_cuda);
+  // cuda_v7: v6 with dt' / cs, chunk states and the state pass in one kernel (v7_state_kernel).
+  // HYBRID_SSM_CHUNK_V7=0: v6 runs.
+  r.add<SsmChunkScan>("ssm_chunk_scan.cuda_v7", DeviceType::cuda, 6, scan_v7_supports,
+                      scan_v7_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -867,6 +867,27 @@ void add_ssm_cases(CaseList& cases) {
   v2_fast.limit = false;
   v2_fast.fast_decay = true;
   add(new ScanCase(v2_g2, v2_fast, {300, 129}, {1, 0}, {1, 0}, 2, 256, true));
+  // cuda_v7 (one block per (head, sequence) walks the chunks, the state in registers; its
+  // 64-token stages run across chunk boundaries): many chunks per sequence with a partial last
+  // chunk (Q 64: 18 chunks, the last of 12 tokens; Q 256: a last chunk of 100 tokens = two
+  // stages, the second partial, whose chunk_states row is written after it); an empty sequence
+  // with an initial state (pool = that state), a padding slot with two chunks, a 1-token
+  // sequence; N 256 (8 B copies a thread) and N 64 with one head a group (G = H); strong decay
+  // over 14 chunks; bf16 pool and chunk_states (the St = bf16 kernel). HYBRID_SSM_CHUNK_V7=0
+  // runs these on v6.
+  const Shape v7_g3{6, 64, 128, 3}, v7_n64{4, 64, 64, 4};
+  add(new ScanCase(v2_g2, v2, {1100, 356}, {1, 0}, {1, 0}, 2, 64, true));
+  add(new ScanCase(v7_g3, v2_bf16, {356, 0, 512, 1}, {0, 2, -1, 1}, {1, 1, 0, 0}, 3, 256, true));
+  add(new ScanCase(v2_n256, v2, {700}, {0}, {1}, 1, 128, true));
+  add(new ScanCase(v7_n64, v2_bare, {520, 64}, {1, 0}, {0, 1}, 2, 256, true));
+  add(new ScanCase(v2_g2, v2_fast, {900}, {0}, {1}, 1, 64, true));
+  // v7's walk runs 512-thread blocks when H · seqs <= the SM count and 256-thread blocks
+  // otherwise: on an H200 (132 SMs) every case above takes 512 but the Nemotron-H one with two
+  // sequences (256 blocks, N 128, bf16 pool); these two take 256 with 144 and 160 blocks, at N 64
+  // and N 256 with f32 pools.
+  const Shape v7_wide64{48, 64, 64, 4}, v7_wide256{40, 64, 256, 2};
+  add(new ScanCase(v7_wide64, v2_bare, {70, 200, 1}, {2, 0, 1}, {1, 0, 1}, 3, 64, true));
+  add(new ScanCase(v7_wide256, v2, {130, 0, 257, 64}, {3, 1, -1, 0}, {1, 1, 0, 0}, 4, 128, true));
 
   // Pieces resumed from saved states == the whole sequence; 1-token pieces are decode steps.
   add(new PiecesCase(small, all, {100, 1, 64, 1, 1, 135}, 64));
