@@ -2094,6 +2094,9 @@ __global__ void __launch_bounds__(kV7Threads, kV7Threads == 256 && N <= 128 ? 2 
       jn = j0 + kV2J;
       if (jn >= Q) cn = c + 1, jn = 0;
     }
+    // A 1-stage sequence (len <= 64) leaves the prologue's zero-fill of B(1) in flight: drain it,
+    // so that no copy into this block's shared memory is pending when the block exits.
+    cp_wait<0>();
   }
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
