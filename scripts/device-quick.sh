@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # profile: ask for it
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -130,6 +130,36 @@ if section peers; then
     --only gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill 2>&1 |
     grep -v "Warning\|scaled_dot_product" > "$OUT"/peers.txt
   grep "^|\|^#" "$OUT"/peers.txt
+fi
+if section profile; then
+  # Nsight Compute on the kernels that bound the open targets (not in the default SECTIONS: ask
+  # for it). Per kernel: the details page (speed of light, occupancy, warp states, scheduler,
+  # memory) and, where this ncu prints it, the per-instruction SASS source page with its stall
+  # samples (CSV). --clock-control none: leave the clocks as the benchmarks ran them.
+  NCU="ncu --clock-control none"
+  prof_one() {  # LABEL KERNEL-REGEX CASE-OR-OP
+    local label=$1 kern=$2 case=$3
+    timeout 150 $NCU -k "regex:$kern" -c 1 --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section LaunchStats --section SourceCounters $OPS perf -b cuda --reps 1 -o "$case" \
+      > "$OUT/ncu_$label.txt" 2>&1
+    echo "ncu $label: rc $? $(grep -E 'Duration|Achieved Occupancy|Issue Slots Busy' "$OUT/ncu_$label.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
+    timeout 150 $NCU -k "regex:$kern" -c 1 --section SourceCounters --section WarpStateStats \
+      --page source --print-source sass --csv $OPS perf -b cuda --reps 1 -o "$case" \
+      > "$OUT/ncu_${label}_sass.csv" 2>&1
+    echo "ncu $label source page: rc $? ($(wc -l < "$OUT/ncu_${label}_sass.csv") lines)"
+  }
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
+  R='gdn_recurrent(decode,B=256,Hk=16,Hv=32,K=128,V=128,state=f32,perf)'
+  L='linear_q(T=1,in=2048,out=151936,bits=4,group=64,scales=bf16,x=bf16,y=bf16,perf)'
+  prof_one gdn_spine spine_tc_kernel "$G"
+  prof_one gdn_stage1 wu_tc5_kernel "$G"
+  prof_one gdn_stage3 output_tc_kernel "$G"
+  prof_one ssm_v7_state v7_state_kernel "$M"
+  prof_one ssm_v7_out v7_out_kernel "$M"
+  prof_one gdn_decode gdn_warp_kernel "$R"
+  prof_one lm_head gemv_v5_kernel "$L"
 fi
 if section sanitizers; then
   # One op per run (the GDN / SSM ops together took more than 100 s under memcheck), the GDN and
