@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "core/cuda_api.h"
 #include "hybrid/core/error.h"
@@ -437,6 +438,52 @@ int run_tests(const RunOptions& opt) {
 
 namespace hybrid::test {
 
+namespace {
+
+// The floor a memory-bound op of this size is held to: a device-to-device copy of bytes / 2
+// (read + write = bytes), captured in a CUDA graph and timed exactly as the ops are (L2 flushed
+// before each rep, events around the graph replay; median of at least `reps`). The copy ceiling
+// in the header is measured on 1 GiB; an op of a few MB cannot reach it (launch, ramp and tail
+// are fixed costs), and this column says how close the copy path itself gets at the op's size.
+double same_size_copy_us(double bytes, const Device& dev, Context& ctx, Buffer& l2_flush,
+                         bool flush_by_write, int reps) {
+  const size_t half = (static_cast<size_t>(bytes / 2) + 255) & ~size_t{255};
+  if (half == 0) return 0;
+  Buffer src(dev, half), dst(dev, half);
+  cuda_api::memset_async(src.data(), 1, half, ctx.stream());
+  ctx.synchronize();
+  cuda_api::graph_capture_begin(ctx.stream());
+  try {
+    cuda_api::copy_async(dst.data(), src.data(), half, cuda_api::CopyKind::device_to_device,
+                         ctx.stream());
+  } catch (...) {
+    cuda_api::graph_capture_abort(ctx.stream());
+    throw;
+  }
+  void* graph = cuda_api::graph_capture_end(ctx.stream());
+  cuda_api::graph_launch(graph, ctx.stream());  // warm-up
+  void* e0 = cuda_api::event_create();
+  void* e1 = cuda_api::event_create();
+  std::vector<double> us;
+  for (int r = 0; r < std::max(reps, 5); ++r) {
+    if (flush_by_write)
+      cuda_api::memset_async(l2_flush.data(), r & 0xff, l2_flush.bytes(), ctx.stream());
+    else
+      cuda_api::l2_flush_clean(l2_flush.data(), l2_flush.bytes(), ctx.stream());
+    cuda_api::event_record(e0, ctx.stream());
+    cuda_api::graph_launch(graph, ctx.stream());
+    cuda_api::event_record(e1, ctx.stream());
+    us.push_back(1e3 * cuda_api::event_elapsed_ms(e0, e1));
+  }
+  cuda_api::event_destroy(e0);
+  cuda_api::event_destroy(e1);
+  cuda_api::graph_destroy(graph);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
 int run_perf(const PerfOptions& opt) {
   const bool cuda = opt.run.backend == DeviceType::cuda;
   if (cuda && cuda_device_count() == 0) {
@@ -471,11 +518,16 @@ int run_perf(const PerfOptions& opt) {
   // call as the engine's captured decode step sees it, without the host launch latency. An op
   // whose capture fails (it allocates or synchronizes) is timed eager (plain launches between the
   // events, launch latency included) and marked so in the last column with the capture's error.
+  // copy(us) / %same: the same-size copy (same_size_copy_us) and the op's time against it; both 0
+  // off CUDA and for ops that count no bytes.
+  std::map<size_t, double> copy_us_by_bytes;
   if (opt.csv)
-    std::printf("case,us_median,us_min,gb_per_s,pct_copy,tflop_per_s,pct_gemm,bound,timing\n");
+    std::printf(
+        "case,us_median,us_min,gb_per_s,pct_copy,tflop_per_s,pct_gemm,copy_us,pct_same_copy,bound,"
+        "timing\n");
   else
-    std::printf("%-64s %10s %10s %9s %6s %9s %6s  %-7s %s\n", "case", "us(med)", "us(min)", "GB/s",
-                "%copy", "TFLOP/s", "%gemm", "bound", "timing");
+    std::printf("%-64s %10s %10s %9s %6s %9s %6s %8s %6s  %-7s %s\n", "case", "us(med)", "us(min)",
+                "GB/s", "%copy", "TFLOP/s", "%gemm", "copy(us)", "%same", "bound", "timing");
   CaseList cases = all_cases();
   for (auto& c : cases) {
     if (!case_selected(*c, opt.run.ops)) continue;
@@ -551,12 +603,25 @@ int run_perf(const PerfOptions& opt) {
     const double pct_bw = copy_gbps > 0 ? 100 * gbps / copy_gbps : 0;
     const double pct_mma = gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0;
     const char* bound = !cuda ? "-" : (pct_mma > pct_bw ? "compute" : "memory");
+    double copy_us = 0;
+    if (cuda && c->bytes(slots) > 0) {
+      const auto key = static_cast<size_t>(c->bytes(slots));
+      auto it = copy_us_by_bytes.find(key);
+      if (it == copy_us_by_bytes.end())
+        it = copy_us_by_bytes
+                 .emplace(key, same_size_copy_us(c->bytes(slots), dev, ctx, l2_flush,
+                                                 flush_by_write, opt.min_reps))
+                 .first;
+      copy_us = it->second;
+    }
+    const double pct_same = copy_us > 0 ? 100 * copy_us / med : 0;
     if (opt.csv)
-      std::printf("\"%s\",%.3f,%.3f,%.1f,%.1f,%.3f,%.1f,%s,\"%s\"\n", c->name().c_str(), med, mn,
-                  gbps, pct_bw, tflops, pct_mma, bound, timing.c_str());
+      std::printf("\"%s\",%.3f,%.3f,%.1f,%.1f,%.3f,%.1f,%.3f,%.1f,%s,\"%s\"\n", c->name().c_str(),
+                  med, mn, gbps, pct_bw, tflops, pct_mma, copy_us, pct_same, bound, timing.c_str());
     else
-      std::printf("%-64s %10.2f %10.2f %9.1f %5.1f%% %9.3f %5.1f%%  %-7s %s\n", c->name().c_str(),
-                  med, mn, gbps, pct_bw, tflops, pct_mma, bound, timing.c_str());
+      std::printf("%-64s %10.2f %10.2f %9.1f %5.1f%% %9.3f %5.1f%% %8.2f %5.1f%%  %-7s %s\n",
+                  c->name().c_str(), med, mn, gbps, pct_bw, tflops, pct_mma, copy_us, pct_same,
+                  bound, timing.c_str());
     std::fflush(stdout);
   }
   return 0;
