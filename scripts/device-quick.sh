@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # profile: ask for it
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, profile: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -40,34 +40,37 @@ if section tests; then
   for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 90 X=1 "$op"; done
 fi
 if section fallbacks; then
-  # Each layer below the default, by its switch (a variant answers to its own switch only, so the
-  # layers under it need theirs too).
-  test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
-  test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
+  # The switches of the session-5 variants and the layer right below each new default (the
+  # variants under those passed in session 4's run G: section fallbacks_old re-runs them).
   test_one decode_v6_runs 120 HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step
   test_one decode_v6_sweep4 120 HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,gdn_prep_step,ssm_step
   test_one decode_v6_bulk_store 120 HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step
   test_one gdn_decode_v5 90 HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step
+  test_one ssm_step_v5 40 HYBRID_SSM_STEP_V6=0 ssm_step
+  test_one ssm_chunk_v7_v6out 40 HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan
+  test_one ssm_chunk_v7_narrow 40 HYBRID_SSM_CHUNK_V7_WIDE=0 ssm_chunk_scan
+  test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
+  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
+  test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
+fi
+if section fallbacks_old; then
+  # Every older layer by its switches (all passed in session 4's run G).
+  test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
+  test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
   test_one gdn_decode_v4 75 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_recurrent
   test_one gdn_prep_v4 40 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_prep_step
   test_one gdn_decode_v5_nocs 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_SSM_STEP_V6=0 HYBRID_DECODE_V5_CS=0" \
     gdn_recurrent,ssm_step
   test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" \
     gdn_recurrent,gdn_prep_step
-  test_one ssm_step_v5 40 HYBRID_SSM_STEP_V6=0 ssm_step
   test_one ssm_step_v4 40 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0" ssm_step
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
-  test_one ssm_chunk_v7_v6out 40 HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan
-  test_one ssm_chunk_v7_narrow 40 HYBRID_SSM_CHUNK_V7_WIDE=0 ssm_chunk_scan
-  test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
   test_one ssm_chunk_v3 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0" ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" \
     ssm_chunk_scan
-  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
-  test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
   test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
