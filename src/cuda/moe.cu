@@ -31,6 +31,7 @@
 #include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/moe.h"
 
@@ -435,7 +436,9 @@ __device__ __forceinline__ void stage_x_batched(const Tx* __restrict__ x, int Dm
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
 // Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first
 // (kBatchedStage: 8 loads per thread in flight, the v3 variant; else one load at a time).
-template <class Tw, bool kVec, bool kBatchedStage>
+// kTrigger (v5): griddepcontrol.launch_dependents first, so the down kernel (launched with
+// programmatic stream serialisation) becomes resident as this grid's CTAs exit.
+template <class Tw, bool kVec, bool kBatchedStage, bool kTrigger = false>
 __global__ void __launch_bounds__(kExpWarps * 32, 4)
     moe_gate_up_kernel(const float* __restrict__ xf,  // [T, Dm] f32 (sorted pairs)
                        const void* x, DType xt,       // [1, Dm] (direct pairs)
@@ -443,6 +446,7 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
                        Pairs P, int K, int Dm, int I, bool swiglu,
                        float* __restrict__ h) {  // [P, I]
   extern __shared__ float x_shared[];            // [Dm] (direct pairs)
+  if constexpr (kTrigger) grid_dependents_launch();
   if (P.ids) {
     if constexpr (kBatchedStage) {
       if (xt == DType::bf16)
@@ -608,8 +612,32 @@ __global__ void __launch_bounds__(kCombineThreads)
 // moe_down_kernel (the same sums, bit for bit) into shared memory; then thread n < kFuseRows
 // forms out[d0 + n] (+)= Σ_j w[j]·y[j, d0 + n] over the valid pairs in j order (the v3
 // combine's order). Bytes: the routed experts' down rows (K·Dm·I elements) + h from L2.
+//
+// kPdl (v5): launched with programmatic stream serialisation after moe_gate_up_kernel<.., true>,
+// so its CTAs become resident while the gate_up grid's last CTAs still run. Before
+// griddepcontrol.wait (which returns once the gate_up grid has completed and h is visible) the
+// CTA reads what does not depend on gate_up (ids, routing weights: inputs of the op, complete
+// before gate_up started) and prefetches its down rows into L2: rows [d_cta, d_cta + 16) of each
+// valid pair's expert (cp.async.bulk.prefetch.L2, one per row, on the 16-byte vector path; one
+// prefetch.global.L2 per 128-byte line otherwise). The DRAM reads of the down weights thus
+// overlap gate_up's tail; after the wait the task loop below is unchanged (same sums, same
+// order, bit-identical to v4) and its weight loads hit L2.
 constexpr int kFuseWarps = 8, kFuseRows = 16;
-template <class Tw, bool kVec>
+
+// The bytes [p, p + n) into L2: bulk prefetches (p and n multiples of 16) of at most 64 KiB.
+__device__ __forceinline__ void prefetch_bulk_l2(const void* p, int64_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < n; o += 65536) {
+    const auto len = static_cast<uint32_t>(n - o < 65536 ? n - o : 65536);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + o), "r"(len) : "memory");
+#else
+    (void)len;
+#endif
+  }
+}
+
+template <class Tw, bool kVec, bool kPdl = false>
 __global__ void __launch_bounds__(kFuseWarps * 32)
     moe_down_combine_kernel(const float* __restrict__ h,                              // [K, I]
                             const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
@@ -621,11 +649,32 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
   __shared__ bool ok_s[kCombineMaxK];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int d_cta = blockIdx.x * kFuseRows;
+  __shared__ int e_s[kPdl ? kCombineMaxK : 1];
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     int e, p0, p1;
     const bool ok = pairs_of(P, j, e, p0, p1);
     ok_s[j] = ok;
     w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+    if constexpr (kPdl) e_s[j] = ok ? e : -1;
+  }
+  if constexpr (kPdl) {
+    __syncthreads();
+    const int rows_here = min(kFuseRows, Dm - d_cta);  // >= 1: blocks = ceil(Dm / kFuseRows)
+    const int64_t row_bytes = static_cast<int64_t>(I) * static_cast<int64_t>(sizeof(Tw));
+    for (int r = threadIdx.x; r < K * rows_here; r += blockDim.x) {
+      const int j = r / rows_here, n = r % rows_here;
+      if (e_s[j] < 0) continue;
+      const Tw* row =
+          dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
+      if constexpr (kVec) {
+        prefetch_bulk_l2(row, row_bytes);
+      } else {
+        const auto a = reinterpret_cast<uintptr_t>(row);
+        for (uintptr_t l = a & ~uintptr_t{127}; l < a + row_bytes; l += 128)
+          prefetch_l2(reinterpret_cast<const void*>(l));
+      }
+    }
+    grid_dependency_wait();
   }
   for (int u = warp; u < K * kBlocks; u += kFuseWarps) {  // warp-uniform
     const int j = u / kBlocks, d0 = d_cta + (u % kBlocks) * kDownRows;
@@ -819,10 +868,82 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+// v5 (decode: T = 1, direct pairs; HYBRID_MOE_EXPERTS_V5=0 refuses it, v4 then runs): v4's two
+// kernels, the down + combine kernel launched with programmatic stream serialisation
+// (moe_down_combine_kernel<.., true>): its CTAs are resident and have prefetched their down rows
+// into L2 before the gate_up grid completes, instead of starting (ramp) once it has (tail).
+Reason moe_experts_v5_supports(const MoeExperts& a) {
+  static const bool off = env_is_zero("HYBRID_MOE_EXPERTS_V5");
+  if (off) return std::string("HYBRID_MOE_EXPERTS_V5=0");
+  if (Reason r = moe_experts_v3_supports(a)) return r;
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), I = a.down.size(2);
+  if (T != 1)
+    return str("T=", T, ": v5 is the decode path (T = 1, direct pairs); v4 runs the sorted path");
+  if (static_cast<size_t>(Dm) * 4 > kDirectMaxSmem)
+    return str("Dm=", Dm, " above the direct path's shared-memory x (", kDirectMaxSmem / 4, ")");
+  if (I == 0 || Dm == 0 || a.ids.size(1) == 0)
+    return std::string("I, Dm or k = 0: no gate_up grid for the down kernel to follow");
+  if (device_info().major < 9) return std::string("programmatic dependent launch needs sm_90");
+  return {};
+}
+
+void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), I = a.down.size(2), K = a.ids.size(1);
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  // Workspace: h [K, I] f32 (v4 allots xf, y and the sort state as well; the direct path
+  // uses none of them).
+  auto* h = static_cast<float*>(ctx.workspace(align_up(static_cast<size_t>(K * I) * 4, 256)));
+  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
+                    static_cast<int>(a.down.size(0))};
+  dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
+    using Tw = decltype(tw);
+    const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps),
+                    static_cast<unsigned>(K));
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kExpWarps * 32, static_cast<size_t>(Dm) * 4, stream>>>(
+          nullptr, a.x.data(), a.x.dtype(), a.gate_up.data_as<const Tw>(), a.gate_up.stride(0),
+          a.gate_up.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm),
+          static_cast<int>(I), swiglu, h);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    };
+    if (vec_ok(a.gate_up))
+      launch(moe_gate_up_kernel<Tw, true, true, true>);
+    else
+      launch(moe_gate_up_kernel<Tw, false, true, true>);
+  });
+  dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
+    using Tw = decltype(tw);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>((Dm + kFuseRows - 1) / kFuseRows));
+    cfg.blockDim = dim3(kFuseWarps * 32);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    auto launch = [&](auto kernel) {
+      HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
+          &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
+          a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
+          static_cast<const void*>(a.weights.data()), a.weights.dtype(), a.weights.stride(1),
+          a.out.data(), a.out.dtype(), a.accumulate));
+    };
+    if (vec_ok(a.down))
+      launch(moe_down_combine_kernel<Tw, true, true>);
+    else
+      launch(moe_down_combine_kernel<Tw, false, true>);
+  });
+}
+
 }  // namespace
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
+  r.add<MoeExperts>("moe_experts.cuda_v5", DeviceType::cuda, 30, moe_experts_v5_supports,
+                    moe_experts_v5_run);
   r.add<MoeExperts>("moe_experts.cuda_v4", DeviceType::cuda, 20, moe_experts_v4_supports,
                     moe_experts_run<true, true>);
   r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,
