@@ -363,8 +363,9 @@ __device__ __forceinline__ bool pairs_of(const Pairs& P, int a, int& e, int& p0,
 // dot[n][k] += Σ_{d in lane's vectors} rows[n][d]·xrow[k][d] for the kN rows and the first n_tok
 // (<= kExpTokens) token rows xrow (f32, 16-byte aligned rows when kVec). Lane l owns vectors
 // l, l + 32, ... of V elements; kU of them per row are loaded (kN·kU independent loads in flight)
-// before any math.
-template <class Tw, bool kVec, int kN, int kU>
+// before any math. kSharedW: rows are in shared memory (plain loads instead of __ldg; the same
+// sums in the same order).
+template <class Tw, bool kVec, int kN, int kU, bool kSharedW = false>
 __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int D,
                                         float (&dot)[kN][kExpTokens], const Tw* const* rows,
                                         int lane) {
@@ -378,7 +379,10 @@ __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int
 #pragma unroll
         for (int n = 0; n < kN; ++n) {
           if constexpr (kVec) {
-            w[u][n] = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
+            if constexpr (kSharedW)
+              w[u][n] = *reinterpret_cast<const uint4*>(rows[n] + d);
+            else
+              w[u][n] = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
           } else {
             w[u][n].x = static_cast<uint32_t>(__float_as_uint(to_f32(rows[n][d])));
           }
@@ -622,7 +626,16 @@ __global__ void __launch_bounds__(kCombineThreads)
 // prefetch.global.L2 per 128-byte line otherwise). The DRAM reads of the down weights thus
 // overlap gate_up's tail; after the wait the task loop below is unchanged (same sums, same
 // order, bit-identical to v4) and its weight loads hit L2.
+// kStage (v5, 16-byte rows whose K·16 rows fit in shared memory: 160 KiB at k 10, I 512, bf16):
+// instead of the L2 prefetch, the CTA copies its rows into dynamic shared memory ([K][rows][I],
+// cp.async 16 bytes per lane, warp w copying rows w, w + 8, ...) before the wait, and after it
+// (cp.async.wait_all + barrier) the tasks read the weights from there (row_dot<.., kSharedW>):
+// the down weights then cross DRAM -> SM while gate_up's tail runs, and only h comes from L2
+// after the wait. Needs the SM's shared memory next to gate_up's CTAs (gate_up's carveout is set
+// to the maximum when this kernel follows it); if the CTA cannot be resident early it still runs
+// with all its K·16·I loads in flight at once.
 constexpr int kFuseWarps = 8, kFuseRows = 16;
+constexpr size_t kFuseStaticSmem = 20 * 1024;  // ys, w_s, ok_s, e_s (19712 bytes), rounded up
 
 // The bytes [p, p + n) into L2: bulk prefetches (p and n multiples of 16) of at most 64 KiB.
 __device__ __forceinline__ void prefetch_bulk_l2(const void* p, int64_t n) {
@@ -637,13 +650,15 @@ __device__ __forceinline__ void prefetch_bulk_l2(const void* p, int64_t n) {
   }
 }
 
-template <class Tw, bool kVec, bool kPdl = false>
+template <class Tw, bool kVec, bool kPdl = false, bool kStage = false>
 __global__ void __launch_bounds__(kFuseWarps * 32)
     moe_down_combine_kernel(const float* __restrict__ h,                              // [K, I]
                             const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
                             Pairs P, int K, int Dm, int I, const void* weights, DType wt,
                             int64_t w_s1, void* out, DType ot, bool accumulate) {
+  static_assert(!kStage || (kVec && kPdl), "the staged path is the v5 vector path");
   constexpr int kBlocks = kFuseRows / kDownRows;
+  extern __shared__ __align__(16) unsigned char w_stage[];  // kStage: [K][rows_here][I] Tw
   __shared__ float ys[kCombineMaxK][kFuseRows];
   __shared__ float w_s[kCombineMaxK];
   __shared__ bool ok_s[kCombineMaxK];
@@ -661,20 +676,39 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     __syncthreads();
     const int rows_here = min(kFuseRows, Dm - d_cta);  // >= 1: blocks = ceil(Dm / kFuseRows)
     const int64_t row_bytes = static_cast<int64_t>(I) * static_cast<int64_t>(sizeof(Tw));
-    for (int r = threadIdx.x; r < K * rows_here; r += blockDim.x) {
-      const int j = r / rows_here, n = r % rows_here;
-      if (e_s[j] < 0) continue;
-      const Tw* row =
-          dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
-      if constexpr (kVec) {
-        prefetch_bulk_l2(row, row_bytes);
-      } else {
-        const auto a = reinterpret_cast<uintptr_t>(row);
-        for (uintptr_t l = a & ~uintptr_t{127}; l < a + row_bytes; l += 128)
-          prefetch_l2(reinterpret_cast<const void*>(l));
+    if constexpr (kStage) {
+      constexpr int V = vec_of<Tw>();
+      Tw* ws = reinterpret_cast<Tw*>(w_stage);
+      const uint64_t policy = l2_evict_first_policy();          // read once: first victims in L2
+      for (int r = warp; r < K * rows_here; r += kFuseWarps) {  // warp-uniform
+        const int j = r / rows_here, n = r % rows_here;
+        if (e_s[j] < 0) continue;  // never read: the task of a dropped pair computes nothing
+        const Tw* row =
+            dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
+        Tw* dst = ws + static_cast<int64_t>(r) * I;
+        for (int c = lane * V; c < I; c += 32 * V) cp_async16_hint(dst + c, row + c, 16, policy);
+      }
+      cp_commit();
+    } else {
+      for (int r = threadIdx.x; r < K * rows_here; r += blockDim.x) {
+        const int j = r / rows_here, n = r % rows_here;
+        if (e_s[j] < 0) continue;
+        const Tw* row =
+            dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
+        if constexpr (kVec) {
+          prefetch_bulk_l2(row, row_bytes);
+        } else {
+          const auto a = reinterpret_cast<uintptr_t>(row);
+          for (uintptr_t l = a & ~uintptr_t{127}; l < a + row_bytes; l += 128)
+            prefetch_l2(reinterpret_cast<const void*>(l));
+        }
       }
     }
     grid_dependency_wait();
+    if constexpr (kStage) {
+      cp_wait<0>();
+      __syncthreads();
+    }
   }
   for (int u = warp; u < K * kBlocks; u += kFuseWarps) {  // warp-uniform
     const int j = u / kBlocks, d0 = d_cta + (u % kBlocks) * kDownRows;
@@ -682,14 +716,24 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     float v[kDownRows] = {};
     if (d0 < Dm && pairs_of(P, j, e, p0, p1)) {
       const Tw* rows[kDownRows];
-#pragma unroll
-      for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
-        rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
-                  static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
       const float* hrow[kExpTokens] = {};
       hrow[0] = h + static_cast<int64_t>(j) * I;
       float dot[kDownRows][kExpTokens] = {};
-      row_dot<Tw, kVec, kDownRows, 2>(hrow, 1, I, dot, rows, lane);
+      if constexpr (kStage) {  // staged row (j, d - d_cta) of this CTA
+        const int rows_here = min(kFuseRows, Dm - d_cta);
+        const Tw* ws = reinterpret_cast<const Tw*>(w_stage);
+#pragma unroll
+        for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+          rows[n] =
+              ws + static_cast<int64_t>(j * rows_here + (d0 + n < Dm ? d0 + n : d0) - d_cta) * I;
+        row_dot<Tw, kVec, kDownRows, 2, true>(hrow, 1, I, dot, rows, lane);
+      } else {
+#pragma unroll
+        for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+          rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
+                    static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
+        row_dot<Tw, kVec, kDownRows, 2>(hrow, 1, I, dot, rows, lane);
+      }
 #pragma unroll
       for (int n = 0; n < kDownRows; ++n) v[n] = warp_sum(dot[n][0]);
     }
@@ -896,11 +940,29 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
   auto* h = static_cast<float*>(ctx.workspace(align_up(static_cast<size_t>(K * I) * 4, 256)));
   const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
                     static_cast<int>(a.down.size(0))};
+  // Staged (kStage): the CTA's K·16 down rows in shared memory, when they are 16-byte vectors
+  // and fit next to the static tables; HYBRID_MOE_EXPERTS_V5_STAGE=0 takes the L2-prefetch path.
+  static const bool stage_off = env_is_zero("HYBRID_MOE_EXPERTS_V5_STAGE");
+  static const int smem_optin = [] {
+    int dev = 0, v = 0;
+    HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+  }();
+  const size_t stage_b =
+      static_cast<size_t>(K) * kFuseRows * static_cast<size_t>(I) * dtype_size(a.down.dtype());
+  const bool stage =
+      !stage_off && vec_ok(a.down) && stage_b + kFuseStaticSmem <= static_cast<size_t>(smem_optin);
   dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
     using Tw = decltype(tw);
     const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps),
                     static_cast<unsigned>(K));
     auto launch = [&](auto kernel) {
+      // Staged: the SMs keep their shared memory configured for the down CTAs that join them.
+      if (stage)
+        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel,
+                                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               static_cast<int>(cudaSharedmemCarveoutMaxShared)));
       kernel<<<grid, kExpWarps * 32, static_cast<size_t>(Dm) * 4, stream>>>(
           nullptr, a.x.data(), a.x.dtype(), a.gate_up.data_as<const Tw>(), a.gate_up.stride(0),
           a.gate_up.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm),
@@ -917,7 +979,7 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>((Dm + kFuseRows - 1) / kFuseRows));
     cfg.blockDim = dim3(kFuseWarps * 32);
-    cfg.dynamicSmemBytes = 0;
+    cfg.dynamicSmemBytes = stage ? stage_b : 0;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -925,13 +987,18 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     auto launch = [&](auto kernel) {
+      if (cfg.dynamicSmemBytes > 48 * 1024)
+        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(cfg.dynamicSmemBytes)));
       HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
           &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
           a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
           static_cast<const void*>(a.weights.data()), a.weights.dtype(), a.weights.stride(1),
           a.out.data(), a.out.dtype(), a.accumulate));
     };
-    if (vec_ok(a.down))
+    if (stage)
+      launch(moe_down_combine_kernel<Tw, true, true, true>);
+    else if (vec_ok(a.down))
       launch(moe_down_combine_kernel<Tw, true, true>);
     else
       launch(moe_down_combine_kernel<Tw, false, true>);
