@@ -70,6 +70,7 @@ if section fallbacks; then
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
+  test_one moe_v5_l2 40 HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts
   test_one moe_v4 40 HYBRID_MOE_EXPERTS_V5=0 moe_experts
   test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V5=0 HYBRID_MOE_EXPERTS_V4=0" moe_experts
 fi
@@ -105,7 +106,7 @@ if section variants; then
       "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
       "HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step" \
       "HYBRID_ATTN_DECODE_V5=0 attn_decode" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" \
-      "HYBRID_MOE_EXPERTS_V5=0 moe_experts"; do
+      "HYBRID_MOE_EXPERTS_V5=0 moe_experts" "HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts"; do
     set -- $pair
     echo "-- $1"
     env $(echo "$1" | tr , ' ') timeout 60 $OPS perf -b cuda -o "$(echo "$2" | sed 's/,/:perf,/g'):perf" \
