@@ -635,7 +635,13 @@ __global__ void __launch_bounds__(kCombineThreads)
 // to the maximum when this kernel follows it); if the CTA cannot be resident early it still runs
 // with all its K·16·I loads in flight at once.
 constexpr int kFuseWarps = 8, kFuseRows = 16;
-constexpr size_t kFuseStaticSmem = 20 * 1024;  // ys, w_s, ok_s, e_s (19712 bytes), rounded up
+constexpr size_t kFuseStaticSmem = 4 * 1024;  // the staged kernel's w_s, ok_s, e_s, rounded up
+
+// The staged kernel's dynamic shared memory: weights [K][kFuseRows][I] | h [K][I] f32 | ys.
+size_t v5_stage_bytes(int64_t K, int64_t I, size_t es) {
+  return static_cast<size_t>(K) * kFuseRows * static_cast<size_t>(I) * es +
+         static_cast<size_t>(K * I) * 4 + static_cast<size_t>(K) * kFuseRows * 4;
+}
 
 // The bytes [p, p + n) into L2: bulk prefetches (p and n multiples of 16) of at most 64 KiB.
 __device__ __forceinline__ void prefetch_bulk_l2(const void* p, int64_t n) {
@@ -658,8 +664,13 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
                             int64_t w_s1, void* out, DType ot, bool accumulate) {
   static_assert(!kStage || (kVec && kPdl), "the staged path is the v5 vector path");
   constexpr int kBlocks = kFuseRows / kDownRows;
-  extern __shared__ __align__(16) unsigned char w_stage[];  // kStage: [K][rows_here][I] Tw
-  __shared__ float ys[kCombineMaxK][kFuseRows];
+  // kStage: dynamic shared memory = weights [K][kFuseRows][I] Tw (rows_here used) | h [K][I] f32
+  // | ys [K][kFuseRows] f32 (v5_stage_bytes); otherwise ys is the static array.
+  extern __shared__ __align__(16) unsigned char w_stage[];
+  __shared__ float ys_static[kStage ? 1 : kCombineMaxK][kFuseRows];
+  const size_t w_bytes = static_cast<size_t>(K) * kFuseRows * I * sizeof(Tw);
+  float* hs = reinterpret_cast<float*>(w_stage + w_bytes);  // kStage only
+  float(*ys)[kFuseRows] = kStage ? reinterpret_cast<float(*)[kFuseRows]>(hs + K * I) : ys_static;
   __shared__ float w_s[kCombineMaxK];
   __shared__ bool ok_s[kCombineMaxK];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -706,6 +717,13 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     }
     grid_dependency_wait();
     if constexpr (kStage) {
+      // h (gate_up's output, in L2) -> shared memory: all of the CTA's h loads in one round
+      // trip, instead of one per task (5 serial tasks per warp at k 10).
+      for (int r = warp; r < K; r += kFuseWarps)  // warp-uniform
+        if (e_s[r] >= 0)
+          for (int c = lane * 4; c < I; c += 32 * 4)
+            cp_async16(hs + static_cast<int64_t>(r) * I + c, h + static_cast<int64_t>(r) * I + c);
+      cp_commit();
       cp_wait<0>();
       __syncthreads();
     }
@@ -717,7 +735,7 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     if (d0 < Dm && pairs_of(P, j, e, p0, p1)) {
       const Tw* rows[kDownRows];
       const float* hrow[kExpTokens] = {};
-      hrow[0] = h + static_cast<int64_t>(j) * I;
+      hrow[0] = (kStage ? hs : h) + static_cast<int64_t>(j) * I;
       float dot[kDownRows][kExpTokens] = {};
       if constexpr (kStage) {  // staged row (j, d - d_cta) of this CTA
         const int rows_here = min(kFuseRows, Dm - d_cta);
@@ -949,8 +967,7 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
     HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     return v;
   }();
-  const size_t stage_b =
-      static_cast<size_t>(K) * kFuseRows * static_cast<size_t>(I) * dtype_size(a.down.dtype());
+  const size_t stage_b = v5_stage_bytes(K, I, dtype_size(a.down.dtype()));
   const bool stage =
       !stage_off && vec_ok(a.down) && stage_b + kFuseStaticSmem <= static_cast<size_t>(smem_optin);
   dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
