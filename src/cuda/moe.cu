@@ -735,7 +735,12 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     if (d0 < Dm && pairs_of(P, j, e, p0, p1)) {
       const Tw* rows[kDownRows];
       const float* hrow[kExpTokens] = {};
-      hrow[0] = (kStage ? hs : h) + static_cast<int64_t>(j) * I;
+      const float* hg = h;
+      // PDL: h is written by gate_up during this grid's lifetime, so its loads must not take the
+      // read-only (ld.global.nc) path that `const __restrict__` allows: the empty asm hides the
+      // pointer's origin (v4 keeps its loads).
+      if constexpr (kPdl && !kStage) asm volatile("" : "+l"(hg));
+      hrow[0] = (kStage ? hs : hg) + static_cast<int64_t>(j) * I;
       float dot[kDownRows][kExpTokens] = {};
       if constexpr (kStage) {  // staged row (j, d - d_cta) of this CTA
         const int rows_here = min(kFuseRows, Dm - d_cta);
