@@ -25,6 +25,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -966,15 +967,24 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
   // Staged (kStage): the CTA's K·16 down rows in shared memory, when they are 16-byte vectors
   // and fit next to the static tables; HYBRID_MOE_EXPERTS_V5_STAGE=0 takes the L2-prefetch path.
   static const bool stage_off = env_is_zero("HYBRID_MOE_EXPERTS_V5_STAGE");
-  static const int smem_optin = [] {
-    int dev = 0, v = 0;
+  // Staged only where the down CTA fits beside 2 gate_up CTAs (x [Dm] f32 + 1 KiB static + 1 KiB
+  // reserved each) in the SM's shared memory, so that it can land while gate_up still runs (at
+  // Qwen3-Next: 185 + 4 + 1 + 2 x 10 KiB <= 228 KiB); otherwise the L2 prefetch, whose CTA
+  // (~20 KiB) lands as soon as one gate_up CTA exits.
+  static const std::pair<int, int> smem = [] {
+    int dev = 0, optin = 0, per_sm = 0;
     HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return v;
+    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    HYBRID_CUDA_CHECK(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    return std::make_pair(optin, per_sm);
   }();
   const size_t stage_b = v5_stage_bytes(K, I, dtype_size(a.down.dtype()));
+  const size_t gate_up_cta = static_cast<size_t>(Dm) * 4 + 2048;
   const bool stage =
-      !stage_off && vec_ok(a.down) && stage_b + kFuseStaticSmem <= static_cast<size_t>(smem_optin);
+      !stage_off && vec_ok(a.down) &&
+      stage_b + kFuseStaticSmem <= static_cast<size_t>(smem.first) &&
+      stage_b + kFuseStaticSmem + 1024 + 2 * gate_up_cta <= static_cast<size_t>(smem.second);
   dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
     using Tw = decltype(tw);
     const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps),
