@@ -17,7 +17,9 @@
 //   flight) before the math, and only the pairs present are reduced.
 //   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
 //   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
-//   and gate_up stages x as f32 in shared memory itself (3 launches).
+//   and gate_up stages x as f32 in shared memory itself (3 launches; v4: down + combine fused,
+//   2 launches; v5: the second launched by PDL, its down rows staged in shared memory or
+//   prefetched into L2 while gate_up's last CTAs run, see moe_down_combine_kernel).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
 //   kernel, not a tensor-core grouped GEMM.
