@@ -52,6 +52,8 @@ if section fallbacks; then
   test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
+  test_one moe_v5_l2 40 HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts
+  test_one moe_v4 40 HYBRID_MOE_EXPERTS_V5=0 moe_experts
 fi
 if section fallbacks_old; then
   # Every older layer by its switches (all passed in session 4's run G).
@@ -73,7 +75,7 @@ if section fallbacks_old; then
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
-  test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
+  test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V5=0 HYBRID_MOE_EXPERTS_V4=0" moe_experts
 fi
 if section unit; then
   filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*'
@@ -106,7 +108,8 @@ if section variants; then
       "HYBRID_SSM_STEP_V6=0 ssm_step" "HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step" \
       "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
       "HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step" \
-      "HYBRID_ATTN_DECODE_V5=0 attn_decode" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"; do
+      "HYBRID_ATTN_DECODE_V5=0 attn_decode" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" \
+      "HYBRID_MOE_EXPERTS_V5=0 moe_experts" "HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts"; do
     set -- $pair
     echo "-- $1"
     env $(echo "$1" | tr , ' ') timeout 60 $OPS perf -b cuda -o "$(echo "$2" | sed 's/,/:perf,/g'):perf" \
@@ -182,12 +185,15 @@ if section sanitizers; then
   # list the budget is likely spent before them (the GDN / SSM runs may take 1410 s, SAN_BUDGET 480).
   san memcheck attn_prefill 60
   san racecheck attn_prefill 90
+  # moe_experts.cuda_v5 (the PDL-launched down kernel's prefetch and shared (e, ok, w) tables).
+  san memcheck moe_experts 60
+  san racecheck moe_experts 60
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step gdn_record \
       gdn_replay ssm_step_record ssm_replay; do san memcheck "$op" 90; done
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step; do
     san racecheck "$op" 120
   done
-  for op in attn_decode linear_q moe_experts; do san memcheck "$op" 60; done
+  for op in attn_decode linear_q; do san memcheck "$op" 60; done
 fi
 echo "[t+$(($(date +%s) - start))s] == done"
 # The device tool brings back at most 8 files: every log in one archive beside final.log.

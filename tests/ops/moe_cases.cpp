@@ -369,6 +369,14 @@ void add_moe_cases(CaseList& cases) {
   // tasks over 8 warps).
   experts(cases, {1, 64, 4, 200, 520, bf16, bf16});
   experts(cases, {1, 32, 17, 96, 40, f16, bf16});
+  // Decode, v5 (down + combine launched with programmatic dependent launch, its rows prefetched
+  // into L2 before griddepcontrol.wait): bf16 rows of 90 bytes (not 16-byte vectors: one
+  // prefetch per 128-byte line, rows straddling lines) with Dm = 72 (the last CTA has 8 rows);
+  // a 65552-byte down row (I = 32776: two bulk prefetches of <= 64 KiB); Dm = 12296 (x above the
+  // direct path's 48 KiB of shared memory: v5 refuses, the sorted path runs).
+  experts(cases, {1, 16, 5, 72, 45, bf16, bf16});
+  experts(cases, {1, 4, 2, 16, 32776, bf16, bf16});
+  experts(cases, {1, 4, 2, 12296, 8, bf16, bf16});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
   // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
   // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.
