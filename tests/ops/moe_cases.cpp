@@ -377,6 +377,11 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {1, 16, 5, 72, 45, bf16, bf16});
   experts(cases, {1, 4, 2, 16, 32776, bf16, bf16});
   experts(cases, {1, 4, 2, 12296, 8, bf16, bf16});
+  // v5 staged with f32 rows (160 bytes: moe_down_combine_kernel<float, true, true, true>, and
+  // <float, true, true> under HYBRID_MOE_EXPERTS_V5_STAGE=0), i64 ids, one expert twice, strided
+  // x and accumulate: no other case reaches the f32 vector paths or these inputs on the staged path.
+  experts(cases,
+          {1, 8, 3, 96, 40, f32, f32, MoeActivation::swiglu, DType::i64, true, true, true});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
   // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
   // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.
