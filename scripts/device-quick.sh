@@ -21,12 +21,16 @@ tar xJf .carry/bin.tar.xz -C .carry || exit 1
 OPS=.carry/hybrid-ops
 start=$(date +%s)
 section() { echo "[t+$(($(date +%s) - start))s] == $1"; [[ ",$SECTIONS," == *",$1,"* ]]; }
-# test_one LABEL LIMIT "ENV=.. ENV=.." OPS: the cases of OPS, one line per case as it ends
+# test_one LABEL LIMIT "ENV=.. ENV=.." OPS: the cases of OPS, TEST_JOBS (default 8) at once
+# (hybrid-ops test -j: the CPU reference is most of a case's time; lines still in case order, so
+# on a time-out the hung case is among the few after the last line; TEST_JOBS=1 names it exactly),
+# one line per case as it ends
 # (stdbuf: a killed run keeps its lines), then the summary, the failures, and on a time-out the last
 # case that finished.
 test_one() {
   local label=$1 limit=$2 envs=$3 ops=$4
-  env $envs stdbuf -oL timeout "$limit" $OPS test -b cuda -v -o "$ops" > "$OUT/t_$label.txt" 2>&1
+  env $envs stdbuf -oL timeout "$limit" $OPS test -b cuda -v -j "${TEST_JOBS:-8}" -o "$ops" \
+    > "$OUT/t_$label.txt" 2>&1
   local rc=$?
   echo "$label: rc $rc, $(grep -E 'passed, ' "$OUT/t_$label.txt" | tail -1)"
   grep -E "^  FAIL" "$OUT/t_$label.txt" | cut -c1-220 | head -5

@@ -1,11 +1,14 @@
 #include "ops/harness.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "core/cuda_api.h"
 #include "hybrid/core/error.h"
@@ -389,32 +392,75 @@ int run_tests(const RunOptions& opt) {
   const char* backend = opt.backend == DeviceType::cpu ? "cpu" : "cuda";
   std::printf("hybrid-ops test -b %s --seed %llu\n", backend,
               static_cast<unsigned long long>(opt.seed));
-  for (auto& c : cases) {
-    if (c->perf_only() || !case_selected(*c, opt.ops)) continue;
-    const auto t0 = std::chrono::steady_clock::now();
-    Outcome o = run_case(*c, opt);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<Case*> selected;
+  for (auto& c : cases)
+    if (!c->perf_only() && case_selected(*c, opt.ops)) selected.push_back(c.get());
+  auto report = [&](const Case& c, const Outcome& o, double ms) {
     switch (o.kind) {
       case Outcome::pass:
         ++passed;
         if (opt.verbose)
-          std::printf("  OK    %s [%.0f ms]%s\n", c->name().c_str(), ms, o.detail.c_str());
+          std::printf("  OK    %s [%.0f ms]%s\n", c.name().c_str(), ms, o.detail.c_str());
         break;
       case Outcome::skip:
         ++skipped;
-        skips.push_back(c->name() + ": " + o.detail);
-        if (opt.verbose) std::printf("  SKIP  %s: %s\n", c->name().c_str(), o.detail.c_str());
+        skips.push_back(c.name() + ": " + o.detail);
+        if (opt.verbose) std::printf("  SKIP  %s: %s\n", c.name().c_str(), o.detail.c_str());
         break;
       case Outcome::fail:
         ++failed;
-        fails.push_back(c->name());
+        fails.push_back(c.name());
         std::printf("  FAIL  %s%s\n        reproduce: %s test -b %s -o '%s' --seed %llu\n",
-                    c->name().c_str(), o.detail.c_str(), opt.argv0.c_str(), backend,
-                    c->name().c_str(), static_cast<unsigned long long>(opt.seed));
+                    c.name().c_str(), o.detail.c_str(), opt.argv0.c_str(), backend,
+                    c.name().c_str(), static_cast<unsigned long long>(opt.seed));
         break;
     }
     std::fflush(stdout);
+  };
+  auto timed_run = [&](Case& c, double& ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Outcome o = run_case(c, opt);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return o;
+  };
+  const size_t workers =
+      std::min<size_t>(static_cast<size_t>(std::max(opt.jobs, 1)), selected.size());
+  if (workers <= 1) {
+    for (Case* c : selected) {
+      double ms = 0;
+      const Outcome o = timed_run(*c, ms);
+      report(*c, o, ms);
+    }
+  } else {
+    // -j N: N threads take cases in order; each case runs in its own contexts (run_case makes
+    // them), so only the report is shared: results are printed in case order as soon as every
+    // earlier case has finished (a hung case still names itself by being the next one due).
+    std::vector<Outcome> outcomes(selected.size());
+    std::vector<double> times(selected.size());
+    std::vector<bool> done(selected.size(), false);
+    std::atomic<size_t> next{0};
+    size_t next_report = 0;
+    std::mutex mu;
+    auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < selected.size();) {
+        double ms = 0;
+        Outcome o;
+        try {
+          o = timed_run(*selected[i], ms);
+        } catch (const std::exception& e) {  // run_case catches the op's errors; this is the rest
+          o = {Outcome::fail, str("threw outside the op: ", e.what())};
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        outcomes[i] = std::move(o);
+        times[i] = ms;
+        done[i] = true;
+        for (; next_report < selected.size() && done[next_report]; ++next_report)
+          report(*selected[next_report], outcomes[next_report], times[next_report]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
+    for (auto& t : pool) t.join();
   }
   if (!skips.empty()) {
     std::printf("skipped:\n");

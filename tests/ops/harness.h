@@ -164,6 +164,7 @@ struct RunOptions {
   bool verbose = false;
   LogLevel log_level = LogLevel::warn;  // of the contexts the cases run in (--log LEVEL)
   std::string argv0 = "hybrid-ops";
+  int jobs = 1;  // test: cases run at once, each on its own thread and contexts (-j)
 };
 
 struct Outcome {

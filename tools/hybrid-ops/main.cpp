@@ -25,11 +25,13 @@ int usage(const char* argv0) {
   std::fprintf(
       stderr,
       "usage: %s test|perf|list [-b cpu|cuda] [-o OP[,OP...]] [--seed N] [-v] [--reps N] [--csv]\n"
-      "       [--log error|warn|info|debug]\n"
+      "       [--log error|warn|info|debug] [-j N]\n"
       "  test   check every case (cpu: against the f64 oracle; cuda: against the CPU backend)\n"
       "  perf   time every case (cuda: after measuring the copy and GEMM ceilings)\n"
       "  list   every op, its kernels per backend and its number of cases\n"
-      "  -o     op names, case names 'OP(params)', or OP:perf (only OP's benchmark shapes)\n",
+      "  -o     op names, case names 'OP(params)', or OP:perf (only OP's benchmark shapes)\n"
+      "  -j     test: N cases at once (default 1; each in its own contexts; output in case "
+      "order)\n",
       argv0);
   return 2;
 }
@@ -120,6 +122,12 @@ int main(int argc, char** argv) {
       opt.min_reps = std::atoi(value().c_str());
     } else if (a == "--csv") {
       opt.csv = true;
+    } else if (a == "-j") {
+      opt.run.jobs = std::atoi(value().c_str());
+      if (opt.run.jobs < 1) {
+        std::fprintf(stderr, "-j needs a count >= 1\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument '%s'\n", a.c_str());
       return usage(argv[0]);
