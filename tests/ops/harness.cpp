@@ -355,7 +355,17 @@ Outcome run_case(Case& c, const RunOptions& opt) {
   Results got, ref;
   const Device dev = opt.backend == DeviceType::cpu ? Device::cpu() : Device::cuda(0);
   try {
-    got = execute(c, slots, dev, problems, opt.log_level);
+    if (opt.backend == DeviceType::cpu) {
+      got = execute(c, slots, dev, problems, opt.log_level);
+    } else {
+      // One CUDA case at a time, also under -j (only the CPU reference and the comparison run
+      // side by side): several launches set their kernel's shared-memory opt-in to the size of
+      // the call (cudaFuncSetAttribute is per kernel, not per stream), so two threads launching
+      // one kernel with different sizes could fail each other (docs/ARCHITECTURE.md).
+      static std::mutex cuda_mu;
+      std::lock_guard<std::mutex> lock(cuda_mu);
+      got = execute(c, slots, dev, problems, opt.log_level);
+    }
     if (opt.backend == DeviceType::cpu) {
       c.oracle(slots, ref);
     } else {
