@@ -915,9 +915,7 @@ void launch_attn_d(const AttnParams& p, DType cache, cudaStream_t st) {
 template <int D, class C, int kVer>
 void launch_tc_d(const AttnParams& p, cudaStream_t st) {
   constexpr size_t smem = tc_smem_bytes<D>();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(decode_tc_kernel<D, C, kVer>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+  ensure_dynamic_smem(decode_tc_kernel<D, C, kVer>, smem);
   const dim3 grid(p.splits, p.Hkv * p.hchunks, p.N);
   decode_tc_kernel<D, C, kVer><<<grid, kTcThreads, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();

@@ -1116,8 +1116,7 @@ Reason prefill_tc_supports(const AttnPrefill& a) {
 template <int D>
 void launch_tc(const PrefillParams& p, cudaStream_t st) {
   const size_t smem = static_cast<size_t>(kBM + 2 * kBN<D>) * D * sizeof(__nv_bfloat16);
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-      prefill_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  ensure_dynamic_smem(prefill_tc_kernel<D>, smem);
   prefill_tc_kernel<D><<<dim3(p.max_tiles, p.Hq), kThreads, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1188,8 +1187,7 @@ Reason prefill_fa2_supports(const AttnPrefill& a) {
 template <int D>
 void launch_fa2(const PrefillParams& p, cudaStream_t st) {
   constexpr size_t smem = fa2_smem_bytes<D>();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-      prefill_fa2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  ensure_dynamic_smem(prefill_fa2_kernel<D>, smem);
   prefill_fa2_kernel<D><<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1246,8 +1244,7 @@ void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
   plan_tiles_kernel<<<1, 32, 0, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
   constexpr size_t smem = fa2b_smem_bytes();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-      prefill_fa2b_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  ensure_dynamic_smem(prefill_fa2b_kernel, smem);
   prefill_fa2b_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1284,8 +1281,7 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
   plan_tiles_kernel<<<1, 32, 0, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
   constexpr size_t smem = fa2c_smem_bytes();
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-      prefill_fa2c_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  ensure_dynamic_smem(prefill_fa2c_kernel, smem);
   prefill_fa2c_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }

@@ -131,8 +131,7 @@ inline int resident_blocks(const void* kernel, int threads, size_t smem) {
   auto it = cache.find({kernel, dev});
   if (it != cache.end()) return it->second;
   int per_sm = 0;
-  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+  ensure_dynamic_smem(kernel, smem);
   HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   per_sm = per_sm > 0 ? per_sm : 1;
   cache.emplace(std::make_pair(kernel, dev), per_sm);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "hybrid/core/error.h"
 
@@ -36,6 +37,29 @@ inline cudaStream_t as_stream(void* s) {
 #define HYBRID_CUDA_CHECK_LAUNCH() HYBRID_CUDA_CHECK(cudaGetLastError())
 
 namespace hybrid::cuda {
+
+// Raises `kernel`'s dynamic shared-memory opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize) to
+// at least `bytes` on the current device, never lowering it. The attribute belongs to the kernel,
+// not to a stream or context: a launch that set it to its own size could make a concurrent launch
+// of the same kernel with a larger size (another host thread, another Context) fail. Only grown,
+// it stays valid for every size already launched. Thread-safe; one driver call per new maximum.
+inline void ensure_dynamic_smem(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> granted;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& g = granted[{kernel, dev}];
+  if (bytes <= g) return;
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+  g = bytes;
+}
+
+template <class Kernel>
+void ensure_dynamic_smem(Kernel* kernel, size_t bytes) {
+  ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
 
 // True when the environment variable `name` is set to "0": the switch by which a kernel variant's
 // supports() refuses (HYBRID_LINEAR_Q_V4=0, ...), so that the variant below it can be tested and

@@ -499,8 +499,7 @@ void launch_wu(const Params& p, DType in, Context& ctx) {
   const dim3 grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
   dispatch_act(in, [&](auto tin) {
     using In = decltype(tin);
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-        wu_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    ensure_dynamic_smem(wu_kernel<In>, smem);
     wu_kernel<In><<<grid, 256, smem, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
@@ -512,8 +511,7 @@ void launch_output(const Params& p, DType in, DType out, Context& ctx) {
   dispatch_act(in, [&](auto tin) {
     dispatch_act(out, [&](auto tout) {
       auto* kern = output_kernel<decltype(tin), decltype(tout)>;
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
+      ensure_dynamic_smem(kern, smem);
       kern<<<grid, 256, smem, as_stream(ctx.stream())>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     });

@@ -2133,8 +2133,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
           }
         }
     }
-    HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    ensure_dynamic_smem(kern, smem);
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, smem, as_stream(ctx.stream())>>>(p);
@@ -2159,8 +2158,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     using Out = decltype(to);
     constexpr int smem = spine_smem<SL, NW, CZ, !std::is_same_v<Out, NoOut>>();
     auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ, Out>;
-    HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    ensure_dynamic_smem(kern, smem);
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
@@ -2286,8 +2284,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       } else if (vout)
         kern = output_tc_kernel<In, Out, false, true>;
     }
-    HYBRID_CUDA_CHECK(
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutSmem));
+    ensure_dynamic_smem(kern, kOutSmem);
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     kern<<<grid_chunks, 128, kOutSmem, as_stream(ctx.stream())>>>(p);

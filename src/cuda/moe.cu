@@ -225,9 +225,7 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
                 a.scaling};
   // Per warp: l, s, group scores, chosen ids (4 bytes each per expert) + flags (1 byte).
   const size_t smem = static_cast<size_t>(kRouteWarps) * E * 17;
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-        moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > 48 * 1024) ensure_dynamic_smem(moe_route_kernel, smem);
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
   moe_route_kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
@@ -858,10 +856,7 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
       });
     }
     const size_t sort_smem = static_cast<size_t>(E) * 4;
-    if (sort_smem > 48 * 1024)
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(moe_sort_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(sort_smem)));
+    if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
     moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
         a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
         static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
@@ -1021,9 +1016,7 @@ void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     auto launch = [&](auto kernel) {
-      if (cfg.dynamicSmemBytes > 48 * 1024)
-        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(cfg.dynamicSmemBytes)));
+      if (cfg.dynamicSmemBytes > 48 * 1024) ensure_dynamic_smem(kernel, cfg.dynamicSmemBytes);
       HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
           &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
           a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),

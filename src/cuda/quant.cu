@@ -576,10 +576,7 @@ void launch_gemv_nt(GemvParams p, cudaStream_t stream) {
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * gemv_min_blocks(kNT)));
   const size_t smem = static_cast<size_t>(kNT) * p.x_row * 4;
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(linear_q_gemv_kernel<kBits, kV, kNT, kCompact>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
+  if (smem > 48 * 1024) ensure_dynamic_smem(linear_q_gemv_kernel<kBits, kV, kNT, kCompact>, smem);
   linear_q_gemv_kernel<kBits, kV, kNT, kCompact><<<blocks, kGemvWarps * 32, smem, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1421,9 +1418,7 @@ template <int kGroupSpans, bool kScaleBf16>
 void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
   const size_t smem = gemv_v5_smem(p.T, p.in, gs);
   const auto kernel = linear_q_gemv_v5_kernel<kGroupSpans, kScaleBf16>;
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
+  if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
   int per_sm = 0;
   HYBRID_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV5Warps * 32, smem));

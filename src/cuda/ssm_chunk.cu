@@ -2159,9 +2159,7 @@ void scan_cuda(const SsmChunkScan& a, Context& ctx) {
     HYBRID_CUDA_CHECK_LAUNCH();
   });
   const size_t smem = scan_output_smem(static_cast<int>(P), static_cast<int>(N), p.Q);
-  if (smem > 48 * 1024)
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(
-        scan_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > 48 * 1024) ensure_dynamic_smem(scan_output_kernel, smem);
   scan_output_kernel<<<dim3(static_cast<unsigned>(max_chunks), hh,
                             static_cast<unsigned>(Q / kTile)),
                        kScanThreads, smem, stream>>>(p);
@@ -2382,8 +2380,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const size_t st_smem =
       version == 6 ? v6_state_smem(static_cast<int>(N)) : v2_state_smem(static_cast<int>(N));
   auto state = [&](auto kernel) {
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(st_smem)));
+    ensure_dynamic_smem(kernel, st_smem);
     kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -2423,8 +2420,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     const dim3 cb_grid(static_cast<unsigned>(G * nt * (nt + 1) / 2), mc);
     const size_t cb_smem = v3_cb_smem(static_cast<int>(N));
     auto cb = [&](auto kernel) {
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(cb_smem)));
+      ensure_dynamic_smem(kernel, cb_smem);
       kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
@@ -2439,8 +2435,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const size_t out_smem = v3 ? v3_out_smem(static_cast<int>(N)) : v2_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
   auto out = [&](auto kernel) {
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(out_smem)));
+    ensure_dynamic_smem(kernel, out_smem);
     kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -2528,8 +2523,7 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
   dispatch_state(a.state.dtype(), [&](auto ts) {
     using St = decltype(ts);
     auto state = [&](auto kernel, int threads) {
-      HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(st_smem)));
+      ensure_dynamic_smem(kernel, st_smem);
       kernel<<<st_grid, threads, st_smem, stream>>>(p, Se);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
@@ -2545,8 +2539,7 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
   const dim3 cb_grid(static_cast<unsigned>(G * nt * (nt + 1) / 2), mc);
   const size_t cb_smem = v3_cb_smem(static_cast<int>(N));
   auto cb = [&](auto kernel) {
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(cb_smem)));
+    ensure_dynamic_smem(kernel, cb_smem);
     kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -2563,8 +2556,7 @@ void scan_v7_cuda(const SsmChunkScan& a, Context& ctx) {
       v6_out ? v3_out_smem(static_cast<int>(N)) : v7_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
   auto out = [&](auto kernel) {
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(out_smem)));
+    ensure_dynamic_smem(kernel, out_smem);
     kernel<<<out_grid, kV2OutThreads, out_smem, stream>>>(p, Se);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
