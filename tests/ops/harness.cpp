@@ -516,10 +516,25 @@ double same_size_copy_us(double bytes, const Device& dev, Context& ctx, Buffer& 
     cuda_api::graph_capture_abort(ctx.stream());
     throw;
   }
-  void* graph = cuda_api::graph_capture_end(ctx.stream());
+  // The graph and events are released on every way out (an error below is reported by the
+  // caller, which goes on to the next case).
+  struct Owned {
+    void* graph = nullptr;
+    void* e0 = nullptr;
+    void* e1 = nullptr;
+    ~Owned() {
+      if (e0) cuda_api::event_destroy(e0);
+      if (e1) cuda_api::event_destroy(e1);
+      cuda_api::graph_destroy(graph);
+    }
+  } owned;
+  owned.graph = cuda_api::graph_capture_end(ctx.stream());
+  void* const graph = owned.graph;
   cuda_api::graph_launch(graph, ctx.stream());  // warm-up
-  void* e0 = cuda_api::event_create();
-  void* e1 = cuda_api::event_create();
+  owned.e0 = cuda_api::event_create();
+  owned.e1 = cuda_api::event_create();
+  void* const e0 = owned.e0;
+  void* const e1 = owned.e1;
   std::vector<double> us;
   for (int r = 0; r < std::max(reps, 5); ++r) {
     if (flush_by_write)
@@ -531,9 +546,6 @@ double same_size_copy_us(double bytes, const Device& dev, Context& ctx, Buffer& 
     cuda_api::event_record(e1, ctx.stream());
     us.push_back(1e3 * cuda_api::event_elapsed_ms(e0, e1));
   }
-  cuda_api::event_destroy(e0);
-  cuda_api::event_destroy(e1);
-  cuda_api::graph_destroy(graph);
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }
