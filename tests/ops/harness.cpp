@@ -265,9 +265,10 @@ Results collect(const Slots& slots, const Staged& st, Context& ctx,
 }
 
 Results execute(Case& c, const Slots& slots, Device dev, std::vector<std::string>& problems,
-                LogLevel log_level) {
+                LogLevel log_level, int cpu_threads) {
   Context ctx(dev);
   ctx.set_log_level(log_level);
+  ctx.options().cpu_threads = cpu_threads;  // 0 = all; under -j N a share of them
   Staged st = stage(slots, dev, ctx);
   c.run(st.views, ctx);
   ctx.synchronize();
@@ -354,9 +355,14 @@ Outcome run_case(Case& c, const RunOptions& opt) {
   std::vector<std::string> problems;
   Results got, ref;
   const Device dev = opt.backend == DeviceType::cpu ? Device::cpu() : Device::cuda(0);
+  // -j N: each case's CPU work gets 1/N of the hardware threads (N OpenMP teams of all of them
+  // would oversubscribe the cores N times).
+  const int cpu_threads =
+      opt.jobs > 1 ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / opt.jobs)
+                   : 0;
   try {
     if (opt.backend == DeviceType::cpu) {
-      got = execute(c, slots, dev, problems, opt.log_level);
+      got = execute(c, slots, dev, problems, opt.log_level, cpu_threads);
     } else {
       // One CUDA case at a time, also under -j (only the CPU reference and the comparison run
       // side by side): several launches set their kernel's shared-memory opt-in to the size of
@@ -364,13 +370,13 @@ Outcome run_case(Case& c, const RunOptions& opt) {
       // one kernel with different sizes could fail each other (docs/ARCHITECTURE.md).
       static std::mutex cuda_mu;
       std::lock_guard<std::mutex> lock(cuda_mu);
-      got = execute(c, slots, dev, problems, opt.log_level);
+      got = execute(c, slots, dev, problems, opt.log_level, cpu_threads);
     }
     if (opt.backend == DeviceType::cpu) {
       c.oracle(slots, ref);
     } else {
       std::vector<std::string> cpu_problems;
-      ref = execute(c, slots, Device::cpu(), cpu_problems, LogLevel::warn);
+      ref = execute(c, slots, Device::cpu(), cpu_problems, LogLevel::warn, cpu_threads);
       for (auto& p : cpu_problems) problems.push_back("cpu reference: " + p);
     }
   } catch (const Unsupported& e) {
