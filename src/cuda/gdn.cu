@@ -1535,11 +1535,18 @@ GdnParams token_params(const Args& a) {
   return p;
 }
 
-void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
+// gdn_recurrent's parameters: the token tensors, plus the optional initial-state flags and the
+// per-token states (speculative verification).
+GdnParams recurrent_params(const GdnRecurrent& a) {
   GdnParams p = token_params(a);
   p.has_initial =
       a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
   p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  return p;
+}
+
+void recurrent_cuda(const GdnRecurrent& a, Context& ctx) {
+  GdnParams p = recurrent_params(a);
   launch(p, Mode::recurrent, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -1549,10 +1556,7 @@ Reason recurrent_stream_supports(const GdnRecurrent& a) {
 }
 
 void recurrent_stream_cuda(const GdnRecurrent& a, Context& ctx) {
-  GdnParams p = token_params(a);
-  p.has_initial =
-      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
-  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  GdnParams p = recurrent_params(a);
   launch_stream<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -1563,10 +1567,7 @@ Reason recurrent_warp_supports(const GdnRecurrent& a) {
 }
 
 void recurrent_warp_cuda(const GdnRecurrent& a, Context& ctx) {
-  GdnParams p = token_params(a);
-  p.has_initial =
-      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
-  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  GdnParams p = recurrent_params(a);
   launch_warp<Mode::recurrent>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx);
 }
 
@@ -1579,10 +1580,7 @@ Reason recurrent_warp2_supports(const GdnRecurrent& a) {
 }
 
 void recurrent_warp2_cuda(const GdnRecurrent& a, Context& ctx) {
-  GdnParams p = token_params(a);
-  p.has_initial =
-      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
-  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
+  GdnParams p = recurrent_params(a);
   const size_t esz = dtype_size(a.v.dtype());
   const bool v_aligned =
       aligned16(a.v) && (a.v.stride(0) * esz) % 16 == 0 && (a.v.stride(1) * esz) % 16 == 0;
