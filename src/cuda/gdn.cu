@@ -1535,6 +1535,12 @@ GdnParams token_params(const Args& a) {
   return p;
 }
 
+// v rows that v5 / v6 can copy with the state: 16-byte aligned base and outer strides.
+bool v_stageable(const Tensor& v) {
+  const size_t esz = dtype_size(v.dtype());
+  return aligned16(v) && (v.stride(0) * esz) % 16 == 0 && (v.stride(1) * esz) % 16 == 0;
+}
+
 // gdn_recurrent's parameters: the token tensors, plus the optional initial-state flags and the
 // per-token states (speculative verification).
 GdnParams recurrent_params(const GdnRecurrent& a) {
@@ -1581,9 +1587,7 @@ Reason recurrent_warp2_supports(const GdnRecurrent& a) {
 
 void recurrent_warp2_cuda(const GdnRecurrent& a, Context& ctx) {
   GdnParams p = recurrent_params(a);
-  const size_t esz = dtype_size(a.v.dtype());
-  const bool v_aligned =
-      aligned16(a.v) && (a.v.stride(0) * esz) % 16 == 0 && (a.v.stride(1) * esz) % 16 == 0;
+  const bool v_aligned = v_stageable(a.v);
   launch_warp<Mode::recurrent, true>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx,
                                      v_aligned);
 }
@@ -1597,13 +1601,8 @@ Reason recurrent_bulk_supports(const GdnRecurrent& a) {
 }
 
 void recurrent_bulk_cuda(const GdnRecurrent& a, Context& ctx) {
-  GdnParams p = token_params(a);
-  p.has_initial =
-      a.has_initial_state.defined() ? a.has_initial_state.data_as<const int>() : nullptr;
-  p.states_per_token = a.states_per_token.defined() ? a.states_per_token.data_as<float>() : nullptr;
-  const size_t esz = dtype_size(a.v.dtype());
-  const bool v_aligned =
-      aligned16(a.v) && (a.v.stride(0) * esz) % 16 == 0 && (a.v.stride(1) * esz) % 16 == 0;
+  GdnParams p = recurrent_params(a);
+  const bool v_aligned = v_stageable(a.v);
   launch_warp<Mode::recurrent, true, true>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0),
                                            ctx, v_aligned);
 }
