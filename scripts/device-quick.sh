@@ -44,42 +44,29 @@ if section tests; then
   for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 90 X=1 "$op"; done
 fi
 if section fallbacks; then
-  # The switches of the session-5 variants and the layer right below each new default (the
-  # variants under those passed in session 4's run G: section fallbacks_old re-runs them).
-  test_one decode_v6_runs 120 HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step
-  test_one decode_v6_sweep4 120 HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,gdn_prep_step,ssm_step
-  test_one decode_v6_bulk_store 120 HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step
-  test_one gdn_decode_v5 90 HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step
-  test_one ssm_step_v5 40 HYBRID_SSM_STEP_V6=0 ssm_step
-  test_one ssm_chunk_v7_v6out 40 HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan
-  test_one ssm_chunk_v7_narrow 40 HYBRID_SSM_CHUNK_V7_WIDE=0 ssm_chunk_scan
-  test_one ssm_chunk_v6 40 HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan
+  # The switches under today's defaults whose variants changed last (session 5): attn_prefill's
+  # fa2b under fa2c, and linear_q v5 on every shape (the older layers: fallbacks_old).
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
-  test_one moe_v5_l2 40 HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts
-  test_one moe_v4 40 HYBRID_MOE_EXPERTS_V5=0 moe_experts
 fi
 if section fallbacks_old; then
   # Every older layer by its switches (all passed in session 4's run G).
   test_one gdn_chunk_v5 40 HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill
   test_one gdn_chunk_unclustered 40 HYBRID_GDN_CHUNK_CLUSTER=0 gdn_chunk_prefill
-  test_one gdn_decode_v4 75 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_recurrent
-  test_one gdn_prep_v4 40 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0" gdn_prep_step
-  test_one gdn_decode_v5_nocs 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_SSM_STEP_V6=0 HYBRID_DECODE_V5_CS=0" \
-    gdn_recurrent,ssm_step
-  test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V6=0 HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" \
-    gdn_recurrent,gdn_prep_step
-  test_one ssm_step_v4 40 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0" ssm_step
-  test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V6=0 HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
-  test_one ssm_chunk_v3 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0" ssm_chunk_scan
-  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" \
-    ssm_chunk_scan
+  test_one gdn_decode_v4 75 HYBRID_GDN_DECODE_V5=0 gdn_recurrent
+  test_one gdn_prep_v4 40 HYBRID_GDN_DECODE_V5=0 gdn_prep_step
+  test_one gdn_decode_v5_nocs 90 HYBRID_DECODE_V5_CS=0 gdn_recurrent,ssm_step
+  test_one gdn_decode_v2 90 "HYBRID_GDN_DECODE_V5=0 HYBRID_GDN_DECODE_V4=0" gdn_recurrent,gdn_prep_step
+  test_one ssm_step_v4 40 HYBRID_SSM_STEP_V5=0 ssm_step
+  test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
+  test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
+  test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
   test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
-  test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V5=0 HYBRID_MOE_EXPERTS_V4=0" moe_experts
+  test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
 fi
 if section unit; then
   filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*'
@@ -100,20 +87,19 @@ if section perf; then
   for o in gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan attn_decode \
       attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul residual_add \
       conv1d_causal conv1d_update; do P="$P,$o:perf"; done
-  timeout 200 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
+  timeout 300 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
   cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
 fi
 if section variants; then
   # The variant each default replaced, timed in the same run (perf shapes of the op, switch on;
   # several switches joined by commas).
-  for pair in "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V7=0 ssm_chunk_scan" \
-      "HYBRID_SSM_CHUNK_V7_OUT=0 ssm_chunk_scan" \
-      "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V6=0 gdn_recurrent,gdn_prep_step" \
-      "HYBRID_SSM_STEP_V6=0 ssm_step" "HYBRID_DECODE_V6_SWEEP=0 gdn_recurrent,gdn_prep_step,ssm_step" \
-      "HYBRID_DECODE_V6_SWEEP=4 gdn_recurrent,ssm_step" "HYBRID_DECODE_V6_SWEEP=16 gdn_recurrent,ssm_step" \
-      "HYBRID_DECODE_V6_BULK_STORE=1 gdn_recurrent,gdn_prep_step,ssm_step" \
-      "HYBRID_ATTN_DECODE_V5=0 attn_decode" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" \
-      "HYBRID_MOE_EXPERTS_V5=0 moe_experts" "HYBRID_MOE_EXPERTS_V5_STAGE=0 moe_experts"; do
+  # VARIANTS (pairs joined by ';') replaces the list.
+  IFS=';' read -ra pairs <<< "${VARIANTS:-}"
+  ((${#pairs[@]})) || pairs=("HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
+    "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
+    "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
+    "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
+  for pair in "${pairs[@]}"; do
     set -- $pair
     echo "-- $1"
     env $(echo "$1" | tr , ' ') timeout 60 $OPS perf -b cuda -o "$(echo "$2" | sed 's/,/:perf,/g'):perf" \
@@ -126,12 +112,6 @@ if section stages; then
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
   HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
   HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
-  HYBRID_SSM_CHUNK_V7_OUT=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
-    --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
-  HYBRID_SSM_CHUNK_V7_WIDE=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
-    --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
-  HYBRID_SSM_CHUNK_V7=0 HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug \
-    -o "$M" 2>&1 | grep -i "stages" | tail -1
 fi
 if section peers; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
@@ -149,6 +129,8 @@ if section profile; then
   NCU="ncu --clock-control none"
   prof_one() {  # LABEL KERNEL-REGEX CASE-OR-OP
     local label=$1 kern=$2 case=$3
+    # PROFILE_ONLY (labels joined by commas) picks some of them.
+    [[ -z "${PROFILE_ONLY:-}" || ",$PROFILE_ONLY," == *",$label,"* ]] || return 0
     timeout 150 $NCU -k "regex:$kern" -c 1 --section SpeedOfLight --section Occupancy \
       --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section LaunchStats --section SourceCounters $OPS perf -b cuda --reps 1 -o "$case" \
@@ -166,8 +148,8 @@ if section profile; then
   prof_one gdn_spine spine_tc_kernel "$G"
   prof_one gdn_stage1 wu_tc5_kernel "$G"
   prof_one gdn_stage3 output_tc_kernel "$G"
-  prof_one ssm_v7_state v7_state_kernel "$M"
-  prof_one ssm_v7_out v7_out_kernel "$M"
+  prof_one ssm_state v6_state_kernel "$M"
+  prof_one ssm_out v6_out_kernel "$M"
   prof_one gdn_decode gdn_warp_kernel "$R"
   prof_one lm_head gemv_v5_kernel "$L"
 fi
@@ -187,17 +169,21 @@ if section sanitizers; then
   }
   # The new kernel first (cuda_fa2c's pair barriers and P / row-max exchange): at the end of the
   # list the budget is likely spent before them (the GDN / SSM runs may take 1410 s, SAN_BUDGET 480).
+  # SAN_LIST ("tool:op:limit ..." ) replaces the list.
+  if [ -n "${SAN_LIST:-}" ]; then
+    for t in $SAN_LIST; do IFS=: read -r tool op limit <<< "$t"; san "$tool" "$op" "$limit"; done
+    SAN_LIST_ONLY=1
+  fi
+  if [ -z "${SAN_LIST_ONLY:-}" ]; then
   san memcheck attn_prefill 60
   san racecheck attn_prefill 90
-  # moe_experts.cuda_v5 (the PDL-launched down kernel's prefetch and shared (e, ok, w) tables).
-  san memcheck moe_experts 60
-  san racecheck moe_experts 60
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step gdn_record \
       gdn_replay ssm_step_record ssm_replay; do san memcheck "$op" 90; done
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step; do
     san racecheck "$op" 120
   done
   for op in attn_decode linear_q; do san memcheck "$op" 60; done
+  fi
 fi
 echo "[t+$(($(date +%s) - start))s] == done"
 # The device tool brings back at most 8 files: every log in one archive beside final.log.

@@ -913,9 +913,17 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2c_kernel(const Prefil
     __syncthreads();  // ... everyone's; and every warp is done with the other stage
     if (j0 + BN <= pos_last) load_kv(st ^ 1, j0 + BN);
     cp_commit();
-    // Skip a tile no row of the pair reaches (both halves alike: the pair barriers stay matched).
+    // Skip a tile no row of the pair reaches (both halves alike). The skipping pair still passes
+    // its two pair barriers, so that every warp passes the same barriers per tile: with pairs
+    // skipping and others not, compute-sanitizer racecheck reported the next tile's cp.async into
+    // this stage as racing with the V reads of the previous one (session 5, run L), across the
+    // __syncthreads that orders them.
     const int4 rng = pair_rng_s[pr];
-    if (j0 > rng.y || j0 < rng.x) continue;
+    if (j0 > rng.y || j0 < rng.x) {
+      pair_sync(bar_id);
+      pair_sync(bar_id);
+      continue;
+    }
     const uint32_t ks_u32 = kv_u32 + st * 2 * kTileBytes;
     const uint32_t vs_u32 = ks_u32 + kTileBytes;
 

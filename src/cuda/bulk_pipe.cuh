@@ -61,48 +61,6 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
 #endif
 }
 
-// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from this block's shared
-// memory to global memory, tracked by the issuing thread's bulk async-groups (bulk_commit, then
-// bulk_wait_read before the source is overwritten). The shared-memory source must have been
-// written before a fence_proxy_async_smem() of each writing thread and a barrier with the issuer.
-__device__ __forceinline__ void bulk_s2g(void* dst, const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
-               "r"(smem_addr(src)), "r"(bytes)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bulk_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#endif
-}
-
-// Until at most N of the thread's bulk groups still read their shared-memory sources.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-#endif
-}
-
-// Until at most N of the thread's bulk groups are incomplete (their writes done).
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
-// Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses
-// (a bulk copy reading them).
-__device__ __forceinline__ void fence_proxy_async_smem() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
 // Spin until the phase with the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

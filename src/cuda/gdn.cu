@@ -154,10 +154,6 @@ struct GdnParams {
   // row) can be copied into its stage: V a multiple of the item rows, v rows 16-byte aligned.
   bool v_async = false;
   bool cs_store = true;  // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
-  // v6 (gdn_warp_kernel<.., true, true>): sweep_run = c > 0 (a power of two): warp w takes the
-  // c-item chunks w, w + W, w + 2W, ... (the grid sweeps the pool in order, a window of ~W·c
-  // items) instead of the run [w·items/W, (w+1)·items/W) (0: the runs; HYBRID_DECODE_V6_SWEEP).
-  int sweep_run = 1;
 };
 
 // The lane's KC columns of row `i` of a [rows, K] per-column parameter (RMSNorm weights, f32 or
@@ -691,7 +687,7 @@ constexpr int kWarpStages = 3;
 template <class S>
 constexpr int kWarpRows = sizeof(S) == 2 ? 4 : 2;  // R: a 4 KiB item at K = 128
 
-template <int LPR, int KC, int R, class In, class S, bool kV5 = false, bool kBulk = false>
+template <int LPR, int KC, int R, class In, class S, bool kV5 = false>
 struct WarpTile {
   using L = Layout<LPR, KC, S, R>;
   static_assert(L::W * sizeof(S) == 16, "v4 needs 16-byte state chunks (K >= 64)");
@@ -713,17 +709,7 @@ struct WarpTile {
   // first row group and read by every lane of the same `sub` (registers would keep 2·KC values
   // live across the general path, which then spills at R = 4).
   static constexpr int kCacheOffset = kWarpStages * kStageBytes;
-  // v6 (kBulk): the stages' mbarriers after the cache, one per stage.
-  static constexpr int kBarOffset = kCacheOffset + 2 * KC * LPR * 4;
-  static constexpr int kWarpBytes = kBarOffset + (kBulk ? (kWarpStages * 8 + 15) / 16 * 16 : 0);
-  // v6: the stage's state is the item's rows in pool order ([kItemRows][K], one bulk copy of
-  // packed rows); byte offset of the lane's chunk cc of its row r.
-  __device__ static __forceinline__ int bulk_chunk(int r, int group_row, int sub, int cc) {
-    return ((r * L::kGroupRows + group_row) * (LPR * KC) + L::col(sub, cc * L::W)) *
-           static_cast<int>(sizeof(S));
-  }
-  // v6: the v values ride in the stage's bulk copies when they are a multiple of 16 bytes.
-  static constexpr bool kVBulk = kVBytes % 16 == 0;
+  static constexpr int kWarpBytes = kCacheOffset + 2 * KC * LPR * 4;
 };
 
 // kBytes (8, 16 or 32) global → shared without registers; both addresses aligned to
@@ -796,17 +782,11 @@ __device__ __forceinline__ bool seq_fast(const GdnParams& p, const SeqMeta& m) {
 // the item's v values (kItemRows contiguous elements, 16-32 B) into its stage with the state and
 // the q / k pieces, kWarpStages items ahead (p.v_async; else v4's loads), so the fast path waits
 // only on cp.async groups; the state rows are written back with st.global.cs.
-// kBulkStore (v6, HYBRID_DECODE_V6_BULK_STORE=1): the fast path's new state is written into the
-// item's stage and stored by one bulk copy (cp.async.bulk.global.shared::cta) instead of 16-byte
-// register stores; its own instantiation, so that the default keeps its registers.
-template <Mode mode, int LPR, int KC, int R, class In, class S, bool kV5 = false,
-          bool kBulk = false, bool kBulkStore = false>
+template <Mode mode, int LPR, int KC, int R, class In, class S, bool kV5 = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     gdn_warp_kernel(const GdnParams p, const int items, const int tiles) {
-  static_assert(kV5 || !kBulk, "v6 extends v5");
-  static_assert(kBulk || !kBulkStore, "bulk stores are v6's");
   using L = Layout<LPR, KC, S, R>;
-  using WT = WarpTile<LPR, KC, R, In, S, kV5, kBulk>;
+  using WT = WarpTile<LPR, KC, R, In, S, kV5>;
   constexpr int W = L::W, CPR = WT::kChunksPerRow;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -815,22 +795,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;  // [stages][kStageBytes]
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  // v4 / v5 (and v6 with sweep_run 0): the run [w·items/W, (w+1)·items/W). v6: the chunks of
-  // c = sweep_run items w, w + W, ...: at any time the grid's warps work on one window of the
-  // pool (~W·c items).
-  const bool sweep = kBulk && p.sweep_run > 0;
-  const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
-  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run : static_cast<int>(gw * items / nw);
-  const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
-  const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
-  auto next = [&](int item) {
-    ++item;
-    return (item & run_mask) == 0 ? item + skip : item;
-  };
-  int issued_key = -1;  // v6: the key of the item issued last (items are issued in order)
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
   S* const pool_base = static_cast<S*>(p.state);
   const int ratio = p.Hv / p.Hk;
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(warp_smem + WT::kBarOffset);  // v6
   In* const out = static_cast<In*>(p.out);
 
   // Token rows (prep: the conv_out segments q | k | v of token t).
@@ -853,32 +821,6 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     const int key = item / tiles, tile = item - key * tiles;
     const int hv = key % p.Hv;
     unsigned char* const st = warp_smem + stage * WT::kStageBytes;
-    if constexpr (kBulk) {
-      // v6: lane 0 arms the stage's mbarrier with every byte of the item and issues its bulk
-      // copies: the state rows (packed: one contiguous range), v (p.v_async), q and k rows (a new
-      // head run). 0 bytes (padding, no initial state, nothing else) complete the phase at once.
-      if (lane != 0) return;
-      const bool fast = seq_fast<mode>(p, m);
-      const int row_begin = tile * WT::kItemRows;
-      const int rows = min(WT::kItemRows, p.V - row_begin);
-      const uint32_t state_bytes = m.read ? uint32_t(rows) * (LPR * KC) * sizeof(S) : 0u;
-      const bool v_bulk = WT::kVBulk && p.v_async && fast;
-      const bool qk = fast && key != issued_key;  // the first item of a head run
-      issued_key = key;
-      const uint32_t bytes =
-          state_bytes + (v_bulk ? WT::kVBytes : 0) + (qk ? 2 * WT::kRowBytes : 0);
-      uint64_t* const bar = bars + stage;
-      mbar_arrive_expect_tx(bar, bytes);
-      if (state_bytes)
-        bulk_g2s(st, pool_base + m.slot * p.st_slot + hv * p.st_head + row_begin * p.st_row,
-                 state_bytes, bar);
-      if (v_bulk) bulk_g2s(st + WT::kVOffset, v_row(m.bos, hv) + row_begin, WT::kVBytes, bar);
-      if (qk) {
-        bulk_g2s(st + WT::kTokOffset, q_row(m.bos, hv / ratio), WT::kRowBytes, bar);
-        bulk_g2s(st + WT::kTokOffset + WT::kRowBytes, k_row(m.bos, hv / ratio), WT::kRowBytes, bar);
-      }
-      return;
-    }
     if (m.read) {
       const S* head = pool_base + m.slot * p.st_slot + hv * p.st_head;
 #pragma unroll
@@ -914,21 +856,11 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
   };
 
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < kWarpStages; ++s) mbar_init(bars + s, 1);
-      mbar_init_fence();
-    }
-    __syncwarp();
-  }
-  int ahead_item = begin;  // v6: the next item to issue
 #pragma unroll
   for (int s = 0; s < kWarpStages; ++s) {
-    const int item = kBulk ? ahead_item : begin + s;
+    const int item = begin + s;
     if (item < end) issue(item, seq_meta<mode>(p, item / tiles / p.Hv), s);
-    if constexpr (kBulk) ahead_item = next(ahead_item);
-    if constexpr (!kBulk) cp_commit();  // one group per stage, empty ones too: uniform waits
+    cp_commit();  // one group per stage, empty ones too: the wait count stays uniform
   }
 
   // The current head run's gates and k̂·q̂ (its q̂, k̂ in the warp's cache area).
@@ -939,12 +871,11 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 
   int i = 0;
 #pragma unroll 1
-  for (int item = begin; item < end; item = kBulk ? next(item) : item + 1, ++i) {
+  for (int item = begin; item < end; ++item, ++i) {
     const int stage = i % kWarpStages;
     const int key = item / tiles, tile = item - key * tiles;
     const int n = key / p.Hv, hv = key - n * p.Hv, hk = hv / ratio;
-    // Issued into this stage once it is read (v4 / v5: kWarpStages items on).
-    const int ahead = kBulk ? ahead_item : item + kWarpStages;
+    const int ahead = item + kWarpStages;  // issued into this stage once it is read
     const SeqMeta m = seq_meta<mode>(p, n);
     SeqMeta m_ahead;
     if (ahead < end) m_ahead = seq_meta<mode>(p, ahead / tiles / p.Hv);
@@ -964,7 +895,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     float q[KC], k[KC];  // q̂ (scale folded in) and k̂, the lane's columns
 #pragma unroll
     for (int c = 0; c < KC; ++c) q[c] = 0.0f, k[c] = 0.0f;
-    const bool v_staged = kV5 && p.v_async && (!kBulk || WT::kVBulk);  // v5 / v6: in the stage
+    const bool v_staged = kV5 && p.v_async;  // v5: the v values come with the stage
     if (fast) {
       if (!v_staged) {
         const In* vrow = v_row(t, hv);
@@ -984,12 +915,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       }
     }
 
-    if constexpr (kBulk) {
-      mbar_wait(bars + stage, (i / kWarpStages) & 1);  // every byte of the item has landed
-    } else {
-      cp_wait<kWarpStages - 1>();  // this item's group (and the lane's own chunks) have landed
-    }
-    __syncwarp();  // ... and every lane's: the q / k pieces are shared (and the q̂ / k̂ cache)
+    cp_wait<kWarpStages - 1>();  // this item's group (and the lane's own chunks) have landed
+    __syncwarp();                // ... and every lane's: the q / k pieces are shared
     const unsigned char* const st = warp_smem + stage * WT::kStageBytes;
     float s[R][KC];
 #pragma unroll
@@ -997,8 +924,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (m.read && valid[r]) {
 #pragma unroll
         for (int cc = 0; cc < CPR; ++cc)
-          vload<W>(reinterpret_cast<const S*>(st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
-                                                          : ((r * CPR + cc) * 32 + lane) * 16)),
+          vload<W>(reinterpret_cast<const S*>(st + ((r * CPR + cc) * 32 + lane) * 16),
                    s[r] + cc * W);
       } else {
 #pragma unroll
@@ -1039,18 +965,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       }
     }
     __syncwarp();  // every lane has read the stage: it takes the item kWarpStages ahead
-    // v6 with bulk stores: this stage receives the new state and stays busy until its store has
-    // been read, so the item kWarpStages − 1 on goes into the previous item's stage, once lane 0
-    // has seen that item's store read out (committed one item ago).
-    constexpr bool bstore = kBulkStore;
-    if (!bstore || i >= 1) {
-      if (ahead < end) {
-        if (bstore && lane == 0) bulk_wait_read<0>();
-        issue(ahead, m_ahead, bstore ? (i + kWarpStages - 1) % kWarpStages : stage);
-      }
-      if constexpr (kBulk) ahead_item = next(ahead_item);
-    }
-    if constexpr (!kBulk) cp_commit();
+    if (ahead < end) issue(ahead, m_ahead, stage);
+    cp_commit();
 
     if (fast) {
       if (new_head) {
@@ -1117,17 +1033,10 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         const int row = row0 + r * L::kGroupRows;
         if (valid[r]) {
           if (lead) out[t * p.o_t + hv * p.o_h + row] = from_f32<In>(o);
-          if (bstore) {
-#pragma unroll
-            for (int cc = 0; cc < CPR; ++cc)
-              vstore<W>(reinterpret_cast<S*>(warp_smem + stage * WT::kStageBytes +
-                                             WT::bulk_chunk(r, group_row, sub, cc)),
-                        s[r] + cc * W);
-          } else if (kV5 && p.cs_store) {
+          if (kV5 && p.cs_store)
             store_row_cs<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
-          } else {
+          else
             store_row<LPR, KC, S>(pool + row * p.st_row, sub, s[r]);
-          }
         }
       }
     } else if (m.slot < 0) {
@@ -1136,20 +1045,6 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       S* const pool = pool_base + m.slot * p.st_slot + hv * p.st_head;
       gdn_tokens<mode, LPR, KC, R, In, S>(p, hv, m.bos, m.eos, row0, false, pool, s);
     }
-    if (bstore && fast) {        // this item's rows go out from its stage
-      fence_proxy_async_smem();  // every lane's chunks, before the async proxy reads them
-      __syncwarp();
-      if (lane == 0) {
-        const int row_begin = tile * WT::kItemRows;
-        const int rows = min(WT::kItemRows, p.V - row_begin);
-        bulk_s2g(pool_base + m.slot * p.st_slot + hv * p.st_head + row_begin * p.st_row,
-                 warp_smem + stage * WT::kStageBytes, uint32_t(rows) * (LPR * KC) * sizeof(S));
-        bulk_commit();
-      }
-    }
-  }
-  if constexpr (kBulkStore) {
-    if (lane == 0) bulk_wait<0>();  // the stages outlive the last stores
   }
 }
 
@@ -1366,34 +1261,7 @@ bool decode_v5_cs_stores() {
 
 // kV5: gdn_warp_kernel<.., true>; v_rows_aligned: every v row (v, or conv_out's v segments) starts
 // 16-byte aligned (p.v_async then also needs V % kItemRows == 0).
-// v6's grid order: items a warp takes consecutively per sweep step (default 1; the largest power
-// of two <= HYBRID_DECODE_V6_SWEEP, at most 64; 0: v5's contiguous runs in the v6 kernel, to time
-// the order apart from the bulk copies). ssm.cu reads the same variable the same way.
-int decode_v6_sweep_run() {
-  static const int run = [] {
-    const char* v = std::getenv("HYBRID_DECODE_V6_SWEEP");
-    if (v == nullptr || *v == '\0') return 1;
-    const long n = std::strtol(v, nullptr, 10);
-    if (n <= 0) return 0;
-    int c = 1;
-    while (c * 2 <= n && c < 64) c *= 2;
-    return c;
-  }();
-  return run;
-}
-
-// v6's write-back by bulk copies from the stage (HYBRID_DECODE_V6_BULK_STORE=1; default: v5's
-// 16-byte register stores, docs/PERFORMANCE.md counts why). Shared with ssm_step.cuda_bulk.
-bool decode_v6_bulk_store() {
-  static const bool on = [] {
-    const char* v = std::getenv("HYBRID_DECODE_V6_BULK_STORE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
-// kBulk: gdn_warp_kernel<.., true, true> (v6; needs kV5).
-template <Mode mode, bool kV5 = false, bool kBulk = false>
+template <Mode mode, bool kV5 = false>
 void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
                  bool v_rows_aligned = false) {
   if (N == 0) return;
@@ -1403,30 +1271,19 @@ void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
       using TS = decltype(ts);
       using TIn = decltype(tin);
       constexpr int R = kWarpRows<TS>;
-      using WT = WarpTile<LPR, KC, R, TIn, TS, kV5, kBulk>;
+      using WT = WarpTile<LPR, KC, R, TIn, TS, kV5>;
       const int tiles = (p.V + WT::kItemRows - 1) / WT::kItemRows;
       const int64_t items = N * p.Hv * tiles;
       p.v_async = kV5 && v_rows_aligned && p.V % WT::kItemRows == 0;
       p.cs_store = decode_v5_cs_stores();
-      p.sweep_run = kBulk ? decode_v6_sweep_run() : 0;
-      auto go = [&](auto bulk_store) {
-        auto* kernel =
-            gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5, kBulk, decltype(bulk_store)::value>;
-        constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
-        const int64_t blocks =
-            persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
-                              (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
-        kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
-                 as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
-        HYBRID_CUDA_CHECK_LAUNCH();
-      };
-      if constexpr (kBulk) {
-        if (decode_v6_bulk_store()) {
-          go(std::true_type{});
-          return;
-        }
-      }
-      go(std::false_type{});
+      auto* kernel = gdn_warp_kernel<mode, LPR, KC, R, TIn, TS, kV5>;
+      constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+      const int64_t blocks =
+          persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                            (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+      kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+               as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+      HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
 }
@@ -1435,9 +1292,6 @@ void launch_warp(GdnParams p, DType in, DType state, int64_t N, Context& ctx,
 // timed beside it), K = 32 (8-byte bf16 state chunks; not a model size), token rows (q, k or
 // conv_out) that are not 16-byte aligned (their pieces are cp.async copies), more than 2^31 − 1
 // items, devices before sm_80 (cp.async).
-Reason warp_shape_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
-                           std::initializer_list<const Tensor*> token_rows);
-
 Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
                      std::initializer_list<const Tensor*> token_rows, bool v5 = false) {
   // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
@@ -1445,28 +1299,6 @@ Reason warp_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
   static const bool v5_off = env_is_zero("HYBRID_GDN_DECODE_V5");
   if (v5 ? v5_off : v4_off)
     return std::string(v5 ? "HYBRID_GDN_DECODE_V5=0" : "HYBRID_GDN_DECODE_V4=0");
-  return warp_shape_supports(K, N, Hv, V, state, token_rows);
-}
-
-// What v6 (the .cuda_bulk variants) refuses beyond v4's shapes: HYBRID_GDN_DECODE_V6=0 (its own
-// switch: v5 then runs), pool rows that are not packed (row stride != K: an item's rows must be
-// one contiguous bulk copy; v5 copies 16-byte chunks and takes any aligned stride), devices
-// before sm_90 (cp.async.bulk, mbarrier transaction counts).
-Reason bulk_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, const Tensor& state,
-                     std::initializer_list<const Tensor*> token_rows) {
-  static const bool off = env_is_zero("HYBRID_GDN_DECODE_V6");
-  if (off) return std::string("HYBRID_GDN_DECODE_V6=0");
-  if (Reason r = warp_shape_supports(K, N, Hv, V, state.dtype(), token_rows)) return r;
-  if (state.stride(2) != K)
-    return str("state row stride ", state.stride(2), " != K=", K,
-               " (bulk copies need packed rows)");
-  const int major = device_info().major;
-  if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
-  return {};
-}
-
-Reason warp_shape_supports(int64_t K, int64_t N, int64_t Hv, int64_t V, DType state,
-                           std::initializer_list<const Tensor*> token_rows) {
   if (K != 64 && K != 128 && K != 256) return str("K=", K, " not in {64, 128, 256}");
   for (const Tensor* t : token_rows) {
     const size_t esz = dtype_size(t->dtype());
@@ -1535,12 +1367,6 @@ GdnParams token_params(const Args& a) {
   return p;
 }
 
-// v rows that v5 / v6 can copy with the state: 16-byte aligned base and outer strides.
-bool v_stageable(const Tensor& v) {
-  const size_t esz = dtype_size(v.dtype());
-  return aligned16(v) && (v.stride(0) * esz) % 16 == 0 && (v.stride(1) * esz) % 16 == 0;
-}
-
 // gdn_recurrent's parameters: the token tensors, plus the optional initial-state flags and the
 // per-token states (speculative verification).
 GdnParams recurrent_params(const GdnRecurrent& a) {
@@ -1587,24 +1413,11 @@ Reason recurrent_warp2_supports(const GdnRecurrent& a) {
 
 void recurrent_warp2_cuda(const GdnRecurrent& a, Context& ctx) {
   GdnParams p = recurrent_params(a);
-  const bool v_aligned = v_stageable(a.v);
+  const size_t esz = dtype_size(a.v.dtype());
+  const bool v_aligned =
+      aligned16(a.v) && (a.v.stride(0) * esz) % 16 == 0 && (a.v.stride(1) * esz) % 16 == 0;
   launch_warp<Mode::recurrent, true>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0), ctx,
                                      v_aligned);
-}
-
-// v6 (gdn_recurrent.cuda_bulk): v5's shapes with packed pool rows on sm_90, under
-// HYBRID_GDN_DECODE_V6.
-Reason recurrent_bulk_supports(const GdnRecurrent& a) {
-  if (Reason r = recurrent_supports(a)) return r;
-  return bulk_supports(a.q.size(2), a.state_slots.size(0), a.v.size(1), a.v.size(2), a.state,
-                       {&a.q, &a.k});
-}
-
-void recurrent_bulk_cuda(const GdnRecurrent& a, Context& ctx) {
-  GdnParams p = recurrent_params(a);
-  const bool v_aligned = v_stageable(a.v);
-  launch_warp<Mode::recurrent, true, true>(p, a.q.dtype(), a.state.dtype(), a.state_slots.size(0),
-                                           ctx, v_aligned);
 }
 
 // ---- gdn_prep_chunk / gdn_prep_step ---------------------------------------------------------
@@ -1708,29 +1521,6 @@ void prep_step_warp2_cuda(const GdnPrepStep& a, Context& ctx) {
                                 v_aligned);
 }
 
-// v6 (gdn_prep_step.cuda_bulk): v5's shapes with packed pool rows on sm_90.
-Reason prep_step_bulk_supports(const GdnPrepStep& a) {
-  if (Reason r = prep_supports(a)) return r;
-  for (const Tensor* w : {&a.q_norm_weight, &a.k_norm_weight})
-    if (w->stride(1) != 1 || !aligned16(*w) || (w->stride(0) * dtype_size(w->dtype())) % 16 ||
-        (w->dtype() != DType::f32 && w->dtype() != DType::bf16))
-      return std::string("norm weights: f32 / bf16 with 16-byte aligned unit-stride rows needed");
-  return bulk_supports(a.q_norm_weight.size(1), a.state_slots.size(0), a.y.size(1), a.y.size(2),
-                       a.state, {&a.conv_out});
-}
-
-void prep_step_bulk_cuda(const GdnPrepStep& a, Context& ctx) {
-  GdnParams p;
-  prep_params(a, p);
-  p.cu_seqlens = nullptr;
-  p.slots = a.state_slots.data_as<const int>();
-  const size_t esz = dtype_size(a.conv_out.dtype());
-  const bool v_aligned = (2 * static_cast<size_t>(p.Hk) * p.K * esz) % 16 == 0 &&
-                         (static_cast<size_t>(p.V) * esz) % 16 == 0;
-  launch_warp<Mode::prep, true, true>(p, a.conv_out.dtype(), a.state.dtype(), a.state_slots.size(0),
-                                      ctx, v_aligned);
-}
-
 // ---- gdn_record / gdn_replay ----------------------------------------------------------------
 
 Reason record_supports(const GdnRecord& a) {
@@ -1824,12 +1614,6 @@ void register_gdn(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_GDN_DECODE_V4=0
   // turns it off), v3 (shared-memory streaming by blocks, bf16 pools); the v2 kernels below stay
   // as fallbacks.
-  // v6 (v5 with every byte of an item in one mbarrier-completed set of bulk copies and the grid
-  // sweeping the pool in order; HYBRID_GDN_DECODE_V6=0).
-  r.add<GdnRecurrent>("gdn_recurrent.cuda_bulk", DeviceType::cuda, 4, recurrent_bulk_supports,
-                      recurrent_bulk_cuda);
-  r.add<GdnPrepStep>("gdn_prep_step.cuda_bulk", DeviceType::cuda, 4, prep_step_bulk_supports,
-                     prep_step_bulk_cuda);
   // v5 (v4 with the v values in the stages and streaming write-back; HYBRID_GDN_DECODE_V5=0).
   r.add<GdnRecurrent>("gdn_recurrent.cuda_warp2", DeviceType::cuda, 3, recurrent_warp2_supports,
                       recurrent_warp2_cuda);

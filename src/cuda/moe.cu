@@ -17,9 +17,7 @@
 //   flight) before the math, and only the pairs present are reduced.
 //   4. combine: out[t, d] (+)= Σ_j w[t, j]·y[pos(t, j), d], j in order.
 //   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
-//   and gate_up stages x as f32 in shared memory itself (3 launches; v4: down + combine fused,
-//   2 launches; v5: the second launched by PDL, its down rows staged in shared memory or
-//   prefetched into L2 while gate_up's last CTAs run, see moe_down_combine_kernel).
+//   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
 //   kernel, not a tensor-core grouped GEMM.
@@ -27,14 +25,12 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
-#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/moe.h"
 
@@ -364,9 +360,8 @@ __device__ __forceinline__ bool pairs_of(const Pairs& P, int a, int& e, int& p0,
 // dot[n][k] += Σ_{d in lane's vectors} rows[n][d]·xrow[k][d] for the kN rows and the first n_tok
 // (<= kExpTokens) token rows xrow (f32, 16-byte aligned rows when kVec). Lane l owns vectors
 // l, l + 32, ... of V elements; kU of them per row are loaded (kN·kU independent loads in flight)
-// before any math. kSharedW: rows are in shared memory (plain loads instead of __ldg; the same
-// sums in the same order).
-template <class Tw, bool kVec, int kN, int kU, bool kSharedW = false>
+// before any math.
+template <class Tw, bool kVec, int kN, int kU>
 __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int D,
                                         float (&dot)[kN][kExpTokens], const Tw* const* rows,
                                         int lane) {
@@ -380,10 +375,7 @@ __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int
 #pragma unroll
         for (int n = 0; n < kN; ++n) {
           if constexpr (kVec) {
-            if constexpr (kSharedW)
-              w[u][n] = *reinterpret_cast<const uint4*>(rows[n] + d);
-            else
-              w[u][n] = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
+            w[u][n] = __ldg(reinterpret_cast<const uint4*>(rows[n] + d));
           } else {
             w[u][n].x = static_cast<uint32_t>(__float_as_uint(to_f32(rows[n][d])));
           }
@@ -441,9 +433,7 @@ __device__ __forceinline__ void stage_x_batched(const Tx* __restrict__ x, int Dm
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
 // Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first
 // (kBatchedStage: 8 loads per thread in flight, the v3 variant; else one load at a time).
-// kTrigger (v5): griddepcontrol.launch_dependents first, so the down kernel (launched with
-// programmatic stream serialisation) becomes resident as this grid's CTAs exit.
-template <class Tw, bool kVec, bool kBatchedStage, bool kTrigger = false>
+template <class Tw, bool kVec, bool kBatchedStage>
 __global__ void __launch_bounds__(kExpWarps * 32, 4)
     moe_gate_up_kernel(const float* __restrict__ xf,  // [T, Dm] f32 (sorted pairs)
                        const void* x, DType xt,       // [1, Dm] (direct pairs)
@@ -451,7 +441,6 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
                        Pairs P, int K, int Dm, int I, bool swiglu,
                        float* __restrict__ h) {  // [P, I]
   extern __shared__ float x_shared[];            // [Dm] (direct pairs)
-  if constexpr (kTrigger) grid_dependents_launch();
   if (P.ids) {
     if constexpr (kBatchedStage) {
       if (xt == DType::bf16)
@@ -617,117 +606,24 @@ __global__ void __launch_bounds__(kCombineThreads)
 // moe_down_kernel (the same sums, bit for bit) into shared memory; then thread n < kFuseRows
 // forms out[d0 + n] (+)= Σ_j w[j]·y[j, d0 + n] over the valid pairs in j order (the v3
 // combine's order). Bytes: the routed experts' down rows (K·Dm·I elements) + h from L2.
-//
-// kPdl (v5): launched with programmatic stream serialisation after moe_gate_up_kernel<.., true>,
-// so its CTAs become resident while the gate_up grid's last CTAs still run. Before
-// griddepcontrol.wait (which returns once the gate_up grid has completed and h is visible) the
-// CTA reads what does not depend on gate_up (ids, routing weights: inputs of the op, complete
-// before gate_up started) and prefetches its down rows into L2: rows [d_cta, d_cta + 16) of each
-// valid pair's expert (cp.async.bulk.prefetch.L2, one per row, on the 16-byte vector path; one
-// prefetch.global.L2 per 128-byte line otherwise). The DRAM reads of the down weights thus
-// overlap gate_up's tail; after the wait the task loop below is unchanged (same sums, same
-// order, bit-identical to v4) and its weight loads hit L2.
-// kStage (v5, 16-byte rows whose K·16 rows fit in shared memory: 160 KiB at k 10, I 512, bf16):
-// instead of the L2 prefetch, the CTA copies its rows into dynamic shared memory ([K][rows][I],
-// cp.async 16 bytes per lane, warp w copying rows w, w + 8, ...) before the wait, and after it
-// (cp.async.wait_all + barrier) the tasks read the weights from there (row_dot<.., kSharedW>):
-// the down weights then cross DRAM -> SM while gate_up's tail runs, and only h comes from L2
-// after the wait. Needs the SM's shared memory next to gate_up's CTAs (gate_up's carveout is set
-// to the maximum when this kernel follows it); if the CTA cannot be resident early it still runs
-// with all its K·16·I loads in flight at once.
 constexpr int kFuseWarps = 8, kFuseRows = 16;
-constexpr size_t kFuseStaticSmem = 4 * 1024;  // the staged kernel's w_s, ok_s, e_s, rounded up
-
-// The staged kernel's dynamic shared memory: weights [K][kFuseRows][I] | h [K][I] f32 | ys.
-size_t v5_stage_bytes(int64_t K, int64_t I, size_t es) {
-  return static_cast<size_t>(K) * kFuseRows * static_cast<size_t>(I) * es +
-         static_cast<size_t>(K * I) * 4 + static_cast<size_t>(K) * kFuseRows * 4;
-}
-
-// The bytes [p, p + n) into L2: bulk prefetches (p and n multiples of 16) of at most 64 KiB.
-__device__ __forceinline__ void prefetch_bulk_l2(const void* p, int64_t n) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < n; o += 65536) {
-    const auto len = static_cast<uint32_t>(n - o < 65536 ? n - o : 65536);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + o), "r"(len) : "memory");
-#else
-    (void)len;
-#endif
-  }
-}
-
-template <class Tw, bool kVec, bool kPdl = false, bool kStage = false>
+template <class Tw, bool kVec>
 __global__ void __launch_bounds__(kFuseWarps * 32)
     moe_down_combine_kernel(const float* __restrict__ h,                              // [K, I]
                             const Tw* __restrict__ dn, int64_t dn_s0, int64_t dn_s1,  // [E, Dm, I]
                             Pairs P, int K, int Dm, int I, const void* weights, DType wt,
                             int64_t w_s1, void* out, DType ot, bool accumulate) {
-  static_assert(!kStage || (kVec && kPdl), "the staged path is the v5 vector path");
   constexpr int kBlocks = kFuseRows / kDownRows;
-  // kStage: dynamic shared memory = weights [K][kFuseRows][I] Tw (rows_here used) | h [K][I] f32
-  // | ys [K][kFuseRows] f32 (v5_stage_bytes); otherwise ys is the static array.
-  extern __shared__ __align__(16) unsigned char w_stage[];
-  __shared__ float ys_static[kStage ? 1 : kCombineMaxK][kFuseRows];
-  const size_t w_bytes = static_cast<size_t>(K) * kFuseRows * I * sizeof(Tw);
-  float* hs = reinterpret_cast<float*>(w_stage + w_bytes);  // kStage only
-  float(*ys)[kFuseRows] = kStage ? reinterpret_cast<float(*)[kFuseRows]>(hs + K * I) : ys_static;
+  __shared__ float ys[kCombineMaxK][kFuseRows];
   __shared__ float w_s[kCombineMaxK];
   __shared__ bool ok_s[kCombineMaxK];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int d_cta = blockIdx.x * kFuseRows;
-  __shared__ int e_s[kPdl ? kCombineMaxK : 1];
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     int e, p0, p1;
     const bool ok = pairs_of(P, j, e, p0, p1);
     ok_s[j] = ok;
     w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
-    if constexpr (kPdl) e_s[j] = ok ? e : -1;
-  }
-  if constexpr (kPdl) {
-    __syncthreads();
-    const int rows_here = min(kFuseRows, Dm - d_cta);  // >= 1: blocks = ceil(Dm / kFuseRows)
-    const int64_t row_bytes = static_cast<int64_t>(I) * static_cast<int64_t>(sizeof(Tw));
-    if constexpr (kStage) {
-      constexpr int V = vec_of<Tw>();
-      Tw* ws = reinterpret_cast<Tw*>(w_stage);
-      const uint64_t policy = l2_evict_first_policy();          // read once: first victims in L2
-      for (int r = warp; r < K * rows_here; r += kFuseWarps) {  // warp-uniform
-        const int j = r / rows_here, n = r % rows_here;
-        if (e_s[j] < 0) continue;  // never read: the task of a dropped pair computes nothing
-        const Tw* row =
-            dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
-        Tw* dst = ws + static_cast<int64_t>(r) * I;
-        for (int c = lane * V; c < I; c += 32 * V) cp_async16_hint(dst + c, row + c, 16, policy);
-      }
-      cp_commit();
-    } else {
-      for (int r = threadIdx.x; r < K * rows_here; r += blockDim.x) {
-        const int j = r / rows_here, n = r % rows_here;
-        if (e_s[j] < 0) continue;
-        const Tw* row =
-            dn + static_cast<int64_t>(e_s[j]) * dn_s0 + static_cast<int64_t>(d_cta + n) * dn_s1;
-        if constexpr (kVec) {
-          prefetch_bulk_l2(row, row_bytes);
-        } else {
-          const auto a = reinterpret_cast<uintptr_t>(row);
-          for (uintptr_t l = a & ~uintptr_t{127}; l < a + row_bytes; l += 128)
-            prefetch_l2(reinterpret_cast<const void*>(l));
-        }
-      }
-    }
-    grid_dependency_wait();
-    if constexpr (kStage) {
-      // h (gate_up's output, in L2) -> shared memory: all of the CTA's h loads in one round
-      // trip, instead of one per task (5 serial tasks per warp at k 10).
-      for (int r = warp; r < K; r += kFuseWarps)  // warp-uniform
-        if (e_s[r] >= 0)
-          for (int c = lane * 4; c < I; c += 32 * 4)
-            cp_async16(hs + static_cast<int64_t>(r) * I + c, h + static_cast<int64_t>(r) * I + c);
-      cp_commit();
-      cp_wait<0>();
-      __syncthreads();
-    }
   }
   for (int u = warp; u < K * kBlocks; u += kFuseWarps) {  // warp-uniform
     const int j = u / kBlocks, d0 = d_cta + (u % kBlocks) * kDownRows;
@@ -735,29 +631,14 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
     float v[kDownRows] = {};
     if (d0 < Dm && pairs_of(P, j, e, p0, p1)) {
       const Tw* rows[kDownRows];
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
+        rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
+                  static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
       const float* hrow[kExpTokens] = {};
-      const float* hg = h;
-      // PDL: h is written by gate_up during this grid's lifetime, so its loads must not take the
-      // read-only (ld.global.nc) path that `const __restrict__` allows: the empty asm hides the
-      // pointer's origin (v4 keeps its loads).
-      if constexpr (kPdl && !kStage) asm volatile("" : "+l"(hg));
-      hrow[0] = (kStage ? hs : hg) + static_cast<int64_t>(j) * I;
+      hrow[0] = h + static_cast<int64_t>(j) * I;
       float dot[kDownRows][kExpTokens] = {};
-      if constexpr (kStage) {  // staged row (j, d - d_cta) of this CTA
-        const int rows_here = min(kFuseRows, Dm - d_cta);
-        const Tw* ws = reinterpret_cast<const Tw*>(w_stage);
-#pragma unroll
-        for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
-          rows[n] =
-              ws + static_cast<int64_t>(j * rows_here + (d0 + n < Dm ? d0 + n : d0) - d_cta) * I;
-        row_dot<Tw, kVec, kDownRows, 2, true>(hrow, 1, I, dot, rows, lane);
-      } else {
-#pragma unroll
-        for (int n = 0; n < kDownRows; ++n)  // rows past Dm read row d0 instead (never stored)
-          rows[n] = dn + static_cast<int64_t>(e) * dn_s0 +
-                    static_cast<int64_t>(d0 + n < Dm ? d0 + n : d0) * dn_s1;
-        row_dot<Tw, kVec, kDownRows, 2>(hrow, 1, I, dot, rows, lane);
-      }
+      row_dot<Tw, kVec, kDownRows, 2>(hrow, 1, I, dot, rows, lane);
 #pragma unroll
       for (int n = 0; n < kDownRows; ++n) v[n] = warp_sum(dot[n][0]);
     }
@@ -933,111 +814,10 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-// v5 (decode: T = 1, direct pairs; HYBRID_MOE_EXPERTS_V5=0 refuses it, v4 then runs): v4's two
-// kernels, the down + combine kernel launched with programmatic stream serialisation
-// (moe_down_combine_kernel<.., true>): its CTAs are resident and have prefetched their down rows
-// into L2 before the gate_up grid completes, instead of starting (ramp) once it has (tail).
-Reason moe_experts_v5_supports(const MoeExperts& a) {
-  static const bool off = env_is_zero("HYBRID_MOE_EXPERTS_V5");
-  if (off) return std::string("HYBRID_MOE_EXPERTS_V5=0");
-  if (Reason r = moe_experts_v3_supports(a)) return r;
-  const int64_t T = a.x.size(0), Dm = a.x.size(1), I = a.down.size(2);
-  if (T != 1)
-    return str("T=", T, ": v5 is the decode path (T = 1, direct pairs); v4 runs the sorted path");
-  if (static_cast<size_t>(Dm) * 4 > kDirectMaxSmem)
-    return str("Dm=", Dm, " above the direct path's shared-memory x (", kDirectMaxSmem / 4, ")");
-  if (I == 0 || Dm == 0 || a.ids.size(1) == 0)
-    return std::string("I, Dm or k = 0: no gate_up grid for the down kernel to follow");
-  if (device_info().major < 9) return std::string("programmatic dependent launch needs sm_90");
-  return {};
-}
-
-void moe_experts_v5_run(const MoeExperts& a, Context& ctx) {
-  const int64_t Dm = a.x.size(1), I = a.down.size(2), K = a.ids.size(1);
-  const bool swiglu = a.activation == MoeActivation::swiglu;
-  const cudaStream_t stream = as_stream(ctx.stream());
-  // Workspace: h [K, I] f32 (v4 allots xf, y and the sort state as well; the direct path
-  // uses none of them).
-  auto* h = static_cast<float*>(ctx.workspace(align_up(static_cast<size_t>(K * I) * 4, 256)));
-  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
-                    static_cast<int>(a.down.size(0))};
-  // Staged (kStage): the CTA's K·16 down rows in shared memory, when they are 16-byte vectors
-  // and fit next to the static tables; HYBRID_MOE_EXPERTS_V5_STAGE=0 takes the L2-prefetch path.
-  static const bool stage_off = env_is_zero("HYBRID_MOE_EXPERTS_V5_STAGE");
-  // Staged only where the down CTA fits beside 2 gate_up CTAs (x [Dm] f32 + 1 KiB static + 1 KiB
-  // reserved each) in the SM's shared memory, so that it can land while gate_up still runs (at
-  // Qwen3-Next: 185 + 4 + 1 + 2 x 10 KiB <= 228 KiB); otherwise the L2 prefetch, whose CTA
-  // (~20 KiB) lands as soon as one gate_up CTA exits.
-  static const std::pair<int, int> smem = [] {
-    int dev = 0, optin = 0, per_sm = 0;
-    HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    HYBRID_CUDA_CHECK(
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    return std::make_pair(optin, per_sm);
-  }();
-  const size_t stage_b = v5_stage_bytes(K, I, dtype_size(a.down.dtype()));
-  const size_t gate_up_cta = static_cast<size_t>(Dm) * 4 + 2048;
-  const bool stage =
-      !stage_off && vec_ok(a.down) &&
-      stage_b + kFuseStaticSmem <= static_cast<size_t>(smem.first) &&
-      stage_b + kFuseStaticSmem + 1024 + 2 * gate_up_cta <= static_cast<size_t>(smem.second);
-  dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
-    using Tw = decltype(tw);
-    const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps),
-                    static_cast<unsigned>(K));
-    auto launch = [&](auto kernel) {
-      // Staged: the SMs keep their shared memory configured for the down CTAs that join them.
-      if (stage)
-        HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel,
-                                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-      kernel<<<grid, kExpWarps * 32, static_cast<size_t>(Dm) * 4, stream>>>(
-          nullptr, a.x.data(), a.x.dtype(), a.gate_up.data_as<const Tw>(), a.gate_up.stride(0),
-          a.gate_up.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm),
-          static_cast<int>(I), swiglu, h);
-      HYBRID_CUDA_CHECK_LAUNCH();
-    };
-    if (vec_ok(a.gate_up))
-      launch(moe_gate_up_kernel<Tw, true, true, true>);
-    else
-      launch(moe_gate_up_kernel<Tw, false, true, true>);
-  });
-  dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
-    using Tw = decltype(tw);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>((Dm + kFuseRows - 1) / kFuseRows));
-    cfg.blockDim = dim3(kFuseWarps * 32);
-    cfg.dynamicSmemBytes = stage ? stage_b : 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    auto launch = [&](auto kernel) {
-      if (cfg.dynamicSmemBytes > 48 * 1024) ensure_dynamic_smem(kernel, cfg.dynamicSmemBytes);
-      HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
-          &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
-          a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
-          static_cast<const void*>(a.weights.data()), a.weights.dtype(), a.weights.stride(1),
-          a.out.data(), a.out.dtype(), a.accumulate));
-    };
-    if (stage)
-      launch(moe_down_combine_kernel<Tw, true, true, true>);
-    else if (vec_ok(a.down))
-      launch(moe_down_combine_kernel<Tw, true, true>);
-    else
-      launch(moe_down_combine_kernel<Tw, false, true>);
-  });
-}
-
 }  // namespace
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
-  r.add<MoeExperts>("moe_experts.cuda_v5", DeviceType::cuda, 30, moe_experts_v5_supports,
-                    moe_experts_v5_run);
   r.add<MoeExperts>("moe_experts.cuda_v4", DeviceType::cuda, 20, moe_experts_v4_supports,
                     moe_experts_run<true, true>);
   r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,

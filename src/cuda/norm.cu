@@ -121,7 +121,7 @@ __device__ __forceinline__ float team_sum(float v, int team, float* shared /* [8
 }
 
 // Team and vectors per thread for rows of `vecs` 16-byte vectors: the smallest team that needs
-// at most 2 vectors per thread (4 at the largest team); team 0 when no fast path fits.
+// at most 2 vectors per thread (3 or 4 at the largest team); team 0 when no fast path fits.
 struct TeamShape {
   int team = 0, per = 0;
 };
@@ -131,7 +131,7 @@ TeamShape team_shape(int64_t vecs) {
     if (vecs <= int64_t{2} * team || (team == kThreads && vecs <= int64_t{kMaxPer} * team)) {
       s.team = team;
       const int64_t per = (vecs + team - 1) / team;
-      s.per = per <= 1 ? 1 : per <= 2 ? 2 : 4;
+      s.per = per <= 1 ? 1 : per <= 2 ? 2 : per <= 3 ? 3 : 4;
       return s;
     }
   return s;
@@ -214,16 +214,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w. kEarlyW: as
-// rms_norm_regs_kernel.
-template <class T, class W, int kN, bool kEarlyW>
+// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z) (kNormFirst)  or  rmsnorm_g(x·silu(z))·w.
+// kEarlyW: as rms_norm_regs_kernel. Between the passes a thread keeps only what pass 2 needs:
+// kNormFirst the raw x and z vectors (silu(z) computed in pass 2), otherwise x·silu(z) in f32.
+// (Keeping x, z and the gate as f32 took 120-127 registers at 4 bf16 vectors a thread, 2 CTAs per
+// SM: 48% of copy at Mamba2's one 5120-wide group, session 5.) The expressions and their order
+// are those of the version that kept all three, so the results are bit-identical to it.
+template <class T, class W, int kN, bool kEarlyW, bool kNormFirst>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_gated_regs_kernel(const T* x, int64_t x_stride,  // [T, C]
                                const T* z, int64_t z_stride,  // [T, C]
                                const W* __restrict__ weight,  // [C] or [group]
                                T* out, int64_t out_stride,    // [T, C]
                                int64_t tokens, int groups, int group_size, int team,
-                               bool shared_weight, float eps, bool norm_before_gate) {
+                               bool shared_weight, float eps) {
   constexpr int kE = 16 / sizeof(T);
   __shared__ float shared[kThreads / 32];
   const int tt = threadIdx.x % team;
@@ -232,28 +236,32 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = live ? row / groups : 0;
   const int g0 = live ? static_cast<int>(row % groups) * group_size : 0;
   const int vecs = group_size / kE;
-  float xv[kN][kE], gate[kN][kE];
+  vec::Raw<T, kE> xr[kNormFirst ? kN : 1], zr[kNormFirst ? kN : 1];  // kNormFirst
+  float xg[kNormFirst ? 1 : kN][kE];                                  // x·silu(z), otherwise
   vec::Raw<W, kE> w_early[kEarlyW ? kN : 1];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     const int v = k * team + tt;
-    vec::Raw<T, kE> xr, zr;
+    vec::Raw<T, kE> xk, zk;
     if (live && v < vecs) {
-      vec::load(x + t * x_stride + g0 + v * kE, xr);
-      vec::load(z + t * z_stride + g0 + v * kE, zr);
+      vec::load(x + t * x_stride + g0 + v * kE, xk);
+      vec::load(z + t * z_stride + g0 + v * kE, zk);
       if constexpr (kEarlyW) vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w_early[k]);
     } else {
 #pragma unroll
-      for (int e = 0; e < kE; ++e) xr.elem()[e] = zr.elem()[e] = from_f32<T>(0.0f);
+      for (int e = 0; e < kE; ++e) xk.elem()[e] = zk.elem()[e] = from_f32<T>(0.0f);
     }
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
-      gate[k][e] = vec::silu_fast(to_f32(zr.elem()[e]));
-      xv[k][e] = to_f32(xr.elem()[e]);
-      if (!norm_before_gate) xv[k][e] *= gate[k][e];
-      sum_sq += xv[k][e] * xv[k][e];  // zero for absent vectors
+      float xv = to_f32(xk.elem()[e]);
+      if constexpr (!kNormFirst) {
+        xv *= vec::silu_fast(to_f32(zk.elem()[e]));
+        xg[k][e] = xv;
+      }
+      sum_sq += xv * xv;  // zero for absent vectors
     }
+    if constexpr (kNormFirst) xr[k] = xk, zr[k] = zk;
   }
   const float inv_rms = rsqrtf(team_sum(sum_sq, team, shared) / group_size + eps);
 #pragma unroll
@@ -268,8 +276,13 @@ __global__ void __launch_bounds__(kThreads)
     vec::Raw<T, kE> o;
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
-      float y = xv[k][e] * inv_rms * to_f32(w.elem()[e]);
-      if (norm_before_gate) y *= gate[k][e];
+      float y;
+      if constexpr (kNormFirst) {
+        y = to_f32(xr[k].elem()[e]) * inv_rms * to_f32(w.elem()[e]);
+        y *= vec::silu_fast(to_f32(zr[k].elem()[e]));
+      } else {
+        y = xg[k][e] * inv_rms * to_f32(w.elem()[e]);
+      }
       o.elem()[e] = from_f32<T>(y);
     }
     vec::store(out + t * out_stride + g0 + v * kE, o);
@@ -302,13 +315,15 @@ void dispatch_weight(DType t, Body&& body) {
     body(float{});
 }
 
-// Calls body(std::integral_constant<int, kN>) for kN = per (1, 2 or 4).
+// Calls body(std::integral_constant<int, kN>) for kN = per (1, 2, 3 or 4).
 template <class Body>
 void dispatch_per(int per, Body&& body) {
   if (per == 1)
     body(std::integral_constant<int, 1>{});
   else if (per == 2)
     body(std::integral_constant<int, 2>{});
+  else if (per == 3)
+    body(std::integral_constant<int, 3>{});
   else
     body(std::integral_constant<int, kMaxPer>{});
 }
@@ -409,12 +424,21 @@ void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
       const bool shared_weight = a.weight.size(0) != C;
       if (fast) {
         dispatch_per(shape.per, [&](auto n) {
-          rms_norm_gated_regs_kernel<Tx, Tw, decltype(n)::value, kV3>
-              <<<team_blocks(T * G, shape.team), kThreads, 0, stream>>>(
-                  a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
-                  a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
-                  static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps,
-                  a.norm_before_gate);
+          auto launch = [&](auto kernel) {
+            kernel<<<team_blocks(T * G, shape.team), kThreads, 0, stream>>>(
+                a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
+                a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
+                static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps);
+          };
+          // Early weights only up to 2 vectors a thread: at 3-4 they cost 12-16 registers,
+          // 4 -> 3 CTAs per SM (75 registers at 3 bf16 vectors), on rows long enough for the
+          // occupancy to matter more than one L2 round trip.
+          constexpr int kN = decltype(n)::value;
+          constexpr bool kEarly = kV3 && kN <= 2;
+          if (a.norm_before_gate)
+            launch(rms_norm_gated_regs_kernel<Tx, Tw, kN, kEarly, true>);
+          else
+            launch(rms_norm_gated_regs_kernel<Tx, Tw, kN, kEarly, false>);
         });
       } else {
         const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(G));

@@ -69,7 +69,6 @@ struct RecParams {
   int H = 0, P = 0, N = 0;
   bool xz_async = false;  // ssm_warp_kernel<.., true>: x, z of an item copied into its stage
   bool cs_store = true;   // v5: state write-back by st.global.cs (HYBRID_DECODE_V5_CS=0: plain)
-  int sweep_run = 1;      // v6: c-item chunks w, w + W, ... a warp (0: v5's runs; as gdn.cu)
 };
 
 // The lane ↔ column map of a row group: LPR lanes per row, NC columns per lane as NC / W chunks
@@ -493,7 +492,7 @@ constexpr int kWarpStages = 3;
 template <class St>
 constexpr int kWarpRows = sizeof(St) == 2 ? 4 : 2;  // R: a 4 KiB item at N = 128
 
-template <int LPR, int NC, int R, class St, bool kV5 = false, bool kBulk = false>
+template <int LPR, int NC, int R, class St, bool kV5 = false>
 struct SsmWarpTile {
   using L = RecLayout<LPR, NC, true, St>;
   static_assert(L::W * sizeof(St) == 16, "v4 needs 16-byte state chunks");
@@ -509,15 +508,7 @@ struct SsmWarpTile {
   static constexpr int kStageBytes = kXZOffset + (kV5 ? (2 * kXZMax + 15) / 16 * 16 : 0);
   // After the stages: the run's B and C (f32), [2][NC / 4][LPR] float4.
   static constexpr int kCacheOffset = kWarpStages * kStageBytes;
-  // v6 (kBulk): the stages' mbarriers after the cache, one per stage.
-  static constexpr int kBarOffset = kCacheOffset + 2 * NC * LPR * 4;
-  static constexpr int kWarpBytes = kBarOffset + (kBulk ? (kWarpStages * 8 + 15) / 16 * 16 : 0);
-  // v6: the stage's state is the item's rows in pool order ([kItemRows][N], one bulk copy of
-  // packed rows); byte offset of the lane's chunk cc of its row r.
-  __device__ static __forceinline__ int bulk_chunk(int r, int group_row, int sub, int cc) {
-    return ((r * kGroupRows + group_row) * (LPR * NC) + L::col(sub, cc * L::W)) *
-           static_cast<int>(sizeof(St));
-  }
+  static constexpr int kWarpBytes = kCacheOffset + 2 * NC * LPR * 4;
 };
 
 // v5 (kV5, ssm_step.cuda_warp2): v4 waits in every item on the x and z loads of the thread's rows
@@ -525,15 +516,10 @@ struct SsmWarpTile {
 // while the item's state landed items earlier). v5 copies the item's x and z values into its
 // stage with the state, kWarpStages items ahead (p.xz_async: rows of x / z 8-byte aligned, P a
 // multiple of the item rows; else v4's loads), and writes the state back with st.global.cs.
-// kBulkStore (v6, HYBRID_DECODE_V6_BULK_STORE=1): the new state is written into the item's stage
-// and stored by one bulk copy instead of 16-byte register stores (its own instantiation).
-template <int LPR, int NC, int R, class St, bool kV5 = false, bool kBulk = false,
-          bool kBulkStore = false>
+template <int LPR, int NC, int R, class St, bool kV5 = false>
 __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     ssm_warp_kernel(const RecParams p, const int items, const int tiles) {
-  static_assert(kV5 || !kBulk, "v6 extends v5");
-  static_assert(kBulk || !kBulkStore, "bulk stores are v6's");
-  using WT = SsmWarpTile<LPR, NC, R, St, kV5, kBulk>;
+  using WT = SsmWarpTile<LPR, NC, R, St, kV5>;
   using L = typename WT::L;
   constexpr int W = L::W, CPR = WT::kChunksPerRow, kGroupRows = WT::kGroupRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -543,60 +529,18 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
   unsigned char* const warp_smem = smem_raw + warp * WT::kWarpBytes;
   const int64_t gw = int64_t{blockIdx.x} * kWarpBlockWarps + warp;
   const int64_t nw = int64_t{gridDim.x} * kWarpBlockWarps;
-  // v4 / v5 (and v6 with sweep_run 0): the run [w·items/W, (w+1)·items/W). v6: the chunks of
-  // c = sweep_run items w, w + W, ...: at any time the grid's warps work on one window of the
-  // pool (~W·c items).
-  const bool sweep = kBulk && p.sweep_run > 0;
-  const int run_mask = sweep ? p.sweep_run - 1 : 0;  // c − 1 (c a power of two)
-  const int begin = sweep ? static_cast<int>(gw) * p.sweep_run : static_cast<int>(gw * items / nw);
-  const int end = sweep ? items : static_cast<int>((gw + 1) * items / nw);
-  const int skip = sweep ? static_cast<int>(nw - 1) * p.sweep_run : 0;  // to the next chunk
-  auto next = [&](int item) {
-    ++item;
-    return (item & run_mask) == 0 ? item + skip : item;
-  };
+  const int begin = static_cast<int>(gw * items / nw),
+            end = static_cast<int>((gw + 1) * items / nw);
   const int P = p.P, H = p.H;
   const SsmIn& in = p.in;
   St* const pool_base = static_cast<St*>(p.state);
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(warp_smem + WT::kBarOffset);  // v6
 
   // The item's state chunks into `stage` (none for a padding sequence). No commit.
   auto issue = [&](int item, int slot, int stage) {
+    if (slot < 0) return;
     const int key = item / tiles, tile = item - key * tiles;
     const int h = key % H;
     unsigned char* const st = warp_smem + stage * WT::kStageBytes;
-    if constexpr (kBulk) {
-      // v6: lane 0 arms the stage's mbarrier with every byte of the item and issues its bulk
-      // copies: the state rows (packed: one contiguous range) and, with p.xz_async, x and z.
-      // A padding item arms 0 bytes (the phase completes at the arrive).
-      if (lane != 0) return;
-      const int row_begin = tile * WT::kItemRows;
-      const int rows = min(WT::kItemRows, P - row_begin);
-      const uint32_t state_bytes = slot >= 0 ? uint32_t(rows) * (LPR * NC) * sizeof(St) : 0u;
-      const bool xz = p.xz_async && slot >= 0;
-      const int64_t seq = key / H;
-      const uint32_t x_bytes = WT::kItemRows * static_cast<uint32_t>(dtype_size_dev(in.x.dt));
-      const uint32_t z_bytes =
-          in.z.p ? WT::kItemRows * static_cast<uint32_t>(dtype_size_dev(in.z.dt)) : 0u;
-      uint64_t* const bar = bars + stage;
-      mbar_arrive_expect_tx(bar, state_bytes + (xz ? x_bytes + z_bytes : 0u));
-      if (state_bytes)
-        bulk_g2s(st, pool_base + slot * p.st_slot + h * p.st_h + row_begin * p.st_p, state_bytes,
-                 bar);
-      if (xz) {
-        bulk_g2s(st + WT::kXZOffset,
-                 static_cast<const unsigned char*>(in.x.p) +
-                     (seq * in.x.s0 + int64_t{h} * in.x.s1 + row_begin) * dtype_size_dev(in.x.dt),
-                 x_bytes, bar);
-        if (z_bytes)
-          bulk_g2s(st + WT::kXZOffset + WT::kXZMax,
-                   static_cast<const unsigned char*>(in.z.p) +
-                       (seq * in.z.s0 + int64_t{h} * in.z.s1 + row_begin) * dtype_size_dev(in.z.dt),
-                   z_bytes, bar);
-      }
-      return;
-    }
-    if (slot < 0) return;
     const St* head = pool_base + slot * p.st_slot + h * p.st_h;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -626,21 +570,11 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
     }
   };
 
-  if constexpr (kBulk) {
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < kWarpStages; ++s) mbar_init(bars + s, 1);
-      mbar_init_fence();
-    }
-    __syncwarp();
-  }
-  int ahead_item = begin;  // v6: the next item to issue
 #pragma unroll
   for (int s = 0; s < kWarpStages; ++s) {
-    const int item = kBulk ? ahead_item : begin + s;
+    const int item = begin + s;
     if (item < end) issue(item, p.slots[item / tiles / H], s);
-    if constexpr (kBulk) ahead_item = next(ahead_item);
-    if constexpr (!kBulk) cp_commit();  // one group per stage, empty ones too: uniform waits
+    cp_commit();  // one group per stage, empty ones too: the wait count stays uniform
   }
 
   float dtp = 0.0f, dA = 1.0f, D_h = 0.0f;  // the current run's dt', exp(dt'·A), D
@@ -650,13 +584,12 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
 
   int i = 0;
 #pragma unroll 1
-  for (int item = begin; item < end; item = kBulk ? next(item) : item + 1, ++i) {
+  for (int item = begin; item < end; ++item, ++i) {
     const int stage = i % kWarpStages;
     const int key = item / tiles, tile = item - key * tiles;
     const int seq = key / H, h = key - seq * H;
-    const int64_t t = seq;  // one token per sequence
-    // Issued into this stage once it is read (v4 / v5: kWarpStages items on).
-    const int ahead = kBulk ? ahead_item : item + kWarpStages;
+    const int64_t t = seq;                 // one token per sequence
+    const int ahead = item + kWarpStages;  // issued into this stage once it is read
     const int slot = p.slots[seq];
     const int ahead_slot = ahead < end ? p.slots[ahead / tiles / H] : -1;
     const bool new_head = slot >= 0 && key != prep_key;
@@ -687,12 +620,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       D_new = in.D_skip(h);
     }
 
-    if constexpr (kBulk) {
-      mbar_wait(bars + stage, (i / kWarpStages) & 1);  // every byte of the item has landed
-    } else {
-      cp_wait<kWarpStages - 1>();  // this item's chunks (the lane's own) have landed
-    }
-    __syncwarp();  // and the run's B, C cache written by the first row group
+    cp_wait<kWarpStages - 1>();  // this item's chunks (the lane's own) have landed
+    __syncwarp();                // and the run's B, C cache written by the first row group
     const unsigned char* const st = warp_smem + stage * WT::kStageBytes;
     float s[R][NC];
 #pragma unroll
@@ -700,8 +629,7 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       if (slot >= 0 && valid[r]) {
 #pragma unroll
         for (int cc = 0; cc < CPR; ++cc)
-          vload<W>(reinterpret_cast<const St*>(st + (kBulk ? WT::bulk_chunk(r, group_row, sub, cc)
-                                                           : ((r * CPR + cc) * 32 + lane) * 16)),
+          vload<W>(reinterpret_cast<const St*>(st + ((r * CPR + cc) * 32 + lane) * 16),
                    s[r] + cc * W);
       } else {
 #pragma unroll
@@ -726,18 +654,8 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
       }
     }
     __syncwarp();  // every lane has read the stage (and the cache): both may be rewritten
-    // v6 with bulk stores: this stage receives the new state and stays busy until its store has
-    // been read, so the item kWarpStages − 1 on goes into the previous item's stage, once lane 0
-    // has seen that item's store read out (committed one item ago).
-    constexpr bool bstore = kBulkStore;
-    if (!bstore || i >= 1) {
-      if (ahead < end) {
-        if (bstore && lane == 0) bulk_wait_read<0>();
-        issue(ahead, ahead_slot, bstore ? (i + kWarpStages - 1) % kWarpStages : stage);
-      }
-      if constexpr (kBulk) ahead_item = next(ahead_item);
-    }
-    if constexpr (!kBulk) cp_commit();
+    if (ahead < end) issue(ahead, ahead_slot, stage);
+    cp_commit();
 
     if (slot < 0) {  // padding: y = 0, pool untouched
 #pragma unroll
@@ -786,32 +704,11 @@ __global__ void __launch_bounds__(kWarpBlockWarps * 32, 3)
         if (in.z.p) y *= zv[r] / (1.0f + expf(-zv[r]));
         in.store_y(t, h, prow, y);
       }
-      if (bstore) {
-#pragma unroll
-        for (int cc = 0; cc < CPR; ++cc)
-          vstore<W>(reinterpret_cast<St*>(warp_smem + stage * WT::kStageBytes +
-                                          WT::bulk_chunk(r, group_row, sub, cc)),
-                    s[r] + cc * W);
-      } else if (kV5 && p.cs_store) {
+      if (kV5 && p.cs_store)
         store_row_cs<LPR, NC, St>(pool + prow * p.st_p, sub, s[r]);
-      } else {
+      else
         store_row<LPR, NC, true>(pool + prow * p.st_p, sub, p.N, s[r]);
-      }
     }
-    if (bstore) {                // this item's rows go out from its stage
-      fence_proxy_async_smem();  // every lane's chunks, before the async proxy reads them
-      __syncwarp();
-      if (lane == 0) {
-        const int row_begin = tile * WT::kItemRows;
-        const int rows = min(WT::kItemRows, P - row_begin);
-        bulk_s2g(pool + row_begin * p.st_p, warp_smem + stage * WT::kStageBytes,
-                 uint32_t(rows) * (LPR * NC) * sizeof(St));
-        bulk_commit();
-      }
-    }
-  }
-  if constexpr (kBulkStore) {
-    if (lane == 0) bulk_wait<0>();  // the stages outlive the last stores
   }
 }
 
@@ -975,18 +872,12 @@ void step_stream_cuda(const SsmStep& a, Context& ctx) {
 // / v2 run and be timed beside it), N not in {32, 64, 128, 256}, pool rows not 16-byte aligned,
 // B / C rows that are not 16-byte aligned with unit column stride (vector loads), more than
 // 2^31 − 1 items, devices before sm_80 (cp.async). Unlike v3 the pool rows need not be packed.
-Reason warp_shape_supports(const SsmStep& a);
-
 Reason warp_supports_for(const SsmStep& a, bool v5) {
   // v5 (cuda_warp2) answers to its own switch only, so v4 can be timed beside it and vice versa.
   static const bool v4_off = env_is_zero("HYBRID_SSM_STEP_V4");
   static const bool v5_off = env_is_zero("HYBRID_SSM_STEP_V5");
   if (v5 ? v5_off : v4_off)
     return std::string(v5 ? "HYBRID_SSM_STEP_V5=0" : "HYBRID_SSM_STEP_V4=0");
-  return warp_shape_supports(a);
-}
-
-Reason warp_shape_supports(const SsmStep& a) {
   if (Reason r = step_supports(a)) return r;
   const int64_t N = a.B.size(2);
   if (N != 32 && N != 64 && N != 128 && N != 256) return str("N=", N, " not in {32, 64, 128, 256}");
@@ -1016,37 +907,10 @@ bool xz_rows_aligned(const Tensor& t) {
          (t.stride(0) * esz) % 8 == 0 && (t.stride(1) * esz) % 8 == 0;
 }
 
-// v6: x or z (when given) whose item pieces (kItemRows elements) can be bulk copies: f32 / bf16 /
-// f16, unit element stride, 16-byte aligned rows, and a piece of a multiple of 16 bytes.
-bool xz_bulk_ok(const Tensor& t, int item_rows) {
-  if (!t.defined()) return true;
-  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f16) return false;
-  const size_t esz = dtype_size(t.dtype());
-  return t.stride(2) == 1 && reinterpret_cast<uintptr_t>(t.data()) % 16 == 0 &&
-         (t.stride(0) * esz) % 16 == 0 && (t.stride(1) * esz) % 16 == 0 &&
-         (item_rows * esz) % 16 == 0;
-}
-
-template <bool kV5, bool kBulk = false>
+template <bool kV5>
 void launch_step_warp(const SsmStep& a, Context& ctx) {
   // v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (as gdn.cu's v5).
   static const bool cs_stores = !env_is_zero("HYBRID_DECODE_V5_CS");
-  // v6's grid order: HYBRID_DECODE_V6_SWEEP as gdn.cu (default 1 item a warp per sweep step; the
-  // largest power of two <= the value, at most 64; 0: v5's contiguous runs in the v6 kernel).
-  // v6's write-back from the stage by bulk copies: HYBRID_DECODE_V6_BULK_STORE=1 (as gdn.cu).
-  static const bool bulk_store = [] {
-    const char* v = std::getenv("HYBRID_DECODE_V6_BULK_STORE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  static const int sweep_run = [] {
-    const char* v = std::getenv("HYBRID_DECODE_V6_SWEEP");
-    if (v == nullptr || *v == '\0') return 1;
-    const long n = std::strtol(v, nullptr, 10);
-    if (n <= 0) return 0;
-    int c = 1;
-    while (c * 2 <= n && c < 64) c *= 2;
-    return c;
-  }();
   RecParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -1060,32 +924,20 @@ void launch_step_warp(const SsmStep& a, Context& ctx) {
         constexpr int LPR = decltype(lpr)::value, NC = decltype(nc)::value;
         using TS = decltype(ts);
         constexpr int R = kWarpRows<TS>;
-        using WT = SsmWarpTile<LPR, NC, R, TS, kV5, kBulk>;
+        using WT = SsmWarpTile<LPR, NC, R, TS, kV5>;
         const int tiles = (p.P + WT::kItemRows - 1) / WT::kItemRows;
         const int64_t items = seqs * p.H * tiles;
         p.xz_async =
-            kBulk ? p.P % WT::kItemRows == 0 && xz_bulk_ok(a.x, WT::kItemRows) &&
-                        xz_bulk_ok(a.z, WT::kItemRows)
-                  : kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
+            kV5 && p.P % WT::kItemRows == 0 && xz_rows_aligned(a.x) && xz_rows_aligned(a.z);
         p.cs_store = cs_stores;
-        p.sweep_run = kBulk ? sweep_run : 0;
-        auto go = [&](auto bstore) {
-          auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5, kBulk, decltype(bstore)::value>;
-          constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
-          const int64_t blocks =
-              persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
-                                (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
-          kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
-                   as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
-          HYBRID_CUDA_CHECK_LAUNCH();
-        };
-        if constexpr (kBulk) {
-          if (bulk_store) {
-            go(std::true_type{});
-            return;
-          }
-        }
-        go(std::false_type{});
+        auto* kernel = ssm_warp_kernel<LPR, NC, R, TS, kV5>;
+        constexpr size_t smem = size_t{kWarpBlockWarps} * WT::kWarpBytes;
+        const int64_t blocks =
+            persistent_blocks(reinterpret_cast<const void*>(kernel), kWarpBlockWarps * 32, smem,
+                              (items + kWarpBlockWarps - 1) / kWarpBlockWarps);
+        kernel<<<static_cast<unsigned>(blocks), kWarpBlockWarps * 32, smem,
+                 as_stream(ctx.stream())>>>(p, static_cast<int>(items), tiles);
+        HYBRID_CUDA_CHECK_LAUNCH();
       }
     });
   });
@@ -1107,26 +959,6 @@ Reason step_warp2_supports(const SsmStep& a) {
 
 void step_warp2_cuda(const SsmStep& a, Context& ctx) {
   launch_step_warp<true>(a, ctx);
-}
-
-// v6 (ssm_step.cuda_bulk): what v5 serves, under HYBRID_SSM_STEP_V6 instead of _V5, with pool rows
-// packed (row stride N: an item's rows are one contiguous bulk copy) on sm_90 (cp.async.bulk,
-// mbarrier transaction counts). x / z that fail xz_bulk_ok take v4's loads inside the kernel.
-Reason step_bulk_supports(const SsmStep& a) {
-  static const bool off = env_is_zero("HYBRID_SSM_STEP_V6");
-  if (off) return std::string("HYBRID_SSM_STEP_V6=0");
-  if (Reason r = warp_shape_supports(a)) return r;
-  const int64_t N = a.B.size(2);
-  if (a.state.stride(2) != N)
-    return str("state row stride ", a.state.stride(2), " != N=", N,
-               " (bulk copies need packed rows)");
-  const int major = device_info().major;
-  if (major < 9) return str("bulk copies need sm_90 (device is sm_", major, "x)");
-  return {};
-}
-
-void step_bulk_cuda(const SsmStep& a, Context& ctx) {
-  launch_step_warp<true, true>(a, ctx);
 }
 
 // ---- ssm_step_record / ssm_replay ------------------------------------------------------------
@@ -1171,9 +1003,6 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 void register_ssm(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_SSM_STEP_V4=0 turns
   // it off), v3 (shared-memory streaming by blocks); the v2 kernel below stays as the fallback.
-  // v6 (v5 with every byte of an item in one mbarrier-completed set of bulk copies and the grid
-  // sweeping the pool in order; HYBRID_SSM_STEP_V6=0).
-  r.add<SsmStep>("ssm_step.cuda_bulk", DeviceType::cuda, 4, step_bulk_supports, step_bulk_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp2", DeviceType::cuda, 3, step_warp2_supports, step_warp2_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp", DeviceType::cuda, 2, step_warp_supports, step_warp_cuda);
   r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,

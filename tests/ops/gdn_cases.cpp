@@ -885,9 +885,8 @@ void add_gdn_cases(CaseList& cases) {
   cases.push_back(
       make_unique<PrepStepCase>(Heads{1, 2, 256, 64}, std::vector<int>{1, -1, 0}, 2, bf16, f32));
 
-  // Decode v6 (gdn_recurrent.cuda_bulk / gdn_prep_step.cuda_bulk: an item's state rows, v values
-  // and new-head q / k rows as 1-D bulk copies completing on the stage's mbarrier; the grid sweeps
-  // items w, w + W, ...): f32 activations at K = V = 128 (v values: one 32-byte bulk copy; q, k:
+  // Written for decode v6 (.cuda_bulk: 1-D bulk copies, a grid sweep; measured no faster in
+  // session 5 and kept on branch next/decode-bulk), kept as coverage of large batches: f32 activations at K = V = 128 (v values: one 32-byte bulk copy; q, k:
   // 512-byte rows) over 250 one-token sequences (f32 pool: 16000 items, ~10 a warp at 1584 warps,
   // so every stage's barrier passes several phases and its parity flips; bf16 pool: 8000 items;
   // 250 is no multiple of the warps: the last sweep is partial) with padding slots (0 bytes
@@ -977,7 +976,7 @@ void add_gdn_cases(CaseList& cases) {
       cases.push_back(make_unique<PrepStepCase>(next, slots, 66, bf16, st));
   }
 
-  // Decode v6 (gdn_prep_step.cuda_bulk): 200 sequences at K = V = 128 with 4 value heads, f32
+  // Written for decode v6 (gdn_prep_step.cuda_bulk, on next/decode-bulk): 200 sequences at K = V = 128 with 4 value heads, f32
   // conv_out (v: 32-byte bulk copies, q / k rows 512 bytes), both pools, padding slots.
   {
     std::vector<int> slots(200);

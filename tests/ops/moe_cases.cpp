@@ -377,9 +377,8 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {1, 16, 5, 72, 45, bf16, bf16});
   experts(cases, {1, 4, 2, 16, 32776, bf16, bf16});
   experts(cases, {1, 4, 2, 12296, 8, bf16, bf16});
-  // v5 staged with f32 rows (160 bytes: moe_down_combine_kernel<float, true, true, true>, and
-  // <float, true, true> under HYBRID_MOE_EXPERTS_V5_STAGE=0), i64 ids, one expert twice, strided
-  // x and accumulate: no other case reaches the f32 vector paths or these inputs on the staged path.
+  // f32 rows (160 bytes), i64 ids, one expert twice, strided x and accumulate at T = 1 (written
+  // for cuda_v5's staged path, measured no faster in session 5 and kept on next/moe-fused).
   experts(cases,
           {1, 8, 3, 96, 40, f32, f32, MoeActivation::swiglu, DType::i64, true, true, true});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others

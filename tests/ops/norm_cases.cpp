@@ -181,7 +181,7 @@ void add_norm_cases(CaseList& cases) {
     cases.push_back(std::make_unique<RmsNormCase>(9, 4096, act, DType::bf16, false, false, true));
   }
   // CUDA register paths: teams of 4..256 threads per row (several rows per CTA, a tail CTA),
-  // 1, 2 or 4 vectors per thread (some past the row end), f16 / f32 weights under 16-bit x, and
+  // 1, 2, 3 or 4 vectors per thread (some past the row end), f16 / f32 weights under 16-bit x, and
   // a row too long for registers (the general path).
   auto rn = [&](int64_t T, int64_t D, DType act, DType w, bool zc, bool fused) {
     cases.push_back(std::make_unique<RmsNormCase>(T, D, act, w, zc, fused, false));
@@ -190,7 +190,7 @@ void add_norm_cases(CaseList& cases) {
   rn(9, 40, DType::f32, DType::bf16, false, false);     // team 8, 10 vectors of 16
   rn(300, 256, DType::bf16, DType::f32, false, true);   // team 16, 19 CTAs
   rn(5, 1024, DType::f32, DType::bf16, true, false);    // team 128
-  rn(3, 6144, DType::bf16, DType::bf16, true, true);    // team 256, 3 of 4 vectors
+  rn(3, 6144, DType::bf16, DType::bf16, true, true);    // team 256, 3 vectors
   rn(2, 12288, DType::bf16, DType::bf16, false, true);  // general path
   // Gated: GDN output norm (heads of V=128, Hv=32, shared [128] weight, norm then gate);
   // Mamba2-2.7B (d_inner 5120, G 1) and Nemotron-H-8B (d_inner 8192, G 8), gate then norm.
@@ -202,8 +202,10 @@ void add_norm_cases(CaseList& cases) {
   cases.push_back(std::make_unique<RmsNormGatedCase>(512, 32 * 128, 128, DType::bf16, true, true));
   cases.push_back(std::make_unique<RmsNormGatedCase>(7, 3 * 96, 96, DType::f32, false, true));
   cases.push_back(std::make_unique<RmsNormGatedCase>(1, 63, 21, DType::f32, true, false));
-  // CUDA register paths: team 4 with a tail CTA (f16), team 256 with 4 vectors (f16, G 2).
+  // CUDA register paths: team 4 with a tail CTA (f16), team 256 with 3 vectors norm-first (bf16,
+  // G 2; Mamba2's gate-first shape above is the other 3-vector kernel), with 4 vectors (f16, G 2).
   cases.push_back(std::make_unique<RmsNormGatedCase>(9, 3 * 64, 64, DType::f16, false, true));
+  cases.push_back(std::make_unique<RmsNormGatedCase>(4, 2 * 5120, 5120, DType::bf16, false, true));
   cases.push_back(std::make_unique<RmsNormGatedCase>(2, 2 * 7168, 7168, DType::f16, true, false));
 }
 

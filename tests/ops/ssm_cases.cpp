@@ -746,8 +746,8 @@ void add_ssm_cases(CaseList& cases) {
     add(new StepCase(mamba2, strided, slots, 67));
   }
 
-  // Decode v6 (ssm_step.cuda_bulk: an item's state rows and x / z values as 1-D bulk copies
-  // completing on the stage's mbarrier; the grid sweeps items w, w + W, ...): P 64 / N 128 with
+  // Written for decode v6 (ssm_step.cuda_bulk, measured slower in session 5, kept on branch
+  // next/decode-bulk), kept as coverage of large batches: P 64 / N 128 with
   // 4 heads over 250 sequences (f32 pool: 8000 items, ~5 a warp, the stages' parities flip;
   // bf16 pool: 4000), f32 activations with z (x, z: 32-byte bulk copies) and bf16 activations
   // with z (16 / 32 bytes), padding slots (0 bytes armed), a shuffled pool with unused rows;
@@ -867,14 +867,13 @@ void add_ssm_cases(CaseList& cases) {
   v2_fast.limit = false;
   v2_fast.fast_decay = true;
   add(new ScanCase(v2_g2, v2_fast, {300, 129}, {1, 0}, {1, 0}, 2, 256, true));
-  // cuda_v7 (one block per (head, sequence) walks the chunks, the state in registers; its
-  // 64-token stages run across chunk boundaries): many chunks per sequence with a partial last
+  // Written for cuda_v7 (measured slower in session 5, kept on branch next/ssm-v7), kept as
+  // coverage of long walks: many chunks per sequence with a partial last
   // chunk (Q 64: 18 chunks, the last of 12 tokens; Q 256: a last chunk of 100 tokens = two
   // stages, the second partial, whose chunk_states row is written after it); an empty sequence
   // with an initial state (pool = that state), a padding slot with two chunks, a 1-token
   // sequence; N 256 (8 B copies a thread) and N 64 with one head a group (G = H); strong decay
-  // over 14 chunks; bf16 pool and chunk_states (the St = bf16 kernel). HYBRID_SSM_CHUNK_V7=0
-  // runs these on v6.
+  // over 14 chunks; bf16 pool and chunk_states.
   const Shape v7_g3{6, 64, 128, 3}, v7_n64{4, 64, 64, 4};
   add(new ScanCase(v2_g2, v2, {1100, 356}, {1, 0}, {1, 0}, 2, 64, true));
   add(new ScanCase(v7_g3, v2_bf16, {356, 0, 512, 1}, {0, 2, -1, 1}, {1, 1, 0, 0}, 3, 256, true));
