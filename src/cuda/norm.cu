@@ -214,20 +214,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z) (kNormFirst)  or  rmsnorm_g(x·silu(z))·w.
-// kEarlyW: as rms_norm_regs_kernel. Between the passes a thread keeps only what pass 2 needs:
-// kNormFirst the raw x and z vectors (silu(z) computed in pass 2), otherwise x·silu(z) in f32.
-// (Keeping x, z and the gate as f32 took 120-127 registers at 4 bf16 vectors a thread, 2 CTAs per
-// SM: 48% of copy at Mamba2's one 5120-wide group, session 5.) The expressions and their order
-// are those of the version that kept all three, so the results are bit-identical to it.
-template <class T, class W, int kN, bool kEarlyW, bool kNormFirst>
+// rms_norm_gated_regs_kernel for rows of 3-4 vectors a thread (long groups: Mamba2's one
+// 5120-wide group, Nemotron-H's 1024 at f32), keeping between the passes only what pass 2 needs:
+// the raw x and z vectors (kNormFirst; silu(z) computed in pass 2) or x·silu(z) in f32, and no
+// early weights. rms_norm_gated_regs_kernel keeps x, z and the gate as f32 with early weights:
+// 120-127 registers at 4 bf16 vectors a thread, 2 CTAs per SM, 48% of copy at Mamba2's shape
+// against this kernel's 86% (session 5, runs K and M). At 1-2 vectors a thread it stays the
+// faster one (60.3 vs 67.7 µs at the GDN output norm's group of 128, run N). The expressions and
+// their order are rms_norm_gated_regs_kernel's, so the results are bit-identical to it.
+template <class T, class W, int kN, bool kNormFirst>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_gated_regs_kernel(const T* x, int64_t x_stride,  // [T, C]
+    rms_norm_gated_long_kernel(const T* x, int64_t x_stride,  // [T, C]
                                const T* z, int64_t z_stride,  // [T, C]
                                const W* __restrict__ weight,  // [C] or [group]
                                T* out, int64_t out_stride,    // [T, C]
                                int64_t tokens, int groups, int group_size, int team,
                                bool shared_weight, float eps) {
+  static_assert(kN >= 3, "rows of 1-2 vectors a thread: rms_norm_gated_regs_kernel");
   constexpr int kE = 16 / sizeof(T);
   __shared__ float shared[kThreads / 32];
   const int tt = threadIdx.x % team;
@@ -236,9 +239,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = live ? row / groups : 0;
   const int g0 = live ? static_cast<int>(row % groups) * group_size : 0;
   const int vecs = group_size / kE;
-  vec::Raw<T, kE> xr[kNormFirst ? kN : 1], zr[kNormFirst ? kN : 1];  // kNormFirst
-  float xg[kNormFirst ? 1 : kN][kE];                                  // x·silu(z), otherwise
-  vec::Raw<W, kE> w_early[kEarlyW ? kN : 1];
+  vec::Raw<T, kE> xr[kNormFirst ? kN : 1], zr[kNormFirst ? kN : 1];  // norm first: raw x, z
+  float xg[kNormFirst ? 1 : kN][kE];                                 // gate first: x·silu(z)
   float sum_sq = 0.0f;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
@@ -247,7 +249,6 @@ __global__ void __launch_bounds__(kThreads)
     if (live && v < vecs) {
       vec::load(x + t * x_stride + g0 + v * kE, xk);
       vec::load(z + t * z_stride + g0 + v * kE, zk);
-      if constexpr (kEarlyW) vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w_early[k]);
     } else {
 #pragma unroll
       for (int e = 0; e < kE; ++e) xk.elem()[e] = zk.elem()[e] = from_f32<T>(0.0f);
@@ -269,10 +270,7 @@ __global__ void __launch_bounds__(kThreads)
     const int v = k * team + tt;
     if (!live || v >= vecs) continue;
     vec::Raw<W, kE> w;
-    if constexpr (kEarlyW)
-      w = w_early[k];
-    else
-      vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
+    vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
     vec::Raw<T, kE> o;
 #pragma unroll
     for (int e = 0; e < kE; ++e) {
@@ -283,6 +281,68 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         y = xg[k][e] * inv_rms * to_f32(w.elem()[e]);
       }
+      o.elem()[e] = from_f32<T>(y);
+    }
+    vec::store(out + t * out_stride + g0 + v * kE, o);
+  }
+}
+
+// Per (token, group) row: y = rmsnorm_g(x)·w·silu(z)  or  rmsnorm_g(x·silu(z))·w. kEarlyW: as
+// rms_norm_regs_kernel.
+template <class T, class W, int kN, bool kEarlyW>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_gated_regs_kernel(const T* x, int64_t x_stride,  // [T, C]
+                               const T* z, int64_t z_stride,  // [T, C]
+                               const W* __restrict__ weight,  // [C] or [group]
+                               T* out, int64_t out_stride,    // [T, C]
+                               int64_t tokens, int groups, int group_size, int team,
+                               bool shared_weight, float eps, bool norm_before_gate) {
+  constexpr int kE = 16 / sizeof(T);
+  __shared__ float shared[kThreads / 32];
+  const int tt = threadIdx.x % team;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / team) + threadIdx.x / team;
+  const bool live = row < tokens * groups;
+  const int64_t t = live ? row / groups : 0;
+  const int g0 = live ? static_cast<int>(row % groups) * group_size : 0;
+  const int vecs = group_size / kE;
+  float xv[kN][kE], gate[kN][kE];
+  vec::Raw<W, kE> w_early[kEarlyW ? kN : 1];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    vec::Raw<T, kE> xr, zr;
+    if (live && v < vecs) {
+      vec::load(x + t * x_stride + g0 + v * kE, xr);
+      vec::load(z + t * z_stride + g0 + v * kE, zr);
+      if constexpr (kEarlyW) vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w_early[k]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) xr.elem()[e] = zr.elem()[e] = from_f32<T>(0.0f);
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      gate[k][e] = vec::silu_fast(to_f32(zr.elem()[e]));
+      xv[k][e] = to_f32(xr.elem()[e]);
+      if (!norm_before_gate) xv[k][e] *= gate[k][e];
+      sum_sq += xv[k][e] * xv[k][e];  // zero for absent vectors
+    }
+  }
+  const float inv_rms = rsqrtf(team_sum(sum_sq, team, shared) / group_size + eps);
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int v = k * team + tt;
+    if (!live || v >= vecs) continue;
+    vec::Raw<W, kE> w;
+    if constexpr (kEarlyW)
+      w = w_early[k];
+    else
+      vec::load(weight + (shared_weight ? 0 : g0) + v * kE, w);
+    vec::Raw<T, kE> o;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      float y = xv[k][e] * inv_rms * to_f32(w.elem()[e]);
+      if (norm_before_gate) y *= gate[k][e];
       o.elem()[e] = from_f32<T>(y);
     }
     vec::store(out + t * out_stride + g0 + v * kE, o);
@@ -424,21 +484,26 @@ void rms_norm_gated_cuda(const RmsNormGated& a, Context& ctx) {
       const bool shared_weight = a.weight.size(0) != C;
       if (fast) {
         dispatch_per(shape.per, [&](auto n) {
-          auto launch = [&](auto kernel) {
-            kernel<<<team_blocks(T * G, shape.team), kThreads, 0, stream>>>(
+          constexpr int kN = decltype(n)::value;
+          const unsigned blocks = team_blocks(T * G, shape.team);
+          if constexpr (kN <= 2) {
+            rms_norm_gated_regs_kernel<Tx, Tw, kN, kV3><<<blocks, kThreads, 0, stream>>>(
                 a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
                 a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
-                static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps);
-          };
-          // Early weights only up to 2 vectors a thread: at 3-4 they cost 12-16 registers,
-          // 4 -> 3 CTAs per SM (75 registers at 3 bf16 vectors), on rows long enough for the
-          // occupancy to matter more than one L2 round trip.
-          constexpr int kN = decltype(n)::value;
-          constexpr bool kEarly = kV3 && kN <= 2;
-          if (a.norm_before_gate)
-            launch(rms_norm_gated_regs_kernel<Tx, Tw, kN, kEarly, true>);
-          else
-            launch(rms_norm_gated_regs_kernel<Tx, Tw, kN, kEarly, false>);
+                static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps,
+                a.norm_before_gate);
+          } else {
+            auto launch = [&](auto kernel) {
+              kernel<<<blocks, kThreads, 0, stream>>>(
+                  a.x.data_as<const Tx>(), a.x.stride(0), a.z.data_as<const Tx>(), a.z.stride(0),
+                  a.weight.data_as<const Tw>(), a.out.data_as<Tx>(), a.out.stride(0), T,
+                  static_cast<int>(G), static_cast<int>(gs), shape.team, shared_weight, a.eps);
+            };
+            if (a.norm_before_gate)
+              launch(rms_norm_gated_long_kernel<Tx, Tw, kN, true>);
+            else
+              launch(rms_norm_gated_long_kernel<Tx, Tw, kN, false>);
+          }
         });
       } else {
         const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(G));

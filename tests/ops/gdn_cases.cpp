@@ -886,12 +886,12 @@ void add_gdn_cases(CaseList& cases) {
       make_unique<PrepStepCase>(Heads{1, 2, 256, 64}, std::vector<int>{1, -1, 0}, 2, bf16, f32));
 
   // Written for decode v6 (.cuda_bulk: 1-D bulk copies, a grid sweep; measured no faster in
-  // session 5 and kept on branch next/decode-bulk), kept as coverage of large batches: f32 activations at K = V = 128 (v values: one 32-byte bulk copy; q, k:
-  // 512-byte rows) over 250 one-token sequences (f32 pool: 16000 items, ~10 a warp at 1584 warps,
-  // so every stage's barrier passes several phases and its parity flips; bf16 pool: 8000 items;
-  // 250 is no multiple of the warps: the last sweep is partial) with padding slots (0 bytes
-  // armed) and sequences without an initial state (0 state bytes, q / k / v bytes armed), and a
-  // shuffled pool with unused rows.
+  // session 5 and kept on branch next/decode-bulk), kept as coverage of large batches: f32
+  // activations at K = V = 128 (v values: one 32-byte bulk copy; q, k: 512-byte rows) over 250
+  // one-token sequences (f32 pool: 16000 items, ~10 a warp at 1584 warps, so every stage's barrier
+  // passes several phases and its parity flips; bf16 pool: 8000 items; 250 is no multiple of the
+  // warps: the last sweep is partial) with padding slots (0 bytes armed) and sequences without an
+  // initial state (0 state bytes, q / k / v bytes armed), and a shuffled pool with unused rows.
   for (DType st : {f32, bf16}) {
     Batch b{std::vector<int>(250, 1), std::vector<int>(250), {}, 260};
     for (int n = 0; n < 250; ++n) {
@@ -976,8 +976,9 @@ void add_gdn_cases(CaseList& cases) {
       cases.push_back(make_unique<PrepStepCase>(next, slots, 66, bf16, st));
   }
 
-  // Written for decode v6 (gdn_prep_step.cuda_bulk, on next/decode-bulk): 200 sequences at K = V = 128 with 4 value heads, f32
-  // conv_out (v: 32-byte bulk copies, q / k rows 512 bytes), both pools, padding slots.
+  // Written for decode v6 (gdn_prep_step.cuda_bulk, on next/decode-bulk): 200 sequences at K = V =
+  // 128 with 4 value heads, f32 conv_out (v: 32-byte bulk copies, q / k rows 512 bytes), both
+  // pools, padding slots.
   {
     std::vector<int> slots(200);
     for (int n = 0; n < 200; ++n) slots[n] = n % 27 == 11 ? -1 : (n * 89) % 210;
