@@ -152,6 +152,26 @@ if section profile; then
   prof_one ssm_out v6_out_kernel "$M"
   prof_one gdn_decode gdn_warp_kernel "$R"
   prof_one lm_head gemv_v5_kernel "$L"
+  # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
+  # reaches 98% of copy against our 85%; mamba_ssm's chunk scan). Needs the peers' wheels and
+  # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch
+  # after ncu's kernel filter (compare_peers runs the shapes in order; FLA decode B 1 comes first,
+  # so --launch-skip picks B 256's: 2 launches of each of B 1 and B 64 before it, warm-up included,
+  # may need adjusting from the log's launch list).
+  prof_peer() {  # LABEL KERNEL-REGEX ONLY [NCU-ARGS]
+    local label=$1 kern=$2 only=$3
+    shift 3
+    [[ -z "${PROFILE_ONLY:-}" || ",$PROFILE_ONLY," == *",$label,"* ]] || return 0
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site
+    timeout 200 $NCU -k "regex:$kern" -c 1 "$@" --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section LaunchStats python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so \
+      --mamba-src .mamba-src --only "$only" > "$OUT/ncu_$label.txt" 2>&1
+    echo "ncu $label: rc $? $(grep -E 'Duration|Achieved Occupancy|DRAM Throughput' "$OUT/ncu_$label.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
+  }
+  prof_peer fla_decode fused_recurrent gdn_decode --launch-skip 4
+  prof_peer mamba_chunk_scan _chunk_scan_fwd ssm_prefill
 fi
 if section sanitizers; then
   # One op per run (the GDN / SSM ops together took more than 100 s under memcheck), the GDN and
