@@ -306,49 +306,59 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const bf16* kn = static_cast<const bf16*>(p.kn);
   bf16* vnew = static_cast<bf16*>(p.vnew);
   bf16* h = static_cast<bf16*>(p.h);
-  // Chunk cs of this sequence: W rows (16 x 16 bytes each), the U slice (SL / 8 x 16 bytes per
-  // row) and γ into ring buffer bw; K̂ rows into buffer bk; rows past L zero-filled (their source
-  // address clamped to row L − 1). No commit (the caller groups the copies).
-  auto copy_wu = [&](int cs, int bw) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* ws = Ws + bw * kC * kWP;
-    bf16* us = Us + bw * kC * kUP;
-    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
-      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
-      const int64_t t = t0 + min(i, L - 1);
-      cp_async16(ws + i * kWP + c8, w + (t * p.Hv + hv) * kD + c8, i < L ? 16 : 0);
-    }
-    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
-      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
-      const int64_t t = t0 + min(i, L - 1);
-      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
-    }
-    if (tid < kC)
-      cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
-                tid < L ? 4 : 0);
-  };
-  auto copy_k = [&](int cs, int bk) {
-    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* ks = Ks + bk * kC * kWP;
-    for (int e = tid; e < kC * (kD / 8); e += blockDim.x) {
-      const int i = e / (kD / 8), c8 = 8 * (e % (kD / 8));
-      const int64_t t = t0 + min(i, L - 1);
-      cp_async16(ks + i * kWP + c8, kn + (t * p.Hk + hk) * kD + c8, i < L ? 16 : 0);
+  // A [kC][kPieces · 8] bf16 tile of chunk rows into shared memory (row stride dst_stride), by
+  // 16-byte cp.async pieces: thread tid copies piece tid % kPieces of rows tid / kPieces + kRows·k
+  // (kRows = 128 / kPieces rows per pass of the block). Those are the (row, piece) pairs of a loop
+  // e = tid, tid + 128, .. over kC·kPieces pieces, written as one base address plus per-pass
+  // strides: ncu's source page (session 5, run M) showed that loop, with blockDim.x as its step,
+  // at ~31 instructions per 16-byte copy and ~52% of the spine's instructions. src0 points at
+  // row t0's first element; row i is src0 + i·t_stride. Rows i >= L are zero-filled (source
+  // clamped to row L − 1); a full chunk (L = kC, all but a sequence's last) takes no clamp.
+  auto copy_tile = [&](auto pieces, bf16* dst, int dst_stride, const bf16* src0, int64_t t_stride,
+                       int L) {
+    constexpr int kPieces = decltype(pieces)::value, kRows = 128 / kPieces;
+    static_assert(128 % kPieces == 0 && kC % kRows == 0, "whole passes of the 128 threads");
+    const int row = tid / kPieces, col = 8 * (tid % kPieces);
+    bf16* d = dst + row * dst_stride + col;
+    if (L == kC) {
+      const bf16* src = src0 + row * t_stride + col;
+#pragma unroll
+      for (int k = 0; k < kC / kRows; ++k)
+        cp_async16(d + k * kRows * dst_stride, src + k * kRows * t_stride, 16);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kC / kRows; ++k) {
+        const int i = row + k * kRows;
+        cp_async16(d + k * kRows * dst_stride, src0 + min(i, L - 1) * t_stride + col,
+                   i < L ? 16 : 0);
+      }
     }
   };
-
-  // CL: U slice and γ of chunk cs into ring buffer bw (cp.async, no commit).
+  using RowPieces = std::integral_constant<int, kD / 8>;    // W, K̂ rows: 16 pieces
+  using SlicePieces = std::integral_constant<int, SL / 8>;  // U slice rows: 2 or 4 pieces
+  const int64_t tv_stride = (int64_t)p.Hv * kD, tk_stride = (int64_t)p.Hk * kD;
+  // Chunk cs of this sequence: W rows and γ into ring buffer bw (CL: U slice and γ only, W comes
+  // by multicast); the U slice (SL / 8 x 16 bytes per row) too. No commit (the caller groups the
+  // copies).
   auto copy_u = [&](int cs, int bw) {
     const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
-    bf16* us = Us + bw * kC * kUP;
-    for (int e = tid; e < kC * (SL / 8); e += blockDim.x) {
-      const int i = e / (SL / 8), c8 = 8 * (e % (SL / 8));
-      const int64_t t = t0 + min(i, L - 1);
-      cp_async16(us + i * kUP + c8, u + (t * p.Hv + hv) * kD + v0 + c8, i < L ? 16 : 0);
-    }
+    copy_tile(SlicePieces{}, Us + bw * kC * kUP, kUP, u + ((int64_t)t0 * p.Hv + hv) * kD + v0,
+              tv_stride, L);
     if (tid < kC)
       cp_async4(gs + bw * kC + tid, p.gamma + (int64_t)(t0 + min(tid, L - 1)) * p.Hv + hv,
                 tid < L ? 4 : 0);
+  };
+  auto copy_wu = [&](int cs, int bw) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    copy_tile(RowPieces{}, Ws + bw * kC * kWP, kWP, w + ((int64_t)t0 * p.Hv + hv) * kD, tv_stride,
+              L);
+    copy_u(cs, bw);
+  };
+  // K̂ rows of chunk cs into buffer bk.
+  auto copy_k = [&](int cs, int bk) {
+    const int t0 = bos + cs * kC, L = min(kC, len - cs * kC);
+    copy_tile(RowPieces{}, Ks + bk * kC * kWP, kWP, kn + ((int64_t)t0 * p.Hk + hk) * kD, tk_stride,
+              L);
   };
   // CL: this block's 64 / CZ rows of chunk cs's W (is_k = false) or K̂ tile to all blocks of the
   // cluster, and this block's own barrier armed for the 64 rows.
@@ -468,12 +478,17 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       cp_commit();  // B_cs
     }
 
-    // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store.
-    bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
-    for (int e = tid; e < (local || FO ? 0 : SL * (kD / 8)); e += blockDim.x) {
-      const int v = e / (kD / 8), c8 = 8 * (e % (kD / 8));
-      *reinterpret_cast<uint4*>(hc + v * kD + c8) =
-          *reinterpret_cast<const uint4*>(Sb + v * kWP + c8);
+    // h[c] rows v0..v0+SL−1 = Sb, 16 bytes per store: thread tid stores piece tid % 16 of rows
+    // tid / 16 + 8k (copy_tile's mapping).
+    if (!(local || FO)) {
+      bf16* hc = h + ((int64_t)c * p.Hv + hv) * kD * kD + (int64_t)v0 * kD;
+      const int row = tid / (kD / 8), col = 8 * (tid % (kD / 8));
+#pragma unroll
+      for (int k = 0; k < SL / (128 / (kD / 8)); ++k) {
+        const int v = row + k * (128 / (kD / 8));
+        *reinterpret_cast<uint4*>(hc + v * kD + col) =
+            *reinterpret_cast<const uint4*>(Sb + v * kWP + col);
+      }
     }
 
     const bf16* ws = Ws + bw * kC * kWP;
