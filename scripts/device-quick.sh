@@ -46,6 +46,7 @@ fi
 if section fallbacks; then
   # The switches under today's defaults whose variants changed last (session 5): attn_prefill's
   # fa2b under fa2c, and linear_q v5 on every shape (the older layers: fallbacks_old).
+  test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
 fi
@@ -95,7 +96,7 @@ if section variants; then
   # several switches joined by commas).
   # VARIANTS (pairs joined by ';') replaces the list.
   IFS=';' read -ra pairs <<< "${VARIANTS:-}"
-  ((${#pairs[@]})) || pairs=("HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
+  ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
     "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
     "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
@@ -150,7 +151,7 @@ if section profile; then
   prof_one gdn_stage3 output_tc_kernel "$G"
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
-  prof_one gdn_decode gdn_warp_kernel "$R"
+  prof_one gdn_decode gdn_tile_kernel "$R"
   prof_one lm_head gemv_v5_kernel "$L"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 85%; mamba_ssm's chunk scan). Needs the peers' wheels and

@@ -1608,6 +1608,223 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+// ---- gdn_recurrent.cuda_tile (decode v7) ------------------------------------------------------
+//
+// One warp per (sequence n, value head hv, tile of kTileRows = 8 value rows), the tile's state
+// S [8, 128] f32 in registers for the whole sequence: lane l owns columns 4l..4l+3 of the 8 rows
+// (32 floats; each row is one coalesced 512-byte warp access), q̂ and k̂ columns 4l..4l+3. Blocks
+// of 4 warps (4 tiles of one head; 1 warp when the grid has fewer than 4 tiles per SM), grid
+// (Hv·V / 32, N): at B 256, Hv 32 that is 131072 warps, each putting 4 KiB (f32 pool) of loads in
+// flight before any arithmetic. 72 registers (sm_90a; the one spill, 4-12 bytes, is outside the
+// token loop; at 64 registers it spilled inside it): 7 blocks, 28 warps, ~112 KiB in flight per
+// SM against the warp kernels' 64-96 KiB. This is the shape of flash-linear-attention's
+// fused_recurrent (a small [K, BV] state tile per program, held in registers, many programs),
+// which reached 98% of the copy ceiling at B 256 in session 4, where the item-streaming warp
+// kernels stay at 84-86%.
+// Per token, as gdn_warp_kernel: sk = S·k̂ and sq = S·q̂ of the old S, then
+//   u = β (v − α sk),   o = α sq + u (k̂·q̂),   S ← α S + u k̂ᵀ.
+// The 16 sums (sk, sq of 8 rows) reduce over the warp in 16 shuffles by halving (xor 16 splits sk
+// from sq as each row's sums are formed, xor 8 / 4 / 2 split the rows, xor 1 completes): lane l
+// then holds the sum of kind bit 4 (0: sk, 1: sq) for row 4·bit3 + 2·bit2 + bit1. u goes from the
+// sk lane to its sq partner (xor 16) for the output and to every lane (8 shuffles) for the rank-1
+// update; k̂·q̂ and the L2 norms are plain butterflies. 35 shuffles per token (45 with the L2 norms)
+// instead of 85.
+constexpr int kTileRows = 8;
+constexpr int kTileWarps = 4;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The lane holding row r's sk after tile_reduce (bit 4 = 0, bit 0 = 0).
+__device__ __forceinline__ int tile_sk_lane(int r) {
+  return ((r >> 2) & 1) << 3 | ((r >> 1) & 1) << 2 | (r & 1) << 1;
+}
+
+// The first halving step for one row: this lane's partial sums sk, sq of the row; lanes with
+// bit 4 = 0 keep sk and add their partner's (xor 16), lanes with bit 4 = 1 keep sq. Done per row
+// as the partial sums are formed, so that only 8 of the 16 values are ever live.
+__device__ __forceinline__ float tile_split(float sk, float sq, int lane) {
+  const bool b4 = lane & 16;
+  return (b4 ? sq : sk) + __shfl_xor_sync(0xffffffffu, b4 ? sk : sq, 16);
+}
+
+// The other halving steps over a8 (tile_split's results for rows 0..7): returns the warp total
+// of sk (lane bit 4 = 0) or sq (bit 4 = 1) for row 4·bit3 + 2·bit2 + bit1 of this lane.
+__device__ __forceinline__ float tile_reduce(const float (&a8)[kTileRows], int lane) {
+  const bool b3 = lane & 8, b2 = lane & 4, b1 = lane & 2;
+  float a4[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float send = b3 ? a8[i] : a8[4 + i], keep = b3 ? a8[4 + i] : a8[i];
+    a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  float a2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float send = b2 ? a4[i] : a4[2 + i], keep = b2 ? a4[2 + i] : a4[i];
+    a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+  const float send = b1 ? a2[0] : a2[1], keep = b1 ? a2[1] : a2[0];
+  const float a1 = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  return a1 + __shfl_xor_sync(0xffffffffu, a1, 1);
+}
+
+// Four consecutive elements of a state row (16 bytes f32, 8 bytes bf16), streamed (.cs).
+__device__ __forceinline__ void tile_load4(const float* p, float (&r)[4]) {
+  const float4 x = __ldcs(reinterpret_cast<const float4*>(p));
+  r[0] = x.x, r[1] = x.y, r[2] = x.z, r[3] = x.w;
+}
+__device__ __forceinline__ void tile_load4(const __nv_bfloat16* p, float (&r)[4]) {
+  const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
+  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = __bfloat162float(e[i]);
+}
+__device__ __forceinline__ void tile_store4(float* p, const float (&r)[4]) {
+  __stcs(reinterpret_cast<float4*>(p), make_float4(r[0], r[1], r[2], r[3]));
+}
+__device__ __forceinline__ void tile_store4(__nv_bfloat16* p, const float (&r)[4]) {
+  uint2 x;
+  __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) e[i] = __float2bfloat16_rn(r[i]);
+  __stcs(reinterpret_cast<uint2*>(p), x);
+}
+
+template <class X, class S>
+__global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnParams p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tiles_per_head = p.V / kTileRows;
+  const int tile = blockIdx.x * (blockDim.x / 32) + warp;
+  const int hv = tile / tiles_per_head, v0 = (tile % tiles_per_head) * kTileRows;
+  const int n = blockIdx.y, hk = hv / (p.Hv / p.Hk);
+  const int t0 = p.cu_seqlens[n], t1 = p.cu_seqlens[n + 1];
+  const int slot = p.slots[n];
+  X* const out = static_cast<X*>(p.out);
+  const int64_t sp_head = (int64_t)p.V * 128;  // states_per_token [T, Hv, V, 128] row strides
+  if (slot < 0) {  // padding: zero outputs (and per-token states); the pool is not touched
+    for (int t = t0; t < t1; ++t) {
+      if (lane < kTileRows) out[t * p.o_t + hv * p.o_h + v0 + lane] = from_f32<X>(0.0f);
+      if (p.states_per_token) {
+        float* st = p.states_per_token + ((int64_t)t * p.Hv + hv) * sp_head + (int64_t)v0 * 128;
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r)
+          *reinterpret_cast<float4*>(st + r * 128 + 4 * lane) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    return;
+  }
+  S* const pool = static_cast<S*>(p.state) + slot * p.st_slot + hv * p.st_head +
+                  (int64_t)v0 * p.st_row + 4 * lane;
+  const int rs = static_cast<int>(p.st_row);  // row stride in elements (check_layout: < 2^31)
+  float s[kTileRows][4];
+  if (!p.has_initial || p.has_initial[n] != 0) {
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) tile_load4(pool + r * rs, s[r]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = 0.0f;
+  }
+  const X* const qb = static_cast<const X*>(p.q) + hk * p.q_h + 4 * lane;
+  const X* const kb = static_cast<const X*>(p.k) + hk * p.k_h + 4 * lane;
+  const X* const vb = static_cast<const X*>(p.v) + hv * p.v_h + v0;
+  const int my_row = (lane >> 3 & 1) * 4 + (lane >> 2 & 1) * 2 + (lane >> 1 & 1);
+  for (int t = t0; t < t1; ++t) {
+    float q[4], k[4];
+    vload<4>(qb + t * p.q_t, q);
+    vload<4>(kb + t * p.k_t, k);
+    const float v_mine = to_f32(vb[t * p.v_t + my_row]);
+    const float alpha = __expf(p.g.at(t, hv)), beta = p.beta.at(t, hv);
+    if (p.l2norm) {
+      const float qr =
+          rsqrtf(warp_sum(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]) + 1e-6f);
+      const float kr =
+          rsqrtf(warp_sum(k[0] * k[0] + k[1] * k[1] + k[2] * k[2] + k[3] * k[3]) + 1e-6f);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[c] *= qr, k[c] *= kr;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) q[c] *= p.scale;
+    const float kq = warp_sum(k[0] * q[0] + k[1] * q[1] + k[2] * q[2] + k[3] * q[3]);
+    float a8[kTileRows];
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r)
+      a8[r] = tile_split(s[r][0] * k[0] + s[r][1] * k[1] + s[r][2] * k[2] + s[r][3] * k[3],
+                         s[r][0] * q[0] + s[r][1] * q[1] + s[r][2] * q[2] + s[r][3] * q[3], lane);
+    const float sum = tile_reduce(a8, lane);                       // sk (bit 4 = 0) or sq of my_row
+    const float u_mine = beta * (v_mine - alpha * sum);            // meaningful on the sk lanes
+    const float u_row = __shfl_xor_sync(0xffffffffu, u_mine, 16);  // the sq lanes' row's u
+    if ((lane & 16) && !(lane & 1))
+      out[t * p.o_t + hv * p.o_h + v0 + my_row] = from_f32<X>(alpha * sum + u_row * kq);
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) {
+      const float u = __shfl_sync(0xffffffffu, u_mine, tile_sk_lane(r));
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[r][c] = alpha * s[r][c] + u * k[c];
+    }
+    if (p.states_per_token) {
+      float* st = p.states_per_token + ((int64_t)t * p.Hv + hv) * sp_head + (int64_t)v0 * 128;
+#pragma unroll
+      for (int r = 0; r < kTileRows; ++r)
+        *reinterpret_cast<float4*>(st + r * 128 + 4 * lane) =
+            make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kTileRows; ++r) tile_store4(pool + r * rs, s[r]);
+}
+
+// What the tile kernel takes: K = 128, V a multiple of 32 (4 tiles of 8 rows per block), q and k
+// rows in 4-element pieces (base 16-byte aligned, strides multiples of 4 elements), a pool whose
+// rows are 4-element pieces too (K contiguous, base 16-byte aligned, strides multiples of 4), at
+// most 65535 sequences (grid y). HYBRID_GDN_DECODE_TILE=0 refuses it (cuda_warp2 runs).
+Reason recurrent_tile_supports(const GdnRecurrent& a) {
+  static const bool off = env_is_zero("HYBRID_GDN_DECODE_TILE");
+  if (off) return std::string("HYBRID_GDN_DECODE_TILE=0");
+  if (Reason r = recurrent_supports(a)) return r;
+  const int64_t K = a.q.size(2), V = a.v.size(2), N = a.state_slots.size(0);
+  if (K != 128) return str("K=", K, ": the tile kernel is for K = 128");
+  if (V % 32 != 0) return str("V=", V, " is not a multiple of 32");
+  if (N > 65535) return str("N=", N, " sequences: more than 65535 (grid y)");
+  auto pieces4 = [](const Tensor& t, int dims) {
+    if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
+    for (int i = 0; i < dims; ++i)
+      if (t.stride(i) % 4 != 0) return false;
+    return true;
+  };
+  if (!pieces4(a.q, 2) || !pieces4(a.k, 2))
+    return std::string("q / k rows must be 16-byte aligned with strides in multiples of 4");
+  if (!pieces4(a.state, 3) || a.state.stride(3) != 1)
+    return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
+  return {};
+}
+
+void recurrent_tile_cuda(const GdnRecurrent& a, Context& ctx) {
+  const GdnParams p = recurrent_params(a);
+  const int64_t N = a.state_slots.size(0);
+  if (N == 0) return;
+  // Blocks of 4 warps; of 1 warp when the grid has fewer tiles than 4 per SM (B 1: 128 tiles at
+  // Hv 32, V 128 go to 128 SMs instead of 32), so that small batches spread their state loads.
+  const int64_t tiles = int64_t{p.Hv} * p.V / kTileRows;
+  const int warps = N * tiles < int64_t{4} * sm_count() ? 1 : kTileWarps;
+  const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(N));
+  auto run = [&](auto x) {  // q / k / v / out f32 or bf16 (check_layout refuses f16)
+    using X = decltype(x);
+    if (a.state.dtype() == DType::bf16)
+      gdn_tile_kernel<X, __nv_bfloat16><<<grid, kTileWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+    else
+      gdn_tile_kernel<X, float><<<grid, kTileWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  if (a.q.dtype() == DType::bf16)
+    run(__nv_bfloat16{});
+  else
+    run(float{});
+}
+
 }  // namespace
 
 void register_gdn(Registry& r) {
@@ -1615,6 +1832,9 @@ void register_gdn(Registry& r) {
   // turns it off), v3 (shared-memory streaming by blocks, bf16 pools); the v2 kernels below stay
   // as fallbacks.
   // v5 (v4 with the v values in the stages and streaming write-back; HYBRID_GDN_DECODE_V5=0).
+  // v7 (one warp per 8-row tile, state in registers; HYBRID_GDN_DECODE_TILE=0).
+  r.add<GdnRecurrent>("gdn_recurrent.cuda_tile", DeviceType::cuda, 4, recurrent_tile_supports,
+                      recurrent_tile_cuda);
   r.add<GdnRecurrent>("gdn_recurrent.cuda_warp2", DeviceType::cuda, 3, recurrent_warp2_supports,
                       recurrent_warp2_cuda);
   r.add<GdnPrepStep>("gdn_prep_step.cuda_warp2", DeviceType::cuda, 3, prep_step_warp2_supports,
