@@ -15,8 +15,12 @@
 //   K/V [num_pages, page_size, Hkv, D] -> the paged container [num_pages, Hkv, page_size, D] with
 //       strides (s_page, s_head, s_row, 1): our memory with the head and row strides swapped.
 //   page_table [N, max_pages] -> [B, 1, max_pages, 1] i32 (one table for K and V), a copy in which
-//       entries outside [0, num_pages) are 0 (cuDNN loads the page of every position below
-//       seq_len_kv, masked or not; ours skip pages outside the window, marked -1 by the engine).
+//       every entry outside the pages the op touches (the contract: [lo_first / page_size,
+//       (seq_lens[n] − 1) / page_size], lo_first = the first key of row 0) is replaced by the
+//       first touched page, and any id outside [0, num_pages) by 0. cuDNN may load the page of
+//       positions it then masks (outside the window, past seq_len_kv in a tile); those entries may
+//       hold -1 or stale ids of freed pages, so they now name a page of this sequence whose rows
+//       were written (finite keys and values: a masked score's P = 0 times a finite V is 0).
 //   seq_len_q [B,1,1,1] = cu[n+1] − cu[n]; seq_len_kv [B,1,1,1] = seq_lens[n]; padding mask on.
 //   causal: diagonal aligned bottom right, right bound 0 (key col <= row + seq_len_kv − seq_len_q
 //   = p); window W > 0: left bound W (keys col > p − W).
@@ -107,15 +111,18 @@ struct PrepParams {
   const int* seq_lens = nullptr;  // [N]
   int32_t* ws = nullptr;          // PrepLayout
   PrepLayout l;
-  int N = 0, max_pages = 0, num_pages = 0;
+  int N = 0, max_pages = 0, num_pages = 0, page_size = 1;
+  int64_t window = 0;        // 0 = full causal
   int64_t q_t = 0, o_t = 0;  // row strides of q and out (elements)
 };
 
 // One pass over the N·max_pages table entries and the N + 1 sequence boundaries:
-//   table[n, j]   = page_table[n, j] if in [0, num_pages), else 0
+//   table[n, j]   = page_table[n, j] for the touched pages j in [first, last] of sequence n
+//                   (first = lo / page_size, lo = the first key row 0 attends to, p0 = len − L:
+//                   0 or max(0, p0 − W + 1); last = (len − 1) / page_size), page_table[n, first]
+//                   elsewhere; 0 for a sequence with no rows or an id outside [0, num_pages)
 //   seq_len_q[n]  = cu[n + 1] − cu[n],  seq_len_kv[n] = seq_lens[n]
-//   ragged_q[n]   = cu[n] · q_t,        ragged_o[n]   = cu[n] · o_t   (n = 0..N; < 2^31,
-//   supports())
+//   ragged_q[n]   = cu[n] · q_t,        ragged_o[n]   = cu[n] · o_t   (n = 0..N, < 2^31)
 __global__ void cudnn_prefill_prep_kernel(PrepParams p) {
   const int64_t entries = static_cast<int64_t>(p.N) * p.max_pages;
   const int64_t total = entries + p.N + 1;
@@ -123,7 +130,16 @@ __global__ void cudnn_prefill_prep_kernel(PrepParams p) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (i < entries) {
       const int64_t n = i / p.max_pages, j = i % p.max_pages;
-      const int page = p.page_table[n * p.pt_s0 + j * p.pt_s1];
+      const int64_t L = p.cu[n + 1] - p.cu[n], len = p.seq_lens[n];
+      int page = 0;
+      if (L > 0 && len > 0) {
+        const int64_t p0 = len - L;  // position of row 0
+        const int64_t lo = p.window > 0 ? max(int64_t{0}, p0 - p.window + 1) : 0;
+        const int64_t first = lo / p.page_size, last = (len - 1) / p.page_size;
+        const int64_t jj = j >= first && j <= last ? j : first;
+        // jj < max_pages for valid seq_lens (<= max_pages · page_size); guarded all the same.
+        if (jj < p.max_pages) page = p.page_table[n * p.pt_s0 + jj * p.pt_s1];
+      }
       p.ws[p.l.table + i] = page >= 0 && page < p.num_pages ? page : 0;
     } else {
       const int64_t n = i - entries;  // 0..N
@@ -447,6 +463,8 @@ void cudnn_run(const AttnPrefill& a, Context& ctx) {
   p.l = l;
   p.N = static_cast<int>(s.N), p.max_pages = static_cast<int>(s.max_pages);
   p.num_pages = static_cast<int>(s.num_pages);
+  p.page_size = static_cast<int>(s.page_size);
+  p.window = s.window;
   p.q_t = s.q_t, p.o_t = s.o_t;
   const int64_t items = s.N * s.max_pages + s.N + 1;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((items + 255) / 256, 1024));
