@@ -87,19 +87,22 @@ enum Uid : int64_t {
 // The workspace prefix the prep kernel fills (int32 each), then cuDNN's workspace at a 256-byte
 // boundary:
 //   table [N, max_pages] | seq_len_q [N] | seq_len_kv [N] | ragged_q [N + 1] | ragged_o [N + 1]
+// Every array starts on a 64-byte boundary: the frontend declares each tensor 16-byte aligned
+// (cudnn_interface.h, setAlignment(16)), and the workspace base is 256-byte aligned.
 struct PrepLayout {
   int64_t table = 0, seq_q = 0, seq_kv = 0, ragged_q = 0, ragged_o = 0;  // int32 offsets
   size_t bytes = 0;                                                      // rounded up to 256
 };
 
 PrepLayout prep_layout(int64_t N, int64_t max_pages) {
+  auto next = [](int64_t start, int64_t count) { return (start + count + 15) / 16 * 16; };
   PrepLayout l;
   l.table = 0;
-  l.seq_q = l.table + N * max_pages;
-  l.seq_kv = l.seq_q + N;
-  l.ragged_q = l.seq_kv + N;
-  l.ragged_o = l.ragged_q + N + 1;
-  const size_t end = static_cast<size_t>(l.ragged_o + N + 1) * sizeof(int32_t);
+  l.seq_q = next(l.table, N * max_pages);
+  l.seq_kv = next(l.seq_q, N);
+  l.ragged_q = next(l.seq_kv, N);
+  l.ragged_o = next(l.ragged_q, N + 1);
+  const size_t end = static_cast<size_t>(next(l.ragged_o, N + 1)) * sizeof(int32_t);
   l.bytes = (end + 255) / 256 * 256;
   return l;
 }
