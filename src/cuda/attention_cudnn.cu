@@ -449,8 +449,8 @@ Reason cudnn_supports(const AttnPrefill& a) {
 void cudnn_run(const AttnPrefill& a, Context& ctx) {
   const Shape s = shape_of(a);
   if (s.T == 0 || s.N == 0 || s.Hq == 0) return;
-  // supports() built (or refused) this shape's plan; a hit here (a run() without supports() builds
-  // it now, outside any capture only).
+  // supports() built (or refused) this shape's plan, so this is a cache hit; a run() reached
+  // without supports() would build it here (outside any capture only).
   const auto plan = find_or_build_plan(ctx.device().index, s);
   if (!plan->graph) fail("[attn_prefill.cudnn] ", plan->error);
   const PrepLayout l = prep_layout(s.N, s.max_pages);
