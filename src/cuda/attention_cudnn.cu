@@ -491,7 +491,13 @@ void cudnn_run(const AttnPrefill& a, Context& ctx) {
       {kUidRaggedQ, prep + l.ragged_q},
       {kUidRaggedO, prep + l.ragged_o},
   };
-  HYBRID_FE_CHECK(plan->graph->execute(handle, pack, ws + l.bytes));
+  try {
+    HYBRID_FE_CHECK(plan->graph->execute(handle, pack, ws + l.bytes));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a frontend exception (cudnnException) as hybrid::Error
+    fail("[attn_prefill.cudnn] cuDNN execute threw: ", e.what());
+  }
 }
 
 }  // namespace
