@@ -22,7 +22,11 @@ OPS=.carry/hybrid-ops
 # A build with -DHYBRID_CUDNN=ON (attn_prefill.cudnn) links libcudnn.so.9 dynamically: where the
 # CUDA install has none, take the one of the pip package nvidia-cudnn-cu13 (torch's).
 if ldd "$OPS" | grep -q 'libcudnn.so.9 => not found'; then
-  cudnn_lib=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+  # nvidia/cudnn/lib in the cu12 wheels; searched anywhere under nvidia/ in case cu13 moved it.
+  cudnn_lib=$(python3 -c 'import glob, os, site, sys
+for r in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
+    hits = sorted(glob.glob(os.path.join(r, "nvidia", "**", "libcudnn.so.9"), recursive=True))
+    if hits: print(os.path.dirname(hits[0])); break' 2>/dev/null)
   if [ -n "$cudnn_lib" ] && [ -e "$cudnn_lib/libcudnn.so.9" ]; then
     export LD_LIBRARY_PATH="$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "libcudnn.so.9 from $cudnn_lib"
