@@ -6,18 +6,30 @@
 # The binaries travel xz-compressed:
 #   scripts/device-carry.sh
 #   (on the GPU machine) tar xJf .carry/bin.tar.xz -C .carry && .carry/hybrid-ops test -b cuda
+# CUDNN=1 builds with -DHYBRID_CUDNN=ON (attn_prefill.cudnn; fetches the frontend headers when
+# they are missing) into build-cudnn instead; the binaries then need libcudnn.so.9 on the GPU
+# machine's loader path (scripts/device-quick.sh finds torch's nvidia-cudnn-cu13 when the CUDA
+# install has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-cmake --build build --parallel "$(nproc)"
+build=build
+cudnn_flag=-DHYBRID_CUDNN=OFF
+if [ "${CUDNN:-0}" = 1 ]; then
+  build=build-cudnn
+  cudnn_flag=-DHYBRID_CUDNN=ON
+  [ -e third_party/cudnn-frontend/include/cudnn_frontend.h ] || scripts/fetch-cudnn-frontend.sh
+fi
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  "$cudnn_flag" >/dev/null
+cmake --build "$build" --parallel "$(nproc)"
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
 rm -rf .carry && mkdir -p .carry
 # The working tree travels with .carry and must stay under 64 MiB: the tracked files are ~23 MB, so
 # the binaries get ~40 MB. CARRY_BINS picks them (default: the ops tool,
 # the unit tests and the C library for compare_peers.py; add `hybrid` for the CLI when one of the
 # others can stay behind).
-declare -A path=([hybrid-ops]=build/tools/hybrid-ops/hybrid-ops [hybrid_unit_tests]=build/tests/hybrid_unit_tests
-                 [libhybrid_c.so]=build/libhybrid_c.so [hybrid]=build/tools/hybrid/hybrid)
+declare -A path=([hybrid-ops]=$build/tools/hybrid-ops/hybrid-ops [hybrid_unit_tests]=$build/tests/hybrid_unit_tests
+                 [libhybrid_c.so]=$build/libhybrid_c.so [hybrid]=$build/tools/hybrid/hybrid)
 bins=(${CARRY_BINS:-hybrid-ops hybrid_unit_tests libhybrid_c.so})
 for b in "${bins[@]}"; do strip -o ".carry/$b" "${path[$b]}"; done
 # xz -9e: its 64 MiB dictionary spans the binaries, which share most of their device code (session

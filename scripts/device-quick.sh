@@ -19,6 +19,21 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
 tar xJf .carry/bin.tar.xz -C .carry || exit 1
 OPS=.carry/hybrid-ops
+# A build with -DHYBRID_CUDNN=ON (attn_prefill.cudnn) links libcudnn.so.9 dynamically: where the
+# CUDA install has none, take the one of the pip package nvidia-cudnn-cu13 (torch's).
+if ldd "$OPS" | grep -q 'libcudnn.so.9 => not found'; then
+  # nvidia/cudnn/lib in the cu12 wheels; searched anywhere under nvidia/ in case cu13 moved it.
+  cudnn_lib=$(python3 -c 'import glob, os, site, sys
+for r in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
+    hits = sorted(glob.glob(os.path.join(r, "nvidia", "**", "libcudnn.so.9"), recursive=True))
+    if hits: print(os.path.dirname(hits[0])); break' 2>/dev/null)
+  if [ -n "$cudnn_lib" ] && [ -e "$cudnn_lib/libcudnn.so.9" ]; then
+    export LD_LIBRARY_PATH="$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "libcudnn.so.9 from $cudnn_lib"
+  else
+    echo "libcudnn.so.9 not found (no nvidia-cudnn-cu13 pip package either): $OPS cannot start"
+  fi
+fi
 start=$(date +%s)
 section() { echo "[t+$(($(date +%s) - start))s] == $1"; [[ ",$SECTIONS," == *",$1,"* ]]; }
 # test_one LABEL LIMIT "ENV=.. ENV=.." OPS: the cases of OPS, TEST_JOBS (default 8) at once
@@ -45,9 +60,12 @@ if section tests; then
 fi
 if section fallbacks; then
   # The switches under today's defaults whose variants changed last (session 5): attn_prefill's
-  # fa2b under fa2c, and linear_q v5 on every shape (the older layers: fallbacks_old).
+  # own fa2c under the cuDNN variant (builds with -DHYBRID_CUDNN=ON; without it the switch changes
+  # nothing), fa2b under fa2c, GDN decode warp2 under the tile kernel, and linear_q v5 on every
+  # shape (the older layers: fallbacks_old).
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent
-  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
+  test_one attn_prefill_fa2c 40 HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill
+  test_one attn_prefill_fa2b 40 "HYBRID_ATTN_PREFILL_CUDNN=0 HYBRID_ATTN_PREFILL_V5=0" attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
 fi
 if section fallbacks_old; then
@@ -62,7 +80,7 @@ if section fallbacks_old; then
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
-  test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
+  test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_CUDNN=0 HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
@@ -99,7 +117,8 @@ if section variants; then
   ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
     "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
-    "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
+    "HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill" "HYBRID_ATTN_PREFILL_CUDNN=0,HYBRID_ATTN_PREFILL_V5=0 attn_prefill"
+    "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
   for pair in "${pairs[@]}"; do
     set -- $pair
     echo "-- $1"
@@ -196,6 +215,9 @@ if section sanitizers; then
     SAN_LIST_ONLY=1
   fi
   if [ -z "${SAN_LIST_ONLY:-}" ]; then
+  # attn_prefill: in a -DHYBRID_CUDNN=ON build the cuDNN variant (and its table-copy kernel) takes
+  # the bf16 / f16 cases; SAN_LIST=memcheck:attn_prefill:60 with HYBRID_ATTN_PREFILL_CUDNN=0 in the
+  # environment checks the own kernels on them.
   san memcheck attn_prefill 60
   san racecheck attn_prefill 90
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step gdn_record \

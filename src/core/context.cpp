@@ -44,6 +44,7 @@ Context::Context(Device device) : device_(device), registry_(&Registry::builtin(
 
 Context::~Context() {
   if (blas_handle_) cuda_api::blas_destroy(blas_handle_);
+  if (dnn_handle_) cuda_api::dnn_destroy(dnn_handle_);
   if (owns_stream_) cuda_api::stream_destroy(stream_);
 }
 
@@ -51,6 +52,12 @@ void* Context::blas_handle() {
   if (!device_.is_cuda()) fail("[context] blas_handle on a ", to_string(device_), " context");
   if (!blas_handle_) blas_handle_ = cuda_api::blas_create(device_.index);
   return blas_handle_;
+}
+
+void* Context::dnn_handle() {
+  if (!device_.is_cuda()) fail("[context] dnn_handle on a ", to_string(device_), " context");
+  if (!dnn_handle_) dnn_handle_ = cuda_api::dnn_create(device_.index);
+  return dnn_handle_;
 }
 
 void Context::set_stream(void* stream) {

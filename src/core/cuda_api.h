@@ -18,6 +18,8 @@ void stream_synchronize(void* stream);
 void set_device(int device);
 void* blas_create(int device);  // cublasLtHandle_t
 void blas_destroy(void* handle) noexcept;
+void* dnn_create(int device);  // cudnnHandle_t; throws in builds without HYBRID_CUDNN
+void dnn_destroy(void* handle) noexcept;
 void memset_async(void* dst, int value, size_t bytes, void* stream);
 void device_name(int device, char* name, size_t capacity);
 size_t device_memory_bytes(int device, size_t* free_bytes);

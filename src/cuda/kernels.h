@@ -18,5 +18,8 @@ void register_moe(Registry& r);
 void register_ssm(Registry& r);
 void register_ssm_chunk(Registry& r);
 void register_gdn_chunk(Registry& r);
+#if HYBRID_HAS_CUDNN
+void register_attention_prefill_cudnn(Registry& r);  // src/cuda/attention_cudnn.cu
+#endif
 
 }  // namespace hybrid::cuda

@@ -43,6 +43,10 @@ void* blas_create(int) {
   no_cuda("cuBLASLt handle");
 }
 void blas_destroy(void*) noexcept {}
+void* dnn_create(int) {
+  no_cuda("cuDNN handle");
+}
+void dnn_destroy(void*) noexcept {}
 void memset_async(void*, int, size_t, void*) {
   no_cuda("device memset");
 }

@@ -12,6 +12,9 @@ void register_cuda_kernels(Registry& r) {
   cuda::register_embed(r);
   cuda::register_conv(r);
   cuda::register_attention(r);
+#if HYBRID_HAS_CUDNN
+  cuda::register_attention_prefill_cudnn(r);  // -DHYBRID_CUDNN=ON: cuDNN's fused SDPA prefill
+#endif
   cuda::register_linear(r);
   cuda::register_quant(r);
   cuda::register_moe(r);

@@ -2,6 +2,10 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#if HYBRID_HAS_CUDNN
+#include <cudnn.h>
+#endif
+
 #include <cstdio>
 
 #include "core/cuda_api.h"
@@ -91,6 +95,26 @@ void* blas_create(int device) {
 void blas_destroy(void* handle) noexcept {
   cublasLtDestroy(static_cast<cublasLtHandle_t>(handle));
 }
+
+#if HYBRID_HAS_CUDNN
+void* dnn_create(int device) {
+  set_device(device);
+  cudnnHandle_t h = nullptr;
+  const cudnnStatus_t s = cudnnCreate(&h);
+  if (s != CUDNN_STATUS_SUCCESS) fail("[cuda] cudnnCreate failed: ", cudnnGetErrorString(s));
+  return h;
+}
+
+void dnn_destroy(void* handle) noexcept {
+  cudnnDestroy(static_cast<cudnnHandle_t>(handle));
+}
+#else
+void* dnn_create(int) {
+  fail("[cuda] a cuDNN handle asked for, but hybrid was built without cuDNN (-DHYBRID_CUDNN=ON)");
+}
+
+void dnn_destroy(void*) noexcept {}
+#endif
 
 void memset_async(void* dst, int value, size_t bytes, void* stream) {
   HYBRID_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, cuda::as_stream(stream)));

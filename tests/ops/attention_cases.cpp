@@ -671,6 +671,28 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_prefill.cudnn (-DHYBRID_CUDNN=ON; cuDNN's ragged Q/O, paged K/V, bottom-right causal and
+  // padding masks) takes the bf16 / f16 cases above; these add: GQA 8 at D 128 over cached
+  // prefixes of different lengths in one batch (a sequence of one new token, another whose
+  // prefix ends mid-page), no window; f16 at D 256 with a window of 128 (pages before it -1, so
+  // the clamped table copy reads page 0 there) beside a sequence shorter than the window; and
+  // unwritten cache rows as NaN with stale page ids past each sequence (cuDNN must not let keys
+  // past seq_len_kv or outside the window reach P·V, as the own kernels do not).
+  {
+    auto c = make(Mode::prefill, {700, 33, 1, 260}, gqa8, 16, bf16, bf16);
+    c->news = {500, 33, 1, 4};
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {600, 90}, Shape{16, 2, 256}, 64, f16, f16);
+    c->news = {600, 31};
+    c->window = 128;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {333, 70}, Shape{16, 2, 256}, 16, bf16, bf16);
+    c->news = {200, 70};
+    c->window = 100;
+    c->spare_cols = 3, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+  }
+
   // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
   // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
   // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a

@@ -58,6 +58,10 @@ class Context {
   // The cuBLASLt handle of a CUDA context (cublasLtHandle_t as void*), created on first use and
   // destroyed with the context. Create it before a CUDA-graph capture (call this once).
   void* blas_handle();
+  // The cuDNN handle of a CUDA context (cudnnHandle_t as void*), created on first use and
+  // destroyed with the context; only in builds with HYBRID_CUDNN (attn_prefill.cudnn), others
+  // throw. Create it before a CUDA-graph capture (the first attn_prefill call does).
+  void* dnn_handle();
 
   // The kernels ops dispatch to (default: Registry::builtin()).
   const Registry& registry() const { return *registry_; }
@@ -68,6 +72,7 @@ class Context {
   void* stream_ = nullptr;
   bool owns_stream_ = false;
   void* blas_handle_ = nullptr;
+  void* dnn_handle_ = nullptr;
   Buffer workspace_;
   Options options_;
   LogLevel log_level_ = LogLevel::warn;
