@@ -1694,14 +1694,18 @@ __device__ __forceinline__ void tile_store4(__nv_bfloat16* p, const float (&r)[4
   __stcs(reinterpret_cast<uint2*>(p), x);
 }
 
-template <class X, class S>
+// kPrep (gdn_prep_step.cuda_tile): one token per sequence (t = n) read from the packed conv
+// output row [q (Hk·K) | k (Hk·K) | v (Hv·V)], q̂ = w_q ⊙ q · rsqrt(mean(q²) + eps) (k̂ likewise),
+// α = exp(−exp(A_log)·softplus(a + dt_bias)), β = sigmoid(b), scale 1: gdn_warp_kernel's prep
+// expressions in its order.
+template <class X, class S, bool kPrep = false>
 __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_per_head = p.V / kTileRows;
   const int tile = blockIdx.x * (blockDim.x / 32) + warp;
   const int hv = tile / tiles_per_head, v0 = (tile % tiles_per_head) * kTileRows;
   const int n = blockIdx.y, hk = hv / (p.Hv / p.Hk);
-  const int t0 = p.cu_seqlens[n], t1 = p.cu_seqlens[n + 1];
+  const int t0 = kPrep ? n : p.cu_seqlens[n], t1 = kPrep ? n + 1 : p.cu_seqlens[n + 1];
   const int slot = p.slots[n];
   X* const out = static_cast<X*>(p.out);
   const int64_t sp_head = (int64_t)p.V * 128;  // states_per_token [T, Hv, V, 128] row strides
@@ -1728,17 +1732,42 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
 #pragma unroll
     for (int r = 0; r < kTileRows; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = 0.0f;
   }
-  const X* const qb = static_cast<const X*>(p.q) + hk * p.q_h + 4 * lane;
-  const X* const kb = static_cast<const X*>(p.k) + hk * p.k_h + 4 * lane;
-  const X* const vb = static_cast<const X*>(p.v) + hv * p.v_h + v0;
+  // Token rows of gdn_recurrent (unused by kPrep, whose rows come from conv_out).
+  const X* const qb = kPrep ? nullptr : static_cast<const X*>(p.q) + hk * p.q_h + 4 * lane;
+  const X* const kb = kPrep ? nullptr : static_cast<const X*>(p.k) + hk * p.k_h + 4 * lane;
+  const X* const vb = kPrep ? nullptr : static_cast<const X*>(p.v) + hv * p.v_h + v0;
   const int my_row = (lane >> 3 & 1) * 4 + (lane >> 2 & 1) * 2 + (lane >> 1 & 1);
   for (int t = t0; t < t1; ++t) {
-    float q[4], k[4];
-    vload<4>(qb + t * p.q_t, q);
-    vload<4>(kb + t * p.k_t, k);
-    const float v_mine = to_f32(vb[t * p.v_t + my_row]);
-    const float alpha = __expf(p.g.at(t, hv)), beta = p.beta.at(t, hv);
-    if (p.l2norm) {
+    float q[4], k[4], v_mine, alpha, beta;
+    if constexpr (kPrep) {
+      const X* const row = static_cast<const X*>(p.q) + t * p.q_t;  // conv_out row t
+      float xq[4], xk[4];
+      vload<4>(row + hk * 128 + 4 * lane, xq);
+      vload<4>(row + (p.Hk + hk) * 128 + 4 * lane, xk);
+      v_mine = to_f32(row[2 * p.Hk * 128 + hv * p.V + v0 + my_row]);
+      float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        q[c] = p.q_norm.at(hk, 4 * lane + c), k[c] = p.k_norm.at(hk, 4 * lane + c);
+        qq += xq[c] * xq[c], kk += xk[c] * xk[c];
+        q[c] *= xq[c], k[c] *= xk[c];
+      }
+      const float inv_k = __frcp_rn(128.0f);
+      const float qr = rsqrtf(warp_sum(qq) * inv_k + p.eps);
+      const float kr = rsqrtf(warp_sum(kk) * inv_k + p.eps);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[c] *= qr, k[c] *= kr;
+      const float x = p.a_raw.at(t, hv) + p.dt_bias.at(hv);
+      const float softplus = x > 20.0f ? x : log1pf(__expf(x));
+      alpha = __expf(-__expf(p.A_log.at(hv)) * softplus);
+      beta = __frcp_rn(1.0f + __expf(-p.b_raw.at(t, hv)));
+    } else {
+      vload<4>(qb + t * p.q_t, q);
+      vload<4>(kb + t * p.k_t, k);
+      v_mine = to_f32(vb[t * p.v_t + my_row]);
+      alpha = __expf(p.g.at(t, hv)), beta = p.beta.at(t, hv);
+    }
+    if (!kPrep && p.l2norm) {
       const float qr =
           rsqrtf(warp_sum(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]) + 1e-6f);
       const float kr =
@@ -1746,8 +1775,10 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
 #pragma unroll
       for (int c = 0; c < 4; ++c) q[c] *= qr, k[c] *= kr;
     }
+    if constexpr (!kPrep) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) q[c] *= p.scale;
+      for (int c = 0; c < 4; ++c) q[c] *= p.scale;
+    }
     const float kq = warp_sum(k[0] * q[0] + k[1] * q[1] + k[2] * q[2] + k[3] * q[3]);
     float a8[kTileRows];
 #pragma unroll
@@ -1765,7 +1796,7 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
 #pragma unroll
       for (int c = 0; c < 4; ++c) s[r][c] = alpha * s[r][c] + u * k[c];
     }
-    if (p.states_per_token) {
+    if (!kPrep && p.states_per_token) {
       float* st = p.states_per_token + ((int64_t)t * p.Hv + hv) * sp_head + (int64_t)v0 * 128;
 #pragma unroll
       for (int r = 0; r < kTileRows; ++r)
@@ -1802,27 +1833,60 @@ Reason recurrent_tile_supports(const GdnRecurrent& a) {
   return {};
 }
 
-void recurrent_tile_cuda(const GdnRecurrent& a, Context& ctx) {
-  const GdnParams p = recurrent_params(a);
-  const int64_t N = a.state_slots.size(0);
+// Launches gdn_tile_kernel<X, S, kPrep> over N sequences (X: q / k / v, or conv_out; f32 or
+// bf16: check_layout refuses f16).
+template <bool kPrep>
+void launch_tile(const GdnParams& p, int64_t N, DType x_dtype, DType state_dtype, Context& ctx) {
   if (N == 0) return;
   // Blocks of 4 warps; of 1 warp when the grid has fewer tiles than 4 per SM (B 1: 128 tiles at
   // Hv 32, V 128 go to 128 SMs instead of 32), so that small batches spread their state loads.
   const int64_t tiles = int64_t{p.Hv} * p.V / kTileRows;
   const int warps = N * tiles < int64_t{4} * sm_count() ? 1 : kTileWarps;
   const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(N));
-  auto run = [&](auto x) {  // q / k / v / out f32 or bf16 (check_layout refuses f16)
+  auto run = [&](auto x) {
     using X = decltype(x);
-    if (a.state.dtype() == DType::bf16)
-      gdn_tile_kernel<X, __nv_bfloat16><<<grid, kTileWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+    if (state_dtype == DType::bf16)
+      gdn_tile_kernel<X, __nv_bfloat16, kPrep><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
     else
-      gdn_tile_kernel<X, float><<<grid, kTileWarps * 32, 0, as_stream(ctx.stream())>>>(p);
+      gdn_tile_kernel<X, float, kPrep><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  if (a.q.dtype() == DType::bf16)
+  if (x_dtype == DType::bf16)
     run(__nv_bfloat16{});
   else
     run(float{});
+}
+
+void recurrent_tile_cuda(const GdnRecurrent& a, Context& ctx) {
+  launch_tile<false>(recurrent_params(a), a.state_slots.size(0), a.q.dtype(), a.state.dtype(), ctx);
+}
+
+// gdn_prep_step.cuda_tile: what gdn_prep_step's warp kernels take (prep_supports, vectorizable norm
+// weights) at K = 128 and V a multiple of 32, conv_out rows 16-byte aligned (its q / k pieces are
+// 4-element vectors), at most 65535 sequences; HYBRID_GDN_DECODE_TILE=0 refuses it.
+Reason prep_step_tile_supports(const GdnPrepStep& a) {
+  static const bool off = env_is_zero("HYBRID_GDN_DECODE_TILE");
+  if (off) return std::string("HYBRID_GDN_DECODE_TILE=0");
+  if (Reason r = prep_supports(a)) return r;
+  if (Reason r = norm_weights_vectorizable(a)) return r;
+  const int64_t K = a.q_norm_weight.size(1), V = a.y.size(2), N = a.state_slots.size(0);
+  if (K != 128) return str("K=", K, ": the tile kernel is for K = 128");
+  if (V % 32 != 0) return str("V=", V, " is not a multiple of 32");
+  if (N > 65535) return str("N=", N, " sequences: more than 65535 (grid y)");
+  if (reinterpret_cast<uintptr_t>(a.conv_out.data()) % 16 != 0 || a.conv_out.stride(0) % 4 != 0)
+    return std::string("conv_out rows must be 16-byte aligned with a row stride in multiples of 4");
+  if (reinterpret_cast<uintptr_t>(a.state.data()) % 16 != 0 || a.state.stride(0) % 4 != 0 ||
+      a.state.stride(1) % 4 != 0 || a.state.stride(2) % 4 != 0)
+    return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
+  return {};
+}
+
+void prep_step_tile_cuda(const GdnPrepStep& a, Context& ctx) {
+  GdnParams p;
+  prep_params(a, p);
+  p.cu_seqlens = nullptr;
+  p.slots = a.state_slots.data_as<const int>();
+  launch_tile<true>(p, a.state_slots.size(0), a.conv_out.dtype(), a.state.dtype(), ctx);
 }
 
 }  // namespace
@@ -1835,6 +1899,8 @@ void register_gdn(Registry& r) {
   // v7 (one warp per 8-row tile, state in registers; HYBRID_GDN_DECODE_TILE=0).
   r.add<GdnRecurrent>("gdn_recurrent.cuda_tile", DeviceType::cuda, 4, recurrent_tile_supports,
                       recurrent_tile_cuda);
+  r.add<GdnPrepStep>("gdn_prep_step.cuda_tile", DeviceType::cuda, 4, prep_step_tile_supports,
+                     prep_step_tile_cuda);
   r.add<GdnRecurrent>("gdn_recurrent.cuda_warp2", DeviceType::cuda, 3, recurrent_warp2_supports,
                       recurrent_warp2_cuda);
   r.add<GdnPrepStep>("gdn_prep_step.cuda_warp2", DeviceType::cuda, 3, prep_step_warp2_supports,
