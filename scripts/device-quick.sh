@@ -47,6 +47,7 @@ if section fallbacks; then
   # The switches under today's defaults whose variants changed last (session 5): attn_prefill's
   # fa2b under fa2c, and linear_q v5 on every shape (the older layers: fallbacks_old).
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step
+  test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
 fi
@@ -96,7 +97,7 @@ if section variants; then
   # several switches joined by commas).
   # VARIANTS (pairs joined by ';') replaces the list.
   IFS=';' read -ra pairs <<< "${VARIANTS:-}"
-  ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
+  ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_SSM_STEP_TILE=0 ssm_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
     "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
     "HYBRID_ATTN_PREFILL_V5=0 attn_prefill" "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
