@@ -64,6 +64,7 @@ if section fallbacks; then
   # nothing), fa2b under fa2c, GDN decode warp2 under the tile kernel, and linear_q v5 on every
   # shape (the older layers: fallbacks_old).
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step
+  test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_fa2c 40 HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill
   test_one attn_prefill_fa2b 40 "HYBRID_ATTN_PREFILL_CUDNN=0 HYBRID_ATTN_PREFILL_V5=0" attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
@@ -114,7 +115,7 @@ if section variants; then
   # several switches joined by commas).
   # VARIANTS (pairs joined by ';') replaces the list.
   IFS=';' read -ra pairs <<< "${VARIANTS:-}"
-  ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
+  ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_SSM_STEP_TILE=0 ssm_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
     "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
     "HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill" "HYBRID_ATTN_PREFILL_CUDNN=0,HYBRID_ATTN_PREFILL_V5=0 attn_prefill"

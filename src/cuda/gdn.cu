@@ -55,6 +55,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/mma.cuh"
+#include "cuda/state_tile.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/gdn.h"
 
@@ -1632,12 +1633,6 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 constexpr int kTileRows = 8;
 constexpr int kTileWarps = 4;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // The lane holding row r's sk after tile_reduce (bit 4 = 0, bit 0 = 0).
 __device__ __forceinline__ int tile_sk_lane(int r) {
   return ((r >> 2) & 1) << 3 | ((r >> 1) & 1) << 2 | (r & 1) << 1;
@@ -1670,28 +1665,6 @@ __device__ __forceinline__ float tile_reduce(const float (&a8)[kTileRows], int l
   const float send = b1 ? a2[0] : a2[1], keep = b1 ? a2[1] : a2[0];
   const float a1 = keep + __shfl_xor_sync(0xffffffffu, send, 2);
   return a1 + __shfl_xor_sync(0xffffffffu, a1, 1);
-}
-
-// Four consecutive elements of a state row (16 bytes f32, 8 bytes bf16), streamed (.cs).
-__device__ __forceinline__ void tile_load4(const float* p, float (&r)[4]) {
-  const float4 x = __ldcs(reinterpret_cast<const float4*>(p));
-  r[0] = x.x, r[1] = x.y, r[2] = x.z, r[3] = x.w;
-}
-__device__ __forceinline__ void tile_load4(const __nv_bfloat16* p, float (&r)[4]) {
-  const uint2 x = __ldcs(reinterpret_cast<const uint2*>(p));
-  const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) r[i] = __bfloat162float(e[i]);
-}
-__device__ __forceinline__ void tile_store4(float* p, const float (&r)[4]) {
-  __stcs(reinterpret_cast<float4*>(p), make_float4(r[0], r[1], r[2], r[3]));
-}
-__device__ __forceinline__ void tile_store4(__nv_bfloat16* p, const float (&r)[4]) {
-  uint2 x;
-  __nv_bfloat16* e = reinterpret_cast<__nv_bfloat16*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) e[i] = __float2bfloat16_rn(r[i]);
-  __stcs(reinterpret_cast<uint2*>(p), x);
 }
 
 // kPrep (gdn_prep_step.cuda_tile): one token per sequence (t = n) read from the packed conv

@@ -38,6 +38,7 @@
 #include "cuda/kernels.h"
 #include "cuda/mma.cuh"
 #include "cuda/ssm_common.cuh"
+#include "cuda/state_tile.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/ssm.h"
 
@@ -998,11 +999,137 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
   launch_rec<Mode::replay>(p, a.state, a.state_slots.size(0), ctx);
 }
 
+// ---- ssm_step.cuda_tile (decode v7) ----------------------------------------------------------
+//
+// gdn_recurrent.cuda_tile's shape for Mamba-2 decode: one warp per (sequence b, head h, tile of
+// 8 state rows p0..p0+7), the tile's h [8, N = 128] f32 in registers (lane l: columns 4l..4l+3 of
+// each row, 8 streamed 16-byte loads of an f32 pool, 8-byte for bf16, all issued before any
+// arithmetic). Blocks of 4 warps (32 rows of one head; 1-warp blocks when the grid has fewer than
+// 4 tiles per SM), grid (H·P / 32, batch); at Mamba2 B 256 (H 80, P 64) that is 163840 warps.
+// Per row p, as the CPU reference and ssm_warp_kernel:
+//   h[p, n] ← dA · h[p, n] + (dt' · x[p]) · B[g, n];   y[p] = (Σ_n h[p, n] C[g, n] + D x[p]) ·
+//   silu(z[p])
+// The 8 row sums reduce over the warp by halving (xor 16 / 8 / 4 split the rows, xor 2 / 1
+// complete: 9 shuffles); lane l then holds row 4·bit4 + 2·bit3 + bit2 and the lanes with
+// l % 4 = 0 write y.
+constexpr int kSsmTileRows = 8;
+constexpr int kSsmTileWarps = 4;
+
+// v8[r]: this lane's partial sums of rows 0..7. Returns the warp total of row
+// 4·bit4 + 2·bit3 + bit2 of this lane.
+__device__ __forceinline__ float ssm_tile_reduce(const float (&v8)[kSsmTileRows], int lane) {
+  const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+  float a4[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float send = b4 ? v8[i] : v8[4 + i], keep = b4 ? v8[4 + i] : v8[i];
+    a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+  float a2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float send = b3 ? a4[i] : a4[2 + i], keep = b3 ? a4[2 + i] : a4[i];
+    a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  const float send = b2 ? a2[0] : a2[1], keep = b2 ? a2[1] : a2[0];
+  float a1 = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  a1 += __shfl_xor_sync(0xffffffffu, a1, 2);
+  return a1 + __shfl_xor_sync(0xffffffffu, a1, 1);
+}
+
+template <class S>
+__global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const RecParams p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tiles_per_head = p.P / kSsmTileRows;
+  const int tile = blockIdx.x * (blockDim.x / 32) + warp;
+  const int h = tile / tiles_per_head, p0 = (tile % tiles_per_head) * kSsmTileRows;
+  const int b = blockIdx.y;
+  const SsmIn& in = p.in;
+  const int slot = p.slots[b];
+  if (slot < 0) {  // padding: y = 0, the pool is not touched
+    if (lane < kSsmTileRows) in.store_y(b, h, p0 + lane, 0.0f);
+    return;
+  }
+  S* const pool =
+      static_cast<S*>(p.state) + slot * p.st_slot + h * p.st_h + (int64_t)p0 * p.st_p + 4 * lane;
+  const int rs = static_cast<int>(p.st_p);  // row stride in elements
+  float s[kSsmTileRows][4];
+#pragma unroll
+  for (int r = 0; r < kSsmTileRows; ++r) tile_load4(pool + r * rs, s[r]);
+  const int g = in.group(h);
+  float Bv[4], Cv[4], x[kSsmTileRows];
+  const int64_t bo = b * in.B.s0 + g * in.B.s1 + 4 * lane,
+                co = b * in.C.s0 + g * in.C.s1 + 4 * lane;
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    Bv[c] = load_any(in.B.p, in.B.dt, bo + c), Cv[c] = load_any(in.C.p, in.C.dt, co + c);
+#pragma unroll
+  for (int r = 0; r < kSsmTileRows; ++r) x[r] = in.x_at(b, h, p0 + r);
+  const float dtp = in.dt_eff(b, h), dA = expf(dtp * in.A(h)), D_h = in.D_skip(h);
+  float acc[kSsmTileRows];
+#pragma unroll
+  for (int r = 0; r < kSsmTileRows; ++r) {
+    const float dtx = dtp * x[r];
+    float a = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      s[r][c] = dA * s[r][c] + dtx * Bv[c];
+      a += s[r][c] * Cv[c];
+    }
+    acc[r] = a;
+  }
+  const float total = ssm_tile_reduce(acc, lane);
+  if ((lane & 3) == 0) {
+    const int row = (lane >> 4 & 1) * 4 + (lane >> 3 & 1) * 2 + (lane >> 2 & 1);
+    in.store_y(b, h, p0 + row, in.finish(total, D_h, in.x_at(b, h, p0 + row), b, h, p0 + row));
+  }
+#pragma unroll
+  for (int r = 0; r < kSsmTileRows; ++r) tile_store4(pool + r * rs, s[r]);
+}
+
+// What the tile kernel takes: N = 128 (a lane's 4 columns), P a multiple of 32 (4 tiles of 8
+// rows per block), a pool with 16-byte aligned rows (N contiguous), B and C rows with unit column
+// stride, at most 65535 sequences (grid y). HYBRID_SSM_STEP_TILE=0 refuses it (cuda_warp2 runs).
+Reason step_tile_supports(const SsmStep& a) {
+  static const bool off = env_is_zero("HYBRID_SSM_STEP_TILE");
+  if (off) return std::string("HYBRID_SSM_STEP_TILE=0");
+  if (Reason r = step_supports(a)) return r;
+  const int64_t N = a.B.size(2), P = a.state.size(2), batch = a.state_slots.size(0);
+  if (N != 128) return str("N=", N, ": the tile kernel is for N = 128");
+  if (P % 32 != 0) return str("P=", P, " is not a multiple of 32");
+  if (batch > 65535) return str("batch=", batch, ": more than 65535 sequences (grid y)");
+  if (!rows_aligned(a.state) || a.state.stride(3) != 1)
+    return std::string("state: rows must be 16-byte aligned with N contiguous");
+  if (a.B.stride(2) != 1 || a.C.stride(2) != 1)
+    return std::string("B, C: unit column stride needed");
+  return {};
+}
+
+void step_tile_cuda(const SsmStep& a, Context& ctx) {
+  RecParams p;
+  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
+                a.dt_max);
+  set_pool(p, a.state);
+  p.slots = a.state_slots.data_as<const int>();
+  const int64_t batch = a.state_slots.size(0);
+  if (batch == 0) return;
+  const int64_t tiles = int64_t{p.H} * p.P / kSsmTileRows;
+  const int warps = batch * tiles < int64_t{4} * sm_count() ? 1 : kSsmTileWarps;
+  const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(batch));
+  if (a.state.dtype() == DType::bf16)
+    ssm_tile_kernel<__nv_bfloat16><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+  else
+    ssm_tile_kernel<float><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void register_ssm(Registry& r) {
   // v4 (persistent warps streaming through per-warp cp.async stages; HYBRID_SSM_STEP_V4=0 turns
   // it off), v3 (shared-memory streaming by blocks); the v2 kernel below stays as the fallback.
+  // v7 (one warp per 8-row state tile in registers; HYBRID_SSM_STEP_TILE=0).
+  r.add<SsmStep>("ssm_step.cuda_tile", DeviceType::cuda, 4, step_tile_supports, step_tile_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp2", DeviceType::cuda, 3, step_warp2_supports, step_warp2_cuda);
   r.add<SsmStep>("ssm_step.cuda_warp", DeviceType::cuda, 2, step_warp_supports, step_warp_cuda);
   r.add<SsmStep>("ssm_step.cuda_stream", DeviceType::cuda, 1, step_stream_supports,
