@@ -1240,7 +1240,10 @@ Reason prefill_fa2b_supports(const AttnPrefill& a) {
   return prefill_fa2_supports(a);
 }
 
-void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
+// The D 256 kernels' launch (fa2b, fa2c): the 128-row query tiles planned on the device, then
+// grid (Hq, tiles) of kThreads2 threads with `smem` bytes of dynamic shared memory.
+void launch_d256_tiles(const AttnPrefill& a, Context& ctx, void (*kernel)(const PrefillParams),
+                       size_t smem) {
   PrefillParams p = prefill_params(a);
   p.tile_rows = kBM2;
   // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
@@ -1251,10 +1254,13 @@ void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
   const cudaStream_t st = as_stream(ctx.stream());
   plan_tiles_kernel<<<1, 32, 0, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
-  constexpr size_t smem = fa2b_smem_bytes();
-  ensure_dynamic_smem(prefill_fa2b_kernel, smem);
-  prefill_fa2b_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
+  ensure_dynamic_smem(kernel, smem);
+  kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void prefill_fa2b_cuda(const AttnPrefill& a, Context& ctx) {
+  launch_d256_tiles(a, ctx, prefill_fa2b_kernel, fa2b_smem_bytes());
 }
 
 // attn_prefill.cuda_fa2c is on unless HYBRID_ATTN_PREFILL_V5=0 (then cuda_fa2b serves D 256, so
@@ -1278,20 +1284,7 @@ Reason prefill_fa2c_supports(const AttnPrefill& a) {
 }
 
 void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
-  PrefillParams p = prefill_params(a);
-  p.tile_rows = kBM2;
-  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
-  p.max_tiles = p.T / kBM2 + p.N;
-  p.tiles = static_cast<int2*>(
-      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
-  if (p.T == 0 || p.Hq == 0) return;
-  const cudaStream_t st = as_stream(ctx.stream());
-  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
-  constexpr size_t smem = fa2c_smem_bytes();
-  ensure_dynamic_smem(prefill_fa2c_kernel, smem);
-  prefill_fa2c_kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  launch_d256_tiles(a, ctx, prefill_fa2c_kernel, fa2c_smem_bytes());
 }
 
 }  // namespace

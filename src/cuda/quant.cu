@@ -923,23 +923,18 @@ Reason linear_q_gemv_v4_supports(const LinearQ& a) {
 
 // Resident blocks per SM of linear_q_gemv_v4_kernel<C> at `smem` bytes of dynamic shared memory,
 // queried once per (device, smem), so a decode step pays no driver call per launch. The kernel's
-// shared-memory opt-in only ever grows (to the largest smem seen on the device), so every cached
-// size stays launchable.
+// shared-memory opt-in only ever grows (ensure_dynamic_smem), so every cached size stays
+// launchable.
 template <class C>
 int gemv_v4_blocks_per_sm(size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<int, size_t>, int> cache;
-  static std::map<int, size_t> opted_in;  // per device: the opt-in set so far
   int dev = 0;
   HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find({dev, smem}); it != cache.end()) return it->second;
   const auto kernel = linear_q_gemv_v4_kernel<C>;
-  if (smem > 48 * 1024 && smem > opted_in[dev]) {
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
-    opted_in[dev] = smem;
-  }
+  if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
   int per_sm = 0;
   HYBRID_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV4Warps * 32, smem));

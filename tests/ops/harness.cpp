@@ -365,9 +365,9 @@ Outcome run_case(Case& c, const RunOptions& opt) {
       got = execute(c, slots, dev, problems, opt.log_level, cpu_threads);
     } else {
       // One CUDA case at a time, also under -j (only the CPU reference and the comparison run
-      // side by side): several launches set their kernel's shared-memory opt-in to the size of
-      // the call (cudaFuncSetAttribute is per kernel, not per stream), so two threads launching
-      // one kernel with different sizes could fail each other (docs/ARCHITECTURE.md).
+      // side by side): the op library has not been audited for calls from several host threads
+      // at once; the shared-memory opt-ins, which could fail each other before, only grow now
+      // (ensure_dynamic_smem; docs/ARCHITECTURE.md).
       static std::mutex cuda_mu;
       std::lock_guard<std::mutex> lock(cuda_mu);
       got = execute(c, slots, dev, problems, opt.log_level, cpu_threads);
@@ -502,6 +502,15 @@ namespace hybrid::test {
 
 namespace {
 
+// Empties L2 before a timed rep: by a read of the flush buffer (L2 left clean), or under
+// HYBRID_PERF_FLUSH=write by a memset that leaves it full of dirty lines (byte `rep` & 0xff).
+void flush_l2(Buffer& l2_flush, bool flush_by_write, int rep, void* stream) {
+  if (flush_by_write)
+    cuda_api::memset_async(l2_flush.data(), rep & 0xff, l2_flush.bytes(), stream);
+  else
+    cuda_api::l2_flush_clean(l2_flush.data(), l2_flush.bytes(), stream);
+}
+
 // The floor a memory-bound op of this size is held to: a device-to-device copy of bytes / 2
 // (read + write = bytes), captured in a CUDA graph and timed exactly as the ops are (L2 flushed
 // before each rep, events around the graph replay; median of at least `reps`). The copy ceiling
@@ -543,10 +552,7 @@ double same_size_copy_us(double bytes, const Device& dev, Context& ctx, Buffer& 
   void* const e1 = owned.e1;
   std::vector<double> us;
   for (int r = 0; r < std::max(reps, 5); ++r) {
-    if (flush_by_write)
-      cuda_api::memset_async(l2_flush.data(), r & 0xff, l2_flush.bytes(), ctx.stream());
-    else
-      cuda_api::l2_flush_clean(l2_flush.data(), l2_flush.bytes(), ctx.stream());
+    flush_l2(l2_flush, flush_by_write, r, ctx.stream());
     cuda_api::event_record(e0, ctx.stream());
     cuda_api::graph_launch(graph, ctx.stream());
     cuda_api::event_record(e1, ctx.stream());
@@ -639,11 +645,7 @@ int run_perf(const PerfOptions& opt) {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
                  opt.min_seconds) {
         if (cuda) {
-          if (flush_by_write)
-            cuda_api::memset_async(l2_flush.data(), static_cast<int>(us.size() & 0xff),
-                                   l2_flush.bytes(), ctx.stream());
-          else
-            cuda_api::l2_flush_clean(l2_flush.data(), l2_flush.bytes(), ctx.stream());
+          flush_l2(l2_flush, flush_by_write, static_cast<int>(us.size()), ctx.stream());
           cuda_api::event_record(e0, ctx.stream());
           if (graph)
             cuda_api::graph_launch(graph, ctx.stream());
