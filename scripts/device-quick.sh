@@ -19,9 +19,11 @@ export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
 tar xJf .carry/bin.tar.xz -C .carry || exit 1
 OPS=.carry/hybrid-ops
-# A build with -DHYBRID_CUDNN=ON (attn_prefill.cudnn) links libcudnn.so.9 dynamically: where the
-# CUDA install has none, take the one of the pip package nvidia-cudnn-cu13 (torch's).
-if ldd "$OPS" | grep -q 'libcudnn.so.9 => not found'; then
+# A build with -DHYBRID_CUDNN=ON (attn_prefill.cudnn) links libcudnn.so.9 dynamically: take the
+# one of the pip package nvidia-cudnn-cu13 (torch's; 9.19 in session 6) before the system's (the
+# GPU machine's /usr/lib has 9.14, whose engine choice is slower than fa2c: attn_prefill.cudnn
+# refuses cuDNN older than 9.19, so the system library would leave the cases to fa2c).
+if ldd "$OPS" | grep -q 'libcudnn.so.9'; then
   # nvidia/cudnn/lib in the cu12 wheels; searched anywhere under nvidia/ in case cu13 moved it.
   cudnn_lib=$(python3 -c 'import glob, os, site, sys
 for r in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
@@ -59,14 +61,14 @@ if section tests; then
   for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 90 X=1 "$op"; done
 fi
 if section fallbacks; then
-  # The switches under today's defaults whose variants changed last (session 5): attn_prefill's
-  # own fa2c under the cuDNN variant (builds with -DHYBRID_CUDNN=ON; without it the switch changes
-  # nothing), fa2b under fa2c, GDN decode warp2 under the tile kernel, and linear_q v5 on every
-  # shape (the older layers: fallbacks_old).
+  # The switches under today's defaults whose variants changed last (sessions 5-6): the opt-in
+  # cuDNN attn_prefill (builds with -DHYBRID_CUDNN=ON; without it the switch changes nothing; with
+  # cuDNN 9.19 its NaN-tail case fails: attention_cudnn.cu), fa2b under fa2c, GDN / SSM decode
+  # warp2 under the tile kernels, and linear_q v5 on every shape (the older layers: fallbacks_old).
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
-  test_one attn_prefill_fa2c 40 HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill
-  test_one attn_prefill_fa2b 40 "HYBRID_ATTN_PREFILL_CUDNN=0 HYBRID_ATTN_PREFILL_V5=0" attn_prefill
+  test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill
+  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
   test_one linear_q_v5_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
 fi
 if section fallbacks_old; then
@@ -81,7 +83,7 @@ if section fallbacks_old; then
   test_one ssm_step_v3 60 "HYBRID_SSM_STEP_V5=0 HYBRID_SSM_STEP_V4=0" ssm_step
   test_one ssm_chunk_v3 40 HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan
   test_one ssm_chunk_v2 40 "HYBRID_SSM_CHUNK_V6=0 HYBRID_SSM_CHUNK_V3=0" ssm_chunk_scan
-  test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_CUDNN=0 HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
+  test_one attn_prefill_fa2 40 "HYBRID_ATTN_PREFILL_V5=0 HYBRID_ATTN_PREFILL_V4=0" attn_prefill
   test_one attn_decode_v4 40 HYBRID_ATTN_DECODE_V5=0 attn_decode
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
@@ -103,10 +105,11 @@ print('demo greedy on cuda == transformers golden:', h==g, h[:8], g[:8])"
   fi
 fi
 if section perf; then
+  # PERF_OPS (ops joined by spaces) replaces the list.
   P=""
-  for o in gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan attn_decode \
-      attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul residual_add \
-      conv1d_causal conv1d_update; do P="$P,$o:perf"; done
+  for o in ${PERF_OPS:-gdn_recurrent gdn_prep_step gdn_chunk_prefill ssm_step ssm_chunk_scan \
+      attn_decode attn_prefill linear_q moe_experts rms_norm rms_norm_gated rope silu_mul \
+      residual_add conv1d_causal conv1d_update}; do P="$P,$o:perf"; done
   timeout 300 $OPS perf -b cuda -o "${P#,}" > "$OUT"/perf.txt 2>&1
   cut -c1-200 "$OUT"/perf.txt | sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
 fi
@@ -118,7 +121,7 @@ if section variants; then
   ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_SSM_STEP_TILE=0 ssm_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
     "HYBRID_LINEAR_Q_V5=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
-    "HYBRID_ATTN_PREFILL_CUDNN=0 attn_prefill" "HYBRID_ATTN_PREFILL_CUDNN=0,HYBRID_ATTN_PREFILL_V5=0 attn_prefill"
+    "HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"
     "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
   for pair in "${pairs[@]}"; do
     set -- $pair
@@ -138,7 +141,7 @@ if section peers; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
     export PYTHONPATH=/tmp/site
   timeout 240 python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so --mamba-src .mamba-src \
-    --only gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill 2>&1 |
+    --only "${PEERS_ONLY:-gdn_decode,ssm_decode,gdn_prefill,ssm_prefill,attn_decode,attn_prefill}" 2>&1 |
     grep -v "Warning\|scaled_dot_product" > "$OUT"/peers.txt
   grep "^|\|^#" "$OUT"/peers.txt
 fi
@@ -221,9 +224,8 @@ if section sanitizers; then
     SAN_LIST_ONLY=1
   fi
   if [ -z "${SAN_LIST_ONLY:-}" ]; then
-  # attn_prefill: in a -DHYBRID_CUDNN=ON build the cuDNN variant (and its table-copy kernel) takes
-  # the bf16 / f16 cases; SAN_LIST=memcheck:attn_prefill:60 with HYBRID_ATTN_PREFILL_CUDNN=0 in the
-  # environment checks the own kernels on them.
+  # attn_prefill: the own kernels (the cuDNN variant is opt-in: HYBRID_ATTN_PREFILL_CUDNN=1 in the
+  # environment with SAN_LIST=memcheck:attn_prefill:60 checks it and its table-copy kernel).
   san memcheck attn_prefill 60
   san racecheck attn_prefill 90
   for op in gdn_chunk_prefill ssm_chunk_scan gdn_recurrent ssm_step gdn_prep_step gdn_record \

@@ -21,6 +21,9 @@
 //       positions it then masks (outside the window, past seq_len_kv in a tile); those entries may
 //       hold -1 or stale ids of freed pages, so they now name a page of this sequence whose rows
 //       were written (finite keys and values: a masked score's P = 0 times a finite V is 0).
+//       The rows past seq_lens[n] in the sequence's last page are read too and cannot be
+//       redirected (they share the page with live rows): they must be finite, which the op's
+//       contract does not promise, so this variant is opt-in (cudnn_prefill_enabled).
 //   seq_len_q [B,1,1,1] = cu[n+1] − cu[n]; seq_len_kv [B,1,1,1] = seq_lens[n]; padding mask on.
 //   causal: diagonal aligned bottom right, right bound 0 (key col <= row + seq_len_kv − seq_len_q
 //   = p); window W > 0: left bound W (keys col > p − W).
@@ -38,6 +41,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -68,7 +72,7 @@ namespace fe = cudnn_frontend;
 
 // cuDNN (runtime) versions the graph needs (cudnn_frontend/node/sdpa_support_surface.h):
 // paged caches with ragged offsets from 9.7.0, paged caches at D > 128 from 9.10.0.
-constexpr int64_t kMinCudnn = 90700, kMinCudnnLargeD = 91000;
+constexpr int64_t kMinCudnn = 90700, kMinCudnnLargeD = 91000, kFastCudnn = 91900;
 
 // Tensor uids of the graph's non-virtual tensors (the keys of the variant pack at execution).
 enum Uid : int64_t {
@@ -378,8 +382,16 @@ std::shared_ptr<const Plan> find_or_build_plan(int device, const Shape& s) {
   return plan;
 }
 
+// Opt-in (HYBRID_ATTN_PREFILL_CUDNN=1): with cuDNN 9.19 on the H200 (session 6 runs 8-9) the one
+// case whose cache rows past a sequence's length hold NaN (the partial last page's unwritten rows)
+// came back NaN in every output row: cuDNN's engine multiplies those rows' V by P = 0, which the
+// attn_prefill contract excludes (the own kernels never read them). An engine that keeps its
+// pages' unwritten rows finite (zeroed at allocation) may opt in for 1.9-2.1x fa2c's speed.
 bool cudnn_prefill_enabled() {
-  static const bool on = !env_is_zero("HYBRID_ATTN_PREFILL_CUDNN");
+  static const bool on = [] {
+    const char* v = std::getenv("HYBRID_ATTN_PREFILL_CUDNN");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
   return on;
 }
 
@@ -402,7 +414,10 @@ int64_t extent(const Tensor& t) {
 }
 
 Reason cudnn_supports(const AttnPrefill& a) {
-  if (!cudnn_prefill_enabled()) return std::string("HYBRID_ATTN_PREFILL_CUDNN=0");
+  if (!cudnn_prefill_enabled())
+    return std::string(
+        "opt-in: HYBRID_ATTN_PREFILL_CUDNN=1 (NaN in unwritten cache rows reach "
+        "the output)");
   const DType dt = a.q.dtype();
   if (dt != DType::bf16 && dt != DType::f16)
     return str("cuDNN SDPA takes bf16 or f16, got q ", dtype_name(dt));
@@ -431,6 +446,11 @@ Reason cudnn_supports(const AttnPrefill& a) {
     return str("cuDNN ", version, " is older than 9.7.0 (paged K/V with ragged Q/O)");
   if (D > 128 && version < kMinCudnnLargeD)
     return str("cuDNN ", version, " is older than 9.10.0 (paged K/V at D > 128)");
+  // Slower than our own kernel before 9.19 (H200, session 6 run 7: 9.14's heuristics choose an
+  // engine at 995 µs / 13.7 ms for the D 256 causal 4K / 16K benchmarks, against fa2c's 533 µs /
+  // 7.5 ms and 9.19's 285 µs / 3.6 ms), so an older library leaves the bf16 / f16 cases to fa2c.
+  if (version < kFastCudnn)
+    return str("cuDNN ", version, " is older than 9.19.0, the first measured faster than fa2c");
   if (device_info().major < 9)
     return std::string("cuDNN's ragged (THD) SDPA needs Hopper (sm_90) or newer");
   const auto plan = find_or_build_plan(a.q.device().index, shape_of(a));

@@ -1614,15 +1614,14 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 // One warp per (sequence n, value head hv, tile of kTileRows = 8 value rows), the tile's state
 // S [8, 128] f32 in registers for the whole sequence: lane l owns columns 4l..4l+3 of the 8 rows
 // (32 floats; each row is one coalesced 512-byte warp access), q̂ and k̂ columns 4l..4l+3. Blocks
-// of 4 warps (4 tiles of one head; 1 warp when the grid has fewer than 4 tiles per SM), grid
-// (Hv·V / 32, N): at B 256, Hv 32 that is 131072 warps, each putting 4 KiB (f32 pool) of loads in
-// flight before any arithmetic. 72 registers (sm_90a; the one spill, 4-12 bytes, is outside the
-// token loop; at 64 registers it spilled inside it): 7 blocks, 28 warps, ~112 KiB in flight per
-// SM against the warp kernels' 64-96 KiB. This is the shape of flash-linear-attention's
-// fused_recurrent (a small [K, BV] state tile per program, held in registers, many programs),
-// which reached 98% of the copy ceiling at B 256 in session 4, where the item-streaming warp
-// kernels stay at 84-86%.
-// Per token, as gdn_warp_kernel: sk = S·k̂ and sq = S·q̂ of the old S, then
+// of 1 warp (state_tile.cuh; 4-warp blocks measured 1-3% slower), grid (Hv·V / 8, N): at B 256, Hv
+// 32 that is 131072 warps, each putting 4 KiB (f32 pool) of loads in flight before any arithmetic.
+// 72 registers (sm_90a; the one spill, 4-12 bytes, is outside the token loop; at 64 registers it
+// spilled inside it): 7 blocks, 28 warps, ~112 KiB in flight per SM against the warp kernels' 64-96
+// KiB. This is the shape of flash-linear-attention's fused_recurrent (a small [K, BV] state tile
+// per program, held in registers, many programs), which reached 98% of the copy ceiling at B 256 in
+// session 4, where the item-streaming warp kernels stay at 84-86%. Per token, as gdn_warp_kernel:
+// sk = S·k̂ and sq = S·q̂ of the old S, then
 //   u = β (v − α sk),   o = α sq + u (k̂·q̂),   S ← α S + u k̂ᵀ.
 // The 16 sums (sk, sq of 8 rows) reduce over the warp in 16 shuffles by halving (xor 16 splits sk
 // from sq as each row's sums are formed, xor 8 / 4 / 2 split the rows, xor 1 completes): lane l
@@ -1803,6 +1802,10 @@ Reason recurrent_tile_supports(const GdnRecurrent& a) {
     return std::string("q / k rows must be 16-byte aligned with strides in multiples of 4");
   if (!pieces4(a.state, 3) || a.state.stride(3) != 1)
     return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
+  if (std::string r =
+          state_tile_dtype_refusal(a.state.dtype() == DType::bf16, N * a.v.size(1) * V / kTileRows);
+      !r.empty())
+    return r;
   return {};
 }
 
@@ -1811,10 +1814,10 @@ Reason recurrent_tile_supports(const GdnRecurrent& a) {
 template <bool kPrep>
 void launch_tile(const GdnParams& p, int64_t N, DType x_dtype, DType state_dtype, Context& ctx) {
   if (N == 0) return;
-  // Blocks of 4 warps; of 1 warp when the grid has fewer tiles than 4 per SM (B 1: 128 tiles at
-  // Hv 32, V 128 go to 128 SMs instead of 32), so that small batches spread their state loads.
+  // One warp per block (state_tile.cuh: kStateTileBlockWarps); B 1's 128 tiles at Hv 32, V 128
+  // go to 128 SMs.
   const int64_t tiles = int64_t{p.Hv} * p.V / kTileRows;
-  const int warps = N * tiles < int64_t{4} * sm_count() ? 1 : kTileWarps;
+  const int warps = kStateTileBlockWarps;
   const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(N));
   auto run = [&](auto x) {
     using X = decltype(x);
@@ -1851,6 +1854,10 @@ Reason prep_step_tile_supports(const GdnPrepStep& a) {
   if (reinterpret_cast<uintptr_t>(a.state.data()) % 16 != 0 || a.state.stride(0) % 4 != 0 ||
       a.state.stride(1) % 4 != 0 || a.state.stride(2) % 4 != 0)
     return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
+  if (std::string r =
+          state_tile_dtype_refusal(a.state.dtype() == DType::bf16, N * a.y.size(1) * V / kTileRows);
+      !r.empty())
+    return r;
   return {};
 }
 

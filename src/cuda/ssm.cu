@@ -1004,8 +1004,8 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 // gdn_recurrent.cuda_tile's shape for Mamba-2 decode: one warp per (sequence b, head h, tile of
 // 8 state rows p0..p0+7), the tile's h [8, N = 128] f32 in registers (lane l: columns 4l..4l+3 of
 // each row, 8 streamed 16-byte loads of an f32 pool, 8-byte for bf16, all issued before any
-// arithmetic). Blocks of 4 warps (32 rows of one head; 1-warp blocks when the grid has fewer than
-// 4 tiles per SM), grid (H·P / 32, batch); at Mamba2 B 256 (H 80, P 64) that is 163840 warps.
+// arithmetic). Blocks of 1 warp (state_tile.cuh; 4-warp blocks measured 1-3% slower), grid
+// (H·P / 8, batch); at Mamba2 B 256 (H 80, P 64) that is 163840 warps.
 // Per row p, as the CPU reference and ssm_warp_kernel:
 //   h[p, n] ← dA · h[p, n] + (dt' · x[p]) · B[g, n];   y[p] = (Σ_n h[p, n] C[g, n] + D x[p]) ·
 //   silu(z[p])
@@ -1102,6 +1102,10 @@ Reason step_tile_supports(const SsmStep& a) {
     return std::string("state: rows must be 16-byte aligned with N contiguous");
   if (a.B.stride(2) != 1 || a.C.stride(2) != 1)
     return std::string("B, C: unit column stride needed");
+  if (std::string r = state_tile_dtype_refusal(a.state.dtype() == DType::bf16,
+                                               batch * a.state.size(1) * P / kSsmTileRows);
+      !r.empty())
+    return r;
   return {};
 }
 
@@ -1114,7 +1118,7 @@ void step_tile_cuda(const SsmStep& a, Context& ctx) {
   const int64_t batch = a.state_slots.size(0);
   if (batch == 0) return;
   const int64_t tiles = int64_t{p.H} * p.P / kSsmTileRows;
-  const int warps = batch * tiles < int64_t{4} * sm_count() ? 1 : kSsmTileWarps;
+  const int warps = kStateTileBlockWarps;
   const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(batch));
   if (a.state.dtype() == DType::bf16)
     ssm_tile_kernel<__nv_bfloat16><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
