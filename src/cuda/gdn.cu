@@ -1780,7 +1780,8 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
   for (int r = 0; r < kTileRows; ++r) tile_store4(pool + r * rs, s[r]);
 }
 
-// What the tile kernel takes: K = 128, V a multiple of 32 (4 tiles of 8 rows per block), q and k
+// What the tile kernel takes: K = 128, V a multiple of 32 (from the 4-warp blocks of 8-row tiles
+// it was measured with; the 1-warp blocks need only 8, untested on a GPU), q and k
 // rows in 4-element pieces (base 16-byte aligned, strides multiples of 4 elements), a pool whose
 // rows are 4-element pieces too (K contiguous, base 16-byte aligned, strides multiples of 4), at
 // most 65535 sequences (grid y). HYBRID_GDN_DECODE_TILE=0 refuses it (cuda_warp2 runs).

@@ -1087,9 +1087,10 @@ __global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const R
   for (int r = 0; r < kSsmTileRows; ++r) tile_store4(pool + r * rs, s[r]);
 }
 
-// What the tile kernel takes: N = 128 (a lane's 4 columns), P a multiple of 32 (4 tiles of 8
-// rows per block), a pool with 16-byte aligned rows (N contiguous), B and C rows with unit column
-// stride, at most 65535 sequences (grid y). HYBRID_SSM_STEP_TILE=0 refuses it (cuda_warp2 runs).
+// What the tile kernel takes: N = 128 (a lane's 4 columns), P a multiple of 32 (from the 4-warp
+// blocks of 8-row tiles it was measured with; the 1-warp blocks need only 8, untested on a GPU), a
+// pool with 16-byte aligned rows (N contiguous), B and C rows with unit column stride, at most
+// 65535 sequences (grid y). HYBRID_SSM_STEP_TILE=0 refuses it (cuda_warp2 runs).
 Reason step_tile_supports(const SsmStep& a) {
   static const bool off = env_is_zero("HYBRID_SSM_STEP_TILE");
   if (off) return std::string("HYBRID_SSM_STEP_TILE=0");
