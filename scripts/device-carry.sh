@@ -6,6 +6,9 @@
 # The binaries travel xz-compressed:
 #   scripts/device-carry.sh
 #   (on the GPU machine) tar xJf .carry/bin.tar.xz -C .carry && .carry/hybrid-ops test -b cuda
+# CARRY_DIR (default .carry) names the folder: `CARRY_DIR=.carry-base scripts/device-carry.sh` on
+# one commit, then `scripts/device-carry.sh` on another, carries both builds for device-quick's
+# `ab` section (the same-run comparison of a change that has no switch).
 # CUDNN=1 builds with -DHYBRID_CUDNN=ON (attn_prefill.cudnn; fetches the frontend headers when
 # they are missing) into build-cudnn instead; the binaries then need libcudnn.so.9 on the GPU
 # machine's loader path (scripts/device-quick.sh finds torch's nvidia-cudnn-cu13 when the CUDA
@@ -22,8 +25,10 @@ fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   "$cudnn_flag" >/dev/null
 cmake --build "$build" --parallel "$(nproc)"
-grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-rm -rf .carry && mkdir -p .carry
+dir=${CARRY_DIR:-.carry}
+dir=${dir%/}
+grep -qx "/$dir/" .git/info/exclude 2>/dev/null || echo "/$dir/" >> .git/info/exclude
+rm -rf "$dir" && mkdir -p "$dir"
 # The working tree travels with .carry and must stay under 64 MiB: the tracked files are ~23 MB, so
 # the binaries get ~40 MB. CARRY_BINS picks them (default: the ops tool,
 # the unit tests and the C library for compare_peers.py; add `hybrid` for the CLI when one of the
@@ -31,9 +36,9 @@ rm -rf .carry && mkdir -p .carry
 declare -A path=([hybrid-ops]=$build/tools/hybrid-ops/hybrid-ops [hybrid_unit_tests]=$build/tests/hybrid_unit_tests
                  [libhybrid_c.so]=$build/libhybrid_c.so [hybrid]=$build/tools/hybrid/hybrid)
 bins=(${CARRY_BINS:-hybrid-ops hybrid_unit_tests libhybrid_c.so})
-for b in "${bins[@]}"; do strip -o ".carry/$b" "${path[$b]}"; done
+for b in "${bins[@]}"; do strip -o "$dir/$b" "${path[$b]}"; done
 # xz -9e: its 64 MiB dictionary spans the binaries, which share most of their device code (session
 # 5's three: 47 MB at -5, 17 MB at -9e; ~2 min on 2 cores).
-(cd .carry && tar cf - "${bins[@]}" | xz -9e -T0 > bin.tar.xz)
-(cd .carry && rm -f "${bins[@]}")
-du -sh .carry
+(cd "$dir" && tar cf - "${bins[@]}" | xz -9e -T0 > bin.tar.xz)
+(cd "$dir" && rm -f "${bins[@]}")
+du -sh "$dir"

@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, profile: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -130,6 +130,31 @@ if section variants; then
       2>&1 | cut -c1-200 |
       sed -E 's/lens=([0-9]+\|){3,}[0-9|]*/lens=../' | grep -v "^$"
   done
+fi
+if section ab; then
+  # A change without a switch against the build before it, in the same run: AB_BASE (default
+  # .carry-base, from `CARRY_DIR=.carry-base scripts/device-carry.sh` on the base commit) and
+  # .carry alternated twice over AB_OPS' benchmark shapes, then both builds' GDN stage timers.
+  base=${AB_BASE:-.carry-base}
+  if tar xJf "$base/bin.tar.xz" -C "$base"; then
+    P=""
+    for o in ${AB_OPS:-gdn_chunk_prefill}; do P="$P,$o:perf"; done
+    for pass in 1 2; do
+      for side in "$base" .carry; do
+        echo "-- ab pass $pass: $side"
+        timeout 120 "$side/hybrid-ops" perf -b cuda -o "${P#,}" 2>&1 | cut -c1-200 |
+          grep -v "^$" | grep -v "^device\|^L2 flush\|^case"
+      done
+    done
+    G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+    for side in "$base" .carry; do
+      echo "-- ab stages: $side"
+      HYBRID_GDN_CHUNK_STAGES=1 timeout 20 "$side/hybrid-ops" perf -b cuda --reps 3 -o "$G" 2>&1 |
+        grep -i "stages" | tail -1
+    done
+  else
+    echo "ab: no $base/bin.tar.xz (CARRY_DIR=$base scripts/device-carry.sh on the base commit)"
+  fi
 fi
 if section stages; then
   G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
