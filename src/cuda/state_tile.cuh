@@ -1,8 +1,6 @@
-// Four consecutive elements of a recurrent-state row (16 bytes of f32, 8 bytes of bf16), loaded
-// and stored with the streaming cache hint (.cs): a decode step reads each pool element once and
-// writes it once, so its lines should be the first victims in L1 / L2. Used by the tile decode
-// kernels (gdn_tile_kernel, ssm_tile_kernel), whose lane l holds columns 4l..4l+3 of its rows.
-// The pointer must be aligned to the access (16 / 8 bytes).
+// What the tile decode kernels (gdn_tile_kernel, ssm_tile_kernel: one warp per 8-row state tile,
+// lane l holding columns 4l..4l+3 of its rows) share: their launch shape, which pools they serve,
+// and the streamed loads and stores of four consecutive row elements.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,7 +12,7 @@
 
 namespace hybrid::cuda {
 
-// The tile kernels' blocks: 4 warps, 7 resident per SM (__launch_bounds__(128, 7)).
+// Resident warps per SM: __launch_bounds__(128, 7) budgets 72 registers, room for 28 warps.
 constexpr int kStateTileWarpsPerSm = 7 * 4;
 
 // The tile kernels run 1-warp blocks (flash-linear-attention's fused_recurrent runs 1-warp
@@ -37,6 +35,10 @@ inline std::string state_tile_dtype_refusal(bool bf16_pool, int64_t tiles) {
   return {};
 }
 
+// Four consecutive elements of a state row (16 bytes of f32, 8 bytes of bf16), loaded and stored
+// with the streaming cache hint (.cs): a decode step reads each pool element once and writes it
+// once, so its lines should be the first victims in L1 / L2. The pointer must be aligned to the
+// access (16 / 8 bytes).
 __device__ __forceinline__ void tile_load4(const float* p, float (&r)[4]) {
   const float4 x = __ldcs(reinterpret_cast<const float4*>(p));
   r[0] = x.x, r[1] = x.y, r[2] = x.z, r[3] = x.w;
