@@ -200,6 +200,9 @@ if section profile; then
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
   prof_one gdn_decode gdn_tile_kernel "$R"
+  # gdn_prep_step on the same tile kernel ran 5% faster than gdn_recurrent at B 256 (269 against
+  # 284 µs, session 6 run 8) for the same state bytes: its profile beside gdn_decode's.
+  prof_one gdn_prep_decode gdn_tile_kernel "${R/gdn_recurrent/gdn_prep_step}"
   prof_one lm_head gemv_v5_kernel "$L"
   A='attn_decode(N=1,lens=32768,Hq=16,Hkv=2,D=256,page=16,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
   E='moe_experts(T=1,E=512,k=10,Dm=2048,I=512,x=bf16,w=bf16,swiglu,ids=i32,perf)'
