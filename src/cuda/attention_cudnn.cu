@@ -41,7 +41,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -388,10 +387,7 @@ std::shared_ptr<const Plan> find_or_build_plan(int device, const Shape& s) {
 // attn_prefill contract excludes (the own kernels never read them). An engine that keeps its
 // pages' unwritten rows finite (zeroed at allocation) may opt in for 1.9-2.1x fa2c's speed.
 bool cudnn_prefill_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("HYBRID_ATTN_PREFILL_CUDNN");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_on("HYBRID_ATTN_PREFILL_CUDNN");
   return on;
 }
 

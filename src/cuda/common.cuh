@@ -70,6 +70,13 @@ inline bool env_is_zero(const char* name) {
   return v != nullptr && std::strcmp(v, "0") == 0;
 }
 
+// True when the environment variable `name` is set, non-empty and not "0": an opt-in switch
+// (HYBRID_ATTN_PREFILL_CUDNN=1, HYBRID_SSM_CHUNK_STAGES=1).
+inline bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
 // The current device's SM count and compute capability (major), cached per device so that a
 // decode step pays no driver query after the first.
 struct DeviceInfo {

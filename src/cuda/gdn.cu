@@ -1785,29 +1785,27 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
 // rows in 4-element pieces (base 16-byte aligned, strides multiples of 4 elements), a pool whose
 // rows are 4-element pieces too (K contiguous, base 16-byte aligned, strides multiples of 4), at
 // most 65535 sequences (grid y). HYBRID_GDN_DECODE_TILE=0 refuses it (cuda_warp2 runs).
+// Rows of t in 4-element pieces: base 16-byte aligned, the strides of its first `dims`
+// dimensions multiples of 4 elements.
+bool rows_in_pieces4(const Tensor& t, int dims) {
+  if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
+  for (int i = 0; i < dims; ++i)
+    if (t.stride(i) % 4 != 0) return false;
+  return true;
+}
+
 Reason recurrent_tile_supports(const GdnRecurrent& a) {
   static const bool off = env_is_zero("HYBRID_GDN_DECODE_TILE");
   if (off) return std::string("HYBRID_GDN_DECODE_TILE=0");
   if (Reason r = recurrent_supports(a)) return r;
-  const int64_t K = a.q.size(2), V = a.v.size(2), N = a.state_slots.size(0);
+  const int64_t K = a.q.size(2), V = a.v.size(2);
   if (K != 128) return str("K=", K, ": the tile kernel is for K = 128");
   if (V % 32 != 0) return str("V=", V, " is not a multiple of 32");
-  if (N > 65535) return str("N=", N, " sequences: more than 65535 (grid y)");
-  auto pieces4 = [](const Tensor& t, int dims) {
-    if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return false;
-    for (int i = 0; i < dims; ++i)
-      if (t.stride(i) % 4 != 0) return false;
-    return true;
-  };
-  if (!pieces4(a.q, 2) || !pieces4(a.k, 2))
+  if (!rows_in_pieces4(a.q, 2) || !rows_in_pieces4(a.k, 2))
     return std::string("q / k rows must be 16-byte aligned with strides in multiples of 4");
-  if (!pieces4(a.state, 3) || a.state.stride(3) != 1)
+  if (!rows_in_pieces4(a.state, 3) || a.state.stride(3) != 1)
     return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
-  if (std::string r =
-          state_tile_dtype_refusal(a.state.dtype() == DType::bf16, N * a.v.size(1) * V / kTileRows);
-      !r.empty())
-    return r;
-  return {};
+  return state_tile_refusal(a.state.dtype(), a.v.size(1) * V / kTileRows, a.state_slots.size(0));
 }
 
 // Launches gdn_tile_kernel<X, S, kPrep> over N sequences (X: q / k / v, or conv_out; f32 or
@@ -1815,17 +1813,14 @@ Reason recurrent_tile_supports(const GdnRecurrent& a) {
 template <bool kPrep>
 void launch_tile(const GdnParams& p, int64_t N, DType x_dtype, DType state_dtype, Context& ctx) {
   if (N == 0) return;
-  // One warp per block (state_tile.cuh: kStateTileBlockWarps); B 1's 128 tiles at Hv 32, V 128
-  // go to 128 SMs.
-  const int64_t tiles = int64_t{p.Hv} * p.V / kTileRows;
-  const int warps = kStateTileBlockWarps;
-  const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(N));
+  // 1-warp blocks (state_tile_grid): B 1's 128 tiles at Hv 32, V 128 go to 128 SMs.
+  const dim3 grid = state_tile_grid(int64_t{p.Hv} * p.V / kTileRows, N);
   auto run = [&](auto x) {
     using X = decltype(x);
     if (state_dtype == DType::bf16)
-      gdn_tile_kernel<X, __nv_bfloat16, kPrep><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+      gdn_tile_kernel<X, __nv_bfloat16, kPrep><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
     else
-      gdn_tile_kernel<X, float, kPrep><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+      gdn_tile_kernel<X, float, kPrep><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   if (x_dtype == DType::bf16)
@@ -1846,20 +1841,14 @@ Reason prep_step_tile_supports(const GdnPrepStep& a) {
   if (off) return std::string("HYBRID_GDN_DECODE_TILE=0");
   if (Reason r = prep_supports(a)) return r;
   if (Reason r = norm_weights_vectorizable(a)) return r;
-  const int64_t K = a.q_norm_weight.size(1), V = a.y.size(2), N = a.state_slots.size(0);
+  const int64_t K = a.q_norm_weight.size(1), V = a.y.size(2);
   if (K != 128) return str("K=", K, ": the tile kernel is for K = 128");
   if (V % 32 != 0) return str("V=", V, " is not a multiple of 32");
-  if (N > 65535) return str("N=", N, " sequences: more than 65535 (grid y)");
-  if (reinterpret_cast<uintptr_t>(a.conv_out.data()) % 16 != 0 || a.conv_out.stride(0) % 4 != 0)
+  if (!rows_in_pieces4(a.conv_out, 1))
     return std::string("conv_out rows must be 16-byte aligned with a row stride in multiples of 4");
-  if (reinterpret_cast<uintptr_t>(a.state.data()) % 16 != 0 || a.state.stride(0) % 4 != 0 ||
-      a.state.stride(1) % 4 != 0 || a.state.stride(2) % 4 != 0)
+  if (!rows_in_pieces4(a.state, 3))
     return std::string("pool rows must be 16-byte aligned with strides in multiples of 4");
-  if (std::string r =
-          state_tile_dtype_refusal(a.state.dtype() == DType::bf16, N * a.y.size(1) * V / kTileRows);
-      !r.empty())
-    return r;
-  return {};
+  return state_tile_refusal(a.state.dtype(), a.y.size(1) * V / kTileRows, a.state_slots.size(0));
 }
 
 void prep_step_tile_cuda(const GdnPrepStep& a, Context& ctx) {

@@ -798,12 +798,18 @@ Reason step_supports(const SsmStep& a) {
   return rec_supports_n(a.B.size(2), a.state);
 }
 
-void step_cuda(const SsmStep& a, Context& ctx) {
+// The parameters every ssm_step launch shares: inputs, pool, slots.
+RecParams step_params(const SsmStep& a) {
   RecParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
   set_pool(p, a.state);
   p.slots = a.state_slots.data_as<const int>();
+  return p;
+}
+
+void step_cuda(const SsmStep& a, Context& ctx) {
+  const RecParams p = step_params(a);
   launch_rec<Mode::step>(p, a.state, a.state_slots.size(0), ctx);
 }
 
@@ -829,11 +835,7 @@ Reason step_stream_supports(const SsmStep& a) {
 }
 
 void step_stream_cuda(const SsmStep& a, Context& ctx) {
-  RecParams p;
-  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
-                a.dt_max);
-  set_pool(p, a.state);
-  p.slots = a.state_slots.data_as<const int>();
+  RecParams p = step_params(a);
   const int64_t seqs = a.state_slots.size(0);
   if (seqs == 0) return;
   const int64_t min_items = 2 * int64_t{device_info().sms};
@@ -912,11 +914,7 @@ template <bool kV5>
 void launch_step_warp(const SsmStep& a, Context& ctx) {
   // v5's streaming write-back is on unless HYBRID_DECODE_V5_CS=0 (as gdn.cu's v5).
   static const bool cs_stores = !env_is_zero("HYBRID_DECODE_V5_CS");
-  RecParams p;
-  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
-                a.dt_max);
-  set_pool(p, a.state);
-  p.slots = a.state_slots.data_as<const int>();
+  RecParams p = step_params(a);
   const int64_t seqs = a.state_slots.size(0);
   if (seqs == 0) return;
   dispatch_nc(p.N, true, [&](auto lpr, auto nc, auto vec) {
@@ -1095,36 +1093,26 @@ Reason step_tile_supports(const SsmStep& a) {
   static const bool off = env_is_zero("HYBRID_SSM_STEP_TILE");
   if (off) return std::string("HYBRID_SSM_STEP_TILE=0");
   if (Reason r = step_supports(a)) return r;
-  const int64_t N = a.B.size(2), P = a.state.size(2), batch = a.state_slots.size(0);
+  const int64_t N = a.B.size(2), P = a.state.size(2);
   if (N != 128) return str("N=", N, ": the tile kernel is for N = 128");
   if (P % 32 != 0) return str("P=", P, " is not a multiple of 32");
-  if (batch > 65535) return str("batch=", batch, ": more than 65535 sequences (grid y)");
   if (!rows_aligned(a.state) || a.state.stride(3) != 1)
     return std::string("state: rows must be 16-byte aligned with N contiguous");
   if (a.B.stride(2) != 1 || a.C.stride(2) != 1)
     return std::string("B, C: unit column stride needed");
-  if (std::string r = state_tile_dtype_refusal(a.state.dtype() == DType::bf16,
-                                               batch * a.state.size(1) * P / kSsmTileRows);
-      !r.empty())
-    return r;
-  return {};
+  return state_tile_refusal(a.state.dtype(), a.state.size(1) * P / kSsmTileRows,
+                            a.state_slots.size(0));
 }
 
 void step_tile_cuda(const SsmStep& a, Context& ctx) {
-  RecParams p;
-  p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
-                a.dt_max);
-  set_pool(p, a.state);
-  p.slots = a.state_slots.data_as<const int>();
+  RecParams p = step_params(a);
   const int64_t batch = a.state_slots.size(0);
   if (batch == 0) return;
-  const int64_t tiles = int64_t{p.H} * p.P / kSsmTileRows;
-  const int warps = kStateTileBlockWarps;
-  const dim3 grid(static_cast<unsigned>(tiles / warps), static_cast<unsigned>(batch));
+  const dim3 grid = state_tile_grid(int64_t{p.H} * p.P / kSsmTileRows, batch);
   if (a.state.dtype() == DType::bf16)
-    ssm_tile_kernel<__nv_bfloat16><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+    ssm_tile_kernel<__nv_bfloat16><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
   else
-    ssm_tile_kernel<float><<<grid, warps * 32, 0, as_stream(ctx.stream())>>>(p);
+    ssm_tile_kernel<float><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

@@ -1732,11 +1732,6 @@ void scan_mma_cuda(const SsmChunkScan& a, Context& ctx) {
 
 // ---- v2 / v3 host side -----------------------------------------------------------------------
 
-bool env_on(const char* name) {  // set, non-empty and not "0"
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
-
 // HYBRID_SSM_CHUNK_STAGES=1: CUDA events between the launches of one call, then a synchronize
 // and one debug-level log line with each kernel's µs (hybrid-ops: add --log debug). Off while the
 // stream is being captured into a CUDA graph (no synchronize there). Costs a host sync per call:

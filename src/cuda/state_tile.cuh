@@ -6,33 +6,40 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <string>
 
 #include "common.cuh"
+#include "hybrid/core/registry.h"
 
 namespace hybrid::cuda {
 
 // Resident warps per SM: __launch_bounds__(128, 7) budgets 72 registers, room for 28 warps.
 constexpr int kStateTileWarpsPerSm = 7 * 4;
 
-// The tile kernels run 1-warp blocks (flash-linear-attention's fused_recurrent runs 1-warp
-// programs too): against 4-warp blocks they measured 1-3% faster on f32 pools (H200, session 6
+// The grid of a tile-kernel launch: one 1-warp block per (8-row tile, sequence), so blockIdx.x is
+// the tile of the sequence blockIdx.y. flash-linear-attention's fused_recurrent runs 1-warp
+// programs too; against 4-warp blocks they measured 1-3% faster on f32 pools (H200, session 6
 // run 4: GDN B 256 284 against 289 µs, gdn_prep_step 269 against 276, ssm_step B 64 87.7 against
-// 89.8, B 256 334 against 345), the finer blocks shortening the last of B 64's nine waves. Their
-// __launch_bounds__ stay (128, 7): that register budget (72) is the one measured.
-constexpr int kStateTileBlockWarps = 1;
+// 89.8, B 256 334 against 345), the finer blocks shortening the last of B 64's nine waves. The
+// kernels' __launch_bounds__ stay (128, 7): that register budget (72) is the one measured.
+inline dim3 state_tile_grid(int64_t tiles_per_seq, int64_t seqs) {
+  return dim3(static_cast<unsigned>(tiles_per_seq), static_cast<unsigned>(seqs));
+}
 
-// Where the tile kernels are faster than the streaming warp2 kernels (H200, session 6 run 2):
-// every f32 pool (GDN f32 B 256: 287 against 299 µs, SSM 344 against 366 µs), but a bf16 pool only
-// when all its tiles are resident at once (one wave: SSM B 1, 7.4 against 9.0 µs, GDN B 1, 6.5
-// against 6.8 µs). Past one wave a bf16 tile puts only 8 bytes a lane in flight per row, half of
-// f32's, and the warp2 kernels' staged streaming is faster (GDN bf16 B 256: 205 against 158 µs,
-// SSM 243 against 190 µs). `tiles`: warps of the grid (8-row tiles times sequences).
-inline std::string state_tile_dtype_refusal(bool bf16_pool, int64_t tiles) {
-  if (bf16_pool && tiles > int64_t{kStateTileWarpsPerSm} * sm_count())
-    return "bf16 pool over more than one wave of tiles (" + std::to_string(tiles) +
-           "): the warp2 kernels stream it faster";
-  return {};
+// What the grid and the pool's dtype leave to the tile kernels (both ops' supports()): at most
+// 65535 sequences (grid y), and every f32 pool but a bf16 one only when all its tiles are
+// resident at once. Where the tile kernels are faster than the streaming warp2 kernels (H200,
+// session 6 run 2): every f32 pool (GDN f32 B 256: 287 against 299 µs, SSM 344 against 366 µs),
+// but a bf16 pool only in one wave (SSM B 1, 7.4 against 9.0 µs, GDN B 1, 6.5 against 6.8 µs).
+// Past one wave a bf16 tile puts only 8 bytes a lane in flight per row, half of f32's, and the
+// warp2 kernels' staged streaming is faster (GDN bf16 B 256: 205 against 158 µs, SSM 243
+// against 190 µs).
+inline Reason state_tile_refusal(DType pool, int64_t tiles_per_seq, int64_t seqs) {
+  if (seqs > 65535) return str(seqs, " sequences: more than 65535 (grid y)");
+  const int64_t tiles = tiles_per_seq * seqs;
+  if (pool == DType::bf16 && tiles > int64_t{kStateTileWarpsPerSm} * sm_count())
+    return str("bf16 pool over more than one wave of tiles (", tiles,
+               "): the warp2 kernels stream it faster");
+  return std::nullopt;
 }
 
 // Four consecutive elements of a state row (16 bytes of f32, 8 bytes of bf16), loaded and stored
