@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -1083,75 +1084,40 @@ __device__ __forceinline__ float half16_to_f32(uint32_t word, int hi) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(hi ? word >> 16 : word)));
 }
 
-// kGroupSpans: spans (64 inputs) per group: 1 (g64) or 2 (g128). kScaleBf16: scales / biases
-// bf16 (else f16).
-template <int kGroupSpans, bool kScaleBf16>
-__global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
-    linear_q_gemv_v5_kernel(const GemvV5Params p) {
-  constexpr int kStepGroups = kV5Batch / kGroupSpans;  // groups per step: 4 or 2
-  // One load of a row's scales (or biases) for the step's groups: 4 or 2 16-bit values.
-  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
-  constexpr uint32_t kMagic = 0x64006400u;  // 1024 in both f16 halves
-  extern __shared__ uint4 v5_smem[];
-  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
-  uint4* xs = v5_smem;  // [T][rs]
-  // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
-  // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
-  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
-  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
-  int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
-  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-  const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
-  const int part = warp % parts, slot = warp / parts;
-  const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
-  const int j_first = part * nb * kV5Batch;       // the part's first span
-  const int tiles = (p.out + 15) / 16;
-  const int tgroups = (tiles + tpg - 1) / tpg;
-
-  // Loads run one step ahead of the math: pointers of rows g, g + 8 of tile tg·tpg + slot at the
-  // part's step. Rows past out read row out - 1 (never stored). Lane c of a quad loads one of
-  // the 4 scale words of the step (c = 0: scales of row g, 1: biases of row g, 2 / 3: the same
-  // of row g + 8), shared with the quad by shuffles.
-  const uint2 *pa = nullptr, *pb = nullptr;
-  const ScaleWord* ps = nullptr;
-  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
-  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
-  const bool pf_odd = c & 1;
-  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
-  auto l_set = [&](int tg) {  // step 0 of tile group tg
-    const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
-    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
-    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
-    pa = reinterpret_cast<const uint2*>(p.w + ra * p.w_stride) + 4 * j_first + c;
-    pb = reinterpret_cast<const uint2*>(p.w + rb * p.w_stride) + 4 * j_first + c;
-    const int64_t rc = c & 2 ? rb : ra;
-    const unsigned short* base = c & 1 ? p.biases + rc * p.b_stride : p.scales + rc * p.s_stride;
-    ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
-  };
-  // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
-  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
-  // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
-  // straddles at most 2 lines), so that more than the one step of registers is in flight.
-  auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
-    pa += 4 * kV5Batch, pb += 4 * kV5Batch;  // advanced first: the loads use negative offsets
-    ++ps;
+// One group's mma chain: d (initialised to −Xo) += Σ q·x'_eff over its kGroupSpans spans, for
+// rows g, g + 8 (wa[h], wb[h]: the lane's words 2c, 2c + 1 of span h) and tokens 2c, 2c + 1
+// (xw[8h + w]: the staged x of word 2c + w of span h).
+template <int kGroupSpans>
+__device__ __forceinline__ void v5_group_mma(float (&d)[4], const uint2* wa, const uint2* wb,
+                                             const uint4* xw) {
+  const uint32_t magic = 0x64006400u;  // 1024 in both f16 halves
 #pragma unroll
-    for (int k = 0; k < kV5Batch; ++k) {
-      na[k] = __ldg(pa + 4 * (k - kV5Batch));
-      nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
+  for (int h = 0; h < kGroupSpans; ++h) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t ua = w ? wa[h].y : wa[h].x, ub = w ? wb[h].y : wb[h].x;
+      const uint4 xv = xw[8 * h + w];
+      const uint32_t a0[4] = {and_or<0x000F000Fu>(ua, magic), and_or<0x000F000Fu>(ub, magic),
+                              and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
+      mma_f16(d, a0, xv.x, xv.y);
+      const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
+      const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
+                              and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
+      mma_f16(d, a1, xv.z, xv.w);
     }
-    ns = __ldg(ps - 1);
-    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
-  };
-  uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
-  ScaleWord buf_s0, buf_s1;
-  if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
-    l_set(blockIdx.x);
-    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
   }
+}
 
+// Stages x for the tensor-core GEMVs (v5, v6) in shared memory, then a block barrier:
+//   xs [T][in/8 + 1] uint4: per token and word the f16 pairs {(x0,x4), (x1,x5)/16, (x2,x6),
+//     (x3,x7)/16} of x' = x·2^-e_t (rows padded by 16 bytes);
+//   xx [groups][24] f32: per group the mma's initial C {−Xo(2p), −Xo(2p+1)} twice at 4p for
+//     token pair p, and X(t) at 16 + t (tokens T..7 stay 0);
+//   xmax [8]: bits of max|x_t|; yscale [8]: 2^e_t.
+template <int kGroupSpans>
+__device__ void v5_stage_x(const GemvV5Params& p, uint4* xs, float* xx, int* xmax, float* yscale) {
+  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
+  const int lane = threadIdx.x % 32;
   // Stage x. Pass 1: max|x_t| per token (a warp's 32 consecutive words lie in one token:
   // words8 is a multiple of 32), xx zeroed (tokens T..7 stay 0: finite, never stored).
   const auto* xh = static_cast<const unsigned short*>(p.x);
@@ -1241,11 +1207,81 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     }
   }
   __syncthreads();
+}
+
+// kGroupSpans: spans (64 inputs) per group: 1 (g64) or 2 (g128). kScaleBf16: scales / biases
+// bf16 (else f16).
+template <int kGroupSpans, bool kScaleBf16>
+__global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
+    linear_q_gemv_v5_kernel(const GemvV5Params p) {
+  constexpr int kStepGroups = kV5Batch / kGroupSpans;  // groups per step: 4 or 2
+  // One load of a row's scales (or biases) for the step's groups: 4 or 2 16-bit values.
+  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
+  extern __shared__ uint4 v5_smem[];
+  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
+  uint4* xs = v5_smem;  // [T][rs]
+  // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
+  // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
+  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
+  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
+  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
+  const int part = warp % parts, slot = warp / parts;
+  const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
+  const int j_first = part * nb * kV5Batch;       // the part's first span
+  const int tiles = (p.out + 15) / 16;
+  const int tgroups = (tiles + tpg - 1) / tpg;
+
+  // Loads run one step ahead of the math: pointers of rows g, g + 8 of tile tg·tpg + slot at the
+  // part's step. Rows past out read row out - 1 (never stored). Lane c of a quad loads one of
+  // the 4 scale words of the step (c = 0: scales of row g, 1: biases of row g, 2 / 3: the same
+  // of row g + 8), shared with the quad by shuffles.
+  const uint2 *pa = nullptr, *pb = nullptr;
+  const ScaleWord* ps = nullptr;
+  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
+  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
+  const bool pf_odd = c & 1;
+  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
+  auto l_set = [&](int tg) {  // step 0 of tile group tg
+    const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
+    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
+    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
+    pa = reinterpret_cast<const uint2*>(p.w + ra * p.w_stride) + 4 * j_first + c;
+    pb = reinterpret_cast<const uint2*>(p.w + rb * p.w_stride) + 4 * j_first + c;
+    const int64_t rc = c & 2 ? rb : ra;
+    const unsigned short* base = c & 1 ? p.biases + rc * p.b_stride : p.scales + rc * p.s_stride;
+    ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
+  };
+  // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
+  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
+  // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
+  // straddles at most 2 lines), so that more than the one step of registers is in flight.
+  auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
+    pa += 4 * kV5Batch, pb += 4 * kV5Batch;  // advanced first: the loads use negative offsets
+    ++ps;
+#pragma unroll
+    for (int k = 0; k < kV5Batch; ++k) {
+      na[k] = __ldg(pa + 4 * (k - kV5Batch));
+      nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
+    }
+    ns = __ldg(ps - 1);
+    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
+  };
+  uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
+  ScaleWord buf_s0, buf_s1;
+  if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
+    l_set(blockIdx.x);
+    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
+  }
+
+  v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);
 
   const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
   const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
   const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
-  const uint32_t magic = kMagic;
   float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
   int step = 0;
   int group_c = blockIdx.x;  // CTA-uniform: tile group, step
@@ -1263,22 +1299,8 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
       const int gq = j0 / kGroupSpans + q;
       const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1 (both rows)
       float d[4] = {cq.x, cq.y, cq.z, cq.w};
-#pragma unroll
-      for (int h = 0; h < kGroupSpans; ++h) {
-        const int k = q * kGroupSpans + h;
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-          const uint32_t ua = w ? wa[k].y : wa[k].x, ub = w ? wb[k].y : wb[k].x;
-          const uint4 xv = xrow[8 * (j0 + k) + w];
-          const uint32_t a0[4] = {and_or<0x000F000Fu>(ua, magic), and_or<0x000F000Fu>(ub, magic),
-                                  and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
-          mma_f16(d, a0, xv.x, xv.y);
-          const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
-          const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
-                                  and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
-          mma_f16(d, a1, xv.z, xv.w);
-        }
-      }
+      v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                                xrow + 8 * (j0 + q * kGroupSpans));
       if (q % 2 == 0) {
         uint32_t mw;
         if constexpr (kStepGroups == 4)
@@ -1447,43 +1469,274 @@ void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
-  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
-  if (T == 0 || out == 0) return;
+// The kernel arguments of v5 and v6 (parts and prefetch: v5's defaults; its launch tunes them).
+GemvV5Params gemv_v5_params(const LinearQ& a) {
   const QuantizedWeight& q = a.w;
-  const GemvV5Params p{a.x.data(),
-                       a.x.stride(0),
-                       aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
-                       a.x.dtype() == DType::bf16,
-                       q.weight.data_as<const uint32_t>(),
-                       q.weight.stride(0),
-                       static_cast<const unsigned short*>(q.scales.data()),
-                       static_cast<const unsigned short*>(q.biases.data()),
-                       q.scales.stride(0),
-                       q.biases.stride(0),
-                       a.bias.defined() ? a.bias.data() : nullptr,
-                       a.bias.defined() ? a.bias.dtype() : DType::f32,
-                       a.y.data(),
-                       a.y.dtype(),
-                       a.y.stride(0),
-                       static_cast<int>(T),
-                       static_cast<int>(in),
-                       static_cast<int>(out),
-                       1,
-                       kV5PrefetchSteps};
+  return GemvV5Params{a.x.data(),
+                      a.x.stride(0),
+                      aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
+                      a.x.dtype() == DType::bf16,
+                      q.weight.data_as<const uint32_t>(),
+                      q.weight.stride(0),
+                      static_cast<const unsigned short*>(q.scales.data()),
+                      static_cast<const unsigned short*>(q.biases.data()),
+                      q.scales.stride(0),
+                      q.biases.stride(0),
+                      a.bias.defined() ? a.bias.data() : nullptr,
+                      a.bias.defined() ? a.bias.dtype() : DType::f32,
+                      a.y.data(),
+                      a.y.dtype(),
+                      a.y.stride(0),
+                      static_cast<int>(a.x.size(0)),
+                      static_cast<int>(a.x.size(1)),
+                      static_cast<int>(a.y.size(1)),
+                      1,
+                      kV5PrefetchSteps};
+}
+
+// Calls launch<kGroupSpans, kScaleBf16>(p, gs, stream) for the weight's group size and scale type.
+template <template <int, bool> class Launch>
+void dispatch_gemv_tc(const LinearQ& a, Context& ctx) {
+  if (a.x.size(0) == 0 || a.y.size(1) == 0) return;
+  const GemvV5Params p = gemv_v5_params(a);
   const cudaStream_t stream = as_stream(ctx.stream());
-  const bool sbf = q.scales.dtype() == DType::bf16;
-  if (q.group_size == 64) {
+  const bool sbf = a.w.scales.dtype() == DType::bf16;
+  if (a.w.group_size == 64) {
     if (sbf)
-      launch_gemv_v5<1, true>(p, 64, stream);
+      Launch<1, true>::run(p, stream);
     else
-      launch_gemv_v5<1, false>(p, 64, stream);
+      Launch<1, false>::run(p, stream);
   } else {
     if (sbf)
-      launch_gemv_v5<2, true>(p, 128, stream);
+      Launch<2, true>::run(p, stream);
     else
-      launch_gemv_v5<2, false>(p, 128, stream);
+      Launch<2, false>::run(p, stream);
   }
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+struct LaunchV5 {
+  static void run(const GemvV5Params& p, cudaStream_t stream) {
+    launch_gemv_v5<kGroupSpans, kScaleBf16>(p, 64 * kGroupSpans, stream);
+  }
+};
+
+void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
+  dispatch_gemv_tc<LaunchV5>(a, ctx);
+}
+
+// ---- linear_q.gemv_v6: v5's math over weights streamed by TMA bulk copies ------------------
+//
+// v5 keeps at most two steps of codes per warp in flight from registers, plus an L2 prefetch:
+// ~48 KB of requests per SM, and it reached 67% of copy at the lm head (session 4). v6 hands the
+// weight stream to the copy engine: a persistent CTA walks its items (a 16-row tile and a chunk
+// of kV6Chunk inputs) with kV6Stages of them in flight in shared memory (1-D bulk copies that
+// complete on one mbarrier per stage, as bulk_pipe.cuh's decode kernels do), ~78 KB of requests
+// per CTA whatever the math does.
+//   stage: codes [16 rows][1024 + 32 B] (the 32-byte pad puts row g + 1 eight banks further: the
+//     LDS.64 of 4 rows x 4 quad lanes per half warp fill the 32 banks without conflict), then
+//     scales [16 rows] and biases [16 rows] of [chunk / gs · 2 + 16 B] (the pad: 8 rows on
+//     distinct banks);
+//   math: warp w takes the chunk's inputs 256w .. 256w + 255 (v5's 4-span step; warps past a
+//     short last chunk idle): per group v5's mma chain (v5_group_mma), s and b from the stage,
+//     acc += s·D + b·X;
+//   after each item one block barrier (every warp is done with the stage), then warp 0 refills the
+//     stage with item i + kV6Stages; at a tile's last chunk the warps' sums go through shared
+//     memory (two buffers by tile parity: the next item's barrier orders their reuse) and warps
+//     4-7 add them in warp order and store y.
+//   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o]), as v5.
+// Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
+constexpr int kV6Warps = 8;
+constexpr int kV6Chunk = kV6Warps * 64 * kV5Batch;  // inputs per item: 2048
+constexpr int kV6Stages = 4;
+constexpr int kV6CodeRow = kV6Chunk / 2 + 32;  // bytes per staged row of codes
+constexpr int kV6Barriers = 64;                // bytes before the stages: the mbarriers
+constexpr size_t kV6MaxSmem = 227 * 1024;
+
+// Bytes per staged row of scales (or biases) and per stage, for group size gs.
+__host__ __device__ constexpr int v6_scale_row(int gs) {
+  return kV6Chunk / gs * 2 + 16;
+}
+__host__ __device__ constexpr int v6_stage_bytes(int gs) {
+  return 16 * kV6CodeRow + 32 * v6_scale_row(gs);
+}
+
+// Dynamic shared memory: the mbarriers, the stages, staged x and its group sums as v5's, the
+// warps' sums [2][kV6Warps][16 rows][8 tokens] f32, max|x| bits and the output factors [8] each.
+size_t gemv_v6_smem(int64_t T, int64_t in, int gs) {
+  return kV6Barriers + size_t{kV6Stages} * v6_stage_bytes(gs) +
+         static_cast<size_t>(T * (in / 8 + 1)) * 16 + static_cast<size_t>(in / gs) * 24 * 4 +
+         size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
+}
+
+// A 16-bit scale or bias as f32.
+template <bool kBf16>
+__device__ __forceinline__ float h16_to_f32(unsigned short v) {
+  if constexpr (kBf16)
+    return __uint_as_float(static_cast<uint32_t>(v) << 16);
+  else
+    return __half2float(__ushort_as_half(v));
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+__global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const GemvV5Params p) {
+  constexpr int kGs = 64 * kGroupSpans, kScaleRow = v6_scale_row(kGs);
+  constexpr int kStage = v6_stage_bytes(kGs), kStepGroups = kV5Batch / kGroupSpans;
+  constexpr int kScaleHalves = kScaleRow / 2;  // 16-bit values per staged scale row
+  extern __shared__ uint4 v6_smem[];
+  auto* full = reinterpret_cast<uint64_t*>(v6_smem);              // [kV6Stages]
+  char* stages = reinterpret_cast<char*>(v6_smem) + kV6Barriers;  // [kV6Stages][kStage]
+  const int rs = p.in / 8 + 1, groups = p.in / kGs;
+  uint4* xs = reinterpret_cast<uint4*>(stages + kV6Stages * kStage);  // [T][rs]
+  float* xx = reinterpret_cast<float*>(xs + p.T * rs);                // [groups][24]
+  float* partial = xx + groups * 24;                                  // [2][kV6Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + 2 * kV6Warps * 128);   // [8]
+  float* yscale = reinterpret_cast<float*>(xmax + 8);                 // [8]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int tiles = (p.out + 15) / 16, chunks = (p.in + kV6Chunk - 1) / kV6Chunk;
+  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                       static_cast<int>(gridDim.x);  // the grid has at most `tiles` CTAs
+  const int items = my_tiles * chunks;  // item i: local tile i / chunks, chunk i % chunks
+
+  // Warp 0: the bulk copies of item i into its stage. Lanes 0-15 copy the codes of rows
+  // tile·16 + lane, lanes 16-31 the scales and biases of row tile·16 + lane - 16; rows past out
+  // copy row out - 1 (never stored). Lane 0 arms the stage's barrier with the bytes first.
+  auto issue = [&](int i) {
+    const int s = i % kV6Stages;
+    const int64_t tile = blockIdx.x + int64_t{i / chunks} * gridDim.x;
+    const int k0 = (i % chunks) * kV6Chunk;
+    const int width = p.in - k0 < kV6Chunk ? p.in - k0 : kV6Chunk;
+    const uint32_t code_bytes = width / 2, scale_bytes = width / kGs * 2;
+    if (lane == 0) mbar_arrive_expect_tx(full + s, 16 * (code_bytes + 2 * scale_bytes));
+    __syncwarp();
+    const int64_t r = tile * 16 + lane % 16, row = r < p.out ? r : p.out - 1;
+    char* st = stages + s * kStage;
+    if (lane < 16) {
+      bulk_g2s(st + lane * kV6CodeRow,
+               reinterpret_cast<const char*>(p.w + row * p.w_stride) + k0 / 2, code_bytes,
+               full + s);
+    } else {
+      char* sc = st + 16 * kV6CodeRow + (lane - 16) * kScaleRow;
+      bulk_g2s(sc, p.scales + row * p.s_stride + k0 / kGs, scale_bytes, full + s);
+      bulk_g2s(sc + 16 * kScaleRow, p.biases + row * p.b_stride + k0 / kGs, scale_bytes, full + s);
+    }
+  };
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kV6Stages; ++s) mbar_init(full + s, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp == 0)  // the first stages in flight while x is staged
+    for (int i = 0; i < kV6Stages && i < items; ++i) issue(i);
+  v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);  // ends with a block barrier
+
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
+  const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
+  const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
+  float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+#pragma unroll 1
+  for (int i = 0; i < items; ++i) {
+    const int s = i % kV6Stages, chunk = i % chunks, local_tile = i / chunks;
+    const int k0 = chunk * kV6Chunk;
+    const char* st = stages + s * kStage;
+    mbar_wait(full + s, (i / kV6Stages) & 1);
+    if (warp * 64 * kV5Batch < p.in - k0) {
+      // The lane's words 2c, 2c + 1 of spans 4·warp + k in rows g and g + 8.
+      const char* cw = st + g * kV6CodeRow + warp * 32 * kV5Batch + c * 8;
+      uint2 wa[kV5Batch], wb[kV5Batch];
+#pragma unroll
+      for (int k = 0; k < kV5Batch; ++k) {
+        wa[k] = *reinterpret_cast<const uint2*>(cw + 32 * k);
+        wb[k] = *reinterpret_cast<const uint2*>(cw + 8 * kV6CodeRow + 32 * k);
+      }
+      // Staged rows: scales of tile rows 0-15, then their biases.
+      const auto* sc = reinterpret_cast<const unsigned short*>(st + 16 * kV6CodeRow);
+      const int j0 = k0 / 64 + warp * kV5Batch;  // the warp's first span (of the whole row)
+#pragma unroll
+      for (int q = 0; q < kStepGroups; ++q) {
+        const int gq = j0 / kGroupSpans + q, lq = warp * kStepGroups + q;  // row / chunk group
+        const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1
+        float d[4] = {cq.x, cq.y, cq.z, cq.w};
+        v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                                  xrow + 8 * (j0 + q * kGroupSpans));
+        const float s_a = h16_to_f32<kScaleBf16>(sc[g * kScaleHalves + lq]);
+        const float s_b = h16_to_f32<kScaleBf16>(sc[(g + 8) * kScaleHalves + lq]);
+        const float b_a = h16_to_f32<kScaleBf16>(sc[(g + 16) * kScaleHalves + lq]);
+        const float b_b = h16_to_f32<kScaleBf16>(sc[(g + 24) * kScaleHalves + lq]);
+        const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
+        acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
+        acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
+        acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
+        acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
+      }
+    }
+    const bool tile_done = chunk == chunks - 1;
+    float* sums = partial + (local_tile & 1) * kV6Warps * 128;  // [kV6Warps][16][8]
+    if (tile_done) {
+      float* mine = sums + warp * 128;
+      mine[g * 8 + 2 * c] = acc[0];
+      mine[g * 8 + 2 * c + 1] = acc[1];
+      mine[(g + 8) * 8 + 2 * c] = acc[2];
+      mine[(g + 8) * 8 + 2 * c + 1] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    }
+    __syncthreads();  // the stage is read by every warp; the sums are written
+    if (warp == 0 && i + kV6Stages < items) issue(i + kV6Stages);
+    if (tile_done && threadIdx.x >= 128) {  // (token, row) per thread of warps 4-7
+      const int v = threadIdx.x - 128, t = v / 16, row = v % 16;
+      const int64_t o = (blockIdx.x + int64_t{local_tile} * gridDim.x) * 16 + row;
+      if (t < p.T && o < p.out) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kV6Warps; ++w) sum += sums[w * 128 + row * 8 + t];
+        sum *= yscale[t];
+        if (p.bias) sum += load_any(p.bias, p.bt, o);
+        store_any(p.y, p.yt, t * p.y_stride + o, sum);
+      }
+    }
+  }
+}
+
+// HYBRID_LINEAR_Q_V6=0 refuses v6 (v5 then runs). v6 takes v5's shapes (and its size threshold,
+// HYBRID_LINEAR_Q_V5_MIN_CODES) whose chunks copy as whole 16-byte pieces.
+Reason linear_q_gemv_v6_supports(const LinearQ& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_Q_V6");
+  if (off) return std::string("HYBRID_LINEAR_Q_V6=0");
+  if (Reason r = linear_q_gemv_v5_supports(a)) return str("as v5: ", *r);
+  const int64_t T = a.x.size(0), in = a.x.size(1);
+  const int gs = a.w.group_size;
+  if (in % (8 * gs) != 0)
+    return str("in=", in, " not a multiple of 8·group_size = ", 8 * gs,
+               " (a chunk's scales are copied in 16-byte pieces)");
+  if (!aligned16(a.w.weight.data()) || a.w.weight.stride(0) % 4 != 0)
+    return std::string("packed rows not 16-byte aligned (v6 bulk-copies them)");
+  for (const Tensor* t : {&a.w.scales, &a.w.biases})
+    if (!aligned16(t->data()) || t->stride(0) % 8 != 0)
+      return std::string("scales / biases rows not 16-byte aligned (v6 bulk-copies them)");
+  if (gemv_v6_smem(T, in, gs) > kV6MaxSmem)
+    return str("in=", in, ", T=", T, ": stages and staged x above ", kV6MaxSmem,
+               " bytes of shared memory");
+  return {};
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+struct LaunchV6 {
+  static void run(const GemvV5Params& p, cudaStream_t stream) {
+    const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans);
+    const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16>;
+    const int64_t tiles = (int64_t{p.out} + 15) / 16;
+    const auto blocks = static_cast<unsigned>(
+        persistent_blocks(reinterpret_cast<const void*>(kernel), kV6Warps * 32, smem, tiles));
+    kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+};
+
+void linear_q_gemv_v6_run(const LinearQ& a, Context& ctx) {
+  dispatch_gemv_tc<LaunchV6>(a, ctx);
 }
 
 // Tiled: rows of W dequantized kChunk-wise into the workspace (compute dtype c), then
@@ -1537,6 +1790,8 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
+  r.add<LinearQ>("linear_q.gemv_v6", DeviceType::cuda, 50, linear_q_gemv_v6_supports,
+                 linear_q_gemv_v6_run);
   r.add<LinearQ>("linear_q.gemv_v5", DeviceType::cuda, 40, linear_q_gemv_v5_supports,
                  linear_q_gemv_v5_run);
   r.add<LinearQ>("linear_q.gemv_v4", DeviceType::cuda, 30, linear_q_gemv_v4_supports,
