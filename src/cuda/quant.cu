@@ -20,7 +20,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -1525,14 +1524,16 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
   dispatch_gemv_tc<LaunchV5>(a, ctx);
 }
 
-// ---- linear_q.gemv_v6: v5's math over weights streamed by TMA bulk copies ------------------
+// ---- linear_q.gemv_v6: v5's math over weights streamed through a shared-memory pipeline ----
 //
 // v5 keeps at most two steps of codes per warp in flight from registers, plus an L2 prefetch:
-// ~48 KB of requests per SM, and it reached 67% of copy at the lm head (session 4). v6 hands the
-// weight stream to the copy engine: a persistent CTA walks its items (a 16-row tile and a chunk
-// of kV6Chunk inputs) with kV6Stages of them in flight in shared memory (1-D bulk copies that
-// complete on one mbarrier per stage, as bulk_pipe.cuh's decode kernels do), ~78 KB of requests
-// per CTA whatever the math does.
+// ~48 KB of requests per SM, and it reached 67% of copy at the lm head (session 4). v6 streams
+// the weights through shared memory: a persistent CTA walks its items (a 16-row tile and a chunk
+// of kV6Chunk inputs) with kV6Stages - 1 of them in flight ahead of the math, by cp.async (16
+// bytes a thread, no registers; 5 a thread per item), ~58 KB of requests a CTA whatever the math
+// does. (The first version used 1-D TMA bulk copies, one per row: 48 copies of 1 KB and 64 B an
+// item, issued lane by lane from one warp. It ran at 42% of copy, its warps waiting on the
+// stages: session 7 run 2.)
 //   stage: codes [16 rows][1024 + 32 B] (the 32-byte pad puts row g + 1 eight banks further: the
 //     LDS.64 of 4 rows x 4 quad lanes per half warp fill the 32 banks without conflict), then
 //     scales [16 rows] and biases [16 rows] of [chunk / gs · 2 + 16 B] (the pad: 8 rows on
@@ -1540,17 +1541,16 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
 //   math: warp w takes the chunk's inputs 256w .. 256w + 255 (v5's 4-span step; warps past a
 //     short last chunk idle): per group v5's mma chain (v5_group_mma), s and b from the stage,
 //     acc += s·D + b·X;
-//   after each item one block barrier (every warp is done with the stage), then warp 0 refills the
-//     stage with item i + kV6Stages; at a tile's last chunk the warps' sums go through shared
-//     memory (two buffers by tile parity: the next item's barrier orders their reuse) and warps
-//     4-7 add them in warp order and store y.
+//   per item: wait for the item's copies, one block barrier (they are visible, and every warp is
+//     done with the previous item's stage), the copies of item i + kV6Stages - 1 into that stage,
+//     the math. At a tile's last chunk the warps' sums go through shared memory (two buffers by
+//     tile parity) and warps 4-7 add them in warp order and store y after the next barrier.
 //   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o]), as v5.
 // Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV6Warps = 8;
 constexpr int kV6Chunk = kV6Warps * 64 * kV5Batch;  // inputs per item: 2048
 constexpr int kV6Stages = 4;
 constexpr int kV6CodeRow = kV6Chunk / 2 + 32;  // bytes per staged row of codes
-constexpr int kV6Barriers = 64;                // bytes before the stages: the mbarriers
 constexpr size_t kV6MaxSmem = 227 * 1024;
 
 // Bytes per staged row of scales (or biases) and per stage, for group size gs.
@@ -1561,12 +1561,11 @@ __host__ __device__ constexpr int v6_stage_bytes(int gs) {
   return 16 * kV6CodeRow + 32 * v6_scale_row(gs);
 }
 
-// Dynamic shared memory: the mbarriers, the stages, staged x and its group sums as v5's, the
-// warps' sums [2][kV6Warps][16 rows][8 tokens] f32, max|x| bits and the output factors [8] each.
+// Dynamic shared memory: the stages, staged x and its group sums as v5's, the warps' sums
+// [2][kV6Warps][16 rows][8 tokens] f32, max|x| bits and the output factors [8] each.
 size_t gemv_v6_smem(int64_t T, int64_t in, int gs) {
-  return kV6Barriers + size_t{kV6Stages} * v6_stage_bytes(gs) +
-         static_cast<size_t>(T * (in / 8 + 1)) * 16 + static_cast<size_t>(in / gs) * 24 * 4 +
-         size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
+  return size_t{kV6Stages} * v6_stage_bytes(gs) + static_cast<size_t>(T * (in / 8 + 1)) * 16 +
+         static_cast<size_t>(in / gs) * 24 * 4 + size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
 }
 
 // A 16-bit scale or bias as f32.
@@ -1583,9 +1582,9 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
   constexpr int kGs = 64 * kGroupSpans, kScaleRow = v6_scale_row(kGs);
   constexpr int kStage = v6_stage_bytes(kGs), kStepGroups = kV5Batch / kGroupSpans;
   constexpr int kScaleHalves = kScaleRow / 2;  // 16-bit values per staged scale row
+  constexpr int kThreads = kV6Warps * 32;
   extern __shared__ uint4 v6_smem[];
-  auto* full = reinterpret_cast<uint64_t*>(v6_smem);              // [kV6Stages]
-  char* stages = reinterpret_cast<char*>(v6_smem) + kV6Barriers;  // [kV6Stages][kStage]
+  char* stages = reinterpret_cast<char*>(v6_smem);  // [kV6Stages][kStage]
   const int rs = p.in / 8 + 1, groups = p.in / kGs;
   uint4* xs = reinterpret_cast<uint4*>(stages + kV6Stages * kStage);  // [T][rs]
   float* xx = reinterpret_cast<float*>(xs + p.T * rs);                // [groups][24]
@@ -1599,50 +1598,69 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
                        static_cast<int>(gridDim.x);  // the grid has at most `tiles` CTAs
   const int items = my_tiles * chunks;  // item i: local tile i / chunks, chunk i % chunks
 
-  // Warp 0: the bulk copies of item i into its stage. Lanes 0-15 copy the codes of rows
-  // tile·16 + lane, lanes 16-31 the scales and biases of row tile·16 + lane - 16; rows past out
-  // copy row out - 1 (never stored). Lane 0 arms the stage's barrier with the bytes first.
+  // Every thread: its 16-byte pieces of item i (when i < items), then one commit group (empty
+  // past the last item, so that the wait below counts groups uniformly). Piece u < 16·W/32 of
+  // the codes: row u / (W/32), piece u % (W/32) of the row's W/2 bytes (consecutive threads,
+  // consecutive bytes); then the 16·2·W/(8·gs) pieces of the scale and bias rows. Rows past out
+  // read row out - 1 (never stored).
   auto issue = [&](int i) {
-    const int s = i % kV6Stages;
-    const int64_t tile = blockIdx.x + int64_t{i / chunks} * gridDim.x;
-    const int k0 = (i % chunks) * kV6Chunk;
-    const int width = p.in - k0 < kV6Chunk ? p.in - k0 : kV6Chunk;
-    const uint32_t code_bytes = width / 2, scale_bytes = width / kGs * 2;
-    if (lane == 0) mbar_arrive_expect_tx(full + s, 16 * (code_bytes + 2 * scale_bytes));
-    __syncwarp();
-    const int64_t r = tile * 16 + lane % 16, row = r < p.out ? r : p.out - 1;
-    char* st = stages + s * kStage;
-    if (lane < 16) {
-      bulk_g2s(st + lane * kV6CodeRow,
-               reinterpret_cast<const char*>(p.w + row * p.w_stride) + k0 / 2, code_bytes,
-               full + s);
-    } else {
-      char* sc = st + 16 * kV6CodeRow + (lane - 16) * kScaleRow;
-      bulk_g2s(sc, p.scales + row * p.s_stride + k0 / kGs, scale_bytes, full + s);
-      bulk_g2s(sc + 16 * kScaleRow, p.biases + row * p.b_stride + k0 / kGs, scale_bytes, full + s);
+    if (i < items) {
+      char* st = stages + (i % kV6Stages) * kStage;
+      const int64_t row0 = (blockIdx.x + int64_t{i / chunks} * gridDim.x) * 16;
+      const int k0 = (i % chunks) * kV6Chunk;
+      const int width = p.in - k0 < kV6Chunk ? p.in - k0 : kV6Chunk;
+      const int code_pieces = width / 32, scale_pieces = width / kGs / 8;
+      for (int u = threadIdx.x; u < 16 * code_pieces; u += kThreads) {
+        const int r = u / code_pieces, k = u % code_pieces;
+        const int64_t row = row0 + r < p.out ? row0 + r : p.out - 1;
+        cp_async16(st + r * kV6CodeRow + 16 * k,
+                   reinterpret_cast<const char*>(p.w + row * p.w_stride) + k0 / 2 + 16 * k);
+      }
+      if (static_cast<int>(threadIdx.x) < 32 * scale_pieces) {  // rows 0-15 scales, 16-31 biases
+        const int r = threadIdx.x / scale_pieces, k = threadIdx.x % scale_pieces;
+        const int64_t row = row0 + r % 16 < p.out ? row0 + r % 16 : p.out - 1;
+        const unsigned short* src =
+            r < 16 ? p.scales + row * p.s_stride : p.biases + row * p.b_stride;
+        cp_async16(st + 16 * kV6CodeRow + r * kScaleRow + 16 * k,
+                   reinterpret_cast<const char*>(src + k0 / kGs) + 16 * k);
+      }
     }
+    cp_commit();
   };
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < kV6Stages; ++s) mbar_init(full + s, 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (warp == 0)  // the first stages in flight while x is staged
-    for (int i = 0; i < kV6Stages && i < items; ++i) issue(i);
+  for (int i = 0; i < kV6Stages - 1; ++i) issue(i);  // in flight while x is staged
   v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);  // ends with a block barrier
 
   const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
   const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
   const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
   float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+  // Warps 4-7 store the tile whose sums the previous item wrote (-1: none).
+  auto store_tile = [&](int local_tile) {
+    if (local_tile < 0 || threadIdx.x < 128) return;
+    const int v = threadIdx.x - 128, t = v / 16, row = v % 16;
+    const int64_t o = (blockIdx.x + int64_t{local_tile} * gridDim.x) * 16 + row;
+    if (t < p.T && o < p.out) {
+      const float* sums = partial + (local_tile & 1) * kV6Warps * 128;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kV6Warps; ++w) sum += sums[w * 128 + row * 8 + t];
+      sum *= yscale[t];
+      if (p.bias) sum += load_any(p.bias, p.bt, o);
+      store_any(p.y, p.yt, t * p.y_stride + o, sum);
+    }
+  };
+  int pending_tile = -1;
 #pragma unroll 1
   for (int i = 0; i < items; ++i) {
-    const int s = i % kV6Stages, chunk = i % chunks, local_tile = i / chunks;
+    const int chunk = i % chunks, local_tile = i / chunks;
     const int k0 = chunk * kV6Chunk;
-    const char* st = stages + s * kStage;
-    mbar_wait(full + s, (i / kV6Stages) & 1);
+    const char* st = stages + (i % kV6Stages) * kStage;
+    cp_wait<kV6Stages - 2>();  // this thread's pieces of item i have landed
+    __syncthreads();           // everyone's have; everyone is done with item i - 1's stage
+    issue(i + kV6Stages - 1);  // into item i - 1's stage
+    store_tile(pending_tile);  // its sums were written before the barrier
+    pending_tile = -1;
     if (warp * 64 * kV5Batch < p.in - k0) {
       // The lane's words 2c, 2c + 1 of spans 4·warp + k in rows g and g + 8.
       const char* cw = st + g * kV6CodeRow + warp * 32 * kV5Batch + c * 8;
@@ -1673,31 +1691,19 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
         acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
       }
     }
-    const bool tile_done = chunk == chunks - 1;
-    float* sums = partial + (local_tile & 1) * kV6Warps * 128;  // [kV6Warps][16][8]
-    if (tile_done) {
-      float* mine = sums + warp * 128;
+    if (chunk == chunks - 1) {  // the tile's sums, stored after the next barrier
+      float* mine = partial + ((local_tile & 1) * kV6Warps + warp) * 128;
       mine[g * 8 + 2 * c] = acc[0];
       mine[g * 8 + 2 * c + 1] = acc[1];
       mine[(g + 8) * 8 + 2 * c] = acc[2];
       mine[(g + 8) * 8 + 2 * c + 1] = acc[3];
       acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-    }
-    __syncthreads();  // the stage is read by every warp; the sums are written
-    if (warp == 0 && i + kV6Stages < items) issue(i + kV6Stages);
-    if (tile_done && threadIdx.x >= 128) {  // (token, row) per thread of warps 4-7
-      const int v = threadIdx.x - 128, t = v / 16, row = v % 16;
-      const int64_t o = (blockIdx.x + int64_t{local_tile} * gridDim.x) * 16 + row;
-      if (t < p.T && o < p.out) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kV6Warps; ++w) sum += sums[w * 128 + row * 8 + t];
-        sum *= yscale[t];
-        if (p.bias) sum += load_any(p.bias, p.bt, o);
-        store_any(p.y, p.yt, t * p.y_stride + o, sum);
-      }
+      pending_tile = local_tile;
     }
   }
+  cp_wait<0>();
+  __syncthreads();
+  store_tile(pending_tile);
 }
 
 // HYBRID_LINEAR_Q_V6=0 refuses v6 (v5 then runs). v6 takes v5's shapes (and its size threshold,
@@ -1712,10 +1718,10 @@ Reason linear_q_gemv_v6_supports(const LinearQ& a) {
     return str("in=", in, " not a multiple of 8·group_size = ", 8 * gs,
                " (a chunk's scales are copied in 16-byte pieces)");
   if (!aligned16(a.w.weight.data()) || a.w.weight.stride(0) % 4 != 0)
-    return std::string("packed rows not 16-byte aligned (v6 bulk-copies them)");
+    return std::string("packed rows not 16-byte aligned (v6 copies 16-byte pieces)");
   for (const Tensor* t : {&a.w.scales, &a.w.biases})
     if (!aligned16(t->data()) || t->stride(0) % 8 != 0)
-      return std::string("scales / biases rows not 16-byte aligned (v6 bulk-copies them)");
+      return std::string("scales / biases rows not 16-byte aligned (v6 copies 16-byte pieces)");
   if (gemv_v6_smem(T, in, gs) > kV6MaxSmem)
     return str("in=", in, ", T=", T, ": stages and staged x above ", kV6MaxSmem,
                " bytes of shared memory");
@@ -1727,9 +1733,15 @@ struct LaunchV6 {
   static void run(const GemvV5Params& p, cudaStream_t stream) {
     const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans);
     const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16>;
+    // The shared memory depends on T and in: the limit raised and the occupancy asked per launch
+    // (bulk_pipe.cuh's cached resident_blocks assumes one size per kernel).
+    ensure_dynamic_smem(kernel, smem);
+    int per_sm = 0;
+    HYBRID_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV6Warps * 32, smem));
     const int64_t tiles = (int64_t{p.out} + 15) / 16;
-    const auto blocks = static_cast<unsigned>(
-        persistent_blocks(reinterpret_cast<const void*>(kernel), kV6Warps * 32, smem, tiles));
+    const auto blocks =
+        static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
     kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   }
