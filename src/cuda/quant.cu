@@ -1549,7 +1549,7 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
 // Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV6Warps = 8;
 constexpr int kV6Chunk = kV6Warps * 64 * kV5Batch;  // inputs per item: 2048
-constexpr int kV6Stages = 4;
+constexpr int kV6Stages = 4;  // items in the ring (HYBRID_LINEAR_Q_V6_STAGES=3: three)
 constexpr int kV6CodeRow = kV6Chunk / 2 + 32;  // bytes per staged row of codes
 constexpr size_t kV6MaxSmem = 227 * 1024;
 
@@ -1563,8 +1563,8 @@ __host__ __device__ constexpr int v6_stage_bytes(int gs) {
 
 // Dynamic shared memory: the stages, staged x and its group sums as v5's, the warps' sums
 // [2][kV6Warps][16 rows][8 tokens] f32, max|x| bits and the output factors [8] each.
-size_t gemv_v6_smem(int64_t T, int64_t in, int gs) {
-  return size_t{kV6Stages} * v6_stage_bytes(gs) + static_cast<size_t>(T * (in / 8 + 1)) * 16 +
+size_t gemv_v6_smem(int64_t T, int64_t in, int gs, int stages = kV6Stages) {
+  return size_t(stages) * v6_stage_bytes(gs) + static_cast<size_t>(T * (in / 8 + 1)) * 16 +
          static_cast<size_t>(in / gs) * 24 * 4 + size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
 }
 
@@ -1577,20 +1577,20 @@ __device__ __forceinline__ float h16_to_f32(unsigned short v) {
     return __half2float(__ushort_as_half(v));
 }
 
-template <int kGroupSpans, bool kScaleBf16>
+template <int kGroupSpans, bool kScaleBf16, int kStages>
 __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const GemvV5Params p) {
   constexpr int kGs = 64 * kGroupSpans, kScaleRow = v6_scale_row(kGs);
   constexpr int kStage = v6_stage_bytes(kGs), kStepGroups = kV5Batch / kGroupSpans;
   constexpr int kScaleHalves = kScaleRow / 2;  // 16-bit values per staged scale row
   constexpr int kThreads = kV6Warps * 32;
   extern __shared__ uint4 v6_smem[];
-  char* stages = reinterpret_cast<char*>(v6_smem);  // [kV6Stages][kStage]
+  char* stages = reinterpret_cast<char*>(v6_smem);  // [kStages][kStage]
   const int rs = p.in / 8 + 1, groups = p.in / kGs;
-  uint4* xs = reinterpret_cast<uint4*>(stages + kV6Stages * kStage);  // [T][rs]
-  float* xx = reinterpret_cast<float*>(xs + p.T * rs);                // [groups][24]
-  float* partial = xx + groups * 24;                                  // [2][kV6Warps][16][8]
-  int* xmax = reinterpret_cast<int*>(partial + 2 * kV6Warps * 128);   // [8]
-  float* yscale = reinterpret_cast<float*>(xmax + 8);                 // [8]
+  uint4* xs = reinterpret_cast<uint4*>(stages + kStages * kStage);   // [T][rs]
+  float* xx = reinterpret_cast<float*>(xs + p.T * rs);               // [groups][24]
+  float* partial = xx + groups * 24;                                 // [2][kV6Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + 2 * kV6Warps * 128);  // [8]
+  float* yscale = reinterpret_cast<float*>(xmax + 8);                // [8]
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
   const int tiles = (p.out + 15) / 16, chunks = (p.in + kV6Chunk - 1) / kV6Chunk;
@@ -1598,27 +1598,39 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
                        static_cast<int>(gridDim.x);  // the grid has at most `tiles` CTAs
   const int items = my_tiles * chunks;  // item i: local tile i / chunks, chunk i % chunks
 
-  // Every thread: its 16-byte pieces of item i (when i < items), then one commit group (empty
-  // past the last item, so that the wait below counts groups uniformly). Piece u < 16·W/32 of
-  // the codes: row u / (W/32), piece u % (W/32) of the row's W/2 bytes (consecutive threads,
-  // consecutive bytes); then the 16·2·W/(8·gs) pieces of the scale and bias rows. Rows past out
-  // read row out - 1 (never stored).
-  auto issue = [&](int i) {
-    if (i < items) {
-      char* st = stages + (i % kV6Stages) * kStage;
-      const int64_t row0 = (blockIdx.x + int64_t{i / chunks} * gridDim.x) * 16;
-      const int k0 = (i % chunks) * kV6Chunk;
-      const int width = p.in - k0 < kV6Chunk ? p.in - k0 : kV6Chunk;
-      const int code_pieces = width / 32, scale_pieces = width / kGs / 8;
-      for (int u = threadIdx.x; u < 16 * code_pieces; u += kThreads) {
-        const int r = u / code_pieces, k = u % code_pieces;
-        const int64_t row = row0 + r < p.out ? row0 + r : p.out - 1;
-        cp_async16(st + r * kV6CodeRow + 16 * k,
-                   reinterpret_cast<const char*>(p.w + row * p.w_stride) + k0 / 2 + 16 * k);
+  // Every thread: its 16-byte pieces of the next item (when one is left), then one commit group
+  // (empty past the last item, so that the wait below counts groups uniformly). Piece u of the
+  // codes: row u / (W/32), piece u % (W/32) of the row's W/2 bytes (consecutive threads,
+  // consecutive bytes; a whole chunk: rows t/64 + 4m, piece t % 64 of thread t); then the
+  // 16·2·W/(8·gs) pieces of the scale and bias rows. Rows past out read row out - 1 (never
+  // stored). The item's (stage, chunk, first row) advance by counters: no divisions.
+  int next_item = 0, next_stage = 0, next_chunk = 0;
+  int64_t next_row0 = int64_t{blockIdx.x} * 16;
+  auto issue = [&]() {
+    if (next_item < items) {
+      char* st = stages + next_stage * kStage;
+      const int k0 = next_chunk * kV6Chunk;
+      const char* w0 = reinterpret_cast<const char*>(p.w) + k0 / 2;
+      auto row_of = [&](int r) { return next_row0 + r < p.out ? next_row0 + r : p.out - 1; };
+      int scale_pieces = kV6Chunk / kGs / 8;
+      if (p.in - k0 >= kV6Chunk) {
+        const int r0 = threadIdx.x / 64, k = threadIdx.x % 64;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int r = r0 + 4 * m;
+          cp_async16(st + r * kV6CodeRow + 16 * k, w0 + row_of(r) * p.w_stride * 4 + 16 * k);
+        }
+      } else {  // the short last chunk of a row
+        const int width = p.in - k0, code_pieces = width / 32;
+        scale_pieces = width / kGs / 8;
+        for (int u = threadIdx.x; u < 16 * code_pieces; u += kThreads) {
+          const int r = u / code_pieces, k = u % code_pieces;
+          cp_async16(st + r * kV6CodeRow + 16 * k, w0 + row_of(r) * p.w_stride * 4 + 16 * k);
+        }
       }
       if (static_cast<int>(threadIdx.x) < 32 * scale_pieces) {  // rows 0-15 scales, 16-31 biases
         const int r = threadIdx.x / scale_pieces, k = threadIdx.x % scale_pieces;
-        const int64_t row = row0 + r % 16 < p.out ? row0 + r % 16 : p.out - 1;
+        const int64_t row = row_of(r % 16);
         const unsigned short* src =
             r < 16 ? p.scales + row * p.s_stride : p.biases + row * p.b_stride;
         cp_async16(st + 16 * kV6CodeRow + r * kScaleRow + 16 * k,
@@ -1626,9 +1638,12 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
       }
     }
     cp_commit();
+    ++next_item;
+    next_stage = next_stage + 1 == kStages ? 0 : next_stage + 1;
+    if (++next_chunk == chunks) next_chunk = 0, next_row0 += int64_t{gridDim.x} * 16;
   };
 
-  for (int i = 0; i < kV6Stages - 1; ++i) issue(i);  // in flight while x is staged
+  for (int i = 0; i < kStages - 1; ++i) issue();     // in flight while x is staged
   v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);  // ends with a block barrier
 
   const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
@@ -1650,15 +1665,14 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
       store_any(p.y, p.yt, t * p.y_stride + o, sum);
     }
   };
-  int pending_tile = -1;
+  int pending_tile = -1, chunk = 0, local_tile = 0;
 #pragma unroll 1
   for (int i = 0; i < items; ++i) {
-    const int chunk = i % chunks, local_tile = i / chunks;
     const int k0 = chunk * kV6Chunk;
-    const char* st = stages + (i % kV6Stages) * kStage;
-    cp_wait<kV6Stages - 2>();  // this thread's pieces of item i have landed
+    const char* st = stages + (i % kStages) * kStage;
+    cp_wait<kStages - 2>();    // this thread's pieces of item i have landed
     __syncthreads();           // everyone's have; everyone is done with item i - 1's stage
-    issue(i + kV6Stages - 1);  // into item i - 1's stage
+    issue();                   // item i + kStages - 1, into item i - 1's stage
     store_tile(pending_tile);  // its sums were written before the barrier
     pending_tile = -1;
     if (warp * 64 * kV5Batch < p.in - k0) {
@@ -1700,6 +1714,7 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
       acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
       pending_tile = local_tile;
     }
+    if (++chunk == chunks) chunk = 0, ++local_tile;
   }
   cp_wait<0>();
   __syncthreads();
@@ -1728,22 +1743,36 @@ Reason linear_q_gemv_v6_supports(const LinearQ& a) {
   return {};
 }
 
+template <int kGroupSpans, bool kScaleBf16, int kStages>
+void launch_gemv_v6(const GemvV5Params& p, cudaStream_t stream) {
+  const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans, kStages);
+  const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16, kStages>;
+  // The shared memory depends on T and in: the limit raised and the occupancy asked per launch
+  // (bulk_pipe.cuh's cached resident_blocks assumes one size per kernel).
+  ensure_dynamic_smem(kernel, smem);
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV6Warps * 32, smem));
+  const int64_t tiles = (int64_t{p.out} + 15) / 16;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
+  kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 template <int kGroupSpans, bool kScaleBf16>
 struct LaunchV6 {
   static void run(const GemvV5Params& p, cudaStream_t stream) {
-    const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans);
-    const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16>;
-    // The shared memory depends on T and in: the limit raised and the occupancy asked per launch
-    // (bulk_pipe.cuh's cached resident_blocks assumes one size per kernel).
-    ensure_dynamic_smem(kernel, smem);
-    int per_sm = 0;
-    HYBRID_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV6Warps * 32, smem));
-    const int64_t tiles = (int64_t{p.out} + 15) / 16;
-    const auto blocks =
-        static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
-    kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    // Tuning switch for a timing run: HYBRID_LINEAR_Q_V6_STAGES=3 (a 3-item ring: 3 CTAs a SM
+    // at T 1 instead of 2). Read once per process.
+    static const bool three = [] {
+      const char* env = std::getenv("HYBRID_LINEAR_Q_V6_STAGES");
+      return env && std::atoi(env) == 3;
+    }();
+    if (three)
+      launch_gemv_v6<kGroupSpans, kScaleBf16, 3>(p, stream);
+    else
+      launch_gemv_v6<kGroupSpans, kScaleBf16, kV6Stages>(p, stream);
   }
 };
 
