@@ -1530,7 +1530,7 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
 // ~48 KB of requests per SM, and it reached 67% of copy at the lm head (session 4). v6 streams
 // the weights through shared memory: a persistent CTA walks its items (a 16-row tile and a chunk
 // of kV6Chunk inputs) with kV6Stages - 1 of them in flight ahead of the math, by cp.async (16
-// bytes a thread, no registers; 5 a thread per item), ~58 KB of requests a CTA whatever the math
+// bytes a thread, no registers; 5 a thread per item), ~39 KB of requests a CTA whatever the math
 // does. (The first version used 1-D TMA bulk copies, one per row: 48 copies of 1 KB and 64 B an
 // item, issued lane by lane from one warp. It ran at 42% of copy, its warps waiting on the
 // stages: session 7 run 2.)
@@ -1549,7 +1549,9 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
 // Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
 constexpr int kV6Warps = 8;
 constexpr int kV6Chunk = kV6Warps * 64 * kV5Batch;  // inputs per item: 2048
-constexpr int kV6Stages = 4;  // items in the ring (HYBRID_LINEAR_Q_V6_STAGES=3: three)
+// Items in the ring. Session 7 run 4 (lm head, T 1): 3 items (74 KB of shared memory, 3 CTAs a
+// SM) 54.1 µs, 4 items (93 KB, 2 CTAs) 57.3 µs; HYBRID_LINEAR_Q_V6_STAGES=4 takes 4.
+constexpr int kV6Stages = 3;
 constexpr int kV6CodeRow = kV6Chunk / 2 + 32;  // bytes per staged row of codes
 constexpr size_t kV6MaxSmem = 227 * 1024;
 
@@ -1737,7 +1739,7 @@ Reason linear_q_gemv_v6_supports(const LinearQ& a) {
   for (const Tensor* t : {&a.w.scales, &a.w.biases})
     if (!aligned16(t->data()) || t->stride(0) % 8 != 0)
       return std::string("scales / biases rows not 16-byte aligned (v6 copies 16-byte pieces)");
-  if (gemv_v6_smem(T, in, gs) > kV6MaxSmem)
+  if (gemv_v6_smem(T, in, gs, 4) > kV6MaxSmem)  // either ring (HYBRID_LINEAR_Q_V6_STAGES)
     return str("in=", in, ", T=", T, ": stages and staged x above ", kV6MaxSmem,
                " bytes of shared memory");
   return {};
@@ -1763,14 +1765,14 @@ void launch_gemv_v6(const GemvV5Params& p, cudaStream_t stream) {
 template <int kGroupSpans, bool kScaleBf16>
 struct LaunchV6 {
   static void run(const GemvV5Params& p, cudaStream_t stream) {
-    // Tuning switch for a timing run: HYBRID_LINEAR_Q_V6_STAGES=3 (a 3-item ring: 3 CTAs a SM
-    // at T 1 instead of 2). Read once per process.
-    static const bool three = [] {
+    // Tuning switch for a timing run: HYBRID_LINEAR_Q_V6_STAGES=4 (a 4-item ring: 2 CTAs a SM
+    // at T 1 instead of 3). Read once per process.
+    static const bool four = [] {
       const char* env = std::getenv("HYBRID_LINEAR_Q_V6_STAGES");
-      return env && std::atoi(env) == 3;
+      return env && std::atoi(env) == 4;
     }();
-    if (three)
-      launch_gemv_v6<kGroupSpans, kScaleBf16, 3>(p, stream);
+    if (four)
+      launch_gemv_v6<kGroupSpans, kScaleBf16, 4>(p, stream);
     else
       launch_gemv_v6<kGroupSpans, kScaleBf16, kV6Stages>(p, stream);
   }
