@@ -27,7 +27,9 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYBRID_CUDA=ON -DCM
 cmake --build "$build" --parallel "$(nproc)"
 dir=${CARRY_DIR:-.carry}
 dir=${dir%/}
-grep -qx "/$dir/" .git/info/exclude 2>/dev/null || echo "/$dir/" >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qx "/$dir/" "$exclude" 2>/dev/null || echo "/$dir/" >> "$exclude"
 rm -rf "$dir" && mkdir -p "$dir"
 # The working tree travels with .carry and must stay under 64 MiB: the tracked files are ~23 MB, so
 # the binaries get ~40 MB. CARRY_BINS picks them (default: the ops tool,

@@ -1083,75 +1083,40 @@ __device__ __forceinline__ float half16_to_f32(uint32_t word, int hi) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(hi ? word >> 16 : word)));
 }
 
-// kGroupSpans: spans (64 inputs) per group: 1 (g64) or 2 (g128). kScaleBf16: scales / biases
-// bf16 (else f16).
-template <int kGroupSpans, bool kScaleBf16>
-__global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
-    linear_q_gemv_v5_kernel(const GemvV5Params p) {
-  constexpr int kStepGroups = kV5Batch / kGroupSpans;  // groups per step: 4 or 2
-  // One load of a row's scales (or biases) for the step's groups: 4 or 2 16-bit values.
-  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
-  constexpr uint32_t kMagic = 0x64006400u;  // 1024 in both f16 halves
-  extern __shared__ uint4 v5_smem[];
-  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
-  uint4* xs = v5_smem;  // [T][rs]
-  // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
-  // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
-  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
-  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
-  int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
-  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-  const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
-  const int part = warp % parts, slot = warp / parts;
-  const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
-  const int j_first = part * nb * kV5Batch;       // the part's first span
-  const int tiles = (p.out + 15) / 16;
-  const int tgroups = (tiles + tpg - 1) / tpg;
-
-  // Loads run one step ahead of the math: pointers of rows g, g + 8 of tile tg·tpg + slot at the
-  // part's step. Rows past out read row out - 1 (never stored). Lane c of a quad loads one of
-  // the 4 scale words of the step (c = 0: scales of row g, 1: biases of row g, 2 / 3: the same
-  // of row g + 8), shared with the quad by shuffles.
-  const uint2 *pa = nullptr, *pb = nullptr;
-  const ScaleWord* ps = nullptr;
-  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
-  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
-  const bool pf_odd = c & 1;
-  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
-  auto l_set = [&](int tg) {  // step 0 of tile group tg
-    const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
-    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
-    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
-    pa = reinterpret_cast<const uint2*>(p.w + ra * p.w_stride) + 4 * j_first + c;
-    pb = reinterpret_cast<const uint2*>(p.w + rb * p.w_stride) + 4 * j_first + c;
-    const int64_t rc = c & 2 ? rb : ra;
-    const unsigned short* base = c & 1 ? p.biases + rc * p.b_stride : p.scales + rc * p.s_stride;
-    ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
-  };
-  // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
-  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
-  // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
-  // straddles at most 2 lines), so that more than the one step of registers is in flight.
-  auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
-    pa += 4 * kV5Batch, pb += 4 * kV5Batch;  // advanced first: the loads use negative offsets
-    ++ps;
+// One group's mma chain: d (initialised to −Xo) += Σ q·x'_eff over its kGroupSpans spans, for
+// rows g, g + 8 (wa[h], wb[h]: the lane's words 2c, 2c + 1 of span h) and tokens 2c, 2c + 1
+// (xw[8h + w]: the staged x of word 2c + w of span h).
+template <int kGroupSpans>
+__device__ __forceinline__ void v5_group_mma(float (&d)[4], const uint2* wa, const uint2* wb,
+                                             const uint4* xw) {
+  const uint32_t magic = 0x64006400u;  // 1024 in both f16 halves
 #pragma unroll
-    for (int k = 0; k < kV5Batch; ++k) {
-      na[k] = __ldg(pa + 4 * (k - kV5Batch));
-      nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
+  for (int h = 0; h < kGroupSpans; ++h) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t ua = w ? wa[h].y : wa[h].x, ub = w ? wb[h].y : wb[h].x;
+      const uint4 xv = xw[8 * h + w];
+      const uint32_t a0[4] = {and_or<0x000F000Fu>(ua, magic), and_or<0x000F000Fu>(ub, magic),
+                              and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
+      mma_f16(d, a0, xv.x, xv.y);
+      const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
+      const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
+                              and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
+      mma_f16(d, a1, xv.z, xv.w);
     }
-    ns = __ldg(ps - 1);
-    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
-  };
-  uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
-  ScaleWord buf_s0, buf_s1;
-  if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
-    l_set(blockIdx.x);
-    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
   }
+}
 
+// Stages x for the tensor-core GEMVs (v5, v6) in shared memory, then a block barrier:
+//   xs [T][in/8 + 1] uint4: per token and word the f16 pairs {(x0,x4), (x1,x5)/16, (x2,x6),
+//     (x3,x7)/16} of x' = x·2^-e_t (rows padded by 16 bytes);
+//   xx [groups][24] f32: per group the mma's initial C {−Xo(2p), −Xo(2p+1)} twice at 4p for
+//     token pair p, and X(t) at 16 + t (tokens T..7 stay 0);
+//   xmax [8]: bits of max|x_t|; yscale [8]: 2^e_t.
+template <int kGroupSpans>
+__device__ void v5_stage_x(const GemvV5Params& p, uint4* xs, float* xx, int* xmax, float* yscale) {
+  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
+  const int lane = threadIdx.x % 32;
   // Stage x. Pass 1: max|x_t| per token (a warp's 32 consecutive words lie in one token:
   // words8 is a multiple of 32), xx zeroed (tokens T..7 stay 0: finite, never stored).
   const auto* xh = static_cast<const unsigned short*>(p.x);
@@ -1241,11 +1206,81 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     }
   }
   __syncthreads();
+}
+
+// kGroupSpans: spans (64 inputs) per group: 1 (g64) or 2 (g128). kScaleBf16: scales / biases
+// bf16 (else f16).
+template <int kGroupSpans, bool kScaleBf16>
+__global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
+    linear_q_gemv_v5_kernel(const GemvV5Params p) {
+  constexpr int kStepGroups = kV5Batch / kGroupSpans;  // groups per step: 4 or 2
+  // One load of a row's scales (or biases) for the step's groups: 4 or 2 16-bit values.
+  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
+  extern __shared__ uint4 v5_smem[];
+  const int words8 = p.in / 8, rs = words8 + 1, groups = p.in / (64 * kGroupSpans);
+  uint4* xs = v5_smem;  // [T][rs]
+  // Per group 24 floats: the mma's initial C per token pair p, {−Xo(2p), −Xo(2p+1)} twice
+  // (rows g and g + 8), at 4p; X(t) at 16 + t (tokens T..7: 0, finite, never stored).
+  float* xx = reinterpret_cast<float*>(v5_smem + p.T * rs);         // [groups][24]
+  float* partial = xx + groups * 24;                                // [kV5Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + kV5Warps * 16 * 8);  // [8] bits of max|x_t|
+  float* yscale = reinterpret_cast<float*>(xmax + 8);               // [8] 2^e_t
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int parts = p.parts, tpg = kV5Warps / parts;  // tiles per CTA round ("tile group")
+  const int part = warp % parts, slot = warp / parts;
+  const int nb = p.in / 64 / (kV5Batch * parts);  // steps per tile and part (supports: >= 1)
+  const int j_first = part * nb * kV5Batch;       // the part's first span
+  const int tiles = (p.out + 15) / 16;
+  const int tgroups = (tiles + tpg - 1) / tpg;
+
+  // Loads run one step ahead of the math: pointers of rows g, g + 8 of tile tg·tpg + slot at the
+  // part's step. Rows past out read row out - 1 (never stored). Lane c of a quad loads one of
+  // the 4 scale words of the step (c = 0: scales of row g, 1: biases of row g, 2 / 3: the same
+  // of row g + 8), shared with the quad by shuffles.
+  const uint2 *pa = nullptr, *pb = nullptr;
+  const ScaleWord* ps = nullptr;
+  // The prefetched byte relative to pa (c even) or pb (c odd) after they are advanced past the
+  // loaded step: the row's step p.prefetch on, its first (c < 2) or last (c >= 2) byte.
+  const bool pf_odd = c & 1;
+  const int pf_delta = (4 * kV5Batch * (p.prefetch - 1) - c) * 8 + (c & 2 ? 32 * kV5Batch - 1 : 0);
+  auto l_set = [&](int tg) {  // step 0 of tile group tg
+    const int64_t o0 = (int64_t{tg} * tpg + slot) * 16;
+    const int64_t ra = o0 + g < p.out ? o0 + g : p.out - 1;
+    const int64_t rb = o0 + g + 8 < p.out ? o0 + g + 8 : p.out - 1;
+    pa = reinterpret_cast<const uint2*>(p.w + ra * p.w_stride) + 4 * j_first + c;
+    pb = reinterpret_cast<const uint2*>(p.w + rb * p.w_stride) + 4 * j_first + c;
+    const int64_t rc = c & 2 ? rb : ra;
+    const unsigned short* base = c & 1 ? p.biases + rc * p.b_stride : p.scales + rc * p.s_stride;
+    ps = reinterpret_cast<const ScaleWord*>(base + j_first / kGroupSpans);
+  };
+  // Loads the pointers' step (span k at uint2 4·k: words 8k + 2c, + 1) and advances them.
+  // With `prefetch`, the rows' 128 bytes of the step p.prefetch further on are asked into
+  // L2 (lane c: row g (c even) or g + 8 (c odd), its first (c < 2) or last byte: a step
+  // straddles at most 2 lines), so that more than the one step of registers is in flight.
+  auto l_load = [&](uint2(&na)[kV5Batch], uint2(&nbw)[kV5Batch], ScaleWord& ns, bool prefetch) {
+    pa += 4 * kV5Batch, pb += 4 * kV5Batch;  // advanced first: the loads use negative offsets
+    ++ps;
+#pragma unroll
+    for (int k = 0; k < kV5Batch; ++k) {
+      na[k] = __ldg(pa + 4 * (k - kV5Batch));
+      nbw[k] = __ldg(pb + 4 * (k - kV5Batch));
+    }
+    ns = __ldg(ps - 1);
+    if (prefetch) prefetch_l2(reinterpret_cast<const char*>(pf_odd ? pb : pa) + pf_delta);
+  };
+  uint2 buf_a0[kV5Batch], buf_b0[kV5Batch], buf_a1[kV5Batch], buf_b1[kV5Batch];
+  ScaleWord buf_s0, buf_s1;
+  if (static_cast<int>(blockIdx.x) < tgroups) {  // the first step in flight while x is staged
+    l_set(blockIdx.x);
+    l_load(buf_a0, buf_b0, buf_s0, p.prefetch > 0 && p.prefetch < nb);
+  }
+
+  v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);
 
   const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
   const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
   const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
-  const uint32_t magic = kMagic;
   float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
   int step = 0;
   int group_c = blockIdx.x;  // CTA-uniform: tile group, step
@@ -1263,22 +1298,8 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
       const int gq = j0 / kGroupSpans + q;
       const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1 (both rows)
       float d[4] = {cq.x, cq.y, cq.z, cq.w};
-#pragma unroll
-      for (int h = 0; h < kGroupSpans; ++h) {
-        const int k = q * kGroupSpans + h;
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-          const uint32_t ua = w ? wa[k].y : wa[k].x, ub = w ? wb[k].y : wb[k].x;
-          const uint4 xv = xrow[8 * (j0 + k) + w];
-          const uint32_t a0[4] = {and_or<0x000F000Fu>(ua, magic), and_or<0x000F000Fu>(ub, magic),
-                                  and_or<0x00F000F0u>(ua, magic), and_or<0x00F000F0u>(ub, magic)};
-          mma_f16(d, a0, xv.x, xv.y);
-          const uint32_t ua8 = ua >> 8, ub8 = ub >> 8;
-          const uint32_t a1[4] = {and_or<0x000F000Fu>(ua8, magic), and_or<0x000F000Fu>(ub8, magic),
-                                  and_or<0x00F000F0u>(ua8, magic), and_or<0x00F000F0u>(ub8, magic)};
-          mma_f16(d, a1, xv.z, xv.w);
-        }
-      }
+      v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                                xrow + 8 * (j0 + q * kGroupSpans));
       if (q % 2 == 0) {
         uint32_t mw;
         if constexpr (kStepGroups == 4)
@@ -1447,43 +1468,318 @@ void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
-void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
-  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
-  if (T == 0 || out == 0) return;
+// The kernel arguments of v5 and v6 (parts and prefetch: v5's defaults; its launch tunes them).
+GemvV5Params gemv_v5_params(const LinearQ& a) {
   const QuantizedWeight& q = a.w;
-  const GemvV5Params p{a.x.data(),
-                       a.x.stride(0),
-                       aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
-                       a.x.dtype() == DType::bf16,
-                       q.weight.data_as<const uint32_t>(),
-                       q.weight.stride(0),
-                       static_cast<const unsigned short*>(q.scales.data()),
-                       static_cast<const unsigned short*>(q.biases.data()),
-                       q.scales.stride(0),
-                       q.biases.stride(0),
-                       a.bias.defined() ? a.bias.data() : nullptr,
-                       a.bias.defined() ? a.bias.dtype() : DType::f32,
-                       a.y.data(),
-                       a.y.dtype(),
-                       a.y.stride(0),
-                       static_cast<int>(T),
-                       static_cast<int>(in),
-                       static_cast<int>(out),
-                       1,
-                       kV5PrefetchSteps};
+  return GemvV5Params{a.x.data(),
+                      a.x.stride(0),
+                      aligned16(a.x.data()) && (a.x.stride(0) * 2) % 16 == 0,
+                      a.x.dtype() == DType::bf16,
+                      q.weight.data_as<const uint32_t>(),
+                      q.weight.stride(0),
+                      static_cast<const unsigned short*>(q.scales.data()),
+                      static_cast<const unsigned short*>(q.biases.data()),
+                      q.scales.stride(0),
+                      q.biases.stride(0),
+                      a.bias.defined() ? a.bias.data() : nullptr,
+                      a.bias.defined() ? a.bias.dtype() : DType::f32,
+                      a.y.data(),
+                      a.y.dtype(),
+                      a.y.stride(0),
+                      static_cast<int>(a.x.size(0)),
+                      static_cast<int>(a.x.size(1)),
+                      static_cast<int>(a.y.size(1)),
+                      1,
+                      kV5PrefetchSteps};
+}
+
+// Calls launch<kGroupSpans, kScaleBf16>(p, gs, stream) for the weight's group size and scale type.
+template <template <int, bool> class Launch>
+void dispatch_gemv_tc(const LinearQ& a, Context& ctx) {
+  if (a.x.size(0) == 0 || a.y.size(1) == 0) return;
+  const GemvV5Params p = gemv_v5_params(a);
   const cudaStream_t stream = as_stream(ctx.stream());
-  const bool sbf = q.scales.dtype() == DType::bf16;
-  if (q.group_size == 64) {
+  const bool sbf = a.w.scales.dtype() == DType::bf16;
+  if (a.w.group_size == 64) {
     if (sbf)
-      launch_gemv_v5<1, true>(p, 64, stream);
+      Launch<1, true>::run(p, stream);
     else
-      launch_gemv_v5<1, false>(p, 64, stream);
+      Launch<1, false>::run(p, stream);
   } else {
     if (sbf)
-      launch_gemv_v5<2, true>(p, 128, stream);
+      Launch<2, true>::run(p, stream);
     else
-      launch_gemv_v5<2, false>(p, 128, stream);
+      Launch<2, false>::run(p, stream);
   }
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+struct LaunchV5 {
+  static void run(const GemvV5Params& p, cudaStream_t stream) {
+    launch_gemv_v5<kGroupSpans, kScaleBf16>(p, 64 * kGroupSpans, stream);
+  }
+};
+
+void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
+  dispatch_gemv_tc<LaunchV5>(a, ctx);
+}
+
+// ---- linear_q.gemv_v6: v5's math over weights streamed through a shared-memory pipeline ----
+//
+// v5 keeps at most two steps of codes per warp in flight from registers, plus an L2 prefetch:
+// ~48 KB of requests per SM, and it reached 67% of copy at the lm head (session 4). v6 streams
+// the weights through shared memory: a persistent CTA walks its items (a 16-row tile and a chunk
+// of kV6Chunk inputs) with kV6Stages - 1 of them in flight ahead of the math, by cp.async (16
+// bytes a thread, no registers; 5 a thread per item), ~39 KB of requests a CTA whatever the math
+// does. (The first version used 1-D TMA bulk copies, one per row: 48 copies of 1 KB and 64 B an
+// item, issued lane by lane from one warp. It ran at 42% of copy, its warps waiting on the
+// stages: session 7 run 2.)
+//   stage: codes [16 rows][1024 + 32 B] (the 32-byte pad puts row g + 1 eight banks further: the
+//     LDS.64 of 4 rows x 4 quad lanes per half warp fill the 32 banks without conflict), then
+//     scales [16 rows] and biases [16 rows] of [chunk / gs · 2 + 16 B] (the pad: 8 rows on
+//     distinct banks);
+//   math: warp w takes the chunk's inputs 256w .. 256w + 255 (v5's 4-span step; warps past a
+//     short last chunk idle): per group v5's mma chain (v5_group_mma), s and b from the stage,
+//     acc += s·D + b·X;
+//   per item: wait for the item's copies, one block barrier (they are visible, and every warp is
+//     done with the previous item's stage), the copies of item i + kV6Stages - 1 into that stage,
+//     the math. At a tile's last chunk the warps' sums go through shared memory (two buffers by
+//     tile parity) and warps 4-7 add them in warp order and store y after the next barrier.
+//   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o]), as v5.
+// Bytes: out·in/2 + scales / biases; 2·T·in·out FLOP.
+constexpr int kV6Warps = 8;
+constexpr int kV6Chunk = kV6Warps * 64 * kV5Batch;  // inputs per item: 2048
+// Items in the ring. Session 7 run 4 (lm head, T 1): 3 items (74 KB of shared memory, 3 CTAs a
+// SM) 54.1 µs, 4 items (93 KB, 2 CTAs) 57.3 µs; HYBRID_LINEAR_Q_V6_STAGES=4 takes 4.
+constexpr int kV6Stages = 3;
+constexpr int kV6CodeRow = kV6Chunk / 2 + 32;  // bytes per staged row of codes
+constexpr size_t kV6MaxSmem = 227 * 1024;
+
+// Bytes per staged row of scales (or biases) and per stage, for group size gs.
+__host__ __device__ constexpr int v6_scale_row(int gs) {
+  return kV6Chunk / gs * 2 + 16;
+}
+__host__ __device__ constexpr int v6_stage_bytes(int gs) {
+  return 16 * kV6CodeRow + 32 * v6_scale_row(gs);
+}
+
+// Dynamic shared memory: the stages, staged x and its group sums as v5's, the warps' sums
+// [2][kV6Warps][16 rows][8 tokens] f32, max|x| bits and the output factors [8] each.
+size_t gemv_v6_smem(int64_t T, int64_t in, int gs, int stages = kV6Stages) {
+  return size_t(stages) * v6_stage_bytes(gs) + static_cast<size_t>(T * (in / 8 + 1)) * 16 +
+         static_cast<size_t>(in / gs) * 24 * 4 + size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
+}
+
+// A 16-bit scale or bias as f32.
+template <bool kBf16>
+__device__ __forceinline__ float h16_to_f32(unsigned short v) {
+  if constexpr (kBf16)
+    return __uint_as_float(static_cast<uint32_t>(v) << 16);
+  else
+    return __half2float(__ushort_as_half(v));
+}
+
+template <int kGroupSpans, bool kScaleBf16, int kStages>
+__global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const GemvV5Params p) {
+  constexpr int kGs = 64 * kGroupSpans, kScaleRow = v6_scale_row(kGs);
+  constexpr int kStage = v6_stage_bytes(kGs), kStepGroups = kV5Batch / kGroupSpans;
+  constexpr int kScaleHalves = kScaleRow / 2;  // 16-bit values per staged scale row
+  constexpr int kThreads = kV6Warps * 32;
+  extern __shared__ uint4 v6_smem[];
+  char* stages = reinterpret_cast<char*>(v6_smem);  // [kStages][kStage]
+  const int rs = p.in / 8 + 1, groups = p.in / kGs;
+  uint4* xs = reinterpret_cast<uint4*>(stages + kStages * kStage);   // [T][rs]
+  float* xx = reinterpret_cast<float*>(xs + p.T * rs);               // [groups][24]
+  float* partial = xx + groups * 24;                                 // [2][kV6Warps][16][8]
+  int* xmax = reinterpret_cast<int*>(partial + 2 * kV6Warps * 128);  // [8]
+  float* yscale = reinterpret_cast<float*>(xmax + 8);                // [8]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  const int tiles = (p.out + 15) / 16, chunks = (p.in + kV6Chunk - 1) / kV6Chunk;
+  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                       static_cast<int>(gridDim.x);  // the grid has at most `tiles` CTAs
+  const int items = my_tiles * chunks;  // item i: local tile i / chunks, chunk i % chunks
+
+  // Every thread: its 16-byte pieces of the next item (when one is left), then one commit group
+  // (empty past the last item, so that the wait below counts groups uniformly). Piece u of the
+  // codes: row u / (W/32), piece u % (W/32) of the row's W/2 bytes (consecutive threads,
+  // consecutive bytes; a whole chunk: rows t/64 + 4m, piece t % 64 of thread t); then the
+  // 16·2·W/(8·gs) pieces of the scale and bias rows. Rows past out read row out - 1 (never
+  // stored). The item's (stage, chunk, first row) advance by counters: no divisions.
+  int next_item = 0, next_stage = 0, next_chunk = 0;
+  int64_t next_row0 = int64_t{blockIdx.x} * 16;
+  auto issue = [&]() {
+    if (next_item < items) {
+      char* st = stages + next_stage * kStage;
+      const int k0 = next_chunk * kV6Chunk;
+      const char* w0 = reinterpret_cast<const char*>(p.w) + k0 / 2;
+      auto row_of = [&](int r) { return next_row0 + r < p.out ? next_row0 + r : p.out - 1; };
+      int scale_pieces = kV6Chunk / kGs / 8;
+      if (p.in - k0 >= kV6Chunk) {
+        const int r0 = threadIdx.x / 64, k = threadIdx.x % 64;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int r = r0 + 4 * m;
+          cp_async16(st + r * kV6CodeRow + 16 * k, w0 + row_of(r) * p.w_stride * 4 + 16 * k);
+        }
+      } else {  // the short last chunk of a row
+        const int width = p.in - k0, code_pieces = width / 32;
+        scale_pieces = width / kGs / 8;
+        for (int u = threadIdx.x; u < 16 * code_pieces; u += kThreads) {
+          const int r = u / code_pieces, k = u % code_pieces;
+          cp_async16(st + r * kV6CodeRow + 16 * k, w0 + row_of(r) * p.w_stride * 4 + 16 * k);
+        }
+      }
+      if (static_cast<int>(threadIdx.x) < 32 * scale_pieces) {  // rows 0-15 scales, 16-31 biases
+        const int r = threadIdx.x / scale_pieces, k = threadIdx.x % scale_pieces;
+        const int64_t row = row_of(r % 16);
+        const unsigned short* src =
+            r < 16 ? p.scales + row * p.s_stride : p.biases + row * p.b_stride;
+        cp_async16(st + 16 * kV6CodeRow + r * kScaleRow + 16 * k,
+                   reinterpret_cast<const char*>(src + k0 / kGs) + 16 * k);
+      }
+    }
+    cp_commit();
+    ++next_item;
+    next_stage = next_stage + 1 == kStages ? 0 : next_stage + 1;
+    if (++next_chunk == chunks) next_chunk = 0, next_row0 += int64_t{gridDim.x} * 16;
+  };
+
+  for (int i = 0; i < kStages - 1; ++i) issue();     // in flight while x is staged
+  v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);  // ends with a block barrier
+
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
+  const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
+  const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
+  float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+  // Warps 4-7 store the tile whose sums the previous item wrote (-1: none).
+  auto store_tile = [&](int local_tile) {
+    if (local_tile < 0 || threadIdx.x < 128) return;
+    const int v = threadIdx.x - 128, t = v / 16, row = v % 16;
+    const int64_t o = (blockIdx.x + int64_t{local_tile} * gridDim.x) * 16 + row;
+    if (t < p.T && o < p.out) {
+      const float* sums = partial + (local_tile & 1) * kV6Warps * 128;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kV6Warps; ++w) sum += sums[w * 128 + row * 8 + t];
+      sum *= yscale[t];
+      if (p.bias) sum += load_any(p.bias, p.bt, o);
+      store_any(p.y, p.yt, t * p.y_stride + o, sum);
+    }
+  };
+  int pending_tile = -1, chunk = 0, local_tile = 0;
+#pragma unroll 1
+  for (int i = 0; i < items; ++i) {
+    const int k0 = chunk * kV6Chunk;
+    const char* st = stages + (i % kStages) * kStage;
+    cp_wait<kStages - 2>();    // this thread's pieces of item i have landed
+    __syncthreads();           // everyone's have; everyone is done with item i - 1's stage
+    issue();                   // item i + kStages - 1, into item i - 1's stage
+    store_tile(pending_tile);  // its sums were written before the barrier
+    pending_tile = -1;
+    if (warp * 64 * kV5Batch < p.in - k0) {
+      // The lane's words 2c, 2c + 1 of spans 4·warp + k in rows g and g + 8.
+      const char* cw = st + g * kV6CodeRow + warp * 32 * kV5Batch + c * 8;
+      uint2 wa[kV5Batch], wb[kV5Batch];
+#pragma unroll
+      for (int k = 0; k < kV5Batch; ++k) {
+        wa[k] = *reinterpret_cast<const uint2*>(cw + 32 * k);
+        wb[k] = *reinterpret_cast<const uint2*>(cw + 8 * kV6CodeRow + 32 * k);
+      }
+      // Staged rows: scales of tile rows 0-15, then their biases.
+      const auto* sc = reinterpret_cast<const unsigned short*>(st + 16 * kV6CodeRow);
+      const int j0 = k0 / 64 + warp * kV5Batch;  // the warp's first span (of the whole row)
+#pragma unroll
+      for (int q = 0; q < kStepGroups; ++q) {
+        const int gq = j0 / kGroupSpans + q, lq = warp * kStepGroups + q;  // row / chunk group
+        const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1
+        float d[4] = {cq.x, cq.y, cq.z, cq.w};
+        v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                                  xrow + 8 * (j0 + q * kGroupSpans));
+        const float s_a = h16_to_f32<kScaleBf16>(sc[g * kScaleHalves + lq]);
+        const float s_b = h16_to_f32<kScaleBf16>(sc[(g + 8) * kScaleHalves + lq]);
+        const float b_a = h16_to_f32<kScaleBf16>(sc[(g + 16) * kScaleHalves + lq]);
+        const float b_b = h16_to_f32<kScaleBf16>(sc[(g + 24) * kScaleHalves + lq]);
+        const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
+        acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
+        acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
+        acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
+        acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
+      }
+    }
+    if (chunk == chunks - 1) {  // the tile's sums, stored after the next barrier
+      float* mine = partial + ((local_tile & 1) * kV6Warps + warp) * 128;
+      mine[g * 8 + 2 * c] = acc[0];
+      mine[g * 8 + 2 * c + 1] = acc[1];
+      mine[(g + 8) * 8 + 2 * c] = acc[2];
+      mine[(g + 8) * 8 + 2 * c + 1] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+      pending_tile = local_tile;
+    }
+    if (++chunk == chunks) chunk = 0, ++local_tile;
+  }
+  cp_wait<0>();
+  __syncthreads();
+  store_tile(pending_tile);
+}
+
+// HYBRID_LINEAR_Q_V6=0 refuses v6 (v5 then runs). v6 takes v5's shapes (and its size threshold,
+// HYBRID_LINEAR_Q_V5_MIN_CODES) whose chunks copy as whole 16-byte pieces.
+Reason linear_q_gemv_v6_supports(const LinearQ& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_Q_V6");
+  if (off) return std::string("HYBRID_LINEAR_Q_V6=0");
+  if (Reason r = linear_q_gemv_v5_supports(a)) return str("as v5: ", *r);
+  const int64_t T = a.x.size(0), in = a.x.size(1);
+  const int gs = a.w.group_size;
+  if (in % (8 * gs) != 0)
+    return str("in=", in, " not a multiple of 8·group_size = ", 8 * gs,
+               " (a chunk's scales are copied in 16-byte pieces)");
+  if (!aligned16(a.w.weight.data()) || a.w.weight.stride(0) % 4 != 0)
+    return std::string("packed rows not 16-byte aligned (v6 copies 16-byte pieces)");
+  for (const Tensor* t : {&a.w.scales, &a.w.biases})
+    if (!aligned16(t->data()) || t->stride(0) % 8 != 0)
+      return std::string("scales / biases rows not 16-byte aligned (v6 copies 16-byte pieces)");
+  if (gemv_v6_smem(T, in, gs, 4) > kV6MaxSmem)  // either ring (HYBRID_LINEAR_Q_V6_STAGES)
+    return str("in=", in, ", T=", T, ": stages and staged x above ", kV6MaxSmem,
+               " bytes of shared memory");
+  return {};
+}
+
+template <int kGroupSpans, bool kScaleBf16, int kStages>
+void launch_gemv_v6(const GemvV5Params& p, cudaStream_t stream) {
+  const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans, kStages);
+  const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16, kStages>;
+  // The shared memory depends on T and in: the limit raised and the occupancy asked per launch
+  // (bulk_pipe.cuh's cached resident_blocks assumes one size per kernel).
+  ensure_dynamic_smem(kernel, smem);
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV6Warps * 32, smem));
+  const int64_t tiles = (int64_t{p.out} + 15) / 16;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
+  kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+struct LaunchV6 {
+  static void run(const GemvV5Params& p, cudaStream_t stream) {
+    // Tuning switch for a timing run: HYBRID_LINEAR_Q_V6_STAGES=4 (a 4-item ring: 2 CTAs a SM
+    // at T 1 instead of 3). Read once per process.
+    static const bool four = [] {
+      const char* env = std::getenv("HYBRID_LINEAR_Q_V6_STAGES");
+      return env && std::atoi(env) == 4;
+    }();
+    if (four)
+      launch_gemv_v6<kGroupSpans, kScaleBf16, 4>(p, stream);
+    else
+      launch_gemv_v6<kGroupSpans, kScaleBf16, kV6Stages>(p, stream);
+  }
+};
+
+void linear_q_gemv_v6_run(const LinearQ& a, Context& ctx) {
+  dispatch_gemv_tc<LaunchV6>(a, ctx);
 }
 
 // Tiled: rows of W dequantized kChunk-wise into the workspace (compute dtype c), then
@@ -1537,6 +1833,8 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
+  r.add<LinearQ>("linear_q.gemv_v6", DeviceType::cuda, 50, linear_q_gemv_v6_supports,
+                 linear_q_gemv_v6_run);
   r.add<LinearQ>("linear_q.gemv_v5", DeviceType::cuda, 40, linear_q_gemv_v5_supports,
                  linear_q_gemv_v5_run);
   r.add<LinearQ>("linear_q.gemv_v4", DeviceType::cuda, 30, linear_q_gemv_v4_supports,

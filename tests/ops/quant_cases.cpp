@@ -500,6 +500,13 @@ void add_quant_cases(CaseList& cases) {
   // for bf16 |x| above ~3.7e34 (docs/ops/quant.md), which this case would show.
   cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 65600, 64, 1.0e36));
   cases.push_back(std::make_unique<LinearQScaledXCase>(2, 512, 40, 128, 1.0e-32));
+  // CUDA GEMV v6 (v5's shapes with in a multiple of 8·group_size, 16-byte rows; served past the
+  // same 32 M codes): the 60007-, 40003- and 65600-row cases above (one chunk of 2048, 2048 and
+  // 512 inputs: 2 of the 8 warps busy), and inputs over several chunks with a short last one:
+  // 3072 = 2048 + 1024 (g64, 5 tokens) and 5120 = 2 x 2048 + 1024 (g128, 8 tokens, f16 scales,
+  // f32 y, a bias; 170 KB of shared memory with the staged x).
+  lq(5, 3072, 11000, 4, 64, bf16, bf16, bf16, std::nullopt, false);
+  lq(8, 5120, 6600, 4, 128, f16, f16, f32, bf16, false);
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
