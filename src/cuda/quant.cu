@@ -1570,20 +1570,10 @@ size_t gemv_v6_smem(int64_t T, int64_t in, int gs, int stages = kV6Stages) {
          static_cast<size_t>(in / gs) * 24 * 4 + size_t{2} * kV6Warps * 16 * 8 * 4 + 2 * 8 * 4;
 }
 
-// A 16-bit scale or bias as f32.
-template <bool kBf16>
-__device__ __forceinline__ float h16_to_f32(unsigned short v) {
-  if constexpr (kBf16)
-    return __uint_as_float(static_cast<uint32_t>(v) << 16);
-  else
-    return __half2float(__ushort_as_half(v));
-}
-
 template <int kGroupSpans, bool kScaleBf16, int kStages>
 __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const GemvV5Params p) {
   constexpr int kGs = 64 * kGroupSpans, kScaleRow = v6_scale_row(kGs);
   constexpr int kStage = v6_stage_bytes(kGs), kStepGroups = kV5Batch / kGroupSpans;
-  constexpr int kScaleHalves = kScaleRow / 2;  // 16-bit values per staged scale row
   constexpr int kThreads = kV6Warps * 32;
   extern __shared__ uint4 v6_smem[];
   char* stages = reinterpret_cast<char*>(v6_smem);  // [kStages][kStage]
@@ -1686,20 +1676,33 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
         wa[k] = *reinterpret_cast<const uint2*>(cw + 32 * k);
         wb[k] = *reinterpret_cast<const uint2*>(cw + 8 * kV6CodeRow + 32 * k);
       }
-      // Staged rows: scales of tile rows 0-15, then their biases.
-      const auto* sc = reinterpret_cast<const unsigned short*>(st + 16 * kV6CodeRow);
+      // Staged rows: scales of tile rows 0-15, then their biases. The warp's kStepGroups values
+      // of a row are adjacent: one 8-byte (g64: 4 groups) or 4-byte (g128: 2) load per row.
+      using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
+      const char* sc = st + 16 * kV6CodeRow + warp * kStepGroups * 2;
+      const ScaleWord ws_a = *reinterpret_cast<const ScaleWord*>(sc + g * kScaleRow);
+      const ScaleWord ws_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 8) * kScaleRow);
+      const ScaleWord wb_a = *reinterpret_cast<const ScaleWord*>(sc + (g + 16) * kScaleRow);
+      const ScaleWord wb_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 24) * kScaleRow);
+      // Value q of a row's word: 16-bit half q % 2 of u32 word q / 2.
+      auto value = [](const ScaleWord& w, int q) {
+        uint32_t u;
+        if constexpr (kStepGroups == 4)
+          u = q < 2 ? w.x : w.y;
+        else
+          u = w;
+        return half16_to_f32<kScaleBf16>(u, q % 2);
+      };
       const int j0 = k0 / 64 + warp * kV5Batch;  // the warp's first span (of the whole row)
 #pragma unroll
       for (int q = 0; q < kStepGroups; ++q) {
-        const int gq = j0 / kGroupSpans + q, lq = warp * kStepGroups + q;  // row / chunk group
-        const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1
+        const int gq = j0 / kGroupSpans + q;  // the row's group
+        const float4 cq = xc4[6 * gq];        // the mma's initial C: −Xo of tokens 2c, 2c+1
         float d[4] = {cq.x, cq.y, cq.z, cq.w};
         v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
                                   xrow + 8 * (j0 + q * kGroupSpans));
-        const float s_a = h16_to_f32<kScaleBf16>(sc[g * kScaleHalves + lq]);
-        const float s_b = h16_to_f32<kScaleBf16>(sc[(g + 8) * kScaleHalves + lq]);
-        const float b_a = h16_to_f32<kScaleBf16>(sc[(g + 16) * kScaleHalves + lq]);
-        const float b_b = h16_to_f32<kScaleBf16>(sc[(g + 24) * kScaleHalves + lq]);
+        const float s_a = value(ws_a, q), s_b = value(ws_b, q);
+        const float b_a = value(wb_a, q), b_b = value(wb_b, q);
         const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
         acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
         acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
