@@ -203,6 +203,7 @@ if section profile; then
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
   prof_one gdn_decode gdn_tile_kernel "$R"
+  prof_one gdn_decode_b64 gdn_tile_kernel "${R/B=256/B=64}"
   # gdn_prep_step on the same tile kernel ran 5% faster than gdn_recurrent at B 256 (269 against
   # 284 µs, session 6 run 8) for the same state bytes: its profile beside gdn_decode's.
   prof_one gdn_prep_decode gdn_tile_kernel "${R/gdn_recurrent/gdn_prep_step}"
@@ -213,11 +214,9 @@ if section profile; then
   prof_one moe_gate_up moe_gate_up_kernel "$E"
   prof_one moe_down moe_down_combine_kernel "$E"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
-  # reaches 98% of copy against our 85%; mamba_ssm's chunk scan). Needs the peers' wheels and
+  # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
   # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch
-  # after ncu's kernel filter (compare_peers runs the shapes in order; FLA decode B 1 comes first,
-  # so --launch-skip picks B 256's: 2 launches of each of B 1 and B 64 before it, warm-up included,
-  # may need adjusting from the log's launch list).
+  # after ncu's kernel filter.
   prof_peer() {  # LABEL KERNEL-REGEX ONLY [NCU-ARGS]
     local label=$1 kern=$2 only=$3
     shift 3
@@ -227,10 +226,13 @@ if section profile; then
     timeout 200 $NCU -k "regex:$kern" -c 1 "$@" --section SpeedOfLight --section Occupancy \
       --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section LaunchStats python3 scripts/compare_peers.py --lib .carry/libhybrid_c.so \
-      --mamba-src .mamba-src --only "$only" > "$OUT/ncu_$label.txt" 2>&1
+      --mamba-src .mamba-src --only "$only" ${PEER_ARGS:-} > "$OUT/ncu_$label.txt" 2>&1
     echo "ncu $label: rc $? $(grep -E 'Duration|Achieved Occupancy|DRAM Throughput' "$OUT/ncu_$label.txt" | tr -s ' ' | head -3 | tr '\n' ';')"
   }
-  prof_peer fla_decode fused_recurrent gdn_decode --launch-skip 4
+  # FLA at B 64 and 256 alone (--decode-batches): -c 1 takes its first (eager) call, before the
+  # graph replays (-s 4 on the three batches of session 6 still caught a B 1 launch).
+  PEER_ARGS="--decode-batches 64" prof_peer fla_decode_b64 fused_recurrent gdn_decode
+  PEER_ARGS="--decode-batches 256" prof_peer fla_decode fused_recurrent gdn_decode
   prof_peer mamba_chunk_scan _chunk_scan_fwd ssm_prefill
 fi
 if section sanitizers; then
