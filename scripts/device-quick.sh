@@ -70,8 +70,9 @@ if section fallbacks; then
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
-  test_one linear_q_v6_all 40 HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q
-  test_one linear_q_v5_all 40 "HYBRID_LINEAR_Q_V6=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
+  test_one linear_q_v7_all 40 "HYBRID_LINEAR_Q_V7_ANY=1 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
+  test_one linear_q_v6_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
+  test_one linear_q_v5_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V6=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
 fi
 if section fallbacks_old; then
   # Every older layer by its switches (all passed in session 4's run G).
@@ -121,7 +122,7 @@ if section variants; then
   # VARIANTS (pairs joined by ';') replaces the list.
   IFS=';' read -ra pairs <<< "${VARIANTS:-}"
   ((${#pairs[@]})) || pairs=("HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step" "HYBRID_SSM_STEP_TILE=0 ssm_step" "HYBRID_GDN_CHUNK_V7=0 gdn_chunk_prefill" "HYBRID_SSM_CHUNK_V6=0 ssm_chunk_scan"
-    "HYBRID_LINEAR_Q_V6=0 linear_q" "HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
+    "HYBRID_LINEAR_Q_V7=0 linear_q" "HYBRID_LINEAR_Q_V7=0,HYBRID_LINEAR_Q_V6=0 linear_q" "HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
     "HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"
     "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
@@ -206,7 +207,7 @@ if section profile; then
   # gdn_prep_step on the same tile kernel ran 5% faster than gdn_recurrent at B 256 (269 against
   # 284 µs, session 6 run 8) for the same state bytes: its profile beside gdn_decode's.
   prof_one gdn_prep_decode gdn_tile_kernel "${R/gdn_recurrent/gdn_prep_step}"
-  prof_one lm_head gemv_v6_kernel "$L"
+  prof_one lm_head gemv_v7_kernel "$L"
   A='attn_decode(N=1,lens=32768,Hq=16,Hkv=2,D=256,page=16,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
   E='moe_experts(T=1,E=512,k=10,Dm=2048,I=512,x=bf16,w=bf16,swiglu,ids=i32,perf)'
   prof_one attn_decode_b1 decode_tc_kernel "$A"

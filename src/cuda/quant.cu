@@ -1785,6 +1785,233 @@ void linear_q_gemv_v6_run(const LinearQ& a, Context& ctx) {
   dispatch_gemv_tc<LaunchV6>(a, ctx);
 }
 
+// ---- linear_q.gemv_v7: v5's warp-per-tile GEMV over a per-warp shared-memory ring ----------
+//
+// v6 (a block-wide ring, one barrier an item, 8 warps splitting each item's inputs) reached
+// 76% of copy at the lm head. Neither fewer instructions nor the ring depth moved it (session 7
+// runs 4-6), which leaves the barrier that keeps the 8 warps in step. v7 has no barrier after
+// the x staging: as v5 at parts = 1, a warp owns whole 16-row tiles (rows g, g + 8 per lane, all
+// inputs, no cross-warp sum, stores from its accumulators), but its codes, scales and biases
+// come through a ring of kV7Stages slices of its own in shared memory, filled by its own
+// cp.async (codes: 4 x 16 bytes a lane a slice; scales and biases: one 8- (g64) or 4-byte (g128)
+// piece a lane). A slice is one v5 step: 16 rows x 256 inputs.
+//   slice: codes [16 rows][128 + 32 B] (row g + 1 eight banks on, as v6), then scales [16 rows]
+//     and biases [16 rows] of 8 bytes (the step's 4 (g64) or 2 (g128) values).
+//   per slice: cp.async.wait_group (this lane's pieces of slice i are in), __syncwarp (every
+//     lane's are, and every lane is done with slice i - 1), the copies of slice
+//     i + kV7Stages - 1 into slice i - 1's place, v5's math on slice i.
+//   Tiles: warp n of the grid takes tiles n, n + W, ... (W warps in the grid).
+// With 3 slices a warp (2 ahead: ~5 KB in flight a warp, none of it in registers) and 3 CTAs of 8
+// warps a SM, ~120 KB a SM are requested at any time (v5: at most ~48 KB, from registers).
+// v7 serves when the tiles alone fill the resident warps (v5's parts = 1: the lm heads); with
+// fewer tiles v6 splits the inputs of a tile across warps instead.
+// Session 7 run 7 (H200, the lm head at T 1): 52.7 µs against v6's 54.3 µs (the prediction was
+// 46-50 µs: taking out v6's per-item barrier gained 3%).
+//   y[t, o] = 2^e_t·Σ_groups (s·D[o, t, grp] + b·X[t, grp]) (+ bias[o]), as v5.
+constexpr int kV7Warps = 8;
+constexpr int kV7Stages = 3;
+constexpr int kV7CodeRow = 32 * kV5Batch + 32;      // bytes per staged row of a slice's codes
+constexpr int kV7Slice = 16 * kV7CodeRow + 32 * 8;  // codes, then 32 scale / bias rows of 8 B
+constexpr size_t kV7MaxSmem = 227 * 1024;
+
+// Dynamic shared memory: the warps' rings, then staged x and its group sums as v5's, max|x| bits
+// and the output factors [8] each.
+size_t gemv_v7_smem(int64_t T, int64_t in, int gs) {
+  return size_t{kV7Warps} * kV7Stages * kV7Slice + static_cast<size_t>(T * (in / 8 + 1)) * 16 +
+         static_cast<size_t>(in / gs) * 24 * 4 + 2 * 8 * 4;
+}
+
+// `bytes` (4, 8 or 16) global -> shared without registers, through L1 (cp.async.ca: the only
+// form for 4 and 8 bytes).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "n"(kBytes)
+               : "memory");
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+__global__ void __launch_bounds__(kV7Warps * 32) linear_q_gemv_v7_kernel(const GemvV5Params p) {
+  constexpr int kGs = 64 * kGroupSpans, kStepGroups = kV5Batch / kGroupSpans;
+  constexpr int kScaleBytes = kStepGroups * 2;  // a row's values of one slice: 8 or 4
+  using ScaleWord = std::conditional_t<kStepGroups == 4, uint2, uint32_t>;
+  extern __shared__ uint4 v7_smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+  char* ring = reinterpret_cast<char*>(v7_smem) + warp * kV7Stages * kV7Slice;
+  const int rs = p.in / 8 + 1, groups = p.in / kGs;
+  uint4* xs = reinterpret_cast<uint4*>(reinterpret_cast<char*>(v7_smem) +
+                                       kV7Warps * kV7Stages * kV7Slice);  // [T][rs]
+  float* xx = reinterpret_cast<float*>(xs + p.T * rs);                    // [groups][24]
+  int* xmax = reinterpret_cast<int*>(xx + groups * 24);                   // [8]
+  float* yscale = reinterpret_cast<float*>(xmax + 8);                     // [8]
+
+  const int tiles = (p.out + 15) / 16, slices = p.in / (64 * kV5Batch);
+  const int warps = gridDim.x * kV7Warps, first_tile = blockIdx.x * kV7Warps + warp;
+  const int my_tiles = first_tile < tiles ? (tiles - first_tile + warps - 1) / warps : 0;
+  const int items = my_tiles * slices;  // the warp's slices, tile by tile
+
+  // The lane's pieces of the next slice (when one is left), then one commit group (empty past
+  // the last, so that the wait counts groups uniformly). Codes: rows lane / 8 + 4m, piece
+  // lane % 8 of the row's 128 bytes; scales (lanes 0-15) and biases (16-31) of row lane % 16.
+  // Rows past out read row out - 1 (never stored). By counters: no divisions.
+  int next_item = 0, next_stage = 0, next_slice = 0;
+  int64_t next_row0 = int64_t{first_tile} * 16;
+  auto issue = [&]() {
+    if (next_item < items) {
+      char* st = ring + next_stage * kV7Slice;
+      auto row_of = [&](int r) { return next_row0 + r < p.out ? next_row0 + r : p.out - 1; };
+      const int k0 = next_slice * 64 * kV5Batch;  // the slice's first input
+      const char* w0 = reinterpret_cast<const char*>(p.w) + k0 / 2 + 16 * (lane % 8);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int r = lane / 8 + 4 * m;
+        cp_async16(st + r * kV7CodeRow + 16 * (lane % 8), w0 + row_of(r) * p.w_stride * 4);
+      }
+      const int64_t row = row_of(lane % 16);
+      const unsigned short* src =
+          lane < 16 ? p.scales + row * p.s_stride : p.biases + row * p.b_stride;
+      cp_async_ca<kScaleBytes>(st + 16 * kV7CodeRow + lane * 8, src + k0 / kGs);
+    }
+    cp_commit();
+    ++next_item;
+    next_stage = next_stage + 1 == kV7Stages ? 0 : next_stage + 1;
+    if (++next_slice == slices) next_slice = 0, next_row0 += int64_t{warps} * 16;
+  };
+
+  for (int i = 0; i < kV7Stages - 1; ++i) issue();   // in flight while x is staged
+  v5_stage_x<kGroupSpans>(p, xs, xx, xmax, yscale);  // ends with a block barrier
+
+  const uint4* xrow = xs + (g < p.T ? g : 0) * rs + 2 * c;      // word 8j + 2c + w at xrow[8j + w]
+  const float4* xc4 = reinterpret_cast<const float4*>(xx) + c;  // group q: xc4[6q]
+  const float2* xx2 = reinterpret_cast<const float2*>(xx) + 8 + c;  // group q: xx2[12q]
+  float acc[4] = {};  // (row g, token 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1)
+  int slice = 0, stage = 0;
+  int64_t o0 = int64_t{first_tile} * 16;  // the current tile's first row
+#pragma unroll 1
+  for (int i = 0; i < items; ++i) {
+    const char* st = ring + stage * kV7Slice;
+    cp_wait<kV7Stages - 2>();  // this lane's pieces of slice i have landed
+    __syncwarp();              // every lane's have; every lane is done with slice i - 1
+    issue();                   // slice i + kV7Stages - 1, into slice i - 1's place
+    const char* cw = st + g * kV7CodeRow + c * 8;  // words 2c, 2c + 1 of span k at + 32k
+    uint2 wa[kV5Batch], wb[kV5Batch];
+#pragma unroll
+    for (int k = 0; k < kV5Batch; ++k) {
+      wa[k] = *reinterpret_cast<const uint2*>(cw + 32 * k);
+      wb[k] = *reinterpret_cast<const uint2*>(cw + 8 * kV7CodeRow + 32 * k);
+    }
+    const char* sc = st + 16 * kV7CodeRow;  // rows 0-15 scales, 16-31 biases, 8 bytes apart
+    const ScaleWord ws_a = *reinterpret_cast<const ScaleWord*>(sc + g * 8);
+    const ScaleWord ws_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 8) * 8);
+    const ScaleWord wb_a = *reinterpret_cast<const ScaleWord*>(sc + (g + 16) * 8);
+    const ScaleWord wb_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 24) * 8);
+    auto value = [](const ScaleWord& w, int q) {  // half q % 2 of u32 word q / 2
+      uint32_t u;
+      if constexpr (kStepGroups == 4)
+        u = q < 2 ? w.x : w.y;
+      else
+        u = w;
+      return half16_to_f32<kScaleBf16>(u, q % 2);
+    };
+    const int j0 = slice * kV5Batch;  // the slice's first span
+#pragma unroll
+    for (int q = 0; q < kStepGroups; ++q) {
+      const int gq = j0 / kGroupSpans + q;
+      const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1
+      float d[4] = {cq.x, cq.y, cq.z, cq.w};
+      v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                                xrow + 8 * (j0 + q * kGroupSpans));
+      const float s_a = value(ws_a, q), s_b = value(ws_b, q);
+      const float b_a = value(wb_a, q), b_b = value(wb_b, q);
+      const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
+      acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
+      acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
+      acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
+      acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
+    }
+    stage = stage + 1 == kV7Stages ? 0 : stage + 1;
+    if (++slice == slices) {  // the tile is done: store from the accumulators
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int t = 2 * c + u;
+          const int64_t o = o0 + g + 8 * r;
+          if (t < p.T && o < p.out) {
+            float v = yscale[t] * acc[2 * r + u];
+            if (p.bias) v += load_any(p.bias, p.bt, o);
+            store_any(p.y, p.yt, t * p.y_stride + o, v);
+          }
+        }
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+      slice = 0;
+      o0 += int64_t{warps} * 16;
+    }
+  }
+  cp_wait<0>();  // no copy outlives the block (the empty groups included)
+}
+
+// v7's resident CTAs a SM for T tokens and in inputs (its shared-memory limit raised first).
+template <int kGroupSpans, bool kScaleBf16>
+int gemv_v7_per_sm(int64_t T, int64_t in) {
+  const auto kernel = linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>;
+  const size_t smem = gemv_v7_smem(T, in, 64 * kGroupSpans);
+  ensure_dynamic_smem(kernel, smem);
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV7Warps * 32, smem));
+  return std::max(1, per_sm);
+}
+
+int gemv_v7_per_sm(const LinearQ& a) {
+  const int64_t T = a.x.size(0), in = a.x.size(1);
+  const bool sbf = a.w.scales.dtype() == DType::bf16;
+  if (a.w.group_size == 64)
+    return sbf ? gemv_v7_per_sm<1, true>(T, in) : gemv_v7_per_sm<1, false>(T, in);
+  return sbf ? gemv_v7_per_sm<2, true>(T, in) : gemv_v7_per_sm<2, false>(T, in);
+}
+
+// HYBRID_LINEAR_Q_V7=0 refuses v7 (v6 then runs); HYBRID_LINEAR_Q_V7_ANY=1 lifts the rule that
+// the tiles fill the resident warps (for its GPU tests on small shapes).
+Reason linear_q_gemv_v7_supports(const LinearQ& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_Q_V7");
+  if (off) return std::string("HYBRID_LINEAR_Q_V7=0");
+  if (Reason r = linear_q_gemv_v5_supports(a)) return str("as v5: ", *r);
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.y.size(1);
+  if (!aligned16(a.w.weight.data()) || a.w.weight.stride(0) % 4 != 0)
+    return std::string("packed rows not 16-byte aligned (v7 copies 16-byte pieces)");
+  if (gemv_v7_smem(T, in, a.w.group_size) > kV7MaxSmem)
+    return str("in=", in, ", T=", T, ": rings and staged x above ", kV7MaxSmem,
+               " bytes of shared memory");
+  static const bool any = [] {
+    const char* env = std::getenv("HYBRID_LINEAR_Q_V7_ANY");
+    return env && std::atoi(env) == 1;
+  }();
+  const int64_t tiles = (out + 15) / 16;
+  const int64_t resident = int64_t{sm_count()} * gemv_v7_per_sm(a) * kV7Warps;
+  if (!any && tiles < resident)
+    return str("out=", out, ": ", tiles, " tiles below the ", resident,
+               " resident warps (v6 splits a tile's inputs across warps)");
+  return {};
+}
+
+template <int kGroupSpans, bool kScaleBf16>
+struct LaunchV7 {
+  static void run(const GemvV5Params& p, cudaStream_t stream) {
+    const int64_t tiles = (int64_t{p.out} + 15) / 16;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(
+        (tiles + kV7Warps - 1) / kV7Warps,
+        int64_t{sm_count()} * gemv_v7_per_sm<kGroupSpans, kScaleBf16>(p.T, p.in)));
+    linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>
+        <<<blocks, kV7Warps * 32, gemv_v7_smem(p.T, p.in, 64 * kGroupSpans), stream>>>(p);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+};
+
+void linear_q_gemv_v7_run(const LinearQ& a, Context& ctx) {
+  dispatch_gemv_tc<LaunchV7>(a, ctx);
+}
+
 // Tiled: rows of W dequantized kChunk-wise into the workspace (compute dtype c), then
 // y[:, o0:o0+n] = x_c · W_cᵀ by cuBLASLt (beta = 1 over the prefilled bias when present).
 void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
@@ -1836,6 +2063,8 @@ void linear_q_tiled_run(const LinearQ& a, Context& ctx) {
 void register_quant(Registry& r) {
   r.add<Quantize>("quantize.cuda", DeviceType::cuda, 0, nullptr, quantize_run);
   r.add<Dequantize>("dequantize.cuda", DeviceType::cuda, 0, nullptr, dequantize_run);
+  r.add<LinearQ>("linear_q.gemv_v7", DeviceType::cuda, 60, linear_q_gemv_v7_supports,
+                 linear_q_gemv_v7_run);
   r.add<LinearQ>("linear_q.gemv_v6", DeviceType::cuda, 50, linear_q_gemv_v6_supports,
                  linear_q_gemv_v6_run);
   r.add<LinearQ>("linear_q.gemv_v5", DeviceType::cuda, 40, linear_q_gemv_v5_supports,

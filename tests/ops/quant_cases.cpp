@@ -507,6 +507,11 @@ void add_quant_cases(CaseList& cases) {
   // f32 y, a bias; 170 KB of shared memory with the staged x).
   lq(5, 3072, 11000, 4, 64, bf16, bf16, bf16, std::nullopt, false);
   lq(8, 5120, 6600, 4, 128, f16, f16, f32, bf16, false);
+  // CUDA GEMV v7 (v5's shapes with 16-byte code rows, served when the 16-row tiles fill the
+  // resident warps: 132 SMs x 3 CTAs x 8 warps = 3168 on an H200): the 60007-row case above
+  // (3751 tiles, one slice of 256 inputs after another over 8 slices), the 65600-row one (4100
+  // tiles of 2 slices), and 8 tokens at g128 with f16 scales, f32 y and a bias (3250 tiles).
+  lq(8, 1024, 52000, 4, 128, f16, f16, f32, bf16, false);
 
   // Perf only: decode GEMVs of Qwen3-Next-sized projections and the lm head (vocab 151936).
   for (auto [in, out] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}, {2048, 151936}})
