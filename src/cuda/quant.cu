@@ -1524,6 +1524,42 @@ void linear_q_gemv_v5_run(const LinearQ& a, Context& ctx) {
   dispatch_gemv_tc<LaunchV5>(a, ctx);
 }
 
+// One v5 step (4 spans of rows g, g + 8, tokens 2c, 2c + 1) from staged words, for v6 and v7:
+// per group the mma chain, then acc += s·D + b·X. wa[k], wb[k]: the lane's words 2c, 2c + 1 of
+// span k in rows g and g + 8; ws_* / wb_*: the step's scales / biases of rows g (a) and g + 8
+// (b), value q in half q % 2 of u32 word q / 2; j0: the step's first span of the whole row.
+template <int kGroupSpans, bool kScaleBf16, class ScaleWord>
+__device__ __forceinline__ void v5_step_acc(float (&acc)[4], const uint2 (&wa)[kV5Batch],
+                                            const uint2 (&wb)[kV5Batch], ScaleWord ws_a,
+                                            ScaleWord ws_b, ScaleWord wb_a, ScaleWord wb_b, int j0,
+                                            const uint4* xrow, const float4* xc4,
+                                            const float2* xx2) {
+  constexpr int kStepGroups = kV5Batch / kGroupSpans;
+  auto value = [](const ScaleWord& w, int q) {
+    uint32_t u;
+    if constexpr (kStepGroups == 4)
+      u = q < 2 ? w.x : w.y;
+    else
+      u = w;
+    return half16_to_f32<kScaleBf16>(u, q % 2);
+  };
+#pragma unroll
+  for (int q = 0; q < kStepGroups; ++q) {
+    const int gq = j0 / kGroupSpans + q;  // the row's group
+    const float4 cq = xc4[6 * gq];        // the mma's initial C: −Xo of tokens 2c, 2c+1
+    float d[4] = {cq.x, cq.y, cq.z, cq.w};
+    v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
+                              xrow + 8 * (j0 + q * kGroupSpans));
+    const float s_a = value(ws_a, q), s_b = value(ws_b, q);
+    const float b_a = value(wb_a, q), b_b = value(wb_b, q);
+    const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
+    acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
+    acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
+    acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
+    acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
+  }
+}
+
 // ---- linear_q.gemv_v6: v5's math over weights streamed through a shared-memory pipeline ----
 //
 // v5 keeps at most two steps of codes per warp in flight from registers, plus an L2 prefetch:
@@ -1684,31 +1720,8 @@ __global__ void __launch_bounds__(kV6Warps * 32) linear_q_gemv_v6_kernel(const G
       const ScaleWord ws_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 8) * kScaleRow);
       const ScaleWord wb_a = *reinterpret_cast<const ScaleWord*>(sc + (g + 16) * kScaleRow);
       const ScaleWord wb_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 24) * kScaleRow);
-      // Value q of a row's word: 16-bit half q % 2 of u32 word q / 2.
-      auto value = [](const ScaleWord& w, int q) {
-        uint32_t u;
-        if constexpr (kStepGroups == 4)
-          u = q < 2 ? w.x : w.y;
-        else
-          u = w;
-        return half16_to_f32<kScaleBf16>(u, q % 2);
-      };
       const int j0 = k0 / 64 + warp * kV5Batch;  // the warp's first span (of the whole row)
-#pragma unroll
-      for (int q = 0; q < kStepGroups; ++q) {
-        const int gq = j0 / kGroupSpans + q;  // the row's group
-        const float4 cq = xc4[6 * gq];        // the mma's initial C: −Xo of tokens 2c, 2c+1
-        float d[4] = {cq.x, cq.y, cq.z, cq.w};
-        v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
-                                  xrow + 8 * (j0 + q * kGroupSpans));
-        const float s_a = value(ws_a, q), s_b = value(ws_b, q);
-        const float b_a = value(wb_a, q), b_b = value(wb_b, q);
-        const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
-        acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
-        acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
-        acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
-        acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
-      }
+      v5_step_acc<kGroupSpans, kScaleBf16>(acc, wa, wb, ws_a, ws_b, wb_a, wb_b, j0, xrow, xc4, xx2);
     }
     if (chunk == chunks - 1) {  // the tile's sums, stored after the next barrier
       float* mine = partial + ((local_tile & 1) * kV6Warps + warp) * 128;
@@ -1905,30 +1918,8 @@ __global__ void __launch_bounds__(kV7Warps * 32) linear_q_gemv_v7_kernel(const G
     const ScaleWord ws_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 8) * 8);
     const ScaleWord wb_a = *reinterpret_cast<const ScaleWord*>(sc + (g + 16) * 8);
     const ScaleWord wb_b = *reinterpret_cast<const ScaleWord*>(sc + (g + 24) * 8);
-    auto value = [](const ScaleWord& w, int q) {  // half q % 2 of u32 word q / 2
-      uint32_t u;
-      if constexpr (kStepGroups == 4)
-        u = q < 2 ? w.x : w.y;
-      else
-        u = w;
-      return half16_to_f32<kScaleBf16>(u, q % 2);
-    };
-    const int j0 = slice * kV5Batch;  // the slice's first span
-#pragma unroll
-    for (int q = 0; q < kStepGroups; ++q) {
-      const int gq = j0 / kGroupSpans + q;
-      const float4 cq = xc4[6 * gq];  // the mma's initial C: −Xo of tokens 2c, 2c+1
-      float d[4] = {cq.x, cq.y, cq.z, cq.w};
-      v5_group_mma<kGroupSpans>(d, wa + q * kGroupSpans, wb + q * kGroupSpans,
-                                xrow + 8 * (j0 + q * kGroupSpans));
-      const float s_a = value(ws_a, q), s_b = value(ws_b, q);
-      const float b_a = value(wb_a, q), b_b = value(wb_b, q);
-      const float2 xq = xx2[12 * gq];  // X of tokens 2c, 2c+1
-      acc[0] = fmaf(b_a, xq.x, fmaf(s_a, d[0], acc[0]));
-      acc[1] = fmaf(b_a, xq.y, fmaf(s_a, d[1], acc[1]));
-      acc[2] = fmaf(b_b, xq.x, fmaf(s_b, d[2], acc[2]));
-      acc[3] = fmaf(b_b, xq.y, fmaf(s_b, d[3], acc[3]));
-    }
+    v5_step_acc<kGroupSpans, kScaleBf16>(acc, wa, wb, ws_a, ws_b, wb_a, wb_b, slice * kV5Batch,
+                                         xrow, xc4, xx2);
     stage = stage + 1 == kV7Stages ? 0 : stage + 1;
     if (++slice == slices) {  // the tile is done: store from the accumulators
 #pragma unroll
