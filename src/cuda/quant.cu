@@ -1107,6 +1107,25 @@ __device__ __forceinline__ void v5_group_mma(float (&d)[4], const uint2* wa, con
   }
 }
 
+// A warp's finished 16-row tile from its accumulators (v5 at parts = 1, v7): lane (g, c) holds
+// rows o0 + g, o0 + g + 8 of tokens 2c, 2c + 1; y = 2^e_t·acc (+ bias).
+__device__ __forceinline__ void v5_store_tile(const GemvV5Params& p, const float (&acc)[4],
+                                              int64_t o0, const float* yscale) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int t = 2 * c + u;
+      const int64_t o = o0 + g + 8 * r;
+      if (t < p.T && o < p.out) {
+        float v = yscale[t] * acc[2 * r + u];
+        if (p.bias) v += load_any(p.bias, p.bt, o);
+        store_any(p.y, p.yt, t * p.y_stride + o, v);
+      }
+    }
+}
+
 // Stages x for the tensor-core GEMVs (v5, v6) in shared memory, then a block barrier:
 //   xs [T][in/8 + 1] uint4: per token and word the f16 pairs {(x0,x4), (x1,x5)/16, (x2,x6),
 //     (x3,x7)/16} of x' = x·2^-e_t (rows padded by 16 bytes);
@@ -1331,18 +1350,7 @@ __global__ void __launch_bounds__(kV5Warps * 32, kV5MinBlocks)
     const int64_t o0 = og + slot * 16;               // the warp's tile
     group_c += gridDim.x;
     if (parts == 1) {  // the warp owns the tile: store from the accumulators
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int t = 2 * c + u;
-          const int64_t o = o0 + g + 8 * r;
-          if (t < p.T && o < p.out) {
-            float v = yscale[t] * acc[2 * r + u];
-            if (p.bias) v += load_any(p.bias, p.bt, o);
-            store_any(p.y, p.yt, t * p.y_stride + o, v);
-          }
-        }
+      v5_store_tile(p, acc, o0, yscale);
     } else {
       float* mine = partial + warp * 16 * 8;
       mine[g * 8 + 2 * c] = acc[0];
@@ -1922,18 +1930,7 @@ __global__ void __launch_bounds__(kV7Warps * 32) linear_q_gemv_v7_kernel(const G
                                          xrow, xc4, xx2);
     stage = stage + 1 == kV7Stages ? 0 : stage + 1;
     if (++slice == slices) {  // the tile is done: store from the accumulators
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int t = 2 * c + u;
-          const int64_t o = o0 + g + 8 * r;
-          if (t < p.T && o < p.out) {
-            float v = yscale[t] * acc[2 * r + u];
-            if (p.bias) v += load_any(p.bias, p.bt, o);
-            store_any(p.y, p.yt, t * p.y_stride + o, v);
-          }
-        }
+      v5_store_tile(p, acc, o0, yscale);
       acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
       slice = 0;
       o0 += int64_t{warps} * 16;
