@@ -1809,8 +1809,8 @@ void linear_q_gemv_v6_run(const LinearQ& a, Context& ctx) {
 // ---- linear_q.gemv_v7: v5's warp-per-tile GEMV over a per-warp shared-memory ring ----------
 //
 // v6 (a block-wide ring, one barrier an item, 8 warps splitting each item's inputs) reached
-// 76% of copy at the lm head. Neither fewer instructions nor the ring depth moved it (session 7
-// runs 4-6), which leaves the barrier that keeps the 8 warps in step. v7 has no barrier after
+// 76% of copy at the lm head, and 12 fewer loads an item did not move it (session 7 runs 4-6),
+// which leaves the barrier that keeps the 8 warps in step. v7 has no barrier after
 // the x staging: as v5 at parts = 1, a warp owns whole 16-row tiles (rows g, g + 8 per lane, all
 // inputs, no cross-warp sum, stores from its accumulators), but its codes, scales and biases
 // come through a ring of kV7Stages slices of its own in shared memory, filled by its own
