@@ -1010,6 +1010,7 @@ Reason moe_experts_v6_supports(const MoeExperts& a) {
   if (Reason r = moe_experts_v3_supports(a)) return r;
   const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1), I = a.down.size(2);
   if (T != 1) return str("T=", T, ": v6 is the decode path (T = 1)");
+  if (I == 0) return std::string("I=0: no expert rows (v4 writes the empty sums)");
   if (static_cast<size_t>(Dm) * 4 > kDirectMaxSmem)
     return str("Dm=", Dm, ": x above ", kDirectMaxSmem, " bytes of shared memory as f32");
   if (!vec_ok(a.gate_up) || !vec_ok(a.down))
