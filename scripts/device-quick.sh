@@ -212,8 +212,8 @@ if section profile; then
   A='attn_decode(N=1,lens=32768,Hq=16,Hkv=2,D=256,page=16,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
   E='moe_experts(T=1,E=512,k=10,Dm=2048,I=512,x=bf16,w=bf16,swiglu,ids=i32,perf)'
   prof_one attn_decode_b1 decode_tc_kernel "$A"
-  prof_one moe_gate_up moe_gate_up_kernel "$E"
-  prof_one moe_down moe_down_combine_kernel "$E"
+  prof_one moe_gate_up "moe_gate_up_(v6_)?kernel" "$E"
+  prof_one moe_down "moe_down_combine_(v6_)?kernel" "$E"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
   # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch
