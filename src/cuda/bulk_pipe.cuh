@@ -12,9 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "cuda/common.cuh"
 
@@ -76,31 +73,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
-// Host side, cached per device (and per kernel) so that a decode step pays no driver queries:
-// the SM count, the compute capability's major number, and the blocks of a kernel resident per
-// SM with `smem` dynamic shared-memory bytes (its dynamic limit raised to `smem` first).
-// (DeviceInfo / device_info / sm_count: cuda/common.cuh.)
-inline int resident_blocks(const void* kernel, int threads, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  int dev = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({kernel, dev});
-  if (it != cache.end()) return it->second;
-  int per_sm = 0;
-  ensure_dynamic_smem(kernel, smem);
-  HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  per_sm = per_sm > 0 ? per_sm : 1;
-  cache.emplace(std::make_pair(kernel, dev), per_sm);
-  return per_sm;
-}
-
-// Blocks of a persistent grid over `items` items: SMs × resident blocks, capped by the items.
-// Every launch of `kernel` must pass the same threads and smem.
-inline int64_t persistent_blocks(const void* kernel, int threads, size_t smem, int64_t items) {
-  const int64_t blocks = int64_t{device_info().sms} * resident_blocks(kernel, threads, smem);
-  return blocks < items ? blocks : items;
-}
+// Host side (resident_blocks, persistent_blocks, device_info): cuda/common.cuh.
 
 }  // namespace hybrid::cuda

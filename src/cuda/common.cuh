@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "hybrid/core/error.h"
@@ -100,6 +101,40 @@ inline DeviceInfo device_info() {
 
 inline int sm_count() {
   return device_info().sms;
+}
+
+// Blocks of `kernel` resident per SM with `threads` threads and `smem` dynamic shared-memory
+// bytes (the kernel's dynamic limit raised to `smem` first), cached per (kernel, device, threads,
+// smem) so that a launch pays no driver query after the first of its shape.
+inline int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> cache;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(kernel, dev, threads, smem);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  ensure_dynamic_smem(kernel, smem);
+  int per_sm = 0;
+  HYBRID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  per_sm = per_sm > 0 ? per_sm : 1;
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, per_sm);
+  return per_sm;
+}
+
+template <class Kernel>
+int resident_blocks(Kernel* kernel, int threads, size_t smem) {
+  return resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem);
+}
+
+// Blocks of a persistent grid over `items` items: SMs × resident blocks, capped by the items.
+inline int64_t persistent_blocks(const void* kernel, int threads, size_t smem, int64_t items) {
+  const int64_t blocks = int64_t{device_info().sms} * resident_blocks(kernel, threads, smem);
+  return blocks < items ? blocks : items;
 }
 
 }  // namespace hybrid::cuda

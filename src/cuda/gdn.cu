@@ -1632,7 +1632,7 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 constexpr int kTileRows = 8;
 constexpr int kTileWarps = 4;
 
-// The lane holding row r's sk after tile_reduce (bit 4 = 0, bit 0 = 0).
+// The lane holding row r's sk after tile_halving_sum<8> (bit 4 = 0, bit 0 = 0).
 __device__ __forceinline__ int tile_sk_lane(int r) {
   return ((r >> 2) & 1) << 3 | ((r >> 1) & 1) << 2 | (r & 1) << 1;
 }
@@ -1643,27 +1643,6 @@ __device__ __forceinline__ int tile_sk_lane(int r) {
 __device__ __forceinline__ float tile_split(float sk, float sq, int lane) {
   const bool b4 = lane & 16;
   return (b4 ? sq : sk) + __shfl_xor_sync(0xffffffffu, b4 ? sk : sq, 16);
-}
-
-// The other halving steps over a8 (tile_split's results for rows 0..7): returns the warp total
-// of sk (lane bit 4 = 0) or sq (bit 4 = 1) for row 4·bit3 + 2·bit2 + bit1 of this lane.
-__device__ __forceinline__ float tile_reduce(const float (&a8)[kTileRows], int lane) {
-  const bool b3 = lane & 8, b2 = lane & 4, b1 = lane & 2;
-  float a4[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float send = b3 ? a8[i] : a8[4 + i], keep = b3 ? a8[4 + i] : a8[i];
-    a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-  }
-  float a2[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float send = b2 ? a4[i] : a4[2 + i], keep = b2 ? a4[2 + i] : a4[i];
-    a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-  }
-  const float send = b1 ? a2[0] : a2[1], keep = b1 ? a2[1] : a2[0];
-  const float a1 = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-  return a1 + __shfl_xor_sync(0xffffffffu, a1, 1);
 }
 
 // kPrep (gdn_prep_step.cuda_tile): one token per sequence (t = n) read from the packed conv
@@ -1757,7 +1736,7 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
     for (int r = 0; r < kTileRows; ++r)
       a8[r] = tile_split(s[r][0] * k[0] + s[r][1] * k[1] + s[r][2] * k[2] + s[r][3] * k[3],
                          s[r][0] * q[0] + s[r][1] * q[1] + s[r][2] * q[2] + s[r][3] * q[3], lane);
-    const float sum = tile_reduce(a8, lane);                       // sk (bit 4 = 0) or sq of my_row
+    const float sum = tile_halving_sum<8>(a8, lane);               // sk (bit 4 = 0) or sq of my_row
     const float u_mine = beta * (v_mine - alpha * sum);            // meaningful on the sk lanes
     const float u_row = __shfl_xor_sync(0xffffffffu, u_mine, 16);  // the sq lanes' row's u
     if ((lane & 16) && !(lane & 1))

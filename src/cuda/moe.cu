@@ -601,15 +601,12 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 // v4 decode (direct pairs, T = 1): down and combine in one kernel, no y round trip through
 // global memory and one launch less. CTA = kFuseWarps warps over kFuseRows rows d (kFuseRows /
-// kDownRows row blocks); task u = (row block u % kBlocks, pair u / kBlocks) for u = warp,
-// warp + 8, ... A task computes y[j, d..d+3] by row_dot exactly as moe_down_kernel (the same
-// sums, bit for bit) into shared memory; then thread n < kFuseRows forms out[d0 + n] (+)=
-// Σ_j w[j]·y[j, d0 + n] over the valid pairs in j order (the v3 combine's order). Bytes: the
-// routed experts' down rows (K·Dm·I elements) + h from L2.
-// kFuseRows = 4 (one row block: K tasks, 2 for some warps at k = 10): Dm / 4 CTAs, 512 at
-// Dm 2048, ~4 a SM. With 16 rows (128 CTAs, under one a SM; 5 serial tasks a warp) the kernel
-// took 13 µs for 21 MB, 34% of DRAM at 12% achieved occupancy (ncu, session 7 run 2).
-constexpr int kFuseWarps = 8, kFuseRows = 4;
+// kDownRows row blocks); task u = (row block u % 4, pair u / 4) for u = warp, warp + 8, ...
+// (K·4 tasks: 5 per warp at k = 10). A task computes y[j, d..d+3] by row_dot exactly as
+// moe_down_kernel (the same sums, bit for bit) into shared memory; then thread n < kFuseRows
+// forms out[d0 + n] (+)= Σ_j w[j]·y[j, d0 + n] over the valid pairs in j order (the v3
+// combine's order). Bytes: the routed experts' down rows (K·Dm·I elements) + h from L2.
+constexpr int kFuseWarps = 8, kFuseRows = 16;
 template <class Tw, bool kVec>
 __global__ void __launch_bounds__(kFuseWarps * 32)
     moe_down_combine_kernel(const float* __restrict__ h,                              // [K, I]

@@ -921,35 +921,13 @@ Reason linear_q_gemv_v4_supports(const LinearQ& a) {
   return {};
 }
 
-// Resident blocks per SM of linear_q_gemv_v4_kernel<C> at `smem` bytes of dynamic shared memory,
-// queried once per (device, smem), so a decode step pays no driver call per launch. The kernel's
-// shared-memory opt-in only ever grows (ensure_dynamic_smem), so every cached size stays
-// launchable.
-template <class C>
-int gemv_v4_blocks_per_sm(size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<int, size_t>, int> cache;
-  int dev = 0;
-  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find({dev, smem}); it != cache.end()) return it->second;
-  const auto kernel = linear_q_gemv_v4_kernel<C>;
-  if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
-  int per_sm = 0;
-  HYBRID_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV4Warps * 32, smem));
-  cache.emplace(std::make_pair(dev, smem), per_sm);
-  return per_sm;
-}
-
 template <class C>
 void launch_gemv_v4(const GemvV4Params& p, cudaStream_t stream) {
   const size_t smem = gemv_v4_smem(p.T, p.in);
   const auto kernel = linear_q_gemv_v4_kernel<C>;
-  const int per_sm = gemv_v4_blocks_per_sm<C>(smem);
   const int64_t tiles = (int64_t{p.out} + 15) / 16;
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
+  const auto blocks = static_cast<unsigned>(
+      persistent_blocks(reinterpret_cast<const void*>(kernel), kV4Warps * 32, smem, tiles));
   kernel<<<blocks, kV4Warps * 32, smem, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1442,11 +1420,7 @@ template <int kGroupSpans, bool kScaleBf16>
 void launch_gemv_v5(GemvV5Params p, int gs, cudaStream_t stream) {
   const size_t smem = gemv_v5_smem(p.T, p.in, gs);
   const auto kernel = linear_q_gemv_v5_kernel<kGroupSpans, kScaleBf16>;
-  if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
-  int per_sm = 0;
-  HYBRID_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV5Warps * 32, smem));
-  per_sm = std::max(1, per_sm);
+  const int per_sm = resident_blocks(kernel, kV5Warps * 32, smem);
   // Parts per tile: 1 (one warp per 16-row tile: no cross-warp sum) while the tiles alone fill
   // the resident warps, else doubled up to 8 while each part keeps whole 4-span steps.
   const int64_t tiles = (int64_t{p.out} + 15) / 16, spans = p.in / 64;
@@ -1773,15 +1747,9 @@ template <int kGroupSpans, bool kScaleBf16, int kStages>
 void launch_gemv_v6(const GemvV5Params& p, cudaStream_t stream) {
   const size_t smem = gemv_v6_smem(p.T, p.in, 64 * kGroupSpans, kStages);
   const auto kernel = linear_q_gemv_v6_kernel<kGroupSpans, kScaleBf16, kStages>;
-  // The shared memory depends on T and in: the limit raised and the occupancy asked per launch
-  // (bulk_pipe.cuh's cached resident_blocks assumes one size per kernel).
-  ensure_dynamic_smem(kernel, smem);
-  int per_sm = 0;
-  HYBRID_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV6Warps * 32, smem));
   const int64_t tiles = (int64_t{p.out} + 15) / 16;
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{sm_count()} * std::max(1, per_sm)));
+  const auto blocks = static_cast<unsigned>(
+      persistent_blocks(reinterpret_cast<const void*>(kernel), kV6Warps * 32, smem, tiles));
   kernel<<<blocks, kV6Warps * 32, smem, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
@@ -1809,8 +1777,8 @@ void linear_q_gemv_v6_run(const LinearQ& a, Context& ctx) {
 // ---- linear_q.gemv_v7: v5's warp-per-tile GEMV over a per-warp shared-memory ring ----------
 //
 // v6 (a block-wide ring, one barrier an item, 8 warps splitting each item's inputs) reached
-// 76% of copy at the lm head. Neither fewer instructions nor the ring depth moved it (session 7
-// runs 4-6), which leaves the barrier that keeps the 8 warps in step. v7 has no barrier after
+// 76% of copy at the lm head, and 12 fewer loads an item did not move it (session 7 runs 4-6),
+// which leaves the barrier that keeps the 8 warps in step. v7 has no barrier after
 // the x staging: as v5 at parts = 1, a warp owns whole 16-row tiles (rows g, g + 8 per lane, all
 // inputs, no cross-warp sum, stores from its accumulators), but its codes, scales and biases
 // come through a ring of kV7Stages slices of its own in shared memory, filled by its own
@@ -1939,16 +1907,11 @@ __global__ void __launch_bounds__(kV7Warps * 32) linear_q_gemv_v7_kernel(const G
   cp_wait<0>();  // no copy outlives the block (the empty groups included)
 }
 
-// v7's resident CTAs a SM for T tokens and in inputs (its shared-memory limit raised first).
+// v7's resident CTAs a SM for T tokens and in inputs (cached; its shared-memory limit raised).
 template <int kGroupSpans, bool kScaleBf16>
 int gemv_v7_per_sm(int64_t T, int64_t in) {
-  const auto kernel = linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>;
-  const size_t smem = gemv_v7_smem(T, in, 64 * kGroupSpans);
-  ensure_dynamic_smem(kernel, smem);
-  int per_sm = 0;
-  HYBRID_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV7Warps * 32, smem));
-  return std::max(1, per_sm);
+  return resident_blocks(linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>, kV7Warps * 32,
+                         gemv_v7_smem(T, in, 64 * kGroupSpans));
 }
 
 int gemv_v7_per_sm(const LinearQ& a) {
@@ -1986,12 +1949,12 @@ Reason linear_q_gemv_v7_supports(const LinearQ& a) {
 template <int kGroupSpans, bool kScaleBf16>
 struct LaunchV7 {
   static void run(const GemvV5Params& p, cudaStream_t stream) {
-    const int64_t tiles = (int64_t{p.out} + 15) / 16;
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(
-        (tiles + kV7Warps - 1) / kV7Warps,
-        int64_t{sm_count()} * gemv_v7_per_sm<kGroupSpans, kScaleBf16>(p.T, p.in)));
-    linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>
-        <<<blocks, kV7Warps * 32, gemv_v7_smem(p.T, p.in, 64 * kGroupSpans), stream>>>(p);
+    const auto kernel = linear_q_gemv_v7_kernel<kGroupSpans, kScaleBf16>;
+    const size_t smem = gemv_v7_smem(p.T, p.in, 64 * kGroupSpans);
+    const int64_t ctas_of_tiles = ((int64_t{p.out} + 15) / 16 + kV7Warps - 1) / kV7Warps;
+    const auto blocks = static_cast<unsigned>(persistent_blocks(
+        reinterpret_cast<const void*>(kernel), kV7Warps * 32, smem, ctas_of_tiles));
+    kernel<<<blocks, kV7Warps * 32, smem, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   }
 };

@@ -1013,28 +1013,6 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 constexpr int kSsmTileRows = 8;
 constexpr int kSsmTileWarps = 4;
 
-// v8[r]: this lane's partial sums of rows 0..7. Returns the warp total of row
-// 4·bit4 + 2·bit3 + bit2 of this lane.
-__device__ __forceinline__ float ssm_tile_reduce(const float (&v8)[kSsmTileRows], int lane) {
-  const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
-  float a4[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float send = b4 ? v8[i] : v8[4 + i], keep = b4 ? v8[4 + i] : v8[i];
-    a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-  }
-  float a2[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float send = b3 ? a4[i] : a4[2 + i], keep = b3 ? a4[2 + i] : a4[i];
-    a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-  }
-  const float send = b2 ? a2[0] : a2[1], keep = b2 ? a2[1] : a2[0];
-  float a1 = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-  a1 += __shfl_xor_sync(0xffffffffu, a1, 2);
-  return a1 + __shfl_xor_sync(0xffffffffu, a1, 1);
-}
-
 template <class S>
 __global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const RecParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1076,7 +1054,7 @@ __global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const R
     }
     acc[r] = a;
   }
-  const float total = ssm_tile_reduce(acc, lane);
+  const float total = tile_halving_sum<16>(acc, lane);
   if ((lane & 3) == 0) {
     const int row = (lane >> 4 & 1) * 4 + (lane >> 3 & 1) * 2 + (lane >> 2 & 1);
     in.store_y(b, h, p0 + row, in.finish(total, D_h, in.x_at(b, h, p0 + row), b, h, p0 + row));

@@ -67,4 +67,31 @@ __device__ __forceinline__ void tile_store4(__nv_bfloat16* p, const float (&r)[4
   __stcs(reinterpret_cast<uint2*>(p), x);
 }
 
+// The warp totals of 8 per-lane row sums v8[0..7], by halving: at lane bits kTop, kTop / 2 and
+// kTop / 4 each lane keeps half of its rows and adds its partner's half (xor), then the lower
+// bits finish the sum by a butterfly. Returns the total of row 4·[bit kTop] + 2·[bit kTop / 2] +
+// [bit kTop / 4] of this lane: 3 + log2(kTop / 4) shuffles instead of 8 · 5. ssm_tile_kernel
+// splits on bits 16 / 8 / 4; gdn_tile_kernel on 8 / 4 / 2 (its bit 16 has split S·k from S·q).
+template <int kTop>
+__device__ __forceinline__ float tile_halving_sum(const float (&v8)[8], int lane) {
+  const bool b3 = lane & kTop, b2 = lane & (kTop / 2), b1 = lane & (kTop / 4);
+  float a4[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float send = b3 ? v8[i] : v8[4 + i], keep = b3 ? v8[4 + i] : v8[i];
+    a4[i] = keep + __shfl_xor_sync(0xffffffffu, send, kTop);
+  }
+  float a2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float send = b2 ? a4[i] : a4[2 + i], keep = b2 ? a4[2 + i] : a4[i];
+    a2[i] = keep + __shfl_xor_sync(0xffffffffu, send, kTop / 2);
+  }
+  const float send = b1 ? a2[0] : a2[1], keep = b1 ? a2[1] : a2[0];
+  float a1 = keep + __shfl_xor_sync(0xffffffffu, send, kTop / 4);
+#pragma unroll
+  for (int o = kTop / 8; o >= 1; o /= 2) a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+  return a1;
+}
+
 }  // namespace hybrid::cuda
