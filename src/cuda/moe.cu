@@ -830,8 +830,10 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
 //   down + combine: a CTA of 8 warps owns `rows` output rows (8, or 4 or 2 when shared memory
 //     is short). The K ids and weights (one round trip, with h [K, I] f32 copied by cp.async beside
 //     it), then every routed expert's `rows` rows copied by cp.async at once (K·rows·I·2 bytes:
-//     80 KB at the decode shape, 2 CTAs a SM: one wave of 256 CTAs), then the dots from shared
-//     memory (a warp per (pair, row), h from shared memory) and the combine in j order.
+//     80 KB at the decode shape, 2 CTAs a SM: one wave of 256 CTAs), then the weighted dots
+//     from shared memory (a warp per output row over the pairs, one warp sum). The kernel is
+//     launched programmatically after gate_up (griddepcontrol): the ids and the row copies need
+//     only the op's inputs and run under gate_up's last CTAs; h is copied after the wait.
 // Bytes: the routed experts' weights (3·I·Dm elements each for swiglu) + x, h from L2.
 constexpr int kGu6Warps = 4, kGu6Loads = 8;  // gate_up: warps a CTA, 16-byte loads a row and lane
 constexpr int kDn6Warps = 8;
@@ -848,6 +850,7 @@ __global__ void __launch_bounds__(kGu6Warps * 32, 4)
   constexpr int V = vec_of<Tw>(), kChunk = 32 * V * kGu6Loads;
   const int lane = threadIdx.x % 32, j = blockIdx.y;
   const int i = blockIdx.x * kGu6Warps + threadIdx.x / 32;
+  grid_dependents_launch();  // the down kernel may start its weight copies (PDL)
   int e, p0, p1;
   if (!pairs_of(P, j, e, p0, p1)) return;  // CTA-uniform (the id of pair j)
   const bool active = i < I;               // warp-uniform; every warp stages x
@@ -903,11 +906,11 @@ __global__ void __launch_bounds__(kGu6Warps * 32, 4)
   }
 }
 
-// Shared memory of the v6 down kernel for `rows` output rows a CTA: the staged rows
-// [K][rows][I] (Tw), h [K][I] f32, the dots [K][rows] f32, the weights [K] f32 and ids [K].
+// Dynamic shared memory of the v6 down kernel for `rows` output rows a CTA: the staged rows
+// [K][rows][I] (Tw), h [K][I] f32, the weights [K] f32 and ids [K].
 size_t moe_down_v6_smem(int64_t K, int64_t I, int64_t rows, size_t wsize) {
   return align_up(static_cast<size_t>(K * rows * I) * wsize, 16) + static_cast<size_t>(K * I) * 4 +
-         static_cast<size_t>(K * rows) * 4 + static_cast<size_t>(K) * 8;
+         static_cast<size_t>(K) * 8;
 }
 
 // out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]) for the CTA's `rows` rows d0 = blockIdx.x·rows
@@ -925,18 +928,18 @@ __global__ void __launch_bounds__(kDn6Warps * 32)
   auto* ws = reinterpret_cast<Tw*>(dn6_smem);  // [K][rows][I]
   const size_t ws_bytes = (static_cast<size_t>(K) * rows * I * sizeof(Tw) + 15) / 16 * 16;
   auto* hs = reinterpret_cast<float*>(reinterpret_cast<char*>(dn6_smem) + ws_bytes);
-  float* ys = hs + K * I;                      // [K][rows]
-  float* w_s = ys + K * rows;                  // [K]
+  float* w_s = hs + K * I;                     // [K]
   int* e_s = reinterpret_cast<int*>(w_s + K);  // [K], -1: pair skipped
-  // 1. The ids and weights; h beside them (cp.async, 16-byte pieces: I·4 % 16 == 0).
+  // Launched with programmatic stream serialisation after the gate_up kernel (pdl): steps 1-2
+  // read only the op's inputs (ids, weights, the down rows), so they run while gate_up's last
+  // CTAs do; h (gate_up's output) is copied after griddepcontrol.wait.
+  // 1. The ids and weights.
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     int e, p0, p1;
     const bool ok = pairs_of(P, j, e, p0, p1);
     e_s[j] = ok ? e : -1;
     w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
   }
-  const int h_pieces = K * I / 4;
-  for (int u = threadIdx.x; u < h_pieces; u += blockDim.x) cp_async16(hs + 4 * u, h + 4 * u);
   __syncthreads();  // e_s
   // 2. Every valid pair's rows d0 .. d0 + rows - 1 (rows past Dm copy row d0: never stored), all
   // pieces at once: rows·(I / V) a pair, piece u = (row r, vector k) of thread u mod blockDim,
@@ -957,39 +960,48 @@ __global__ void __launch_bounds__(kDn6Warps * 32)
       if (k >= row_pieces) k -= row_pieces, ++r;
     }
   }
+  // h [K, I] f32 once gate_up has completed (16-byte pieces: I·4 % 16 == 0).
+  grid_dependency_wait();
+  const int h_pieces = K * I / 4;
+  for (int u = threadIdx.x; u < h_pieces; u += blockDim.x) cp_async16(hs + 4 * u, h + 4 * u);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  // 3. A warp per (pair, row) task: the dot of the staged row with h[j] (lane: vectors lane,
-  // lane + 32, ...).
+  // 3. Warp w owns row r = w mod rows of the CTA and the pairs j = w / rows, + 8 / rows, ...
+  // (rows divides the 8 warps): the lane's part of Σ_j w_j·(down[e_j, d0 + r, :]·h[j, :]) over
+  // its vectors lane, lane + 32, ... of each row, every load independent of the sums, then one
+  // warp sum (v6's first form, a warp per (pair, row) with a warp sum each, spent half the
+  // kernel's samples here: session 8 run 1).
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int t = warp; t < K * rows; t += kDn6Warps) {  // warp-uniform
-    const int j = t / rows;
-    if (e_s[j] < 0) continue;
-    const Tw* wrow = ws + static_cast<int64_t>(t) * I;
+  const int r = warp % rows, j_step = kDn6Warps / rows;
+  float acc = 0.0f;
+  for (int j = warp / rows; j < K; j += j_step) {
+    if (e_s[j] < 0) continue;  // warp-uniform
+    const Tw* wrow = ws + (static_cast<int64_t>(j) * rows + r) * I;
     const float* hrow = hs + j * I;
-    float acc = 0.0f;
+    float dot = 0.0f;
     for (int d = lane * V; d < I; d += 32 * V) {
       const uint4 wv = *reinterpret_cast<const uint4*>(wrow + d);
       const Tw* we = reinterpret_cast<const Tw*>(&wv);
 #pragma unroll
       for (int q = 0; q < V; q += 4) {
         const float4 hv = *reinterpret_cast<const float4*>(hrow + d + q);
-        acc += to_f32(we[q]) * hv.x + to_f32(we[q + 1]) * hv.y + to_f32(we[q + 2]) * hv.z +
+        dot += to_f32(we[q]) * hv.x + to_f32(we[q + 1]) * hv.y + to_f32(we[q + 2]) * hv.z +
                to_f32(we[q + 3]) * hv.w;
       }
     }
-    acc = warp_sum(acc);
-    if (lane == 0) ys[t] = acc;
+    acc += w_s[j] * dot;
   }
+  __shared__ float warp_part[kDn6Warps];
+  acc = warp_sum(acc);
+  if (lane == 0) warp_part[warp] = acc;
   __syncthreads();
-  // 4. The combine: thread n < rows forms out[d0 + n] over the valid pairs in j order.
+  // 4. Thread n < rows: out[d0 + n] = the sum of its row's warp parts, in warp order.
   const int n = threadIdx.x, d = d0 + n;
   if (n >= rows || d >= Dm) return;
-  float acc = 0.0f;
-  for (int j = 0; j < K; ++j)
-    if (e_s[j] >= 0) acc += w_s[j] * ys[j * rows + n];
-  store_any(out, ot, d, accumulate ? load_any(out, ot, d) + acc : acc);
+  float sum = 0.0f;
+  for (int w = n; w < kDn6Warps; w += rows) sum += warp_part[w];
+  store_any(out, ot, d, accumulate ? load_any(out, ot, d) + sum : sum);
 }
 
 // Rows a CTA of the v6 down kernel: 8 (80 KB at the decode shape: 2 CTAs a SM), else 4 or 2
@@ -1048,12 +1060,24 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
     const size_t smem = moe_down_v6_smem(K, I, rows, sizeof(Tw));
     const auto kernel = moe_down_combine_v6_kernel<Tw>;
     ensure_dynamic_smem(kernel, smem);
-    kernel<<<static_cast<unsigned>((Dm + rows - 1) / rows), kDn6Warps * 32, smem, stream>>>(
-        h, a.down.data_as<const Tw>(), a.down.stride(0), a.down.stride(1), pairs,
-        static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I), static_cast<int>(rows),
-        a.weights.data(), a.weights.dtype(), a.weights.stride(1), a.out.data(), a.out.dtype(),
-        a.accumulate);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
+    // op's kernel (I = 0), whose early trigger could let the id reads run ahead of its writes.
+    static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
+    cfg.blockDim = dim3(kDn6Warps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
+    HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
+        &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
+        a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
+        static_cast<int>(rows), a.weights.data(), a.weights.dtype(), a.weights.stride(1),
+        a.out.data(), a.out.dtype(), a.accumulate));
   });
 }
 }  // namespace
