@@ -70,6 +70,7 @@ if section fallbacks; then
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
+  test_one moe_v4 40 HYBRID_MOE_EXPERTS_V6=0 moe_experts
   test_one linear_q_v7_all 40 "HYBRID_LINEAR_Q_V7_ANY=1 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
   test_one linear_q_v6_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
   test_one linear_q_v5_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V6=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
@@ -91,7 +92,7 @@ if section fallbacks_old; then
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
-  test_one moe_v3 40 HYBRID_MOE_EXPERTS_V4=0 moe_experts
+  test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V6=0 HYBRID_MOE_EXPERTS_V4=0" moe_experts
 fi
 if section unit; then
   filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*'
@@ -125,7 +126,7 @@ if section variants; then
     "HYBRID_LINEAR_Q_V7=0 linear_q" "HYBRID_LINEAR_Q_V7=0,HYBRID_LINEAR_Q_V6=0 linear_q" "HYBRID_LINEAR_Q_V5_MIN_CODES=0 linear_q" "HYBRID_GDN_DECODE_V5=0 gdn_recurrent,gdn_prep_step"
     "HYBRID_SSM_STEP_V5=0 ssm_step" "HYBRID_ATTN_DECODE_V5=0 attn_decode"
     "HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill" "HYBRID_ATTN_PREFILL_V5=0 attn_prefill"
-    "HYBRID_MOE_EXPERTS_V4=0 moe_experts")
+    "HYBRID_MOE_EXPERTS_V6=0 moe_experts")
   for pair in "${pairs[@]}"; do
     set -- $pair
     echo "-- $1"
@@ -211,8 +212,8 @@ if section profile; then
   A='attn_decode(N=1,lens=32768,Hq=16,Hkv=2,D=256,page=16,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
   E='moe_experts(T=1,E=512,k=10,Dm=2048,I=512,x=bf16,w=bf16,swiglu,ids=i32,perf)'
   prof_one attn_decode_b1 decode_tc_kernel "$A"
-  prof_one moe_gate_up moe_gate_up_kernel "$E"
-  prof_one moe_down moe_down_combine_kernel "$E"
+  prof_one moe_gate_up "moe_gate_up_(v6_)?kernel" "$E"
+  prof_one moe_down "moe_down_combine_(v6_)?kernel" "$E"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
   # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch

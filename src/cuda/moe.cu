@@ -31,6 +31,7 @@
 #include "cuda/elementwise_vec.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/moe.h"
 
@@ -412,9 +413,8 @@ __device__ __forceinline__ void row_dot(const float* const* xrow, int n_tok, int
 
 // x [Dm] (dtype Tx) -> xs [Dm] f32 in shared memory, each thread's 8 loads issued before its
 // stores (one L2 round trip per 8·blockDim elements instead of one per blockDim).
-template <class Tx>
+template <class Tx, int kBatch = 8>
 __device__ __forceinline__ void stage_x_batched(const Tx* __restrict__ x, int Dm, float* xs) {
-  constexpr int kBatch = 8;
   for (int d0 = threadIdx.x; d0 < Dm; d0 += kBatch * blockDim.x) {
     float v[kBatch];
 #pragma unroll
@@ -814,10 +814,278 @@ void moe_experts_run(const MoeExperts& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+// ---- moe_experts.cuda_v6: the decode path (T = 1) in two kernels of few dependent round trips
+//
+// v4 at Qwen3-Next's decode shape (512 experts, top-10, I 512, Dm 2048, bf16) takes 28.7 µs for
+// 62.9 MB (15 µs at the copy ceiling). ncu (session 7, runs 2-3): gate_up 17.4 µs, down +
+// combine 13.0 µs. Both are chains of dependent round trips, not bandwidth:
+//   gate_up: x staged in 2 batches of loads (2 round trips), then the pair's id (1), then the
+//     rows in 2 chunks of 8 loads a lane (2): ~5 a CTA, over 2.4 waves of CTAs;
+//   down: per task (pair j, 4 rows) the id (1), then the rows (1), then h (1, issued after the
+//     rows in the math loop), 5 tasks a warp one after another.
+// v6 (`moe_experts.cuda_v6`; `HYBRID_MOE_EXPERTS_V6=0` → v4; T = 1 with 16-byte rows only):
+//   gate_up: the id first, then the warp's whole first chunk of both rows (8 16-byte loads a
+//     row and lane: 2048 bf16 inputs) issued before x is staged (16 loads a thread in one
+//     batch): ~2 round trips a CTA.
+//   down + combine: a CTA of 8 warps owns `rows` output rows (8, or 4 or 2 when shared memory
+//     is short). The K ids and weights (one round trip, with h [K, I] f32 copied by cp.async beside
+//     it), then every routed expert's `rows` rows copied by cp.async at once (K·rows·I·2 bytes:
+//     80 KB at the decode shape, 2 CTAs a SM: one wave of 256 CTAs), then the weighted dots
+//     from shared memory (a warp per output row over the pairs, one warp sum). The kernel is
+//     launched programmatically after gate_up (griddepcontrol): the ids and the row copies need
+//     only the op's inputs and run under gate_up's last CTAs; h is copied after the wait.
+// Bytes: the routed experts' weights (3·I·Dm elements each for swiglu) + x, h from L2.
+constexpr int kGu6Warps = 4, kGu6Loads = 8;  // gate_up: warps a CTA, 16-byte loads a row and lane
+constexpr int kDn6Warps = 8;
+constexpr size_t kDn6MaxSmem = 200 * 1024;
+
+// h[j, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)² for pair j = blockIdx.y (direct pairs;
+// expert ids[0, j]), one warp per i. x [Dm] (Tx) staged as f32 in dynamic shared memory.
+template <class Tw, class Tx>
+__global__ void __launch_bounds__(kGu6Warps * 32, 4)
+    moe_gate_up_v6_kernel(const Tx* __restrict__ x, const Tw* __restrict__ gu, int64_t gu_s0,
+                          int64_t gu_s1, Pairs P, int Dm, int I, bool swiglu,
+                          float* __restrict__ h) {  // [K, I]
+  extern __shared__ float x_shared[];               // [Dm]
+  constexpr int V = vec_of<Tw>(), kChunk = 32 * V * kGu6Loads;
+  const int lane = threadIdx.x % 32, j = blockIdx.y;
+  const int i = blockIdx.x * kGu6Warps + threadIdx.x / 32;
+  grid_dependents_launch();  // the down kernel may start its weight copies (PDL)
+  int e, p0, p1;
+  if (!pairs_of(P, j, e, p0, p1)) return;  // CTA-uniform (the id of pair j)
+  const bool active = i < I;               // warp-uniform; every warp stages x
+  const Tw* base = gu + static_cast<int64_t>(e) * gu_s0;
+  const Tw* up = base + static_cast<int64_t>(swiglu ? I + i : i) * gu_s1;
+  const Tw* gate = base + static_cast<int64_t>(i) * gu_s1;
+  uint4 wu[kGu6Loads], wg[kGu6Loads];
+  auto load_chunk = [&](int d0) {  // the lane's vectors lane + 32u of the chunk at d0
+#pragma unroll
+    for (int u = 0; u < kGu6Loads; ++u) {
+      const int d = d0 + (u * 32 + lane) * V;
+      if (active && d < Dm) {
+        wu[u] = __ldg(reinterpret_cast<const uint4*>(up + d));
+        if (swiglu) wg[u] = __ldg(reinterpret_cast<const uint4*>(gate + d));
+      }
+    }
+  };
+  load_chunk(0);  // in flight while x is staged
+  stage_x_batched<Tx, 16>(x, Dm, x_shared);
+  __syncthreads();
+  float du = 0.0f, dg = 0.0f;
+  for (int d0 = 0; d0 < Dm; d0 += kChunk) {
+    if (d0 > 0) load_chunk(d0);
+#pragma unroll
+    for (int u = 0; u < kGu6Loads; ++u) {
+      const int d = d0 + (u * 32 + lane) * V;
+      if (!active || d >= Dm) break;
+      const Tw* eu = reinterpret_cast<const Tw*>(&wu[u]);
+      const Tw* eg = reinterpret_cast<const Tw*>(&wg[u]);
+#pragma unroll
+      for (int q = 0; q < V; q += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x_shared + d + q);
+        du += to_f32(eu[q]) * xv.x + to_f32(eu[q + 1]) * xv.y + to_f32(eu[q + 2]) * xv.z +
+              to_f32(eu[q + 3]) * xv.w;
+        if (swiglu)
+          dg += to_f32(eg[q]) * xv.x + to_f32(eg[q + 1]) * xv.y + to_f32(eg[q + 2]) * xv.z +
+                to_f32(eg[q + 3]) * xv.w;
+      }
+    }
+  }
+  if (!active) return;
+  du = warp_sum(du);
+  dg = swiglu ? warp_sum(dg) : 0.0f;
+  if (lane == 0) {
+    float v;
+    if (swiglu) {
+      v = dg / (1.0f + expf(-dg)) * du;
+    } else {
+      const float r = fmaxf(du, 0.0f);
+      v = r * r;
+    }
+    h[static_cast<int64_t>(j) * I + i] = v;
+  }
+}
+
+// Dynamic shared memory of the v6 down kernel for `rows` output rows a CTA: the staged rows
+// [K][rows][I] (Tw), h [K][I] f32, the weights [K] f32 and ids [K].
+size_t moe_down_v6_smem(int64_t K, int64_t I, int64_t rows, size_t wsize) {
+  return align_up(static_cast<size_t>(K * rows * I) * wsize, 16) + static_cast<size_t>(K * I) * 4 +
+         static_cast<size_t>(K) * 8;
+}
+
+// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]) for the CTA's `rows` rows d0 = blockIdx.x·rows
+// .., j in order over the valid pairs (v4's sum order per (j, d) differs: tolerance, not bits).
+template <class Tw>
+__global__ void __launch_bounds__(kDn6Warps * 32)
+    moe_down_combine_v6_kernel(const float* __restrict__ h,  // [K, I]
+                               const Tw* __restrict__ dn, int64_t dn_s0,
+                               int64_t dn_s1,  // [E, Dm, I]
+                               Pairs P, int K, int Dm, int I, int rows, const void* weights,
+                               DType wt, int64_t w_s1, void* out, DType ot, bool accumulate) {
+  extern __shared__ uint4 dn6_smem[];
+  constexpr int V = vec_of<Tw>();
+  const int d0 = blockIdx.x * rows;
+  auto* ws = reinterpret_cast<Tw*>(dn6_smem);  // [K][rows][I]
+  const size_t ws_bytes = (static_cast<size_t>(K) * rows * I * sizeof(Tw) + 15) / 16 * 16;
+  auto* hs = reinterpret_cast<float*>(reinterpret_cast<char*>(dn6_smem) + ws_bytes);
+  float* w_s = hs + K * I;                     // [K]
+  int* e_s = reinterpret_cast<int*>(w_s + K);  // [K], -1: pair skipped
+  // Launched with programmatic stream serialisation after the gate_up kernel (pdl): steps 1-2
+  // read only the op's inputs (ids, weights, the down rows), so they run while gate_up's last
+  // CTAs do; h (gate_up's output) is copied after griddepcontrol.wait.
+  // 1. The ids and weights.
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    int e, p0, p1;
+    const bool ok = pairs_of(P, j, e, p0, p1);
+    e_s[j] = ok ? e : -1;
+    w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+  }
+  __syncthreads();  // e_s
+  // 2. Every valid pair's rows d0 .. d0 + rows - 1 (rows past Dm copy row d0: never stored), all
+  // pieces at once: rows·(I / V) a pair, piece u = (row r, vector k) of thread u mod blockDim,
+  // (r, k) advanced by counters (no divisions per piece).
+  const int row_pieces = I / V, pair_pieces = rows * row_pieces;
+  const int step_r = blockDim.x / row_pieces, step_k = blockDim.x % row_pieces;
+  const int r_first = threadIdx.x / row_pieces, k_first = threadIdx.x % row_pieces;
+  for (int j = 0; j < K; ++j) {
+    const int e = e_s[j];
+    if (e < 0) continue;
+    const Tw* src = dn + static_cast<int64_t>(e) * dn_s0;
+    Tw* dst = ws + static_cast<int64_t>(j) * rows * I;
+    int r = r_first, k = k_first;
+    for (int u = threadIdx.x; u < pair_pieces; u += blockDim.x) {
+      const int d = d0 + r < Dm ? d0 + r : d0;
+      cp_async16(dst + r * I + k * V, src + static_cast<int64_t>(d) * dn_s1 + k * V);
+      r += step_r, k += step_k;
+      if (k >= row_pieces) k -= row_pieces, ++r;
+    }
+  }
+  // h [K, I] f32 once gate_up has completed (16-byte pieces: I·4 % 16 == 0).
+  grid_dependency_wait();
+  const int h_pieces = K * I / 4;
+  for (int u = threadIdx.x; u < h_pieces; u += blockDim.x) cp_async16(hs + 4 * u, h + 4 * u);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  // 3. Warp w owns row r = w mod rows of the CTA and the pairs j = w / rows, + 8 / rows, ...
+  // (rows divides the 8 warps): the lane's part of Σ_j w_j·(down[e_j, d0 + r, :]·h[j, :]) over
+  // its vectors lane, lane + 32, ... of each row, every load independent of the sums, then one
+  // warp sum (v6's first form, a warp per (pair, row) with a warp sum each, spent half the
+  // kernel's samples here: session 8 run 1).
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r = warp % rows, j_step = kDn6Warps / rows;
+  float acc = 0.0f;
+  for (int j = warp / rows; j < K; j += j_step) {
+    if (e_s[j] < 0) continue;  // warp-uniform
+    const Tw* wrow = ws + (static_cast<int64_t>(j) * rows + r) * I;
+    const float* hrow = hs + j * I;
+    float dot = 0.0f;
+    for (int d = lane * V; d < I; d += 32 * V) {
+      const uint4 wv = *reinterpret_cast<const uint4*>(wrow + d);
+      const Tw* we = reinterpret_cast<const Tw*>(&wv);
+#pragma unroll
+      for (int q = 0; q < V; q += 4) {
+        const float4 hv = *reinterpret_cast<const float4*>(hrow + d + q);
+        dot += to_f32(we[q]) * hv.x + to_f32(we[q + 1]) * hv.y + to_f32(we[q + 2]) * hv.z +
+               to_f32(we[q + 3]) * hv.w;
+      }
+    }
+    acc += w_s[j] * dot;
+  }
+  __shared__ float warp_part[kDn6Warps];
+  acc = warp_sum(acc);
+  if (lane == 0) warp_part[warp] = acc;
+  __syncthreads();
+  // 4. Thread n < rows: out[d0 + n] = the sum of its row's warp parts, in warp order.
+  const int n = threadIdx.x, d = d0 + n;
+  if (n >= rows || d >= Dm) return;
+  float sum = 0.0f;
+  for (int w = n; w < kDn6Warps; w += rows) sum += warp_part[w];
+  store_any(out, ot, d, accumulate ? load_any(out, ot, d) + sum : sum);
+}
+
+// Rows a CTA of the v6 down kernel: 8 (80 KB at the decode shape: 2 CTAs a SM), else 4 or 2
+// while the staged rows and h exceed kDn6MaxSmem (0: none fits).
+int64_t moe_down_v6_rows(int64_t K, int64_t I, size_t wsize) {
+  for (int64_t rows : {8, 4, 2})
+    if (moe_down_v6_smem(K, I, rows, wsize) <= kDn6MaxSmem) return rows;
+  return 0;
+}
+
+// v6 (T = 1): the two kernels above. HYBRID_MOE_EXPERTS_V6=0 refuses it (v4 then runs).
+Reason moe_experts_v6_supports(const MoeExperts& a) {
+  static const bool off = env_is_zero("HYBRID_MOE_EXPERTS_V6");
+  if (off) return std::string("HYBRID_MOE_EXPERTS_V6=0");
+  if (Reason r = moe_experts_v3_supports(a)) return r;
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1), I = a.down.size(2);
+  if (T != 1) return str("T=", T, ": v6 is the decode path (T = 1)");
+  if (I == 0) return std::string("I=0: no expert rows (v4 writes the empty sums)");
+  if (static_cast<size_t>(Dm) * 4 > kDirectMaxSmem)
+    return str("Dm=", Dm, ": x above ", kDirectMaxSmem, " bytes of shared memory as f32");
+  if (!vec_ok(a.gate_up) || !vec_ok(a.down))
+    return std::string("expert rows not 16-byte aligned (v6 loads and copies 16-byte pieces)");
+  if (moe_down_v6_rows(K, I, dtype_size(a.down.dtype())) == 0)
+    return str("k=", K, ", I=", I, ": 2 rows of every routed expert and h above ", kDn6MaxSmem,
+               " bytes of shared memory");
+  return {};
+}
+
+void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2), K = a.ids.size(1);
+  if (Dm == 0) return;
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  auto* h = static_cast<float*>(
+      ctx.workspace(align_up(static_cast<size_t>(K * std::max<int64_t>(I, 1)) * 4, 256)));
+  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
+                    static_cast<int>(E)};
+  if (I > 0) {
+    dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
+      using Tw = decltype(tw);
+      dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
+        using Tx = decltype(tx);
+        const dim3 grid(static_cast<unsigned>((I + kGu6Warps - 1) / kGu6Warps),
+                        static_cast<unsigned>(K));
+        moe_gate_up_v6_kernel<Tw, Tx>
+            <<<grid, kGu6Warps * 32, static_cast<size_t>(Dm) * 4, stream>>>(
+                a.x.data_as<const Tx>(), a.gate_up.data_as<const Tw>(), a.gate_up.stride(0),
+                a.gate_up.stride(1), pairs, static_cast<int>(Dm), static_cast<int>(I), swiglu, h);
+        HYBRID_CUDA_CHECK_LAUNCH();
+      });
+    });
+  }
+  dispatch_float(a.down.dtype(), MoeExperts::op_name, [&](auto tw) {
+    using Tw = decltype(tw);
+    const int64_t rows = moe_down_v6_rows(K, I, sizeof(Tw));
+    const size_t smem = moe_down_v6_smem(K, I, rows, sizeof(Tw));
+    const auto kernel = moe_down_combine_v6_kernel<Tw>;
+    ensure_dynamic_smem(kernel, smem);
+    // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
+    // op's kernel (I = 0), whose early trigger could let the id reads run ahead of its writes.
+    static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
+    cfg.blockDim = dim3(kDn6Warps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
+    HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
+        &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
+        a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
+        static_cast<int>(rows), a.weights.data(), a.weights.dtype(), a.weights.stride(1),
+        a.out.data(), a.out.dtype(), a.accumulate));
+  });
+}
 }  // namespace
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
+  r.add<MoeExperts>("moe_experts.cuda_v6", DeviceType::cuda, 30, moe_experts_v6_supports,
+                    moe_experts_v6_run);
   r.add<MoeExperts>("moe_experts.cuda_v4", DeviceType::cuda, 20, moe_experts_v4_supports,
                     moe_experts_run<true, true>);
   r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,

@@ -380,6 +380,11 @@ void add_moe_cases(CaseList& cases) {
   // f32 rows (160 bytes), i64 ids, one expert twice, strided x and accumulate at T = 1 (written
   // for cuda_v5's staged path, measured no faster in session 5 and kept on next/moe-fused).
   experts(cases, {1, 8, 3, 96, 40, f32, f32, MoeActivation::swiglu, DType::i64, true, true, true});
+  // Decode, v6 (T = 1, 16-byte rows; the cases above with such rows take it too): Dm = 4096 (the
+  // gate_up warp's rows in two chunks of 2048), I = 64; 160 KB of staged rows at k 10, I 1024
+  // (4 rows a CTA instead of 8).
+  experts(cases, {1, 16, 4, 4096, 64, bf16, bf16});
+  experts(cases, {1, 12, 10, 64, 1024, bf16, bf16});
   // Uneven routing: expert 0 in all 21 tokens (3 batches of 8 pairs, the last of 5), the others
   // with 1..3 pairs; Dm = 200 (13 down-row groups of 4 with a tail) and I = 520 (the unrolled
   // loads past the row end); relu2 with f16 weights and scalar (unaligned) rows.
