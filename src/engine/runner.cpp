@@ -128,12 +128,16 @@ Runner::Runner(const std::string& dir, Device device,
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
          arch_name(cfg_.arch));
-  size_t need = 0;
+  int64_t stored = 0;  // checkpoint bytes: the total of the load's progress
+  for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt)) stored += bytes;
   {
     // Before anything is uploaded: the weights must fit in the device's memory (free memory on
-    // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets).
-    for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
+    // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets), counted
+    // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes).
+    size_t need = 0;
+    for (const auto& [dtype, bytes] : loaded_weight_bytes(spec, ckpt))
       need += static_cast<size_t>(bytes);
+    const bool dequantized = static_cast<int64_t>(need) != stored;
     size_t available = 0;
     const char* what = nullptr;
     if (const std::optional<size_t> budget = device_memory_budget()) {
@@ -149,11 +153,14 @@ Runner::Runner(const std::string& dir, Device device,
     }
     if (need > available)
       fail("[model] the weights need ", need, " bytes (", format_bytes(static_cast<int64_t>(need)),
+           dequantized ? str(" with the MLX-quantized weights dequantized at load, ",
+                             format_bytes(stored), " as stored")
+                       : std::string(),
            ") but ", to_string(device), " has ", available, " bytes (",
            format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
-  load_weights(ckpt, spec, static_cast<int64_t>(need), progress);
+  load_weights(ckpt, spec, stored, progress);
 }
 
 Runner::~Runner() {

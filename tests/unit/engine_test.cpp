@@ -286,6 +286,18 @@ TEST(EngineErrors, LoadErrorsNameTheProblem) {
                       "backbone.layers.1.mixer.A_log");
 }
 
+// An MLX 4-bit checkpoint is checked against the device's memory as the load keeps it
+// (dequantized), not as stored: a budget of its file's size is an error that says so, before any
+// upload.
+TEST(EngineErrors, MlxQuantizedWeightsCountAsDequantized) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  const std::string file_bytes = std::to_string(fs::file_size(q.path / "model.safetensors"));
+  const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", file_bytes.c_str());
+  EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()),
+                      "with the MLX-quantized weights dequantized at load");
+}
+
 TEST(EngineErrors, IdsOutOfRangeNameThePosition) {
   TempDir dir;
   write_model(dir.path, "mamba2_tiny.json");
