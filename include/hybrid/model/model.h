@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -89,8 +90,10 @@ void check_weights(const ModelSpec& spec, const Checkpoint& ckpt);
 std::map<DType, int64_t> checkpoint_weight_bytes(const ModelSpec& spec, const Checkpoint& ckpt);
 // The bytes the engine's load keeps of those weights, per dtype: as stored, except MLX-quantized
 // weights, which are dequantized at load into their scales' dtype (their codes, scales and biases
-// are not kept).
-std::map<DType, int64_t> loaded_weight_bytes(const ModelSpec& spec, const Checkpoint& ckpt);
+// are not kept) unless `kept_quantized(name)` says the load keeps that weight quantized.
+std::map<DType, int64_t> loaded_weight_bytes(
+    const ModelSpec& spec, const Checkpoint& ckpt,
+    const std::function<bool(const std::string&)>& kept_quantized = {});
 
 // "[2048, 512]"
 std::string shape_str(const std::vector<int64_t>& shape);
