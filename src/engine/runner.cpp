@@ -215,11 +215,15 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
     done_bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
     if (progress) progress(std::min(done_bytes, total_bytes), total_bytes);
   };
+  // The spec of the tensor `name`, or spec.tensors.end().
+  auto spec_of = [&](const std::string& name) {
+    return std::find_if(spec.tensors.begin(), spec.tensors.end(),
+                        [&](const TensorSpec& t) { return t.name == name; });
+  };
   auto view = [&](const std::string& name) -> Tensor {
     const Tensor v = ckpt.view(name);
     count(name, v);
-    const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
-                                 [&](const TensorSpec& t) { return t.name == name; });
+    const auto it = spec_of(name);
     if (it == spec.tensors.end() || it->bits == 0) return v;
     const TensorSpec& scales = *(it + 1);
     const TensorSpec& biases = *(it + 2);
@@ -400,8 +404,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
       // Kept quantized: the switch_mlp codes, scales and biases uploaded as they are (gate and up
       // rows interleaved per expert as below), for moe_experts_q.
       auto quantized = [&](const std::string& name) -> const TensorSpec* {
-        const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
-                                     [&](const TensorSpec& t) { return t.name == name; });
+        const auto it = spec_of(name);
         return it != spec.tensors.end() && it->bits > 0 ? &*it : nullptr;
       };
       const std::string gq_name = f + (nemotron ? "switch_mlp.fc1" : "switch_mlp.gate_proj");
