@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -235,6 +235,38 @@ if section profile; then
   PEER_ARGS="--decode-batches 64" prof_peer fla_decode_b64 fused_recurrent gdn_decode
   PEER_ARGS="--decode-batches 256" prof_peer fla_decode fused_recurrent gdn_decode
   prof_peer mamba_chunk_scan _chunk_scan_fwd ssm_prefill
+fi
+if section focus; then
+  # One change checked in one call (not in the default SECTIONS): the cases of FOCUS_OPS (ops
+  # joined by commas) under each switch set of FOCUS_SWITCHES (sets joined by ';', switches in a
+  # set by spaces; default "X=1", the defaults), memcheck and racecheck of FOCUS_OPS, FOCUS_CASE
+  # (a perf case) timed under each switch set in its own process (the MoE case spends ~25 s making
+  # its weights), then ncu of the kernels matching FOCUS_KERNELS (a regex; FOCUS_NCU_COUNT
+  # launches, default 2) on FOCUS_CASE under the first set. Session 8's runs 1-5, as one section.
+  IFS=';' read -ra sets <<< "${FOCUS_SWITCHES:-X=1}"
+  for set in "${sets[@]}"; do
+    test_one "focus_$(echo "$set" | tr -c 'A-Za-z0-9_\n' _)" 90 "$set" "$FOCUS_OPS"
+  done
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 $OPS test -b cuda -v -o "$FOCUS_OPS" \
+      > "$OUT/focus_$tool.txt" 2>&1
+    echo "$tool $FOCUS_OPS: rc $? ($(grep -cE '^  OK' "$OUT/focus_$tool.txt") cases OK)" \
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/focus_$tool.txt" | tail -1)"
+  done
+  if [ -n "${FOCUS_CASE:-}" ]; then
+    for set in "${sets[@]}"; do
+      echo "-- $set: $(env $set timeout 90 $OPS perf -b cuda -o "$FOCUS_CASE" 2>&1 | grep -F "${FOCUS_CASE%%(*}(" | cut -c1-200 | sed -E 's/^[^ ]+ +//')"
+    done
+    if [ -n "${FOCUS_KERNELS:-}" ]; then
+      env ${sets[0]} timeout 120 ncu --clock-control none -k "regex:$FOCUS_KERNELS" -c "${FOCUS_NCU_COUNT:-2}" \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats \
+        $OPS perf -b cuda --reps 1 -o "$FOCUS_CASE" > "$OUT/focus_ncu.txt" 2>&1
+      echo "ncu: rc $?"
+      grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Achieved Occupancy|Eligible Warps|Issued Warp|Registers Per" \
+        "$OUT/focus_ncu.txt" | tr -s ' ' | cut -c1-120
+    fi
+  fi
 fi
 if section sanitizers; then
   # One op per run (the GDN / SSM ops together took more than 100 s under memcheck), the GDN and
