@@ -8,6 +8,7 @@
 
 #include "cpu/common.h"
 #include "cpu/kernels.h"
+#include "cpu/linear_impl.h"
 #include "hybrid/core/error.h"
 #include "hybrid/ops/moe.h"
 
@@ -99,19 +100,22 @@ constexpr int64_t kRowBlock = 16;  // weight rows per parallel task
 // token's sum has a fixed order whatever the thread count. Per expert with n pairs:
 //   H [n, I] = h(X_e)            parallel over blocks of I rows of gate_up
 //   acc[t] += w · down[e] · H    parallel over blocks of Dm rows of down
-void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
-  const int64_t T = a.x.size(0), Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
-  const int64_t K = a.ids.size(1);
-  const bool swiglu = a.activation == MoeActivation::swiglu;
+// gate_up_row(e, r, dst) and down_row(e, d, dst) give a weight row in f32 (Dm and I values): the
+// float tensors' elements (moe_experts) or the dequantized codes (moe_experts_q).
+template <class GateUpRow, class DownRow>
+void moe_experts_rows(const char* op, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                      const Tensor& out, int64_t E, int64_t I, bool swiglu, bool accumulate,
+                      const GateUpRow& gate_up_row, const DownRow& down_row, Context& ctx) {
+  const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
 
   // Bucket pairs p = t·K + j by expert; ids are checked before any weight is read.
   std::vector<int64_t> start(E + 1, 0);  // pairs of expert e: sorted[start[e], start[e+1])
   std::vector<int64_t> expert(T * K);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < K; ++j) {
-      const int64_t id = load_index(a.ids, t * a.ids.stride(0) + j * a.ids.stride(1));
+      const int64_t id = load_index(ids, t * ids.stride(0) + j * ids.stride(1));
       if (id < 0 || id >= E)
-        fail("[moe_experts] ids[", t, ", ", j, "] = ", id, " is out of range [0, E=", E, ")");
+        fail("[", op, "] ids[", t, ", ", j, "] = ", id, " is out of range [0, E=", E, ")");
       expert[t * K + j] = id;
       ++start[id + 1];
     }
@@ -121,9 +125,8 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
 
   std::vector<float> xf(T * Dm), acc(T * Dm, 0.0f);  // [T, Dm] x in f32, Σ over experts
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t d = 0; d < Dm; ++d) xf[t * Dm + d] = load_f32(a.x, t * a.x.stride(0) + d);
+    for (int64_t d = 0; d < Dm; ++d) xf[t * Dm + d] = load_f32(x, t * x.stride(0) + d);
 
-  const Tensor &gu = a.gate_up, &dn = a.down;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e];
     if (n == 0) continue;
@@ -133,11 +136,8 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
     parallel_for((I + kRowBlock - 1) / kRowBlock, ctx, [&](int64_t blk) {
       std::vector<float> g_row(Dm), u_row(Dm);
       for (int64_t i = blk * kRowBlock; i < std::min(I, (blk + 1) * kRowBlock); ++i) {
-        const int64_t up_row = swiglu ? I + i : i;
-        for (int64_t d = 0; d < Dm; ++d) {
-          u_row[d] = load_f32(gu, e * gu.stride(0) + up_row * gu.stride(1) + d);
-          if (swiglu) g_row[d] = load_f32(gu, e * gu.stride(0) + i * gu.stride(1) + d);
-        }
+        gate_up_row(e, swiglu ? I + i : i, u_row.data());
+        if (swiglu) gate_up_row(e, i, g_row.data());
         for (int64_t p = 0; p < n; ++p) {
           const float* xt = &xf[(pairs[p] / K) * Dm];
           float u = 0.0f, g = 0.0f;
@@ -156,14 +156,12 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
     parallel_for((Dm + kRowBlock - 1) / kRowBlock, ctx, [&](int64_t blk) {
       std::vector<float> d_row(I);
       for (int64_t d = blk * kRowBlock; d < std::min(Dm, (blk + 1) * kRowBlock); ++d) {
-        for (int64_t i = 0; i < I; ++i)
-          d_row[i] = load_f32(dn, e * dn.stride(0) + d * dn.stride(1) + i);
+        down_row(e, d, d_row.data());
         for (int64_t p = 0; p < n; ++p) {
           const int64_t t = pairs[p] / K, j = pairs[p] % K;
           float y = 0.0f;
           for (int64_t i = 0; i < I; ++i) y += d_row[i] * h[p * I + i];
-          acc[t * Dm + d] +=
-              load_f32(a.weights, t * a.weights.stride(0) + j * a.weights.stride(1)) * y;
+          acc[t * Dm + d] += load_f32(weights, t * weights.stride(0) + j * weights.stride(1)) * y;
         }
       }
     });
@@ -171,10 +169,38 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
 
   parallel_for(T, ctx, [&](int64_t t) {
     for (int64_t d = 0; d < Dm; ++d) {
-      const int64_t o = t * a.out.stride(0) + d;
-      store_f32(a.out, o, a.accumulate ? load_f32(a.out, o) + acc[t * Dm + d] : acc[t * Dm + d]);
+      const int64_t o = t * out.stride(0) + d;
+      store_f32(out, o, accumulate ? load_f32(out, o) + acc[t * Dm + d] : acc[t * Dm + d]);
     }
   });
+}
+
+void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
+  const Tensor &gu = a.gate_up, &dn = a.down;
+  moe_experts_rows(
+      MoeExperts::op_name, a.x, a.ids, a.weights, a.out, E, I,
+      a.activation == MoeActivation::swiglu, a.accumulate,
+      [&](int64_t e, int64_t r, float* dst) {
+        for (int64_t d = 0; d < Dm; ++d)
+          dst[d] = load_f32(gu, e * gu.stride(0) + r * gu.stride(1) + d);
+      },
+      [&](int64_t e, int64_t d, float* dst) {
+        for (int64_t i = 0; i < I; ++i)
+          dst[i] = load_f32(dn, e * dn.stride(0) + d * dn.stride(1) + i);
+      },
+      ctx);
+}
+
+// The same with each row dequantized as dequantize_cpu does (f32 s·q + b).
+void moe_experts_q_cpu(const MoeExpertsQ& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), E = a.down.scales.size(0);
+  const int64_t I = a.down.scales.size(2) * a.down.group_size;
+  moe_experts_rows(
+      MoeExpertsQ::op_name, a.x, a.ids, a.weights, a.out, E, I,
+      a.activation == MoeActivation::swiglu, a.accumulate,
+      [&](int64_t e, int64_t r, float* dst) { dequantize_row(a.gate_up.expert(e), r, Dm, dst); },
+      [&](int64_t e, int64_t d, float* dst) { dequantize_row(a.down.expert(e), d, I, dst); }, ctx);
 }
 
 }  // namespace
@@ -182,6 +208,7 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cpu", DeviceType::cpu, 0, nullptr, moe_route_cpu);
   r.add<MoeExperts>("moe_experts.cpu", DeviceType::cpu, 0, nullptr, moe_experts_cpu);
+  r.add<MoeExpertsQ>("moe_experts_q.cpu", DeviceType::cpu, 0, nullptr, moe_experts_q_cpu);
 }
 
 }  // namespace hybrid::cpu

@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include "hybrid/ops/moe.h"
 #include "ops/cases.h"
 #include "ops/harness.h"
+#include "ops/quant_util.h"
 
 namespace hybrid::test {
 
@@ -191,7 +194,7 @@ struct MoeExpertsCase : Case {
   std::string op() const override { return "moe_experts"; }
   std::string params() const override {
     return str("T=", p.T, ",E=", p.E, ",k=", p.K, ",Dm=", p.Dm, ",I=", p.I,
-               ",x=", dtype_name(p.act), ",w=", dtype_name(p.wdt), swiglu() ? ",swiglu" : ",relu2",
+               ",x=", dtype_name(p.act), weight_desc(), swiglu() ? ",swiglu" : ",relu2",
                ",ids=", dtype_name(p.ids), p.dup_in_token ? ",dup_in_token" : "",
                p.strided ? ",strided" : "", p.accumulate ? ",accumulate" : "",
                p.skewed ? ",skewed" : "");
@@ -203,10 +206,7 @@ struct MoeExpertsCase : Case {
           rng);
     else
       fill_normal(s.input("x", p.act, {p.T, p.Dm}), rng);
-    // Scaled so that gate_up · x and down · h are O(1).
-    const double a_in = std::sqrt(3.0 / p.Dm), a_out = std::sqrt(3.0 / p.I);
-    fill_uniform(s.input("gate_up", p.wdt, {p.E, rows(), p.Dm}), rng, -a_in, a_in);
-    fill_uniform(s.input("down", p.wdt, {p.E, p.Dm, p.I}), rng, -a_out, a_out);
+    init_experts(rng, s);
     // Ids as a router gives them (k distinct experts per token, Fisher-Yates), or with one
     // expert twice in a token.
     Slot& ids = s.input("ids", p.ids, {p.T, p.K});
@@ -228,6 +228,24 @@ struct MoeExpertsCase : Case {
       s.output("out", p.act, {p.T, p.Dm});
     }
   }
+  // How the case names its expert weights.
+  virtual std::string weight_desc() const { return str(",w=", dtype_name(p.wdt)); }
+  // The expert weights: gate_up [E, rows(), Dm] and down [E, Dm, I], scaled so that gate_up · x
+  // and down · h are O(1).
+  virtual void init_experts(Rng& rng, Slots& s) {
+    const double a_in = std::sqrt(3.0 / p.Dm), a_out = std::sqrt(3.0 / p.I);
+    fill_uniform(s.input("gate_up", p.wdt, {p.E, rows(), p.Dm}), rng, -a_in, a_in);
+    fill_uniform(s.input("down", p.wdt, {p.E, p.Dm, p.I}), rng, -a_out, a_out);
+  }
+  // Expert ex's weights in f64: wi [rows(), Dm] (gate_up), wo [Dm, I] (down).
+  virtual void expert_weights(const Slots& s, int64_t ex, std::vector<double>& wi,
+                              std::vector<double>& wo) const {
+    const int64_t R = rows() * p.Dm, D = p.Dm * p.I;
+    wi.resize(R);
+    wo.resize(D);
+    for (int64_t i = 0; i < R; ++i) wi[i] = s["gate_up"].get(ex * R + i);
+    for (int64_t i = 0; i < D; ++i) wo[i] = s["down"].get(ex * D + i);
+  }
   void run(const Views& v, Context& ctx) override {
     MoeExperts a;
     a.x = v.at("x");
@@ -241,23 +259,17 @@ struct MoeExpertsCase : Case {
     moe_experts(a, ctx);
   }
   void oracle(const Slots& s, Expected& e) override {
-    const int64_t R = rows(), Dm = p.Dm, I = p.I;
+    const int64_t Dm = p.Dm, I = p.I;
     std::vector<double> out(p.T * Dm, 0.0);
     if (p.accumulate) out = s["out"].values();
     const std::vector<double> x = s["x"].values();
     // Each expert's weights in f64, converted when first used.
     std::vector<std::vector<double>> wi(p.E), wo(p.E);
-    const Slot &gu = s["gate_up"], &dn = s["down"];
     for (int64_t t = 0; t < p.T; ++t)
       for (int64_t j = 0; j < p.K; ++j) {
         const int64_t ex = static_cast<int64_t>(s["ids"].get(t * p.K + j));
         const double w = s["weights"].get(t * p.K + j);
-        if (wi[ex].empty()) {
-          wi[ex].resize(R * Dm);
-          wo[ex].resize(Dm * I);
-          for (int64_t i = 0; i < R * Dm; ++i) wi[ex][i] = gu.get(ex * R * Dm + i);
-          for (int64_t i = 0; i < Dm * I; ++i) wo[ex][i] = dn.get(ex * Dm * I + i);
-        }
+        if (wi[ex].empty()) expert_weights(s, ex, wi[ex], wo[ex]);
         std::vector<double> h(I);
         for (int64_t i = 0; i < I; ++i) {
           double a = 0, b = 0;  // swiglu: a = gate row i, b = up row i; relu2: a = up row i
@@ -289,6 +301,12 @@ struct MoeRoutePerfCase : MoeRouteCase {
 // traffic a decode step cannot avoid.
 struct MoeExpertsPerfCase : MoeExpertsCase {
   using MoeExpertsCase::MoeExpertsCase;
+  // All 512 experts are 3 GiB: filled in parallel (perf only: no oracle reads them).
+  void init_experts(Rng& rng, Slots& s) override {
+    const double a_in = std::sqrt(3.0 / p.Dm), a_out = std::sqrt(3.0 / p.I);
+    fill_uniform_fast(s.input("gate_up", p.wdt, {p.E, rows(), p.Dm}), rng.next_u64(), -a_in, a_in);
+    fill_uniform_fast(s.input("down", p.wdt, {p.E, p.Dm, p.I}), rng.next_u64(), -a_out, a_out);
+  }
   std::string params() const override { return MoeExpertsCase::params() + ",perf"; }
   bool perf_only() const override { return true; }
   void oracle(const Slots&, Expected&) override { fail("[moe_experts perf case] has no oracle"); }
@@ -304,11 +322,75 @@ struct MoeExpertsPerfCase : MoeExpertsCase {
   }
 };
 
+// ---- moe_experts_q ---------------------------------------------------------------------------
+
+// moe_experts with MLX-quantized experts: random packed codes with scales and biases (W about
+// uniform in ±sqrt(3 / in), as the float cases), the oracle on the f64 dequantization.
+struct MoeExpertsQCase : MoeExpertsCase {
+  int bits, gs;
+  DType sdt;  // scales and biases
+  MoeExpertsQCase(ExpertsConfig p, int bits, int gs, DType sdt)
+      : MoeExpertsCase(p), bits(bits), gs(gs), sdt(sdt) {}
+  std::string op() const override { return "moe_experts_q"; }
+  std::string weight_desc() const override {
+    return str(",bits=", bits, ",group=", gs, ",scales=", dtype_name(sdt));
+  }
+  void init_experts(Rng& rng, Slots& s) override {
+    const struct {
+      const char* name;
+      int64_t rows, in;
+    } mats[] = {{"gate_up", rows(), p.Dm}, {"down", p.Dm, p.I}};
+    for (const auto& m : mats) {
+      const std::string n = m.name;
+      Slot& w = s.input(n + ".weight", DType::u32, {p.E, m.rows, packed_words(m.in, bits)});
+      Slot& sc = s.input(n + ".scales", sdt, {p.E, m.rows, m.in / gs});
+      Slot& bi = s.input(n + ".biases", sdt, {p.E, m.rows, m.in / gs});
+      fill_quantized(w, sc, bi, rng, bits, std::sqrt(3.0 / static_cast<double>(m.in)));
+    }
+  }
+  void expert_weights(const Slots& s, int64_t ex, std::vector<double>& wi,
+                      std::vector<double>& wo) const override {
+    auto dequant = [&](const std::string& n, int64_t rows, int64_t in) {
+      const int64_t nw = packed_words(in, bits), ng = in / gs;
+      std::vector<double> words(rows * nw), sc(rows * ng), bi(rows * ng);
+      for (int64_t i = 0; i < rows * nw; ++i) words[i] = s[n + ".weight"].get(ex * rows * nw + i);
+      for (int64_t i = 0; i < rows * ng; ++i) {
+        sc[i] = s[n + ".scales"].get(ex * rows * ng + i);
+        bi[i] = s[n + ".biases"].get(ex * rows * ng + i);
+      }
+      return oracle_dequantize(words, sc, bi, rows, in, bits, gs);
+    };
+    wi = dequant("gate_up", rows(), p.Dm);
+    wo = dequant("down", p.Dm, p.I);
+  }
+  void run(const Views& v, Context& ctx) override {
+    MoeExpertsQ a;
+    a.x = v.at("x");
+    for (auto [q, n] : {std::pair{&a.gate_up, "gate_up"}, {&a.down, "down"}}) {
+      const std::string name = n;
+      q->weight = v.at(name + ".weight");
+      q->scales = v.at(name + ".scales");
+      q->biases = v.at(name + ".biases");
+      q->bits = bits;
+      q->group_size = gs;
+    }
+    a.ids = v.at("ids");
+    a.weights = v.at("weights");
+    a.out = v.at("out");
+    a.activation = p.activation;
+    a.accumulate = p.accumulate;
+    moe_experts_q(a, ctx);
+  }
+};
+
 void route(CaseList& cases, RouteConfig p) {
   cases.push_back(std::make_unique<MoeRouteCase>(p));
 }
 void experts(CaseList& cases, ExpertsConfig p) {
   cases.push_back(std::make_unique<MoeExpertsCase>(p));
+}
+void experts_q(CaseList& cases, ExpertsConfig p, int bits, int gs, DType sdt) {
+  cases.push_back(std::make_unique<MoeExpertsQCase>(p, bits, gs, sdt));
 }
 
 }  // namespace
@@ -392,6 +474,16 @@ void add_moe_cases(CaseList& cases) {
                   false, true});
   experts(cases, {21, 16, 3, 90, 37, f32, f16, MoeActivation::relu2, DType::i64, false, true, false,
                   true});
+  // moe_experts_q: MLX 4-bit Qwen3-Next experts (group 64, bf16 scales) at decode and for a few
+  // tokens; 8 bits, group 32, f32 scales; relu2 with group 128, f16 scales, i64 ids, one expert
+  // twice, strided x / out and accumulate; many tokens on small shapes.
+  experts_q(cases, {1, 16, 10, 2048, 512, bf16, bf16}, 4, 64, bf16);
+  experts_q(cases, {3, 16, 10, 2048, 512, bf16, bf16}, 4, 64, bf16);
+  experts_q(cases, {3, 16, 6, 256, 128, f32, bf16}, 8, 32, f32);
+  experts_q(cases,
+            {7, 8, 2, 128, 256, f16, bf16, MoeActivation::relu2, DType::i64, true, true, true}, 4,
+            128, f16);
+  experts_q(cases, {65, 8, 2, 64, 32, bf16, bf16}, 4, 32, bf16);
   route(cases, {3, 1024, 8, f32});
   // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
   // and direct paths), so the fallback stays covered.

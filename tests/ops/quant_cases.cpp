@@ -7,6 +7,7 @@
 #include "hybrid/ops/quant.h"
 #include "ops/cases.h"
 #include "ops/harness.h"
+#include "ops/quant_util.h"
 
 namespace hybrid::test {
 
@@ -40,10 +41,6 @@ uint32_t mlx_code(double w, const Affine& p, int bits) {
 // the f32 kernel and this f64 oracle.
 double tie_distance(double v) {
   return std::fabs(v - std::floor(v) - 0.5);
-}
-
-int64_t packed_words(int64_t in, int bits) {
-  return in * bits / 32;
 }
 
 // Fills W [rows, in] (slot w, in its dtype) for quantization. Each row has its own centre and
@@ -110,36 +107,6 @@ void oracle_quantize(const Slot& w, int bits, int gs, std::vector<double>& words
                               << (j * bits % 32);
     }
     for (uint64_t word : row) words.push_back(static_cast<double>(word));
-  }
-}
-
-// W[r, j] = scales[r, j/gs] · q[r, j] + biases[r, j/gs] from packed words (logical order).
-std::vector<double> oracle_dequantize(const std::vector<double>& words,
-                                      const std::vector<double>& scales,
-                                      const std::vector<double>& biases, int64_t rows, int64_t in,
-                                      int bits, int gs) {
-  std::vector<double> w(static_cast<size_t>(rows * in));
-  const int64_t nw = packed_words(in, bits), ng = in / gs;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < in; ++j) {
-      const uint64_t word = static_cast<uint64_t>(words[r * nw + j * bits / 32]);
-      const double q = static_cast<double>((word >> (j * bits % 32)) & ((1u << bits) - 1));
-      w[r * in + j] = scales[r * ng + j / gs] * q + biases[r * ng + j / gs];
-    }
-  return w;
-}
-
-// Random packed words with scales and biases such that W ~ uniform in about ±range (both signs
-// of scale, as MLX produces them).
-void fill_quantized(Slots& s, Rng& rng, int bits, int gs, double range) {
-  fill_int(s["weight"], rng, 0, 0xffffffffll);
-  Slot& sc = s["scales"];
-  Slot& bi = s["biases"];
-  const double n = (1 << bits) - 1;
-  for (int64_t i = 0; i < sc.numel(); ++i) {
-    const double scale = rng.uniform(0.6, 1.0) * 2.0 * range / n * (rng.uniform() < 0.5 ? -1 : 1);
-    sc.set(i, scale);
-    bi.set(i, -scale * n / 2 + rng.uniform(-0.1, 0.1) * range);
   }
 }
 
@@ -224,7 +191,7 @@ struct DequantizeCase : Case {
   }
   void init(Rng& rng, Slots& s) override {
     add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, strided);
-    fill_quantized(s, rng, bits, gs, 1.0);
+    fill_quantized(s["weight"], s["scales"], s["biases"], rng, bits, 1.0);
     if (strided)
       s.strided("w", Role::out, wdt, {out, in}, {in + 9, 1}, 4, out * (in + 9) + 4);
     else
@@ -278,7 +245,8 @@ struct LinearQCase : Case {
       s.output("y", ydt, {T, out});
     }
     add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, strided);
-    fill_quantized(s, rng, bits, gs, std::sqrt(3.0 / static_cast<double>(in)));  // var(W) ≈ 1/in
+    fill_quantized(s["weight"], s["scales"], s["biases"], rng, bits,
+                   std::sqrt(3.0 / static_cast<double>(in)));  // var(W) ≈ 1/in
     if (bias) fill_normal(s.input("bias", *bias, {out}), rng, 0.0, 0.5);
   }
   void run(const Views& v, Context& ctx) override {
@@ -361,7 +329,8 @@ struct LinearQStridedXCase : LinearQCase {
     fill_normal(s.strided("x", Role::in, xdt, {T, in}, {in + 5, 1}, 3, T * (in + 5) + 3), rng);
     s.output("y", ydt, {T, out});
     add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, false);
-    fill_quantized(s, rng, bits, gs, std::sqrt(3.0 / static_cast<double>(in)));
+    fill_quantized(s["weight"], s["scales"], s["biases"], rng, bits,
+                   std::sqrt(3.0 / static_cast<double>(in)));
   }
 };
 
@@ -378,7 +347,8 @@ struct LinearQScaledXCase : LinearQCase {
     fill_normal(s.input("x", xdt, {T, in}), rng, 0.0, x_std);
     s.output("y", ydt, {T, out});
     add_quantized_slots(s, Role::in, out, in, bits, gs, sdt, false);
-    fill_quantized(s, rng, bits, gs, std::sqrt(3.0 / static_cast<double>(in)));
+    fill_quantized(s["weight"], s["scales"], s["biases"], rng, bits,
+                   std::sqrt(3.0 / static_cast<double>(in)));
   }
 };
 

@@ -56,7 +56,73 @@ struct MoeExpertsErrors : ::testing::Test {
   }
 };
 
+// The same routing with MLX 4-bit experts: Dm=64, I=32, group 32 (gate_up: 8 words and 2 groups a
+// row, down: 4 words and 1 group a row).
+struct MoeExpertsQErrors : ::testing::Test {
+  std::vector<float> x = std::vector<float>(3 * 64, 0.5f),
+                     weights = std::vector<float>(3 * 2, 0.5f), out = std::vector<float>(3 * 64);
+  std::vector<uint32_t> gu_w = std::vector<uint32_t>(4 * 64 * 8, 0x12345678u),
+                        dn_w = std::vector<uint32_t>(4 * 64 * 4, 0x9abcdef0u);
+  std::vector<float> gu_s = std::vector<float>(4 * 64 * 2, 0.01f),
+                     gu_b = std::vector<float>(4 * 64 * 2, -0.05f),
+                     dn_s = std::vector<float>(4 * 64 * 1, 0.02f),
+                     dn_b = std::vector<float>(4 * 64 * 1, -0.1f);
+  std::vector<int32_t> ids = {0, 1, 2, 3, 3, 0};
+  Context ctx;
+  MoeExpertsQ args() {
+    MoeExpertsQ a;
+    a.x = cpu(x.data(), DType::f32, {3, 64});
+    a.gate_up = {cpu(gu_w.data(), DType::u32, {4, 64, 8}), cpu(gu_s.data(), DType::f32, {4, 64, 2}),
+                 cpu(gu_b.data(), DType::f32, {4, 64, 2}), 4, 32};
+    a.down = {cpu(dn_w.data(), DType::u32, {4, 64, 4}), cpu(dn_s.data(), DType::f32, {4, 64, 1}),
+              cpu(dn_b.data(), DType::f32, {4, 64, 1}), 4, 32};
+    a.ids = cpu(ids.data(), DType::i32, {3, 2});
+    a.weights = cpu(weights.data(), DType::f32, {3, 2});
+    a.out = cpu(out.data(), DType::f32, {3, 64});
+    return a;
+  }
+};
+
 }  // namespace
+
+// ---- moe_experts_q ---------------------------------------------------------------------------
+
+TEST_F(MoeExpertsQErrors, ValidCallRuns) {
+  moe_experts_q(args(), ctx);
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_F(MoeExpertsQErrors, IdOutOfRangeNamesThePair) {
+  ids[3] = 4;
+  EXPECT_HYBRID_ERROR(moe_experts_q(args(), ctx),
+                      "[moe_experts_q] ids[1, 1] = 4 is out of range [0, E=4)");
+}
+
+TEST_F(MoeExpertsQErrors, UnsupportedBitsAndGroup) {
+  MoeExpertsQ a = args();
+  a.gate_up.bits = 3;
+  EXPECT_HYBRID_ERROR(moe_experts_q(a, ctx),
+                      "[moe_experts_q] gate_up.bits = 3 is not supported (supported: 4, 8)");
+  a = args();
+  a.down.group_size = 48;
+  EXPECT_HYBRID_ERROR(moe_experts_q(a, ctx), "down.group_size = 48 is not supported");
+}
+
+TEST_F(MoeExpertsQErrors, PackedWordsMustMatchTheInputs) {
+  MoeExpertsQ a = args();
+  a.gate_up.weight = cpu(gu_w.data(), DType::u32, {4, 64, 4});  // 32 inputs, not Dm = 64
+  EXPECT_HYBRID_ERROR(moe_experts_q(a, ctx), "[moe_experts_q] gate_up.weight: expected");
+  a = args();
+  a.down.biases = cpu(dn_b.data(), DType::f32, {4, 32, 1});  // rows must be Dm = 64
+  EXPECT_HYBRID_ERROR(moe_experts_q(a, ctx), "[moe_experts_q] down.biases: expected");
+}
+
+TEST_F(MoeExpertsQErrors, ScalesAndBiasesShareADtype) {
+  MoeExpertsQ a = args();
+  std::vector<uint16_t> half(4 * 64 * 1, 0);
+  a.down.biases = cpu(half.data(), DType::bf16, {4, 64, 1});
+  EXPECT_HYBRID_ERROR(moe_experts_q(a, ctx), "[moe_experts_q] down.biases: expected");
+}
 
 // ---- moe_route -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 
 #include "hybrid/core/context.h"
 #include "hybrid/core/tensor.h"
+#include "hybrid/ops/quant.h"
 
 namespace hybrid {
 
@@ -74,5 +75,39 @@ struct MoeExperts {
   bool accumulate = false;  // out += Σ ... instead of out = Σ ... (adds the shared expert)
 };
 void moe_experts(const MoeExperts& args, Context& ctx);
+
+// Expert weights W [E, rows, in] in MLX's affine 4- or 8-bit format, stacked over the experts (an
+// MLX checkpoint's `switch_mlp.<proj>.weight`, `.scales`, `.biases`; gate_proj and up_proj
+// concatenated along rows for swiglu, as moe_experts' gate_up): expert e's W[e] is the
+// QuantizedWeight of weight[e], scales[e], biases[e] (quant.h: W[e, r, j] = scales[e, r, j/group]
+// · q[e, r, j] + biases[e, r, j/group]).
+struct QuantizedExperts {
+  Tensor weight;        // [E, rows, in·bits/32] u32 packed codes, lowest bits first
+  Tensor scales;        // [E, rows, in/group_size] f32 | bf16 | f16
+  Tensor biases;        // [E, rows, in/group_size], same dtype as scales
+  int bits = 4;         // 4 | 8
+  int group_size = 64;  // 32 | 64 | 128
+
+  // Expert e's weight as a QuantizedWeight view [rows, in].
+  QuantizedWeight expert(int64_t e) const {
+    return {weight.select(0, e), scales.select(0, e), biases.select(0, e), bits, group_size};
+  }
+};
+
+// moe_experts with quantized experts (MLX 4-bit Qwen3-Next / Qwen3.5-MoE checkpoints): the same
+// sum, each expert's rows dequantized as quant.h's Dequantize does (f32 s·q + b) and never stored
+// whole. gate_up: W [E, 2·I, Dm] (swiglu) or [E, I, Dm] (relu2); down: W [E, Dm, I].
+struct MoeExpertsQ {
+  static constexpr const char* op_name = "moe_experts_q";
+  Tensor x;                  // [T, Dm] f32 | bf16 | f16; rows may be strided, Dm contiguous
+  QuantizedExperts gate_up;  // in = Dm (a multiple of gate_up.group_size)
+  QuantizedExperts down;     // in = I (a multiple of down.group_size)
+  Tensor ids;                // [T, k] i32 | i64, 1 <= k <= E
+  Tensor weights;            // [T, k] f32 | bf16 | f16
+  Tensor out;                // [T, Dm] f32 | bf16 | f16; rows may be strided
+  MoeActivation activation = MoeActivation::swiglu;
+  bool accumulate = false;
+};
+void moe_experts_q(const MoeExpertsQ& args, Context& ctx);
 
 }  // namespace hybrid
