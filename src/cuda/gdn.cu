@@ -122,6 +122,20 @@ struct Scalars {
   }
 };
 
+// The raw bits of element (i, j) of a Scalars (f32: 32 bits; bf16 / f16: 16 bits), loaded without
+// a branch on the dtype (two predicated loads), so that it can be put in flight beside other loads
+// and converted later by scalar_of_raw.
+__device__ __forceinline__ uint32_t raw_at(const Scalars& s, int64_t i, int64_t j = 0) {
+  const int64_t e = i * s.s0 + j * s.s1;
+  return s.dtype == DType::f32 ? static_cast<const uint32_t*>(s.p)[e]
+                               : uint32_t{static_cast<const unsigned short*>(s.p)[e]};
+}
+__device__ __forceinline__ float scalar_of_raw(const Scalars& s, uint32_t r) {
+  if (s.dtype == DType::bf16) return __uint_as_float(r << 16);
+  if (s.dtype == DType::f16) return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
+  return __uint_as_float(r);
+}
+
 struct GdnParams {
   // Token inputs (recurrent / record): q, k [T, Hk, K], v [T, Hv, V]; strides in elements.
   const void* q = nullptr;
@@ -1672,6 +1686,27 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
     }
     return;
   }
+  // Token rows of gdn_recurrent (unused by kPrep, whose rows come from conv_out).
+  const X* const qb = kPrep ? nullptr : static_cast<const X*>(p.q) + hk * p.q_h + 4 * lane;
+  const X* const kb = kPrep ? nullptr : static_cast<const X*>(p.k) + hk * p.k_h + 4 * lane;
+  const X* const vb = kPrep ? nullptr : static_cast<const X*>(p.v) + hv * p.v_h + v0;
+  const int my_row = (lane >> 3 & 1) * 4 + (lane >> 2 & 1) * 2 + (lane >> 1 & 1);
+  // gdn_recurrent: token t's q, k, v and gates as raw bits, converted after the loads are all in
+  // flight; token t0's are loaded before the state, so that they share the state's round trip
+  // instead of following it (session 8 run 1's stall samples put ~30% of the warp's time on three
+  // dependent round trips for q / k / v, g and beta after the state had arrived).
+  using Raw4 = std::conditional_t<sizeof(X) == 4, uint4, uint2>;  // 4 elements of q or k
+  Raw4 nq{}, nk{};
+  X nv{};
+  uint32_t ng = 0, nb = 0;
+  auto fetch = [&](int t) {
+    nq = *reinterpret_cast<const Raw4*>(qb + t * p.q_t);
+    nk = *reinterpret_cast<const Raw4*>(kb + t * p.k_t);
+    nv = vb[t * p.v_t + my_row];
+    ng = raw_at(p.g, t, hv), nb = raw_at(p.beta, t, hv);
+  };
+  if constexpr (!kPrep)
+    if (t0 < t1) fetch(t0);
   S* const pool = static_cast<S*>(p.state) + slot * p.st_slot + hv * p.st_head +
                   (int64_t)v0 * p.st_row + 4 * lane;
   const int rs = static_cast<int>(p.st_row);  // row stride in elements (check_layout: < 2^31)
@@ -1683,11 +1718,6 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
 #pragma unroll
     for (int r = 0; r < kTileRows; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = 0.0f;
   }
-  // Token rows of gdn_recurrent (unused by kPrep, whose rows come from conv_out).
-  const X* const qb = kPrep ? nullptr : static_cast<const X*>(p.q) + hk * p.q_h + 4 * lane;
-  const X* const kb = kPrep ? nullptr : static_cast<const X*>(p.k) + hk * p.k_h + 4 * lane;
-  const X* const vb = kPrep ? nullptr : static_cast<const X*>(p.v) + hv * p.v_h + v0;
-  const int my_row = (lane >> 3 & 1) * 4 + (lane >> 2 & 1) * 2 + (lane >> 1 & 1);
   for (int t = t0; t < t1; ++t) {
     float q[4], k[4], v_mine, alpha, beta;
     if constexpr (kPrep) {
@@ -1713,10 +1743,13 @@ __global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnP
       alpha = __expf(-__expf(p.A_log.at(hv)) * softplus);
       beta = __frcp_rn(1.0f + __expf(-p.b_raw.at(t, hv)));
     } else {
-      vload<4>(qb + t * p.q_t, q);
-      vload<4>(kb + t * p.k_t, k);
-      v_mine = to_f32(vb[t * p.v_t + my_row]);
-      alpha = __expf(p.g.at(t, hv)), beta = p.beta.at(t, hv);
+      if (t > t0) fetch(t);  // token t0's came before the state
+      const X* const eq = reinterpret_cast<const X*>(&nq);
+      const X* const ek = reinterpret_cast<const X*>(&nk);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[c] = to_f32(eq[c]), k[c] = to_f32(ek[c]);
+      v_mine = to_f32(nv);
+      alpha = __expf(scalar_of_raw(p.g, ng)), beta = scalar_of_raw(p.beta, nb);
     }
     if (!kPrep && p.l2norm) {
       const float qr =
