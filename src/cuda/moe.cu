@@ -1080,6 +1080,154 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
         a.out.data(), a.out.dtype(), a.accumulate));
   });
 }
+// ---- moe_experts_q.cuda: MLX-quantized experts, pair by pair ----------------------------------
+//
+// The first CUDA form of moe_experts_q (correct for any T; built for decode, where each routed
+// pair reads its expert's codes once): per pair p = (t, j), e = ids[t, j] (outside [0, E): the
+// pair adds nothing, as the other CUDA variants):
+//   moe_q_gate_up_kernel: grid (⌈I / 4⌉, T·k), 4 warps, a warp per row i: x[t] staged as f32 in
+//     shared memory; lane l takes the packed words l, l + 32, ... of the gate and up rows (a word
+//     holds 32 / bits codes of one group, as group_size >= 32), w = s·q + b in f32 as dequantize;
+//     h[p, i] = silu(g)·u or relu(u)² in the workspace [T·k, I] f32.
+//   moe_q_down_kernel: grid (⌈Dm / 4⌉, T), 4 warps, a warp per output row d of token t:
+//     out[t, d] (+)= Σ_j w[t, j]·(down_e[d]·h[p]) over the valid pairs in j order.
+// A prefill chunk re-reads an expert's codes once per pair routed to it (T·k expert reads): the
+// sorted grouped form of moe_experts v3 is the next step for T > 1 (docs/ops/moe.md).
+constexpr int kQWarps = 4;
+
+struct QExperts {
+  const uint32_t* w;  // [E, rows, words]
+  int64_t w_s0, w_s1;
+  const void* s;  // scales [E, rows, groups]
+  const void* b;  // biases, same layout and dtype
+  int64_t s_s0, s_s1, b_s0, b_s1;
+  DType sdt;
+  int bits, group;
+};
+
+QExperts q_experts(const QuantizedExperts& q) {
+  return {q.weight.data_as<const uint32_t>(),
+          q.weight.stride(0),
+          q.weight.stride(1),
+          q.scales.data(),
+          q.biases.data(),
+          q.scales.stride(0),
+          q.scales.stride(1),
+          q.biases.stride(0),
+          q.biases.stride(1),
+          q.scales.dtype(),
+          q.bits,
+          q.group_size};
+}
+
+// Σ_j W[e, r, j]·v[j] over the lane's words of row r (in inputs), W = s·q + b in f32.
+__device__ __forceinline__ float q_row_dot(const QExperts& Q, int e, int64_t r, int in,
+                                           const float* v, int lane) {
+  const int per_word = 32 / Q.bits, words = in / per_word;
+  const uint32_t mask = (1u << Q.bits) - 1u;
+  const uint32_t* wr = Q.w + static_cast<int64_t>(e) * Q.w_s0 + r * Q.w_s1;
+  const int64_t so = static_cast<int64_t>(e) * Q.s_s0 + r * Q.s_s1;
+  const int64_t bo = static_cast<int64_t>(e) * Q.b_s0 + r * Q.b_s1;
+  float acc = 0.0f;
+  for (int u = lane; u < words; u += 32) {
+    const uint32_t word = __ldg(wr + u);
+    const int j0 = u * per_word, g = j0 / Q.group;
+    const float s = load_any(Q.s, Q.sdt, so + g), b = load_any(Q.b, Q.sdt, bo + g);
+    for (int k = 0; k < per_word; ++k)
+      acc += (s * static_cast<float>((word >> (k * Q.bits)) & mask) + b) * v[j0 + k];
+  }
+  return acc;
+}
+
+// The expert of pair p (ids [T, k] row-major by stride), or -1 outside [0, E).
+__device__ __forceinline__ int q_pair_expert(const void* ids, bool ids64, int64_t s0, int64_t s1,
+                                             int K, int p, int E) {
+  const int t = p / K, j = p % K;
+  const int64_t o = t * s0 + j * s1;
+  const int64_t id =
+      ids64 ? static_cast<const int64_t*>(ids)[o] : static_cast<const int32_t*>(ids)[o];
+  return id >= 0 && id < E ? static_cast<int>(id) : -1;
+}
+
+__global__ void __launch_bounds__(kQWarps * 32)
+    moe_q_gate_up_kernel(const void* x, DType xt, int64_t x_s0, QExperts G, const void* ids,
+                         bool ids64, int64_t id_s0, int64_t id_s1, int K, int E, int Dm, int I,
+                         bool swiglu, float* __restrict__ h) {  // [T·k, I]
+  extern __shared__ float xq_shared[];                          // [Dm]
+  const int p = blockIdx.y, t = p / K;
+  const int e = q_pair_expert(ids, ids64, id_s0, id_s1, K, p, E);
+  if (e < 0) return;  // CTA-uniform; the down kernel skips the pair too
+  for (int d = threadIdx.x; d < Dm; d += blockDim.x)
+    xq_shared[d] = load_any(x, xt, static_cast<int64_t>(t) * x_s0 + d);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, i = blockIdx.x * kQWarps + threadIdx.x / 32;
+  if (i >= I) return;
+  const float u = warp_sum(q_row_dot(G, e, swiglu ? I + i : i, Dm, xq_shared, lane));
+  const float g = swiglu ? warp_sum(q_row_dot(G, e, i, Dm, xq_shared, lane)) : 0.0f;
+  if (lane == 0) {
+    float v;
+    if (swiglu) {
+      v = g / (1.0f + expf(-g)) * u;
+    } else {
+      const float r = fmaxf(u, 0.0f);
+      v = r * r;
+    }
+    h[static_cast<int64_t>(p) * I + i] = v;
+  }
+}
+
+__global__ void __launch_bounds__(kQWarps * 32)
+    moe_q_down_kernel(const float* __restrict__ h, QExperts D, const void* ids, bool ids64,
+                      int64_t id_s0, int64_t id_s1, int K, int E, int Dm, int I,
+                      const void* weights, DType wt, int64_t w_s0, int64_t w_s1, void* out,
+                      DType ot, int64_t o_s0, bool accumulate) {
+  const int t = blockIdx.y, lane = threadIdx.x % 32;
+  const int d = blockIdx.x * kQWarps + threadIdx.x / 32;
+  if (d >= Dm) return;
+  float acc = 0.0f;
+  for (int j = 0; j < K; ++j) {  // j order, as the CPU's per-token sum
+    const int p = t * K + j, e = q_pair_expert(ids, ids64, id_s0, id_s1, K, p, E);
+    if (e < 0) continue;  // warp-uniform
+    const float y = warp_sum(q_row_dot(D, e, d, I, h + static_cast<int64_t>(p) * I, lane));
+    acc += load_any(weights, wt, t * w_s0 + j * w_s1) * y;
+  }
+  if (lane == 0) {
+    const int64_t o = static_cast<int64_t>(t) * o_s0 + d;
+    store_any(out, ot, o, accumulate ? load_any(out, ot, o) + acc : acc);
+  }
+}
+
+Reason moe_experts_q_supports(const MoeExpertsQ& a) {
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1);
+  if (static_cast<size_t>(Dm) * 4 > kDirectMaxSmem)
+    return str("Dm=", Dm, ": x above ", kDirectMaxSmem, " bytes of shared memory as f32");
+  if (T * K > 65535) return str("T·k=", T * K, " pairs above the grid's 65535");
+  if (T > 65535) return str("T=", T, " above the grid's 65535");
+  return {};
+}
+
+void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1);
+  const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
+  if (T == 0 || Dm == 0) return;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  auto* h = static_cast<float*>(ctx.workspace(align_up(static_cast<size_t>(T * K * I) * 4, 256)));
+  const bool ids64 = a.ids.dtype() == DType::i64;
+  const dim3 gu_grid(static_cast<unsigned>((I + kQWarps - 1) / kQWarps),
+                     static_cast<unsigned>(T * K));
+  moe_q_gate_up_kernel<<<gu_grid, kQWarps * 32, static_cast<size_t>(Dm) * 4, stream>>>(
+      a.x.data(), a.x.dtype(), a.x.stride(0), q_experts(a.gate_up), a.ids.data(), ids64,
+      a.ids.stride(0), a.ids.stride(1), static_cast<int>(K), static_cast<int>(E),
+      static_cast<int>(Dm), static_cast<int>(I), a.activation == MoeActivation::swiglu, h);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  const dim3 dn_grid(static_cast<unsigned>((Dm + kQWarps - 1) / kQWarps), static_cast<unsigned>(T));
+  moe_q_down_kernel<<<dn_grid, kQWarps * 32, 0, stream>>>(
+      h, q_experts(a.down), a.ids.data(), ids64, a.ids.stride(0), a.ids.stride(1),
+      static_cast<int>(K), static_cast<int>(E), static_cast<int>(Dm), static_cast<int>(I),
+      a.weights.data(), a.weights.dtype(), a.weights.stride(0), a.weights.stride(1), a.out.data(),
+      a.out.dtype(), a.out.stride(0), a.accumulate);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
 }  // namespace
 
 void register_moe(Registry& r) {
@@ -1092,6 +1240,8 @@ void register_moe(Registry& r) {
                     moe_experts_run<true>);
   r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports,
                     moe_experts_run<false>);
+  r.add<MoeExpertsQ>("moe_experts_q.cuda", DeviceType::cuda, 0, moe_experts_q_supports,
+                     moe_experts_q_run);
 }
 
 }  // namespace hybrid::cuda
