@@ -159,6 +159,29 @@ void fill_normal(Slot& s, Rng& rng, double mean, double stddev) {
 void fill_int(Slot& s, Rng& rng, int64_t lo, int64_t hi) {
   for (int64_t i = 0; i < s.numel(); ++i) s.set(i, static_cast<double>(rng.randint(lo, hi)));
 }
+void fill_uniform_fast(Slot& s, uint64_t seed, double lo, double hi) {
+  const int64_t n = s.numel();
+  if (s.offset != 0 ||
+      static_cast<int64_t>(s.storage.size()) != n * static_cast<int64_t>(dtype_size(s.dtype)))
+    fail("[harness] fill_uniform_fast: slot '", s.name, "' is not contiguous");
+  // Element i from splitmix64(seed + i): the same values whatever the thread count.
+  auto value = [&](int64_t i) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return lo + (hi - lo) * static_cast<double>(z >> 11) * 0x1.0p-53;
+  };
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t chunk = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t i = t * chunk; i < std::min(n, (t + 1) * chunk); ++i)
+        store_element(s.storage.data(), s.dtype, i, value(i));
+    });
+  for (std::thread& th : pool) th.join();
+}
 void fill_values(Slot& s, const std::vector<double>& values) {
   if (static_cast<int64_t>(values.size()) != s.numel())
     fail("[harness] fill_values: ", values.size(), " values for slot '", s.name, "' of ",

@@ -301,6 +301,12 @@ struct MoeRoutePerfCase : MoeRouteCase {
 // traffic a decode step cannot avoid.
 struct MoeExpertsPerfCase : MoeExpertsCase {
   using MoeExpertsCase::MoeExpertsCase;
+  // All 512 experts are 3 GiB: filled in parallel (perf only: no oracle reads them).
+  void init_experts(Rng& rng, Slots& s) override {
+    const double a_in = std::sqrt(3.0 / p.Dm), a_out = std::sqrt(3.0 / p.I);
+    fill_uniform_fast(s.input("gate_up", p.wdt, {p.E, rows(), p.Dm}), rng.next_u64(), -a_in, a_in);
+    fill_uniform_fast(s.input("down", p.wdt, {p.E, p.Dm, p.I}), rng.next_u64(), -a_out, a_out);
+  }
   std::string params() const override { return MoeExpertsCase::params() + ",perf"; }
   bool perf_only() const override { return true; }
   void oracle(const Slots&, Expected&) override { fail("[moe_experts perf case] has no oracle"); }
