@@ -239,7 +239,7 @@ fi
 if section focus; then
   # One change checked in one call (not in the default SECTIONS): the cases of FOCUS_OPS (ops
   # joined by commas) under each switch set of FOCUS_SWITCHES (sets joined by ';', switches in a
-  # set by spaces; default "X=1", the defaults), memcheck and racecheck of FOCUS_OPS, FOCUS_CASE
+  # set by spaces; default "X=1", the defaults), memcheck and racecheck of FOCUS_SAN_OPS, FOCUS_CASE
   # (a perf case) timed under each switch set in its own process (the MoE case spends ~25 s making
   # its weights), then ncu of the kernels matching FOCUS_KERNELS (a regex; FOCUS_NCU_COUNT
   # launches, default 2) on FOCUS_CASE under the first set. Session 8's runs 1-5, as one section.
@@ -247,11 +247,15 @@ if section focus; then
   for set in "${sets[@]}"; do
     test_one "focus_$(echo "$set" | tr -c 'A-Za-z0-9_\n' _)" 90 "$set" "$FOCUS_OPS"
   done
-  for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 $OPS test -b cuda -v -o "$FOCUS_OPS" \
-      > "$OUT/focus_$tool.txt" 2>&1
-    echo "$tool $FOCUS_OPS: rc $? ($(grep -cE '^  OK' "$OUT/focus_$tool.txt") cases OK)" \
-      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/focus_$tool.txt" | tail -1)"
+  # FOCUS_SAN_OPS (default FOCUS_OPS): the ops checked by memcheck and racecheck, one run per
+  # (tool, op) under its own 150 s limit.
+  for op in $(echo "${FOCUS_SAN_OPS:-$FOCUS_OPS}" | tr , ' '); do
+    for tool in memcheck racecheck; do
+      timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 $OPS test -b cuda -v -o "$op" \
+        > "$OUT/focus_${tool}_$op.txt" 2>&1
+      echo "$tool $op: rc $? ($(grep -cE '^  OK' "$OUT/focus_${tool}_$op.txt") cases OK)" \
+        "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/focus_${tool}_$op.txt" | tail -1)"
+    done
   done
   if [ -n "${FOCUS_CASE:-}" ]; then
     for set in "${sets[@]}"; do
