@@ -192,15 +192,21 @@ void moe_experts_cpu(const MoeExperts& a, Context& ctx) {
       ctx);
 }
 
-// The same with each row dequantized as dequantize_cpu does (f32 s·q + b).
+// The same with each row dequantized as dequantize_cpu does (f32 s·q + b); the experts'
+// QuantizedWeight views are made once, not per row.
 void moe_experts_q_cpu(const MoeExpertsQ& a, Context& ctx) {
   const int64_t Dm = a.x.size(1), E = a.down.scales.size(0);
   const int64_t I = a.down.scales.size(2) * a.down.group_size;
+  std::vector<QuantizedWeight> gu, dn;
+  for (int64_t e = 0; e < E; ++e) {
+    gu.push_back(a.gate_up.expert(e));
+    dn.push_back(a.down.expert(e));
+  }
   moe_experts_rows(
       MoeExpertsQ::op_name, a.x, a.ids, a.weights, a.out, E, I,
       a.activation == MoeActivation::swiglu, a.accumulate,
-      [&](int64_t e, int64_t r, float* dst) { dequantize_row(a.gate_up.expert(e), r, Dm, dst); },
-      [&](int64_t e, int64_t d, float* dst) { dequantize_row(a.down.expert(e), d, I, dst); }, ctx);
+      [&](int64_t e, int64_t r, float* dst) { dequantize_row(gu[e], r, Dm, dst); },
+      [&](int64_t e, int64_t d, float* dst) { dequantize_row(dn[e], d, I, dst); }, ctx);
 }
 
 }  // namespace

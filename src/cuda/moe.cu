@@ -430,6 +430,13 @@ __device__ __forceinline__ void stage_x_batched(const Tx* __restrict__ x, int Dm
   }
 }
 
+// The expert's activation from its gate and up dots: swiglu silu(g)·u, relu2 relu(u)² (g unused).
+__device__ __forceinline__ float expert_activation(float g, float u, bool swiglu) {
+  if (swiglu) return g / (1.0f + expf(-g)) * u;
+  const float r = fmaxf(u, 0.0f);
+  return r * r;
+}
+
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
 // Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first
 // (kBatchedStage: 8 loads per thread in flight, the v3 variant; else one load at a time).
@@ -484,16 +491,7 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
       if (k >= n_tok) break;
       const float u = warp_sum(dot[0][k]);
       const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0) {
-        float v;
-        if (swiglu) {
-          v = g / (1.0f + expf(-g)) * u;
-        } else {
-          const float r = fmaxf(u, 0.0f);
-          v = r * r;
-        }
-        h[static_cast<int64_t>(q0 + k) * I + i] = v;
-      }
+      if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
     }
   }
 }
@@ -913,16 +911,7 @@ __global__ void __launch_bounds__(kGu6Warps * 32, 4)
   if (!active) return;
   du = warp_sum(du);
   dg = swiglu ? warp_sum(dg) : 0.0f;
-  if (lane == 0) {
-    float v;
-    if (swiglu) {
-      v = dg / (1.0f + expf(-dg)) * du;
-    } else {
-      const float r = fmaxf(du, 0.0f);
-      v = r * r;
-    }
-    h[static_cast<int64_t>(j) * I + i] = v;
-  }
+  if (lane == 0) h[static_cast<int64_t>(j) * I + i] = expert_activation(dg, du, swiglu);
 }
 
 // Dynamic shared memory of the v6 down kernel for `rows` output rows a CTA: the staged rows

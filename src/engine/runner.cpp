@@ -17,6 +17,7 @@
 
 #include "core/cuda_api.h"
 #include "hybrid/core/error.h"
+#include "hybrid/core/registry.h"
 #include "hybrid/model/safetensors.h"
 #include "hybrid/ops/attention.h"
 #include "hybrid/ops/conv.h"
@@ -128,12 +129,25 @@ Runner::Runner(const std::string& dir, Device device,
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
          arch_name(cfg_.arch));
-  size_t need = 0;
+  if (const char* keep = std::getenv("HYBRID_KEEP_QUANTIZED_EXPERTS"))
+    keep_quantized_experts_ = *keep != '\0' && std::strcmp(keep, "0") != 0;
+  if (keep_quantized_experts_ && !Registry::builtin().has_kernel(MoeExpertsQ::op_name, device.type))
+    fail("[model] HYBRID_KEEP_QUANTIZED_EXPERTS=1: moe_experts_q has no ", to_string(device.type),
+         " kernel in this build (unset it to load the experts dequantized)");
+  int64_t stored = 0;  // checkpoint bytes: the total of the load's progress
+  for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt)) stored += bytes;
   {
     // Before anything is uploaded: the weights must fit in the device's memory (free memory on
-    // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets).
-    for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt))
+    // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets), counted
+    // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes).
+    size_t need = 0;
+    const bool keep = keep_quantized_experts_;
+    for (const auto& [dtype, bytes] :
+         loaded_weight_bytes(spec, ckpt, [keep](const std::string& name) {
+           return keep && name.find(".switch_mlp.") != std::string::npos;
+         }))
       need += static_cast<size_t>(bytes);
+    const bool dequantized = static_cast<int64_t>(need) != stored;
     size_t available = 0;
     const char* what = nullptr;
     if (const std::optional<size_t> budget = device_memory_budget()) {
@@ -149,11 +163,14 @@ Runner::Runner(const std::string& dir, Device device,
     }
     if (need > available)
       fail("[model] the weights need ", need, " bytes (", format_bytes(static_cast<int64_t>(need)),
+           dequantized ? str(" with the MLX-quantized weights dequantized at load, ",
+                             format_bytes(stored), " as stored")
+                       : std::string(),
            ") but ", to_string(device), " has ", available, " bytes (",
            format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
-  load_weights(ckpt, spec, static_cast<int64_t>(need), progress);
+  load_weights(ckpt, spec, stored, progress);
 }
 
 Runner::~Runner() {
@@ -198,11 +215,15 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
     done_bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
     if (progress) progress(std::min(done_bytes, total_bytes), total_bytes);
   };
+  // The spec of the tensor `name`, or spec.tensors.end().
+  auto spec_of = [&](const std::string& name) {
+    return std::find_if(spec.tensors.begin(), spec.tensors.end(),
+                        [&](const TensorSpec& t) { return t.name == name; });
+  };
   auto view = [&](const std::string& name) -> Tensor {
     const Tensor v = ckpt.view(name);
     count(name, v);
-    const auto it = std::find_if(spec.tensors.begin(), spec.tensors.end(),
-                                 [&](const TensorSpec& t) { return t.name == name; });
+    const auto it = spec_of(name);
     if (it == spec.tensors.end() || it->bits == 0) return v;
     const TensorSpec& scales = *(it + 1);
     const TensorSpec& biases = *(it + 2);
@@ -380,7 +401,53 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
           }
           break;
       }
-      if (L.experts == ExpertLayout::mlx_switch && !nemotron) {
+      // Kept quantized: the switch_mlp codes, scales and biases uploaded as they are (gate and up
+      // rows interleaved per expert as below), for moe_experts_q.
+      auto quantized = [&](const std::string& name) -> const TensorSpec* {
+        const auto it = spec_of(name);
+        return it != spec.tensors.end() && it->bits > 0 ? &*it : nullptr;
+      };
+      const std::string gq_name = f + (nemotron ? "switch_mlp.fc1" : "switch_mlp.gate_proj");
+      const std::string uq_name = f + "switch_mlp.up_proj";
+      const std::string dq_name = f + (nemotron ? "switch_mlp.fc2" : "switch_mlp.down_proj");
+      const TensorSpec* gq = quantized(gq_name + ".weight");
+      const TensorSpec* uq = nemotron ? gq : quantized(uq_name + ".weight");
+      const TensorSpec* dq = quantized(dq_name + ".weight");
+      if (keep_quantized_experts_ && L.experts == ExpertLayout::mlx_switch && gq && uq && dq &&
+          gq->bits == uq->bits && gq->group_size == uq->group_size) {
+        auto raw = [&](const std::string& name) {
+          const Tensor v = ckpt.view(name);
+          count(name, v);
+          return v;
+        };
+        // One of weight / scales / biases of gate_up: [E, 2I, cols] (Qwen: gate_e then up_e per
+        // expert) or fc1 as stored [E, I, cols] (Nemotron-H).
+        auto gate_up_part = [&](const char* part) {
+          const Tensor g = raw(gq_name + part);
+          HostMatrix hm(g.dtype(), g.size(-1));
+          if (nemotron) {
+            hm.append(g);
+            return upload(hm, {E, I, g.size(-1)});
+          }
+          const Tensor u = raw(uq_name + part);
+          for (int64_t e = 0; e < E; ++e) {
+            hm.append(g, e * I, I);
+            hm.append(u, e * I, I);
+          }
+          return upload(hm, {E, 2 * I, g.size(-1)});
+        };
+        auto down_part = [&](const char* part) {
+          const Tensor d = raw(dq_name + part);
+          HostMatrix hm(d.dtype(), d.size(-1));
+          hm.append(d);
+          return upload(hm, {E, H, d.size(-1)});
+        };
+        w.experts_gate_up_q = {gate_up_part(".weight"), gate_up_part(".scales"),
+                               gate_up_part(".biases"), static_cast<int>(gq->bits),
+                               static_cast<int>(gq->group_size)};
+        w.experts_down_q = {down_part(".weight"), down_part(".scales"), down_part(".biases"),
+                            static_cast<int>(dq->bits), static_cast<int>(dq->group_size)};
+      } else if (L.experts == ExpertLayout::mlx_switch && !nemotron) {
         // [E, I, H] gate and up stacks -> per expert [gate_e ; up_e].
         const Tensor gs = view(f + "switch_mlp.gate_proj.weight");
         const Tensor us = view(f + "switch_mlp.up_proj.weight");
@@ -394,7 +461,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
       } else {
         w.experts_gate_up = stack(gu, {E, nemotron ? I : 2 * I, H});
       }
-      w.experts_down = stack(down, {E, H, I});
+      if (w.experts_down_q.bits == 0) w.experts_down = stack(down, {E, H, I});
       if (m.shared_intermediate_size > 0) {
         const int64_t S = m.shared_intermediate_size;
         if (nemotron) {
@@ -926,14 +993,24 @@ void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, cons
              .topk_group = m.topk_group,
              .scaling = static_cast<float>(m.routed_scaling_factor)},
             ctx);
-  moe_experts({.x = x,
-               .gate_up = w.experts_gate_up,
-               .down = w.experts_down,
-               .ids = ids,
-               .weights = weights,
-               .out = out,
-               .activation = act},
-              ctx);
+  if (w.experts_gate_up_q.bits > 0)
+    moe_experts_q({.x = x,
+                   .gate_up = w.experts_gate_up_q.view(),
+                   .down = w.experts_down_q.view(),
+                   .ids = ids,
+                   .weights = weights,
+                   .out = out,
+                   .activation = act},
+                  ctx);
+  else
+    moe_experts({.x = x,
+                 .gate_up = w.experts_gate_up,
+                 .down = w.experts_down,
+                 .ids = ids,
+                 .weights = weights,
+                 .out = out,
+                 .activation = act},
+                ctx);
   if (!w.shared_gate_up.view().defined()) return;
   // The shared expert as expert 0 of a one-expert stack, weight 1 (or sigmoid(gate(x))).
   Tensor sw = s.ones.reshape({T, 1});

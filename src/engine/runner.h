@@ -37,10 +37,21 @@
 #include "hybrid/core/tensor.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
+#include "hybrid/ops/moe.h"
 
 namespace hybrid::engine {
 
 inline constexpr int64_t kPageSize = 64;
+
+// Routed experts kept in MLX's quantized format (HYBRID_KEEP_QUANTIZED_EXPERTS=1): codes, scales
+// and biases as uploaded; bits = 0 when the layer's experts are float (or dequantized).
+struct OwnedQuantizedExperts {
+  OwnedTensor weight, scales, biases;
+  int bits = 0, group_size = 0;
+  QuantizedExperts view() const {
+    return {weight.view(), scales.view(), biases.view(), bits, group_size};
+  }
+};
 
 struct LayerWeights {
   LayerSpec spec;
@@ -56,6 +67,7 @@ struct LayerWeights {
   // MoE
   OwnedTensor router, router_bias, experts_gate_up, experts_down, shared_gate_up, shared_down,
       shared_gate;
+  OwnedQuantizedExperts experts_gate_up_q, experts_down_q;  // instead of the two above when kept
 };
 
 // The caches of `slots` sequences: recurrent states (pool row s = slot s), conv states and the
@@ -182,6 +194,9 @@ class Runner {
 
   Config cfg_;
   Device device_;
+  // HYBRID_KEEP_QUANTIZED_EXPERTS=1: MLX-quantized routed experts stay quantized on the device and
+  // run through moe_experts_q (read when the model loads).
+  bool keep_quantized_experts_ = false;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
   bool tied_ = false;

@@ -315,4 +315,30 @@ std::map<DType, int64_t> checkpoint_weight_bytes(const ModelSpec& spec, const Ch
   return out;
 }
 
+std::map<DType, int64_t> loaded_weight_bytes(
+    const ModelSpec& spec, const Checkpoint& ckpt,
+    const std::function<bool(const std::string&)>& kept_quantized) {
+  std::map<DType, int64_t> out;
+  for (size_t i = 0; i < spec.tensors.size(); ++i) {
+    const TensorSpec& t = spec.tensors[i];
+    if (!ckpt.has(t.name)) continue;
+    if (t.bits > 0 && i + 2 < spec.tensors.size() && ckpt.has(spec.tensors[i + 1].name) &&
+        !(kept_quantized && kept_quantized(t.name))) {
+      // Packed codes [.., out, in·bits/32] -> [.., out, in] in the scales' dtype; the scales and
+      // biases (the next two tensors) are not kept.
+      const SafetensorInfo& scales = ckpt.info(spec.tensors[i + 1].name);
+      int64_t elements = 1;
+      for (int64_t d : t.shape) elements *= d;
+      elements = elements * 32 / t.bits;
+      if (scales.dtype)
+        out[*scales.dtype] += elements * static_cast<int64_t>(dtype_size(*scales.dtype));
+      i += 2;
+      continue;
+    }
+    const SafetensorInfo& info = ckpt.info(t.name);
+    if (info.dtype) out[*info.dtype] += static_cast<int64_t>(info.bytes);
+  }
+  return out;
+}
+
 }  // namespace hybrid

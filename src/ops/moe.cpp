@@ -6,6 +6,7 @@
 
 #include "hybrid/core/registry.h"
 #include "ops/check.h"
+#include "ops/quant_check.h"
 
 namespace hybrid {
 
@@ -80,12 +81,7 @@ void check_routing(ops::Check& c, const Tensor& x, const Tensor& ids, const Tens
 void check_quantized_experts(ops::Check& c, const QuantizedExperts& q, const char* name, int64_t E,
                              const char* rows_name, int64_t rows, const char* in_name, int64_t in) {
   const std::string n = name;
-  c.require(q.bits == 4 || q.bits == 8, n, ".bits = ", q.bits,
-            " is not supported (supported: 4, 8)");
-  c.require(q.group_size == 32 || q.group_size == 64 || q.group_size == 128, n,
-            ".group_size = ", q.group_size, " is not supported (supported: 32, 64, 128)");
-  c.require(in > 0 && in % q.group_size == 0, in_name, "=", in, " is not divisible by ", n,
-            ".group_size=", q.group_size);
+  ops::check_quant_format(c, q.bits, q.group_size, n, in, in_name);
   const std::string w = n + ".weight", s = n + ".scales", b = n + ".biases";
   const std::string words_dim = std::string(in_name) + "*bits/32",
                     groups_dim = std::string(in_name) + "/group_size";

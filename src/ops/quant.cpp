@@ -13,15 +13,19 @@ namespace {
 constexpr std::initializer_list<DType> kFloat = {DType::f32, DType::bf16, DType::f16};
 }  // namespace
 
+void ops::check_quant_format(Check& c, int bits, int group_size, const std::string& name,
+                             int64_t in, const char* in_name) {
+  c.require(bits == 4 || bits == 8, name, ".bits = ", bits, " is not supported (supported: 4, 8)");
+  c.require(group_size == 32 || group_size == 64 || group_size == 128, name,
+            ".group_size = ", group_size, " is not supported (supported: 32, 64, 128)");
+  c.require(in > 0 && in % group_size == 0, in_name, "=", in, " is not divisible by ", name,
+            ".group_size=", group_size);
+}
+
 void ops::check_quantized(Check& c, const QuantizedWeight& q, const char* name, int64_t rows,
                           int64_t in, const char* in_name) {
   const std::string n = name;
-  c.require(q.bits == 4 || q.bits == 8, n, ".bits = ", q.bits,
-            " is not supported (supported: 4, 8)");
-  c.require(q.group_size == 32 || q.group_size == 64 || q.group_size == 128, n,
-            ".group_size = ", q.group_size, " is not supported (supported: 32, 64, 128)");
-  c.require(in > 0 && in % q.group_size == 0, in_name, "=", in, " is not divisible by ", n,
-            ".group_size=", q.group_size);
+  check_quant_format(c, q.bits, q.group_size, n, in, in_name);
   const int64_t words = in * q.bits / 32, groups = in / q.group_size;
   const std::string w = n + ".weight", s = n + ".scales", b = n + ".biases";
   const std::string words_dim = std::string(in_name) + "*bits/32",

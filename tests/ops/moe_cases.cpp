@@ -246,16 +246,21 @@ struct MoeExpertsCase : Case {
     for (int64_t i = 0; i < R; ++i) wi[i] = s["gate_up"].get(ex * R + i);
     for (int64_t i = 0; i < D; ++i) wo[i] = s["down"].get(ex * D + i);
   }
-  void run(const Views& v, Context& ctx) override {
-    MoeExperts a;
+  // The arguments moe_experts and moe_experts_q share.
+  template <class Args>
+  void routing_args(Args& a, const Views& v) const {
     a.x = v.at("x");
-    a.gate_up = v.at("gate_up");
-    a.down = v.at("down");
     a.ids = v.at("ids");
     a.weights = v.at("weights");
     a.out = v.at("out");
     a.activation = p.activation;
     a.accumulate = p.accumulate;
+  }
+  void run(const Views& v, Context& ctx) override {
+    MoeExperts a;
+    routing_args(a, v);
+    a.gate_up = v.at("gate_up");
+    a.down = v.at("down");
     moe_experts(a, ctx);
   }
   void oracle(const Slots& s, Expected& e) override {
@@ -365,7 +370,7 @@ struct MoeExpertsQCase : MoeExpertsCase {
   }
   void run(const Views& v, Context& ctx) override {
     MoeExpertsQ a;
-    a.x = v.at("x");
+    routing_args(a, v);
     for (auto [q, n] : {std::pair{&a.gate_up, "gate_up"}, {&a.down, "down"}}) {
       const std::string name = n;
       q->weight = v.at(name + ".weight");
@@ -374,11 +379,6 @@ struct MoeExpertsQCase : MoeExpertsCase {
       q->bits = bits;
       q->group_size = gs;
     }
-    a.ids = v.at("ids");
-    a.weights = v.at("weights");
-    a.out = v.at("out");
-    a.activation = p.activation;
-    a.accumulate = p.accumulate;
     moe_experts_q(a, ctx);
   }
 };

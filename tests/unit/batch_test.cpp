@@ -67,26 +67,6 @@ double nmse(const float* x, const float* ref, int64_t n) {
   return r > 0 ? e / r : e;
 }
 
-// Sets an environment variable for the scope, restoring the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      unsetenv(name_);
-    } else {
-      setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
-
 class Batch : public ::testing::TestWithParam<std::string> {};
 
 // Prompts of different lengths (the golden prompt of 80 tokens, so that its 16 greedy tokens are
@@ -210,7 +190,7 @@ TEST(Workspace, SizedBeforeTheForwardAndNeverGrownDuringDecode) {
 TEST(MemoryBudget, WeightsLargerThanTheDeviceMemoryAreAnError) {
   const std::string dir = (models_dir() / "qwen3_5_moe").string();
   {
-    const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "1000");
+    const hybrid::test_files::ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "1000");
     try {
       Model::load(dir, Device::cpu());
       ADD_FAILURE() << "the load did not fail";
@@ -226,12 +206,12 @@ TEST(MemoryBudget, WeightsLargerThanTheDeviceMemoryAreAnError) {
     }
   }
   {
-    const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "12abc");
+    const hybrid::test_files::ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "12abc");
     EXPECT_HYBRID_ERROR(Model::load(dir, Device::cpu()),
                         "HYBRID_DEVICE_MEMORY_BUDGET='12abc': expected a number of bytes");
   }
   {
-    const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "100000000000");
+    const hybrid::test_files::ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", "100000000000");
     EXPECT_NO_THROW(Model::load(dir, Device::cpu()));
   }
 }

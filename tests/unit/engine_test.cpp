@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "hybrid/engine/model.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
+#include "hybrid/model/safetensors.h"
 #include "hybrid/ops/quant.h"
 #include "test_files.h"
 
@@ -267,6 +269,51 @@ TEST(Engine, MlxQuantizedEqualsDequantizedFloats) {
   EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-10);
 }
 
+// The same checkpoint with its routed experts kept quantized on the device
+// (HYBRID_KEEP_QUANTIZED_EXPERTS=1: moe_experts_q instead of dequantized moe_experts): the same
+// logits, prefill and decode; the memory check counts the experts as stored.
+TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloats) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  auto mf = Model::load(f.path.string(), Device::cpu());
+  const ScopedEnv keep("HYBRID_KEEP_QUANTIZED_EXPERTS", "1");
+  auto mq = Model::load(q.path.string(), Device::cpu());
+  const std::vector<int32_t> ids = random_ids(40, mq->vocab_size(), 8);
+  const std::vector<float> lq = mq->logits(ids), lf = mf->logits(ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-10);
+  EXPECT_EQ(mq->generate_greedy({3, 1, 4}, 6, 2), mf->generate_greedy({3, 1, 4}, 6, 2));
+  // The memory check counts the kept experts as stored: everything kept is the checkpoint's
+  // bytes; the experts kept lie strictly between that and all dequantized; a budget of exactly
+  // that loads, one byte less does not.
+  const Config cfg = load_config(q.path.string());
+  const Checkpoint ckpt(q.path.string());
+  const ModelSpec spec = describe_model(cfg, detect_layout(cfg, ckpt));
+  auto total = [](const std::map<DType, int64_t>& bytes) {
+    int64_t n = 0;
+    for (const auto& [dtype, b] : bytes) n += b;
+    return n;
+  };
+  const int64_t stored = total(checkpoint_weight_bytes(spec, ckpt));
+  const int64_t dequantized = total(loaded_weight_bytes(spec, ckpt));
+  const int64_t all_kept =
+      total(loaded_weight_bytes(spec, ckpt, [](const std::string&) { return true; }));
+  const int64_t experts_kept = total(loaded_weight_bytes(spec, ckpt, [](const std::string& n) {
+    return n.find(".switch_mlp.") != std::string::npos;
+  }));
+  EXPECT_EQ(all_kept, stored);
+  EXPECT_LT(stored, experts_kept);
+  EXPECT_LT(experts_kept, dequantized);
+  {
+    const std::string fits = std::to_string(experts_kept);
+    const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", fits.c_str());
+    EXPECT_NO_THROW(Model::load(q.path.string(), Device::cpu()));
+  }
+  const std::string short_by_one = std::to_string(experts_kept - 1);
+  const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", short_by_one.c_str());
+  EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()), "the weights need");
+}
+
 TEST(EngineErrors, LoadErrorsNameTheProblem) {
   TempDir dir;
   EXPECT_HYBRID_ERROR(Model::load((dir.path / "nope").string(), Device::cpu()),
@@ -284,6 +331,18 @@ TEST(EngineErrors, LoadErrorsNameTheProblem) {
   write_model(missing.path, "mamba2_tiny.json", false, "backbone.layers.1.mixer.A_log");
   EXPECT_HYBRID_ERROR(Model::load(missing.path.string(), Device::cpu()),
                       "backbone.layers.1.mixer.A_log");
+}
+
+// An MLX 4-bit checkpoint is checked against the device's memory as the load keeps it
+// (dequantized), not as stored: a budget of its file's size is an error that says so, before any
+// upload.
+TEST(EngineErrors, MlxQuantizedWeightsCountAsDequantized) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  const std::string file_bytes = std::to_string(fs::file_size(q.path / "model.safetensors"));
+  const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", file_bytes.c_str());
+  EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()),
+                      "with the MLX-quantized weights dequantized at load");
 }
 
 TEST(EngineErrors, IdsOutOfRangeNameThePosition) {

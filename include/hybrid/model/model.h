@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -87,6 +88,12 @@ std::vector<std::string> weight_problems(const ModelSpec& spec, const Checkpoint
 void check_weights(const ModelSpec& spec, const Checkpoint& ckpt);
 // Bytes of the spec's tensors as stored in the checkpoint, by dtype.
 std::map<DType, int64_t> checkpoint_weight_bytes(const ModelSpec& spec, const Checkpoint& ckpt);
+// The bytes the engine's load keeps of those weights, per dtype: as stored, except MLX-quantized
+// weights, which are dequantized at load into their scales' dtype (their codes, scales and biases
+// are not kept) unless `kept_quantized(name)` says the load keeps that weight quantized.
+std::map<DType, int64_t> loaded_weight_bytes(
+    const ModelSpec& spec, const Checkpoint& ckpt,
+    const std::function<bool(const std::string&)>& kept_quantized = {});
 
 // "[2048, 512]"
 std::string shape_str(const std::vector<int64_t>& shape);
