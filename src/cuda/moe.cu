@@ -1205,16 +1205,7 @@ __global__ void __launch_bounds__(kExpWarps * 32)
       if (k >= n_tok) break;
       const float u = warp_sum(dot[0][k]);
       const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0) {
-        float v;
-        if (swiglu) {
-          v = g / (1.0f + expf(-g)) * u;
-        } else {
-          const float r = fmaxf(u, 0.0f);
-          v = r * r;
-        }
-        h[static_cast<int64_t>(q0 + k) * I + i] = v;
-      }
+      if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
     }
   }
 }
