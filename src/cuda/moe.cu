@@ -695,56 +695,75 @@ Reason moe_experts_v4_supports(const MoeExperts& a) {
   return moe_experts_v3_supports(a);
 }
 
+// The routed pairs of one call and its workspace (moe_experts v2-v4 and moe_experts_q):
+// xf [T, Dm] f32 | h [P, I] f32 | y [P, Dm] f32 | sort state (int32). Decode (T = 1, x fits in
+// shared memory) uses direct pairs: no sort, x staged by the gate_up kernel. Otherwise x goes to
+// f32 (inside the sort kernel when small, else by its own kernel) and moe_sort groups the pairs
+// by expert. `routed`: the CTA rows of the expert kernels (pairs, or an upper bound of the routed
+// experts).
+struct PairPlan {
+  float *xf, *h, *y;
+  SortLayout L;
+  Pairs pairs;
+  bool direct;
+  unsigned routed;
+};
+
+PairPlan plan_pairs(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, const char* op,
+                    Context& ctx, cudaStream_t stream) {
+  const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1), P = T * K;
+  const size_t xf_b = align_up(static_cast<size_t>(T * Dm) * 4, 256);
+  const size_t h_b = align_up(static_cast<size_t>(P * std::max<int64_t>(I, 1)) * 4, 256);
+  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
+  const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
+  char* ws = static_cast<char*>(ctx.workspace(xf_b + h_b + y_b + s_b));
+  PairPlan plan;
+  plan.xf = reinterpret_cast<float*>(ws);
+  plan.h = reinterpret_cast<float*>(ws + xf_b);
+  plan.y = reinterpret_cast<float*>(ws + xf_b + h_b);
+  int* si = reinterpret_cast<int*>(ws + xf_b + h_b + y_b);
+  plan.L = SortLayout{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
+  plan.direct = T == 1 && static_cast<size_t>(Dm) * 4 <= kDirectMaxSmem;
+  plan.pairs = Pairs{plan.L, plan.direct ? ids.data() : nullptr, ids.dtype() == DType::i64,
+                     ids.stride(1), static_cast<int>(E)};
+  plan.routed = static_cast<unsigned>(plan.direct ? K : std::min(E, P));
+  if (plan.direct) return plan;
+  const bool x_in_sort = T * Dm <= 65536;
+  if (!x_in_sort) {
+    dispatch_float(x.dtype(), op, [&](auto tx) {
+      using Tx = decltype(tx);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+      moe_x_f32_kernel<Tx>
+          <<<blocks, 256, 0, stream>>>(x.data_as<const Tx>(), x.stride(0), plan.xf, T, Dm);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+  }
+  const size_t sort_smem = static_cast<size_t>(E) * 4;
+  if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
+  moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
+      ids.data(), ids.dtype() == DType::i64, ids.stride(0), ids.stride(1), static_cast<int>(T),
+      static_cast<int>(K), static_cast<int>(E), plan.L, x_in_sort ? x.data() : nullptr, x.dtype(),
+      x.stride(0), plan.xf, static_cast<int>(Dm));
+  HYBRID_CUDA_CHECK_LAUNCH();
+  return plan;
+}
+
 // v2 (kV3 false) and v3 / v4 (kFuse: the decode path's down + combine in one kernel): v3 stages the
 // decode path's x with batched loads and combines with the parallel kernel; the expert kernels are
 // the same.
 template <bool kV3, bool kFuse = false>
 void moe_experts_run(const MoeExperts& a, Context& ctx) {
   const int64_t T = a.x.size(0), Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
-  const int64_t K = a.ids.size(1), P = T * K;
+  const int64_t K = a.ids.size(1);
   if (T == 0 || Dm == 0) return;
   const bool swiglu = a.activation == MoeActivation::swiglu;
   const cudaStream_t stream = as_stream(ctx.stream());
-
-  // Workspace: xf [T, Dm] f32 | h [P, I] f32 | y [P, Dm] f32 | sort state (int32).
-  const size_t xf_b = align_up(static_cast<size_t>(T * Dm) * 4, 256);
-  const size_t h_b = align_up(static_cast<size_t>(P * std::max<int64_t>(I, 1)) * 4, 256);
-  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
-  const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
-  char* ws = static_cast<char*>(ctx.workspace(xf_b + h_b + y_b + s_b));
-  auto* xf = reinterpret_cast<float*>(ws);
-  auto* h = reinterpret_cast<float*>(ws + xf_b);
-  auto* y = reinterpret_cast<float*>(ws + xf_b + h_b);
-  int* si = reinterpret_cast<int*>(ws + xf_b + h_b + y_b);
-  SortLayout L{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
-
-  // Decode (T = 1, x fits in shared memory): direct pairs, no sort, x staged by gate_up.
-  const bool direct = T == 1 && static_cast<size_t>(Dm) * 4 <= kDirectMaxSmem;
-  const Pairs pairs{L, direct ? a.ids.data() : nullptr, a.ids.dtype() == DType::i64,
-                    a.ids.stride(1), static_cast<int>(E)};
-  if (!direct) {
-    // x -> f32 [T, Dm]: inside the sort kernel when small, else its own kernel.
-    const bool x_in_sort = T * Dm <= 65536;
-    if (!x_in_sort) {
-      dispatch_float(a.x.dtype(), MoeExperts::op_name, [&](auto tx) {
-        using Tx = decltype(tx);
-        const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
-        moe_x_f32_kernel<Tx>
-            <<<blocks, 256, 0, stream>>>(a.x.data_as<const Tx>(), a.x.stride(0), xf, T, Dm);
-        HYBRID_CUDA_CHECK_LAUNCH();
-      });
-    }
-    const size_t sort_smem = static_cast<size_t>(E) * 4;
-    if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
-    moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
-        a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(0), a.ids.stride(1),
-        static_cast<int>(T), static_cast<int>(K), static_cast<int>(E), L,
-        x_in_sort ? a.x.data() : nullptr, a.x.dtype(), a.x.stride(0), xf, static_cast<int>(Dm));
-    HYBRID_CUDA_CHECK_LAUNCH();
-  }
-
-  // CTA rows: pairs (direct) or an upper bound of the routed experts (sorted).
-  const auto routed = static_cast<unsigned>(direct ? K : std::min(E, P));
+  const PairPlan plan = plan_pairs(a.x, a.ids, E, I, MoeExperts::op_name, ctx, stream);
+  float *xf = plan.xf, *h = plan.h, *y = plan.y;
+  const SortLayout& L = plan.L;
+  const Pairs& pairs = plan.pairs;
+  const bool direct = plan.direct;
+  const unsigned routed = plan.routed;
   if (I > 0) {
     dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
       using Tw = decltype(tw);
@@ -1069,6 +1088,208 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
         a.out.data(), a.out.dtype(), a.accumulate));
   });
 }
+// ---- moe_experts_q.cuda: MLX-quantized experts on moe_experts v3's paths ----------------------
+//
+// v3's structure over packed codes: plan_pairs (decode: direct pairs, x staged by gate_up;
+// otherwise the pairs sorted by expert), then a gate_up and a down kernel that take an expert's
+// pairs 8 tokens at a time, so a routed expert's codes are read once per 8 of its pairs (a
+// prefill chunk reads each routed expert ⌈pairs / 8⌉ times, not once per pair), then
+// moe_combine_v3_kernel (Σ_j in j order). Lane l takes the packed words l, l + 32, ... of a row
+// (a word holds 32 / bits codes of one group: group_size >= 32), dequantizes each word once,
+// w = s·q + b in f32 as dequantize does, and dots it with up to 8 token rows. Ids outside
+// [0, E) add nothing, as in the other CUDA variants.
+struct QExperts {
+  const uint32_t* w;  // [E, rows, words]
+  int64_t w_s0, w_s1;
+  const void* s;  // scales [E, rows, groups]
+  const void* b;  // biases, same layout and dtype
+  int64_t s_s0, s_s1, b_s0, b_s1;
+  DType sdt;
+  int group;
+};
+
+QExperts q_experts(const QuantizedExperts& q) {
+  return {q.weight.data_as<const uint32_t>(),
+          q.weight.stride(0),
+          q.weight.stride(1),
+          q.scales.data(),
+          q.biases.data(),
+          q.scales.stride(0),
+          q.scales.stride(1),
+          q.biases.stride(0),
+          q.biases.stride(1),
+          q.scales.dtype(),
+          q.group_size};
+}
+
+// dot[n][k] += Σ_{j in the lane's words} W[e, rows[n], j]·xrow[k][j] for the kN rows (of `in`
+// inputs) and the first n_tok (<= kExpTokens) token rows (f32).
+template <int kBits, int kN>
+__device__ __forceinline__ void q_rows_dot(const QExperts& Q, int e, const int64_t (&rows)[kN],
+                                           int in, const float* const* xrow, int n_tok,
+                                           float (&dot)[kN][kExpTokens], int lane) {
+  constexpr int kPer = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const int words = in / kPer;
+  const uint32_t* wr[kN];
+  int64_t so[kN], bo[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    wr[n] = Q.w + static_cast<int64_t>(e) * Q.w_s0 + rows[n] * Q.w_s1;
+    so[n] = static_cast<int64_t>(e) * Q.s_s0 + rows[n] * Q.s_s1;
+    bo[n] = static_cast<int64_t>(e) * Q.b_s0 + rows[n] * Q.b_s1;
+  }
+  for (int u = lane; u < words; u += 32) {
+    const int j0 = u * kPer, g = j0 / Q.group;
+    float w[kN][kPer];
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      const uint32_t word = __ldg(wr[n] + u);
+      const float s = load_any(Q.s, Q.sdt, so[n] + g), b = load_any(Q.b, Q.sdt, bo[n] + g);
+#pragma unroll
+      for (int c = 0; c < kPer; ++c)
+        w[n][c] = s * static_cast<float>((word >> (c * kBits)) & kMask) + b;
+    }
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      if (k >= n_tok) break;
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        const float xv = xrow[k][j0 + c];
+#pragma unroll
+        for (int n = 0; n < kN; ++n) dot[n][k] += w[n][c] * xv;
+      }
+    }
+  }
+}
+
+// h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time
+// (moe_gate_up_kernel's form; direct pairs: x (row 0, dtype xt) staged as f32 first).
+template <int kBits>
+__global__ void __launch_bounds__(kExpWarps * 32)
+    moe_q_gate_up_kernel(const float* __restrict__ xf,  // [T, Dm] f32 (sorted pairs)
+                         const void* x, DType xt,       // [1, Dm] (direct pairs)
+                         QExperts G, Pairs P, int K, int Dm, int I, bool swiglu,
+                         float* __restrict__ h) {  // [P, I]
+  extern __shared__ float xq_shared[];             // [Dm] (direct pairs)
+  if (P.ids) {
+    for (int d = threadIdx.x; d < Dm; d += blockDim.x) xq_shared[d] = load_any(x, xt, d);
+    __syncthreads();
+  }
+  int e, p0, p1;
+  if (!pairs_of(P, blockIdx.y, e, p0, p1)) return;
+  const int lane = threadIdx.x % 32;
+  const int i = blockIdx.x * kExpWarps + threadIdx.x / 32;
+  if (i >= I) return;
+  for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
+    const float* xrow[kExpTokens];
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k)
+      xrow[k] = k >= n_tok ? nullptr
+                : P.ids    ? xq_shared
+                           : xf + static_cast<int64_t>(P.L.pair_of_pos[q0 + k] / K) * Dm;
+    float dot[2][kExpTokens] = {};  // up, gate
+    if (swiglu) {
+      const int64_t rows[2] = {I + i, i};
+      q_rows_dot<kBits, 2>(G, e, rows, Dm, xrow, n_tok, dot, lane);
+    } else {
+      const int64_t rows[1] = {i};
+      float d1[1][kExpTokens] = {};
+      q_rows_dot<kBits, 1>(G, e, rows, Dm, xrow, n_tok, d1, lane);
+#pragma unroll
+      for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
+    }
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      if (k >= n_tok) break;
+      const float u = warp_sum(dot[0][k]);
+      const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
+      if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
+    }
+  }
+}
+
+// y[pos, d] = down[e, d, :]·h[pos, :], one warp per kDownRows rows d, pairs 8 at a time
+// (moe_down_kernel's form).
+template <int kBits>
+__global__ void __launch_bounds__(kExpWarps * 32)
+    moe_q_down_kernel(const float* __restrict__ h, QExperts D, Pairs P, int Dm, int I,
+                      float* __restrict__ y) {  // [P, Dm]
+  int e, p0, p1;
+  if (!pairs_of(P, blockIdx.y, e, p0, p1)) return;
+  const int lane = threadIdx.x % 32;
+  const int d0 = (blockIdx.x * kExpWarps + threadIdx.x / 32) * kDownRows;
+  if (d0 >= Dm) return;
+  int64_t rows[kDownRows];
+#pragma unroll
+  for (int n = 0; n < kDownRows; ++n) rows[n] = d0 + n < Dm ? d0 + n : d0;  // never stored
+  for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
+    const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
+    const float* hrow[kExpTokens];
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k)
+      hrow[k] = k < n_tok ? h + static_cast<int64_t>(q0 + k) * I : nullptr;
+    float dot[kDownRows][kExpTokens] = {};
+    q_rows_dot<kBits, kDownRows>(D, e, rows, I, hrow, n_tok, dot, lane);
+#pragma unroll
+    for (int k = 0; k < kExpTokens; ++k) {
+      if (k >= n_tok) break;
+#pragma unroll
+      for (int n = 0; n < kDownRows; ++n) {
+        const float v = warp_sum(dot[n][k]);
+        if (lane == 0 && d0 + n < Dm) y[static_cast<int64_t>(q0 + k) * Dm + d0 + n] = v;
+      }
+    }
+  }
+}
+
+// v3's limits: k within the combine's shared memory, Dm within its grid, the routed experts
+// within grid.y.
+Reason moe_experts_q_supports(const MoeExpertsQ& a) {
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1);
+  const int64_t E = a.down.scales.size(0);
+  if (K > kCombineMaxK)
+    return str("k=", K, " above ", kCombineMaxK, " (the v3 combine's shared memory)");
+  if (Dm > int64_t{65535} * kCombineThreads)
+    return str("Dm=", Dm, " above the v3 combine's grid.y x ", kCombineThreads);
+  if (std::min(E, T * K) > 65535) return str("min(E, T·k)=", std::min(E, T * K), " above 65535");
+  if (T > 65535) return str("T=", T, " above the combine's 65535 blocks");
+  return {};
+}
+
+void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1);
+  const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
+  if (T == 0 || Dm == 0) return;
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const PairPlan plan = plan_pairs(a.x, a.ids, E, I, MoeExpertsQ::op_name, ctx, stream);
+  {
+    const dim3 grid(static_cast<unsigned>((I + kExpWarps - 1) / kExpWarps), plan.routed);
+    const size_t smem = plan.direct ? static_cast<size_t>(Dm) * 4 : 0;
+    auto kernel = a.gate_up.bits == 4 ? moe_q_gate_up_kernel<4> : moe_q_gate_up_kernel<8>;
+    kernel<<<grid, kExpWarps * 32, smem, stream>>>(
+        plan.xf, a.x.data(), a.x.dtype(), q_experts(a.gate_up), plan.pairs, static_cast<int>(K),
+        static_cast<int>(Dm), static_cast<int>(I), swiglu, plan.h);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+  {
+    const int64_t rows_per_block = int64_t{kExpWarps} * kDownRows;
+    const dim3 grid(static_cast<unsigned>((Dm + rows_per_block - 1) / rows_per_block), plan.routed);
+    auto kernel = a.down.bits == 4 ? moe_q_down_kernel<4> : moe_q_down_kernel<8>;
+    kernel<<<grid, kExpWarps * 32, 0, stream>>>(plan.h, q_experts(a.down), plan.pairs,
+                                                static_cast<int>(Dm), static_cast<int>(I), plan.y);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+  const dim3 grid(static_cast<unsigned>(T),
+                  static_cast<unsigned>((Dm + kCombineThreads - 1) / kCombineThreads));
+  moe_combine_v3_kernel<<<grid, kCombineThreads, 0, stream>>>(
+      plan.y, plan.L.pos_of_pair, plan.pairs, a.weights.data(), a.weights.dtype(),
+      a.weights.stride(0), a.weights.stride(1), a.out.data(), a.out.dtype(), a.out.stride(0),
+      static_cast<int>(K), static_cast<int>(Dm), a.accumulate);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
 }  // namespace
 
 void register_moe(Registry& r) {
@@ -1081,6 +1302,8 @@ void register_moe(Registry& r) {
                     moe_experts_run<true>);
   r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports,
                     moe_experts_run<false>);
+  r.add<MoeExpertsQ>("moe_experts_q.cuda", DeviceType::cuda, 0, moe_experts_q_supports,
+                     moe_experts_q_run);
 }
 
 }  // namespace hybrid::cuda
