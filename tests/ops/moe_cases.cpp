@@ -383,6 +383,46 @@ struct MoeExpertsQCase : MoeExpertsCase {
   }
 };
 
+// Perf only: the decode shape with all 512 experts in MLX 4-bit (~0.9 GiB of codes, scales and
+// biases, filled in parallel); bytes() counts the routed experts' codes, scales and biases.
+struct MoeExpertsQPerfCase : MoeExpertsQCase {
+  using MoeExpertsQCase::MoeExpertsQCase;
+  void init_experts(Rng& rng, Slots& s) override {
+    const struct {
+      const char* name;
+      int64_t rows, in;
+    } mats[] = {{"gate_up", rows(), p.Dm}, {"down", p.Dm, p.I}};
+    for (const auto& m : mats) {
+      const std::string n = m.name;
+      const double range = std::sqrt(3.0 / static_cast<double>(m.in)), levels = (1 << bits) - 1;
+      fill_uniform_fast(s.input(n + ".weight", DType::u32, {p.E, m.rows, packed_words(m.in, bits)}),
+                        rng.next_u64(), 0.0, 4294967295.0);
+      fill_uniform_fast(s.input(n + ".scales", sdt, {p.E, m.rows, m.in / gs}), rng.next_u64(),
+                        1.2 * range / levels, 2.0 * range / levels);
+      fill_uniform_fast(s.input(n + ".biases", sdt, {p.E, m.rows, m.in / gs}), rng.next_u64(),
+                        -range, -0.6 * range);
+    }
+  }
+  std::string params() const override { return MoeExpertsQCase::params() + ",perf"; }
+  bool perf_only() const override { return true; }
+  void oracle(const Slots&, Expected&) override { fail("[moe_experts_q perf case] has no oracle"); }
+  double bytes(const Slots& s) const override {
+    std::vector<bool> used(p.E, false);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p.T * p.K; ++i) {
+      const auto e = static_cast<int64_t>(s["ids"].get(i));
+      if (!used[e]) used[e] = true, ++n;
+    }
+    // Per expert and matrix: rows x (in * bits / 8 bytes of codes + 2 x in / gs scales / biases).
+    const auto per_row = [&](int64_t in) {
+      return static_cast<double>(in) * bits / 8.0 +
+             2.0 * static_cast<double>(in / gs) * static_cast<double>(dtype_size(sdt));
+    };
+    return static_cast<double>(n) *
+           (static_cast<double>(rows()) * per_row(p.Dm) + static_cast<double>(p.Dm) * per_row(p.I));
+  }
+};
+
 void route(CaseList& cases, RouteConfig p) {
   cases.push_back(std::make_unique<MoeRouteCase>(p));
 }
@@ -491,11 +531,14 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {1, 260, 257, 16, 8, bf16, bf16});
 
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
-  // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8.
+  // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8, and 4-bit at T = 1.
   cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));
   for (int64_t T : {1, 8})
     cases.push_back(
         std::make_unique<MoeExpertsPerfCase>(ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}));
+  // The same decode with MLX 4-bit group-64 experts (Qwen3-Next's published 4-bit checkpoints).
+  cases.push_back(std::make_unique<MoeExpertsQPerfCase>(
+      ExpertsConfig{1, 512, 10, 2048, 512, bf16, bf16}, 4, 64, bf16));
 }
 
 }  // namespace hybrid::test

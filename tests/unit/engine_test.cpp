@@ -314,6 +314,23 @@ TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloats) {
   EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()), "the weights need");
 }
 
+// The CUDA twin: on the GPU, the kept experts run through moe_experts_q.cuda; the logits and the
+// greedy tokens equal those of the dequantized float twin on the GPU (the same routing; only the
+// experts' kernel and its summation order differ).
+TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  auto mf = Model::load(f.path.string(), Device::cuda(0));
+  const ScopedEnv keep("HYBRID_KEEP_QUANTIZED_EXPERTS", "1");
+  auto mq = Model::load(q.path.string(), Device::cuda(0));
+  const std::vector<int32_t> ids = random_ids(40, mq->vocab_size(), 8);
+  const std::vector<float> lq = mq->logits(ids), lf = mf->logits(ids);
+  ASSERT_EQ(lq.size(), lf.size());
+  EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-8);
+  EXPECT_EQ(mq->generate_greedy({3, 1, 4}, 6, 2), mf->generate_greedy({3, 1, 4}, 6, 2));
+}
+
 TEST(EngineErrors, LoadErrorsNameTheProblem) {
   TempDir dir;
   EXPECT_HYBRID_ERROR(Model::load((dir.path / "nope").string(), Device::cpu()),
