@@ -320,7 +320,8 @@ TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloats) {
 TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   TempDir q, f;
-  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  // Head dim 64: the CUDA attention kernels serve D 64 / 128 / 256 (the CPU twin's 32 is refused).
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4_d64.json");
   auto mf = Model::load(f.path.string(), Device::cuda(0));
   const ScopedEnv keep("HYBRID_KEEP_QUANTIZED_EXPERTS", "1");
   auto mq = Model::load(q.path.string(), Device::cuda(0));
