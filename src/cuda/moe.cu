@@ -1290,6 +1290,327 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
       static_cast<int>(K), static_cast<int>(Dm), a.accumulate);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
+
+// ---- moe_experts_q.cuda_v2: the decode path (T = 1) over 16-byte code chunks ----------------
+//
+// v1 (above) at Qwen3-Next's 4-bit decode shape (512 experts, top-10, Dm 2048, I 512, group 64)
+// took 53.3 µs for 17.7 MB of routed codes, scales and biases (7.7 µs at the copy ceiling; session
+// 9 run 2): a lane reads 4-byte words, one scale and bias load per word, and 4 launches (pairs,
+// gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1):
+//   - A lane reads whole 16-byte chunks (32 4-bit or 16 8-bit codes, inside one group), one scale
+//     and bias each; LR lanes a row (the largest power of 2 <= min(chunks a row, 32)), so 32 / LR
+//     rows a warp-pass, and kB chunk loads a row in flight before any math.
+//   - The code q becomes f = 1 + q / 2^bits by placing its bits in the top of an f32 mantissa
+//     (a shift and a mask): Σ_c (s·q_c + b)·x_c = 2^bits·s·(Σ_c f_c·x_c - Σ_c x_c) + b·Σ_c x_c,
+//     with Σ_c x_c of each chunk computed once when x (or h) is staged. 3 instructions a code.
+//   - x (and h) in shared memory interleaved by chunk: element i = c·kC + 4p + q at
+//     [(p·nch + c)·4 + q], so the LR lanes of a row read consecutive 16-byte pieces.
+//   - gate_up: CTA row j = pair j (expert ids[0, j]); a warp takes 32 / LR units i (the gate and
+//     up rows of each under swiglu). down + combine: a warp takes 32 / LR output rows d and every
+//     pair: Σ_j w_j·(down[e_j, d]·h_j) with j in order in each lane, then the LR lanes' sum;
+//     launched programmatically after gate_up (the ids, weights and first row loads before
+//     griddepcontrol.wait, h staged after it). 2 launches, no pair plan.
+constexpr int kQ2Warps = 4;
+constexpr int kQ2GateBatch = 2;  // gate_up: chunks a row in flight
+constexpr int kQ2DownBatch = 8;  // down: (pair, chunk) items in flight
+constexpr size_t kQ2MaxSmem = 200 * 1024;
+
+// 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
+template <int kBits, int n>
+__device__ __forceinline__ float code_plus_one(uint32_t w) {
+  constexpr int kPos = 23 - kBits, kShift = kPos - n * kBits;
+  constexpr uint32_t kMask = ((1u << kBits) - 1u) << kPos;
+  uint32_t m;
+  if constexpr (kShift >= 0)
+    m = w << kShift;
+  else
+    m = w >> -kShift;
+  return __uint_as_float(0x3F800000u | (m & kMask));
+}
+
+// Σ_c f_c·x_c over the chunk's 128 / kBits codes; xs = the chunk's first 4-piece in the
+// interleaved layout, pieces nch·4 floats apart.
+template <int kBits>
+__device__ __forceinline__ float chunk_fdot(const uint4& w, const float* xs, int nch) {
+  constexpr int kPerWord = 32 / kBits;
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+#pragma unroll
+    for (int p4 = 0; p4 < kPerWord / 4; ++p4) {  // 4 codes a shared-memory piece
+      const float4 xv =
+          *reinterpret_cast<const float4*>(xs + (k * kPerWord / 4 + p4) * nch * 4);
+      const uint32_t wk = words[k];
+      if constexpr (kBits == 4) {
+        if (p4 == 0) {
+          acc = fmaf(code_plus_one<kBits, 0>(wk), xv.x, acc);
+          acc = fmaf(code_plus_one<kBits, 1>(wk), xv.y, acc);
+          acc = fmaf(code_plus_one<kBits, 2>(wk), xv.z, acc);
+          acc = fmaf(code_plus_one<kBits, 3>(wk), xv.w, acc);
+        } else {
+          acc = fmaf(code_plus_one<kBits, 4>(wk), xv.x, acc);
+          acc = fmaf(code_plus_one<kBits, 5>(wk), xv.y, acc);
+          acc = fmaf(code_plus_one<kBits, 6>(wk), xv.z, acc);
+          acc = fmaf(code_plus_one<kBits, 7>(wk), xv.w, acc);
+        }
+      } else {
+        acc = fmaf(code_plus_one<kBits, 0>(wk), xv.x, acc);
+        acc = fmaf(code_plus_one<kBits, 1>(wk), xv.y, acc);
+        acc = fmaf(code_plus_one<kBits, 2>(wk), xv.z, acc);
+        acc = fmaf(code_plus_one<kBits, 3>(wk), xv.w, acc);
+      }
+    }
+  }
+  return acc;
+}
+
+// Stages chunk c of vector v (element i at v_at(i)) into the interleaved layout xs [nch·kC]
+// and its sum into xsum[c].
+template <int kBits, class At>
+__device__ __forceinline__ void stage_chunk(At v_at, int c, int nch, float* xs, float* xsum) {
+  constexpr int kC = 128 / kBits;
+  float sum = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kC / 4; ++p) {
+    const float4 piece = v_at(c * kC + 4 * p);  // elements c·kC + 4p .. + 3
+    sum += (piece.x + piece.y) + (piece.z + piece.w);
+    *reinterpret_cast<float4*>(xs + (p * nch + c) * 4) = piece;
+  }
+  xsum[c] = sum;
+}
+
+// The sum of v over the LR lanes of a row (lanes l with the same l / LR), in every one of them.
+__device__ __forceinline__ float row_lanes_sum(float v, int LR) {
+  for (int o = LR / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Lanes a row: the largest power of 2 <= min(nch, 32).
+inline int q2_lanes_per_row(int64_t nch) {
+  int lr = 1;
+  while (lr * 2 <= std::min<int64_t>(nch, 32)) lr *= 2;
+  return lr;
+}
+
+// h[j, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)² for pair j = blockIdx.y (e = ids[0, j]).
+template <int kBits, bool kSwiglu>
+__global__ void __launch_bounds__(kQ2Warps * 32)
+    moe_q_gate_up_v2_kernel(const void* x, DType xt, QExperts G, Pairs P, int Dm, int I, int LR,
+                            float* __restrict__ h) {  // [K, I]
+  constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1;
+  extern __shared__ float q2_x[];  // interleaved x [Dm], then the chunk sums [Dm / kC]
+  const int nch = Dm / kC;
+  float* xsum = q2_x + Dm;
+  grid_dependents_launch();  // the down kernel may start its id reads and row loads (PDL)
+  const int j = blockIdx.y, lane = threadIdx.x % 32;
+  int e, p0, p1;
+  if (!pairs_of(P, j, e, p0, p1)) return;  // CTA-uniform
+  const int i = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * (32 / LR) + lane / LR;
+  const int c0 = lane % LR;
+  const bool active = i < I;
+  const uint32_t* rows[kRows];
+  int64_t so[kRows], bo[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = kSwiglu && r == 0 ? i : (kSwiglu ? I + i : i);  // gate, up | up
+    rows[r] = G.w + static_cast<int64_t>(e) * G.w_s0 + row * G.w_s1;
+    so[r] = static_cast<int64_t>(e) * G.s_s0 + row * G.s_s1;
+    bo[r] = static_cast<int64_t>(e) * G.b_s0 + row * G.b_s1;
+  }
+  uint4 w[kQ2GateBatch][kRows];
+  float sc[kQ2GateBatch][kRows], bi[kQ2GateBatch][kRows];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int b = 0; b < kQ2GateBatch; ++b) {
+      const int c = c0 + (s0 + b) * LR;
+      if (active && c < nch) {
+        const int g = c * kC / G.group;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          w[b][r] = __ldg(reinterpret_cast<const uint4*>(rows[r] + c * 4));
+          sc[b][r] = load_any(G.s, G.sdt, so[r] + g) * static_cast<float>(1 << kBits);
+          bi[b][r] = load_any(G.b, G.sdt, bo[r] + g);
+        }
+      }
+    }
+  };
+  load_batch(0);  // in flight while x is staged
+  for (int c = threadIdx.x; c < nch; c += blockDim.x)
+    stage_chunk<kBits>(
+        [&](int d) {
+          return make_float4(load_any(x, xt, d), load_any(x, xt, d + 1), load_any(x, xt, d + 2),
+                             load_any(x, xt, d + 3));
+        },
+        c, nch, q2_x, xsum);
+  __syncthreads();
+  float dot[kRows] = {};
+  const int slots = (nch + LR - 1) / LR;
+  for (int s0 = 0; s0 < slots; s0 += kQ2GateBatch) {
+    if (s0 > 0) load_batch(s0);
+#pragma unroll
+    for (int b = 0; b < kQ2GateBatch; ++b) {
+      const int c = c0 + (s0 + b) * LR;
+      if (!active || c >= nch) break;
+      const float xs_c = xsum[c];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float f = chunk_fdot<kBits>(w[b][r], q2_x + c * 4, nch);
+        dot[r] += sc[b][r] * (f - xs_c) + bi[b][r] * xs_c;
+      }
+    }
+  }
+  // Every lane takes part in the sums (inactive lanes add 0; LR divides 32).
+  const float up = row_lanes_sum(dot[kRows - 1], LR);
+  const float gate = kSwiglu ? row_lanes_sum(dot[0], LR) : 0.0f;
+  if (active && c0 == 0) h[static_cast<int64_t>(j) * I + i] = expert_activation(gate, up, kSwiglu);
+}
+
+// Dynamic shared memory of the v2 down kernel: h [K, I] interleaved, its chunk sums [K, I / kC],
+// the weights [K] f32 and ids [K].
+size_t moe_q_down_v2_smem(int64_t K, int64_t I, int bits) {
+  return static_cast<size_t>(K * I + K * (I * bits / 128) + 2 * K) * 4;
+}
+
+// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]) for the warp's 32 / LR rows d, j in order.
+template <int kBits>
+__global__ void __launch_bounds__(kQ2Warps * 32)
+    moe_q_down_v2_kernel(const float* __restrict__ h, QExperts D, Pairs P, int K, int Dm, int I,
+                         int LR, const void* weights, DType wt, int64_t w_s1, void* out, DType ot,
+                         bool accumulate) {
+  constexpr int kC = 128 / kBits;
+  extern __shared__ float q2_h[];  // [K][I] interleaved per pair
+  const int nch = I / kC;
+  float* hsum = q2_h + K * I;  // [K][nch]
+  float* w_s = hsum + K * nch;  // [K]
+  int* e_s = reinterpret_cast<int*>(w_s + K);  // [K], -1: pair skipped
+  // 1. The ids and weights (the op's inputs: before the wait).
+  for (int j = threadIdx.x; j < K; j += blockDim.x) {
+    int e, p0, p1;
+    const bool ok = pairs_of(P, j, e, p0, p1);
+    e_s[j] = ok ? e : -1;
+    w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int d = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * (32 / LR) + lane / LR;
+  const int c0 = lane % LR, slots = max(1, (nch + LR - 1) / LR), items = K * slots;
+  const bool active = d < Dm;
+  uint4 w[kQ2DownBatch];
+  float sc[kQ2DownBatch], bi[kQ2DownBatch];
+  // Item n = (pair n / slots, chunk c0 + (n % slots)·LR); skipped pairs and chunks past the row
+  // load nothing.
+  auto load_batch = [&](int n0) {
+#pragma unroll
+    for (int b = 0; b < kQ2DownBatch; ++b) {
+      const int n = n0 + b, jj = n / slots, c = c0 + (n % slots) * LR;
+      if (active && n < items && c < nch && e_s[jj] >= 0) {
+        const int64_t e = e_s[jj], g = c * kC / D.group;
+        w[b] = __ldg(reinterpret_cast<const uint4*>(D.w + e * D.w_s0 + d * D.w_s1 + c * 4));
+        sc[b] = load_any(D.s, D.sdt, e * D.s_s0 + d * D.s_s1 + g) * static_cast<float>(1 << kBits);
+        bi[b] = load_any(D.b, D.sdt, e * D.b_s0 + d * D.b_s1 + g);
+      }
+    }
+  };
+  load_batch(0);  // in flight under gate_up's last CTAs and the staging of h
+  // 2. h once gate_up has completed: interleaved, with its chunk sums.
+  grid_dependency_wait();
+  for (int u = threadIdx.x; u < K * nch; u += blockDim.x) {  // every (pair, chunk) at once
+    const int j = u / nch;
+    if (e_s[j] < 0) continue;
+    const float4* hj = reinterpret_cast<const float4*>(h + static_cast<int64_t>(j) * I);
+    stage_chunk<kBits>([&](int i) { return hj[i / 4]; }, u % nch, nch, q2_h + j * I,
+                       hsum + j * nch);
+  }
+  __syncthreads();
+  // 3. The lane's part of Σ_j w_j·(row·h_j) in item order (j ascending), then the row's lanes.
+  float acc = 0.0f;
+  for (int n0 = 0; n0 < items; n0 += kQ2DownBatch) {
+    if (n0 > 0) load_batch(n0);
+#pragma unroll
+    for (int b = 0; b < kQ2DownBatch; ++b) {
+      const int n = n0 + b, jj = n / slots, c = c0 + (n % slots) * LR;
+      if (n >= items) break;
+      if (!active || c >= nch || e_s[jj] < 0) continue;
+      const float hs_c = hsum[jj * nch + c];
+      const float f = chunk_fdot<kBits>(w[b], q2_h + jj * I + c * 4, nch);
+      acc += w_s[jj] * (sc[b] * (f - hs_c) + bi[b] * hs_c);
+    }
+  }
+  acc = row_lanes_sum(acc, LR);
+  if (active && c0 == 0) store_any(out, ot, d, accumulate ? load_any(out, ot, d) + acc : acc);
+}
+
+// v2's conditions: one token, 16-byte aligned code rows, x's row contiguous, x and h with their
+// chunk sums within shared memory.
+Reason moe_experts_q_v2_supports(const MoeExpertsQ& a) {
+  static const bool off = env_is_zero("HYBRID_MOE_Q_V2");
+  if (off) return std::string("HYBRID_MOE_Q_V2=0");
+  const int64_t T = a.x.size(0), Dm = a.x.size(1), K = a.ids.size(1);
+  const int64_t I = a.down.scales.size(2) * a.down.group_size;
+  if (T != 1) return str("T=", T, ": v2 is the decode path (T = 1)");
+  if (K > 65535) return str("k=", K, " above 65535 (grid.y)");
+  if (a.x.stride(1) != 1) return std::string("x's row not contiguous");
+  for (const QuantizedExperts* q : {&a.gate_up, &a.down}) {
+    const auto addr = reinterpret_cast<uintptr_t>(q->weight.data());
+    if (addr % 16 != 0 || q->weight.stride(1) % 4 != 0 || q->weight.stride(0) % 4 != 0)
+      return std::string("code rows not 16-byte aligned (v2 reads 16-byte chunks)");
+  }
+  if (static_cast<size_t>(Dm) * 8 > kQ2MaxSmem)
+    return str("Dm=", Dm, ": x and its chunk sums above ", kQ2MaxSmem, " bytes");
+  if (moe_q_down_v2_smem(K, I, a.down.bits) > kQ2MaxSmem)
+    return str("k=", K, ", I=", I, ": h and its chunk sums above ", kQ2MaxSmem, " bytes");
+  return {};
+}
+
+void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), K = a.ids.size(1);
+  const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
+  if (Dm == 0) return;
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  auto* h = static_cast<float*>(
+      ctx.workspace(align_up(static_cast<size_t>(K * std::max<int64_t>(I, 1)) * 4, 256)));
+  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
+                    static_cast<int>(E)};
+  if (I > 0) {
+    const int bits = a.gate_up.bits, nch = static_cast<int>(Dm * bits / 128);
+    const int LR = q2_lanes_per_row(nch), units = kQ2Warps * (32 / LR);
+    const dim3 grid(static_cast<unsigned>((I + units - 1) / units), static_cast<unsigned>(K));
+    const size_t smem = static_cast<size_t>(Dm + nch) * 4;
+    auto kernel = bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true>
+                                      : moe_q_gate_up_v2_kernel<4, false>)
+                            : (swiglu ? moe_q_gate_up_v2_kernel<8, true>
+                                      : moe_q_gate_up_v2_kernel<8, false>);
+    ensure_dynamic_smem(kernel, smem);
+    kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), q_experts(a.gate_up),
+                                                  pairs, static_cast<int>(Dm),
+                                                  static_cast<int>(I), LR, h);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  }
+  const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
+  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = kQ2Warps * (32 / LR);
+  const size_t smem = moe_q_down_v2_smem(K, I, bits);
+  const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4> : moe_q_down_v2_kernel<8>;
+  ensure_dynamic_smem(kernel, smem);
+  // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
+  // op's kernel (I = 0).
+  static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
+  cfg.blockDim = dim3(kQ2Warps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
+  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
+      &cfg, kernel, static_cast<const float*>(h), q_experts(a.down), pairs, static_cast<int>(K),
+      static_cast<int>(Dm), static_cast<int>(I), LR, a.weights.data(), a.weights.dtype(),
+      a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate));
+}
 }  // namespace
 
 void register_moe(Registry& r) {
@@ -1302,6 +1623,8 @@ void register_moe(Registry& r) {
                     moe_experts_run<true>);
   r.add<MoeExperts>("moe_experts.cuda", DeviceType::cuda, 0, moe_experts_supports,
                     moe_experts_run<false>);
+  r.add<MoeExpertsQ>("moe_experts_q.cuda_v2", DeviceType::cuda, 10, moe_experts_q_v2_supports,
+                     moe_experts_q_v2_run);
   r.add<MoeExpertsQ>("moe_experts_q.cuda", DeviceType::cuda, 0, moe_experts_q_supports,
                      moe_experts_q_run);
 }

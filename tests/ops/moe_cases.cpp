@@ -524,6 +524,17 @@ void add_moe_cases(CaseList& cases) {
             {7, 8, 2, 128, 256, f16, bf16, MoeActivation::relu2, DType::i64, true, true, true}, 4,
             128, f16);
   experts_q(cases, {65, 8, 2, 64, 32, bf16, bf16}, 4, 32, bf16);
+  // The CUDA decode path (v2, T = 1) on 16-byte chunks: 8 bits with f32 x and scales (rows of
+  // 16 and 12 chunks: 16 and 8 lanes a row, the last with a tail); relu2, group 128, f16
+  // scales, i64 ids, one expert twice, strided x / out and accumulate (12 and 4 chunks a row);
+  // 8-bit swiglu at Dm 1024; Qwen3.5-397B's 4-bit experts (Dm 4096, I 1024: two batches of
+  // chunk loads a row).
+  experts_q(cases, {1, 16, 6, 256, 96, f32, bf16}, 8, 32, f32);
+  experts_q(cases,
+            {1, 8, 3, 384, 128, f16, bf16, MoeActivation::relu2, DType::i64, true, true, true}, 4,
+            128, f16);
+  experts_q(cases, {1, 16, 4, 1024, 256, bf16, bf16}, 8, 64, bf16);
+  experts_q(cases, {1, 24, 10, 4096, 1024, bf16, bf16}, 4, 64, bf16);
   route(cases, {3, 1024, 8, f32});
   // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
   // and direct paths), so the fallback stays covered.
