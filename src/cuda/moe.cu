@@ -1311,8 +1311,10 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 //     launched programmatically after gate_up (the ids, weights and first row loads before
 //     griddepcontrol.wait, h staged after it). 2 launches, no pair plan.
 constexpr int kQ2Warps = 4;
-constexpr int kQ2GateBatch = 2;  // gate_up: chunks a row in flight
-constexpr int kQ2DownBatch = 8;  // down: (pair, chunk) items in flight
+constexpr int kQ2GateBatch = 2;  // gate_up: chunk slots a row in one step
+constexpr int kQ2GateUnits = 2;  // gate_up: passes of 32 / LR units a warp
+constexpr int kQ2DownWarps = 8;
+constexpr int kQ2DownBatch = 16;  // down: (pair, chunk) items in flight
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
@@ -1329,40 +1331,30 @@ __device__ __forceinline__ float code_plus_one(uint32_t w) {
 }
 
 // Σ_c f_c·x_c over the chunk's 128 / kBits codes; xs = the chunk's first 4-piece in the
-// interleaved layout, pieces nch·4 floats apart.
+// interleaved layout, pieces nch·4 floats apart. Four partial sums (one per piece component):
+// dependent chains of 128 / kBits / 4 FMAs, not one of 128 / kBits.
 template <int kBits>
 __device__ __forceinline__ float chunk_fdot(const uint4& w, const float* xs, int nch) {
   constexpr int kPerWord = 32 / kBits;
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  float acc = 0.0f;
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-#pragma unroll
-    for (int p4 = 0; p4 < kPerWord / 4; ++p4) {  // 4 codes a shared-memory piece
-      const float4 xv =
-          *reinterpret_cast<const float4*>(xs + (k * kPerWord / 4 + p4) * nch * 4);
-      const uint32_t wk = words[k];
-      if constexpr (kBits == 4) {
-        if (p4 == 0) {
-          acc = fmaf(code_plus_one<kBits, 0>(wk), xv.x, acc);
-          acc = fmaf(code_plus_one<kBits, 1>(wk), xv.y, acc);
-          acc = fmaf(code_plus_one<kBits, 2>(wk), xv.z, acc);
-          acc = fmaf(code_plus_one<kBits, 3>(wk), xv.w, acc);
-        } else {
-          acc = fmaf(code_plus_one<kBits, 4>(wk), xv.x, acc);
-          acc = fmaf(code_plus_one<kBits, 5>(wk), xv.y, acc);
-          acc = fmaf(code_plus_one<kBits, 6>(wk), xv.z, acc);
-          acc = fmaf(code_plus_one<kBits, 7>(wk), xv.w, acc);
-        }
-      } else {
-        acc = fmaf(code_plus_one<kBits, 0>(wk), xv.x, acc);
-        acc = fmaf(code_plus_one<kBits, 1>(wk), xv.y, acc);
-        acc = fmaf(code_plus_one<kBits, 2>(wk), xv.z, acc);
-        acc = fmaf(code_plus_one<kBits, 3>(wk), xv.w, acc);
-      }
+    const uint32_t wk = words[k];
+    const float4 x0 = *reinterpret_cast<const float4*>(xs + (k * kPerWord / 4) * nch * 4);
+    a0 = fmaf(code_plus_one<kBits, 0>(wk), x0.x, a0);
+    a1 = fmaf(code_plus_one<kBits, 1>(wk), x0.y, a1);
+    a2 = fmaf(code_plus_one<kBits, 2>(wk), x0.z, a2);
+    a3 = fmaf(code_plus_one<kBits, 3>(wk), x0.w, a3);
+    if constexpr (kBits == 4) {  // the word's codes 4..7: the next piece
+      const float4 x1 = *reinterpret_cast<const float4*>(xs + (k * 2 + 1) * nch * 4);
+      a0 = fmaf(code_plus_one<kBits, 4>(wk), x1.x, a0);
+      a1 = fmaf(code_plus_one<kBits, 5>(wk), x1.y, a1);
+      a2 = fmaf(code_plus_one<kBits, 6>(wk), x1.z, a2);
+      a3 = fmaf(code_plus_one<kBits, 7>(wk), x1.w, a3);
     }
   }
-  return acc;
+  return (a0 + a1) + (a2 + a3);
 }
 
 // Stages chunk c of vector v (element i at v_at(i)) into the interleaved layout xs [nch·kC]
@@ -1394,11 +1386,13 @@ inline int q2_lanes_per_row(int64_t nch) {
 }
 
 // h[j, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)² for pair j = blockIdx.y (e = ids[0, j]).
+// A warp takes kQ2GateUnits passes of 32 / LR units i; every chunk load of a pass (kRows rows,
+// kQ2GateBatch chunk slots) is issued before its math, and the next pass's before this one's math.
 template <int kBits, bool kSwiglu>
 __global__ void __launch_bounds__(kQ2Warps * 32)
     moe_q_gate_up_v2_kernel(const void* x, DType xt, QExperts G, Pairs P, int Dm, int I, int LR,
                             float* __restrict__ h) {  // [K, I]
-  constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1;
+  constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1, kB = kQ2GateBatch;
   extern __shared__ float q2_x[];  // interleaved x [Dm], then the chunk sums [Dm / kC]
   const int nch = Dm / kC;
   float* xsum = q2_x + Dm;
@@ -1406,36 +1400,59 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
   const int j = blockIdx.y, lane = threadIdx.x % 32;
   int e, p0, p1;
   if (!pairs_of(P, j, e, p0, p1)) return;  // CTA-uniform
-  const int i = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * (32 / LR) + lane / LR;
-  const int c0 = lane % LR;
-  const bool active = i < I;
-  const uint32_t* rows[kRows];
-  int64_t so[kRows], bo[kRows];
+  const int sub = 32 / LR, c0 = lane % LR, slots = (nch + LR - 1) / LR;
+  const int i_first = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * sub * kQ2GateUnits + lane / LR;
+  struct Buf {  // one step's loads: kB chunk slots of the kRows rows of a pass
+    uint4 w[kB][kRows];
+    float sc[kB][kRows], bi[kB][kRows];
+  } buf_a, buf_b;
+  // Steps: pass u = st / spu, chunk slots (st % spu)·kB ...; units past I and chunks past the
+  // row load zero codes with zero scale and bias.
+  const int spu = (slots + kB - 1) / kB, steps = kQ2GateUnits * spu;
+  auto issue = [&](int st, Buf& buf) {
+    if (st >= steps) return;
+    const int i = i_first + st / spu * sub, s0 = st % spu * kB;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t row = kSwiglu && r == 0 ? i : (kSwiglu ? I + i : i);  // gate, up | up
-    rows[r] = G.w + static_cast<int64_t>(e) * G.w_s0 + row * G.w_s1;
-    so[r] = static_cast<int64_t>(e) * G.s_s0 + row * G.s_s1;
-    bo[r] = static_cast<int64_t>(e) * G.b_s0 + row * G.b_s1;
-  }
-  uint4 w[kQ2GateBatch][kRows];
-  float sc[kQ2GateBatch][kRows], bi[kQ2GateBatch][kRows];
-  auto load_batch = [&](int s0) {
-#pragma unroll
-    for (int b = 0; b < kQ2GateBatch; ++b) {
+    for (int b = 0; b < kB; ++b) {
       const int c = c0 + (s0 + b) * LR;
-      if (active && c < nch) {
-        const int g = c * kC / G.group;
+      const bool ok = i < I && c < nch;
+      const int g = c * kC / G.group;
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          w[b][r] = __ldg(reinterpret_cast<const uint4*>(rows[r] + c * 4));
-          sc[b][r] = load_any(G.s, G.sdt, so[r] + g) * static_cast<float>(1 << kBits);
-          bi[b][r] = load_any(G.b, G.sdt, bo[r] + g);
-        }
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = kSwiglu && r == 0 ? i : (kSwiglu ? I + i : i);  // gate, up | up
+        buf.w[b][r] = ok ? __ldg(reinterpret_cast<const uint4*>(
+                               G.w + static_cast<int64_t>(e) * G.w_s0 + row * G.w_s1 + c * 4))
+                         : make_uint4(0, 0, 0, 0);
+        buf.sc[b][r] = ok ? load_any(G.s, G.sdt, e * G.s_s0 + row * G.s_s1 + g) *
+                                static_cast<float>(1 << kBits)
+                          : 0.0f;
+        buf.bi[b][r] = ok ? load_any(G.b, G.sdt, e * G.b_s0 + row * G.b_s1 + g) : 0.0f;
       }
     }
   };
-  load_batch(0);  // in flight while x is staged
+  float dot[kRows] = {};
+  auto compute = [&](int st, const Buf& buf) {
+    const int s0 = st % spu * kB;
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      const int c = min(c0 + (s0 + b) * LR, nch - 1);  // past the row: zero scale and bias
+      const float xs_c = xsum[c];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float f = chunk_fdot<kBits>(buf.w[b][r], q2_x + c * 4, nch);
+        dot[r] += buf.sc[b][r] * (f - xs_c) + buf.bi[b][r] * xs_c;
+      }
+    }
+    if (st % spu != spu - 1) return;  // warp-uniform: the pass's last step
+    // Every lane takes part in the sums (LR divides 32).
+    const float up = row_lanes_sum(dot[kRows - 1], LR);
+    const float gate = kSwiglu ? row_lanes_sum(dot[0], LR) : 0.0f;
+    const int i = i_first + st / spu * sub;
+    if (i < I && c0 == 0) h[static_cast<int64_t>(j) * I + i] = expert_activation(gate, up, kSwiglu);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) dot[r] = 0.0f;
+  };
+  issue(0, buf_a);  // in flight while x is staged
   for (int c = threadIdx.x; c < nch; c += blockDim.x)
     stage_chunk<kBits>(
         [&](int d) {
@@ -1444,26 +1461,14 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
         },
         c, nch, q2_x, xsum);
   __syncthreads();
-  float dot[kRows] = {};
-  const int slots = (nch + LR - 1) / LR;
-  for (int s0 = 0; s0 < slots; s0 += kQ2GateBatch) {
-    if (s0 > 0) load_batch(s0);
-#pragma unroll
-    for (int b = 0; b < kQ2GateBatch; ++b) {
-      const int c = c0 + (s0 + b) * LR;
-      if (!active || c >= nch) break;
-      const float xs_c = xsum[c];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float f = chunk_fdot<kBits>(w[b][r], q2_x + c * 4, nch);
-        dot[r] += sc[b][r] * (f - xs_c) + bi[b][r] * xs_c;
-      }
-    }
+  // Two buffers: the next step's loads go out before this step's math.
+  for (int st = 0; st < steps; st += 2) {
+    issue(st + 1, buf_b);
+    compute(st, buf_a);
+    if (st + 1 >= steps) break;
+    issue(st + 2, buf_a);
+    compute(st + 1, buf_b);
   }
-  // Every lane takes part in the sums (inactive lanes add 0; LR divides 32).
-  const float up = row_lanes_sum(dot[kRows - 1], LR);
-  const float gate = kSwiglu ? row_lanes_sum(dot[0], LR) : 0.0f;
-  if (active && c0 == 0) h[static_cast<int64_t>(j) * I + i] = expert_activation(gate, up, kSwiglu);
 }
 
 // Dynamic shared memory of the v2 down kernel: h [K, I] interleaved, its chunk sums [K, I / kC],
@@ -1474,15 +1479,15 @@ size_t moe_q_down_v2_smem(int64_t K, int64_t I, int bits) {
 
 // out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]) for the warp's 32 / LR rows d, j in order.
 template <int kBits>
-__global__ void __launch_bounds__(kQ2Warps * 32)
+__global__ void __launch_bounds__(kQ2DownWarps * 32)
     moe_q_down_v2_kernel(const float* __restrict__ h, QExperts D, Pairs P, int K, int Dm, int I,
                          int LR, const void* weights, DType wt, int64_t w_s1, void* out, DType ot,
                          bool accumulate) {
   constexpr int kC = 128 / kBits;
   extern __shared__ float q2_h[];  // [K][I] interleaved per pair
   const int nch = I / kC;
-  float* hsum = q2_h + K * I;  // [K][nch]
-  float* w_s = hsum + K * nch;  // [K]
+  float* hsum = q2_h + K * I;                  // [K][nch]
+  float* w_s = hsum + K * nch;                 // [K]
   int* e_s = reinterpret_cast<int*>(w_s + K);  // [K], -1: pair skipped
   // 1. The ids and weights (the op's inputs: before the wait).
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
@@ -1493,45 +1498,46 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
-  const int d = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * (32 / LR) + lane / LR;
+  const int d = (blockIdx.x * kQ2DownWarps + threadIdx.x / 32) * (32 / LR) + lane / LR;
   const int c0 = lane % LR, slots = max(1, (nch + LR - 1) / LR), items = K * slots;
   const bool active = d < Dm;
   uint4 w[kQ2DownBatch];
   float sc[kQ2DownBatch], bi[kQ2DownBatch];
-  // Item n = (pair n / slots, chunk c0 + (n % slots)·LR); skipped pairs and chunks past the row
-  // load nothing.
+  // Item n = (pair n / slots, chunk c0 + (n % slots)·LR); rows past Dm, skipped pairs and chunks
+  // past the row load zero codes with zero scale and bias.
   auto load_batch = [&](int n0) {
 #pragma unroll
     for (int b = 0; b < kQ2DownBatch; ++b) {
-      const int n = n0 + b, jj = n / slots, c = c0 + (n % slots) * LR;
-      if (active && n < items && c < nch && e_s[jj] >= 0) {
-        const int64_t e = e_s[jj], g = c * kC / D.group;
-        w[b] = __ldg(reinterpret_cast<const uint4*>(D.w + e * D.w_s0 + d * D.w_s1 + c * 4));
-        sc[b] = load_any(D.s, D.sdt, e * D.s_s0 + d * D.s_s1 + g) * static_cast<float>(1 << kBits);
-        bi[b] = load_any(D.b, D.sdt, e * D.b_s0 + d * D.b_s1 + g);
-      }
+      const int n = n0 + b, jj = min(n, items - 1) / slots, c = c0 + (n % slots) * LR;
+      const int64_t e = e_s[jj], g = c * kC / D.group;
+      const bool ok = active && n < items && c < nch && e >= 0;
+      w[b] = ok ? __ldg(reinterpret_cast<const uint4*>(D.w + e * D.w_s0 + d * D.w_s1 + c * 4))
+                : make_uint4(0, 0, 0, 0);
+      sc[b] =
+          ok ? load_any(D.s, D.sdt, e * D.s_s0 + d * D.s_s1 + g) * static_cast<float>(1 << kBits)
+             : 0.0f;
+      bi[b] = ok ? load_any(D.b, D.sdt, e * D.b_s0 + d * D.b_s1 + g) : 0.0f;
     }
   };
   load_batch(0);  // in flight under gate_up's last CTAs and the staging of h
-  // 2. h once gate_up has completed: interleaved, with its chunk sums.
+  // 2. h once gate_up has completed: interleaved, with its chunk sums (skipped pairs: zeros).
   grid_dependency_wait();
   for (int u = threadIdx.x; u < K * nch; u += blockDim.x) {  // every (pair, chunk) at once
     const int j = u / nch;
-    if (e_s[j] < 0) continue;
     const float4* hj = reinterpret_cast<const float4*>(h + static_cast<int64_t>(j) * I);
-    stage_chunk<kBits>([&](int i) { return hj[i / 4]; }, u % nch, nch, q2_h + j * I,
-                       hsum + j * nch);
+    const bool ok = e_s[j] >= 0;
+    stage_chunk<kBits>([&](int i) { return ok ? hj[i / 4] : make_float4(0, 0, 0, 0); }, u % nch,
+                       nch, q2_h + j * I, hsum + j * nch);
   }
   __syncthreads();
   // 3. The lane's part of Σ_j w_j·(row·h_j) in item order (j ascending), then the row's lanes.
   float acc = 0.0f;
-  for (int n0 = 0; n0 < items; n0 += kQ2DownBatch) {
+  for (int n0 = 0; nch > 0 && n0 < items; n0 += kQ2DownBatch) {  // I = 0: the sums are 0
     if (n0 > 0) load_batch(n0);
 #pragma unroll
     for (int b = 0; b < kQ2DownBatch; ++b) {
-      const int n = n0 + b, jj = n / slots, c = c0 + (n % slots) * LR;
-      if (n >= items) break;
-      if (!active || c >= nch || e_s[jj] < 0) continue;
+      const int n = min(n0 + b, items - 1), jj = n / slots;
+      const int c = min(c0 + (n % slots) * LR, nch - 1);  // past the row: zero scale and bias
       const float hs_c = hsum[jj * nch + c];
       const float f = chunk_fdot<kBits>(w[b], q2_h + jj * I + c * 4, nch);
       acc += w_s[jj] * (sc[b] * (f - hs_c) + bi[b] * hs_c);
@@ -1575,21 +1581,20 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
                     static_cast<int>(E)};
   if (I > 0) {
     const int bits = a.gate_up.bits, nch = static_cast<int>(Dm * bits / 128);
-    const int LR = q2_lanes_per_row(nch), units = kQ2Warps * (32 / LR);
+    const int LR = q2_lanes_per_row(nch), units = kQ2Warps * (32 / LR) * kQ2GateUnits;
     const dim3 grid(static_cast<unsigned>((I + units - 1) / units), static_cast<unsigned>(K));
     const size_t smem = static_cast<size_t>(Dm + nch) * 4;
-    auto kernel = bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true>
-                                      : moe_q_gate_up_v2_kernel<4, false>)
-                            : (swiglu ? moe_q_gate_up_v2_kernel<8, true>
-                                      : moe_q_gate_up_v2_kernel<8, false>);
+    auto kernel =
+        bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true> : moe_q_gate_up_v2_kernel<4, false>)
+                  : (swiglu ? moe_q_gate_up_v2_kernel<8, true> : moe_q_gate_up_v2_kernel<8, false>);
     ensure_dynamic_smem(kernel, smem);
     kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), q_experts(a.gate_up),
-                                                  pairs, static_cast<int>(Dm),
-                                                  static_cast<int>(I), LR, h);
+                                                  pairs, static_cast<int>(Dm), static_cast<int>(I),
+                                                  LR, h);
     HYBRID_CUDA_CHECK_LAUNCH();
   }
   const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
-  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = kQ2Warps * (32 / LR);
+  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = kQ2DownWarps * (32 / LR);
   const size_t smem = moe_q_down_v2_smem(K, I, bits);
   const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4> : moe_q_down_v2_kernel<8>;
   ensure_dynamic_smem(kernel, smem);
@@ -1598,7 +1603,7 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
   static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
-  cfg.blockDim = dim3(kQ2Warps * 32);
+  cfg.blockDim = dim3(kQ2DownWarps * 32);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
