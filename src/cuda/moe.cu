@@ -1313,8 +1313,8 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 constexpr int kQ2Warps = 4;
 constexpr int kQ2GateBatch = 2;  // gate_up: chunk slots a row in one step
 constexpr int kQ2GateUnits = 2;  // gate_up: passes of 32 / LR units a warp
-constexpr int kQ2DownWarps = 8;
-constexpr int kQ2DownBatch = 16;  // down: (pair, chunk) items in flight
+constexpr int kQ2DownWarps = 4;
+constexpr int kQ2DownBatch = 8;  // down: (pair, chunk) items in flight
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
@@ -1390,7 +1390,8 @@ inline int q2_lanes_per_row(int64_t nch) {
 // kQ2GateBatch chunk slots) is issued before its math, and the next pass's before this one's math.
 template <int kBits, bool kSwiglu>
 __global__ void __launch_bounds__(kQ2Warps * 32)
-    moe_q_gate_up_v2_kernel(const void* x, DType xt, QExperts G, Pairs P, int Dm, int I, int LR,
+    moe_q_gate_up_v2_kernel(const void* x, DType xt, bool x_vec, QExperts G, Pairs P, int Dm, int I,
+                            int LR,
                             float* __restrict__ h) {  // [K, I]
   constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1, kB = kQ2GateBatch;
   extern __shared__ float q2_x[];  // interleaved x [Dm], then the chunk sums [Dm / kC]
@@ -1453,13 +1454,23 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
     for (int r = 0; r < kRows; ++r) dot[r] = 0.0f;
   };
   issue(0, buf_a);  // in flight while x is staged
-  for (int c = threadIdx.x; c < nch; c += blockDim.x)
-    stage_chunk<kBits>(
-        [&](int d) {
-          return make_float4(load_any(x, xt, d), load_any(x, xt, d + 1), load_any(x, xt, d + 2),
-                             load_any(x, xt, d + 3));
-        },
-        c, nch, q2_x, xsum);
+  // x's elements d .. d + 3 (x_vec: x 16-byte aligned, one 16- or 8-byte load).
+  auto x4 = [&](int d) -> float4 {
+    if (x_vec) {
+      if (xt == DType::f32)
+        return *reinterpret_cast<const float4*>(static_cast<const float*>(x) + d);
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(x) + d);
+      if (xt == DType::bf16)
+        return make_float4(__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
+                           __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u));
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+      return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+    return make_float4(load_any(x, xt, d), load_any(x, xt, d + 1), load_any(x, xt, d + 2),
+                       load_any(x, xt, d + 3));
+  };
+  for (int c = threadIdx.x; c < nch; c += blockDim.x) stage_chunk<kBits>(x4, c, nch, q2_x, xsum);
   __syncthreads();
   // Two buffers: the next step's loads go out before this step's math.
   for (int st = 0; st < steps; st += 2) {
@@ -1536,7 +1547,8 @@ __global__ void __launch_bounds__(kQ2DownWarps * 32)
     if (n0 > 0) load_batch(n0);
 #pragma unroll
     for (int b = 0; b < kQ2DownBatch; ++b) {
-      const int n = min(n0 + b, items - 1), jj = n / slots;
+      if (n0 + b >= items) break;  // warp-uniform
+      const int n = n0 + b, jj = n / slots;
       const int c = min(c0 + (n % slots) * LR, nch - 1);  // past the row: zero scale and bias
       const float hs_c = hsum[jj * nch + c];
       const float f = chunk_fdot<kBits>(w[b], q2_h + jj * I + c * 4, nch);
@@ -1588,9 +1600,10 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
         bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true> : moe_q_gate_up_v2_kernel<4, false>)
                   : (swiglu ? moe_q_gate_up_v2_kernel<8, true> : moe_q_gate_up_v2_kernel<8, false>);
     ensure_dynamic_smem(kernel, smem);
-    kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), q_experts(a.gate_up),
-                                                  pairs, static_cast<int>(Dm), static_cast<int>(I),
-                                                  LR, h);
+    const bool x_vec = reinterpret_cast<uintptr_t>(a.x.data()) % 16 == 0;
+    kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), x_vec,
+                                                  q_experts(a.gate_up), pairs, static_cast<int>(Dm),
+                                                  static_cast<int>(I), LR, h);
     HYBRID_CUDA_CHECK_LAUNCH();
   }
   const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
