@@ -1314,7 +1314,7 @@ constexpr int kQ2Warps = 4;
 constexpr int kQ2GateBatch = 2;  // gate_up: chunk slots a row in one step
 constexpr int kQ2GateUnits = 2;  // gate_up: passes of 32 / LR units a warp
 constexpr int kQ2DownWarps = 4;
-constexpr int kQ2DownBatch = 8;  // down: (pair, chunk) items in flight
+constexpr int kQ2DownBatch = 4;   // down: (pair, chunk) items a warp in flight
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
@@ -1482,81 +1482,96 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
   }
 }
 
-// Dynamic shared memory of the v2 down kernel: h [K, I] interleaved, its chunk sums [K, I / kC],
-// the weights [K] f32 and ids [K].
-size_t moe_q_down_v2_smem(int64_t K, int64_t I, int bits) {
-  return static_cast<size_t>(K * I + K * (I * bits / 128) + 2 * K) * 4;
+// Σ_c w_c·h_c over a chunk of codes dequantized one by one, w_c = s'·f_c + b' (s' = 2^bits·s,
+// b' = b - s', f_c = 1 + q_c / 2^bits), h_c read from global memory (L1 / L2: h is K·I f32):
+// 4 instructions a code, no chunk sums.
+template <int kBits>
+__device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1, const float* hc) {
+  constexpr int kPerWord = 32 / kBits;
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  const float4* h4 = reinterpret_cast<const float4*>(hc);
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t wk = words[k];
+    const float4 x0 = h4[k * kPerWord / 4];
+    a0 = fmaf(fmaf(s1, code_plus_one<kBits, 0>(wk), b1), x0.x, a0);
+    a1 = fmaf(fmaf(s1, code_plus_one<kBits, 1>(wk), b1), x0.y, a1);
+    a2 = fmaf(fmaf(s1, code_plus_one<kBits, 2>(wk), b1), x0.z, a2);
+    a3 = fmaf(fmaf(s1, code_plus_one<kBits, 3>(wk), b1), x0.w, a3);
+    if constexpr (kBits == 4) {  // the word's codes 4..7
+      const float4 x1 = h4[k * 2 + 1];
+      a0 = fmaf(fmaf(s1, code_plus_one<kBits, 4>(wk), b1), x1.x, a0);
+      a1 = fmaf(fmaf(s1, code_plus_one<kBits, 5>(wk), b1), x1.y, a1);
+      a2 = fmaf(fmaf(s1, code_plus_one<kBits, 6>(wk), b1), x1.z, a2);
+      a3 = fmaf(fmaf(s1, code_plus_one<kBits, 7>(wk), b1), x1.w, a3);
+    }
+  }
+  return (a0 + a1) + (a2 + a3);
 }
 
-// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]) for the warp's 32 / LR rows d, j in order.
+// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]). A CTA takes 32 / LR rows d; its warp v takes
+// the pairs j = v, v + kQ2DownWarps, ... (more warps in flight than a warp for all pairs: 2048
+// rows of 16 lanes are only 1024 warps), each lane's part in j order, the LR lanes' sum, then
+// thread r < rows adds the warps' parts of row r in warp order.
 template <int kBits>
 __global__ void __launch_bounds__(kQ2DownWarps * 32)
     moe_q_down_v2_kernel(const float* __restrict__ h, QExperts D, Pairs P, int K, int Dm, int I,
                          int LR, const void* weights, DType wt, int64_t w_s1, void* out, DType ot,
                          bool accumulate) {
   constexpr int kC = 128 / kBits;
-  extern __shared__ float q2_h[];  // [K][I] interleaved per pair
-  const int nch = I / kC;
-  float* hsum = q2_h + K * I;                  // [K][nch]
-  float* w_s = hsum + K * nch;                 // [K]
-  int* e_s = reinterpret_cast<int*>(w_s + K);  // [K], -1: pair skipped
-  // 1. The ids and weights (the op's inputs: before the wait).
-  for (int j = threadIdx.x; j < K; j += blockDim.x) {
-    int e, p0, p1;
-    const bool ok = pairs_of(P, j, e, p0, p1);
-    e_s[j] = ok ? e : -1;
-    w_s[j] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
-  }
-  __syncthreads();
-  const int lane = threadIdx.x % 32;
-  const int d = (blockIdx.x * kQ2DownWarps + threadIdx.x / 32) * (32 / LR) + lane / LR;
-  const int c0 = lane % LR, slots = max(1, (nch + LR - 1) / LR), items = K * slots;
+  __shared__ float part[kQ2DownWarps][32];  // [warp][row of the CTA]
+  const int nch = I / kC, lane = threadIdx.x % 32, warp = threadIdx.x / 32, sub = 32 / LR;
+  const int d = blockIdx.x * sub + lane / LR, c0 = lane % LR;
+  const int slots = max(1, (nch + LR - 1) / LR);
+  const int my_pairs = (K - warp + kQ2DownWarps - 1) / kQ2DownWarps;  // pairs warp, + 4, ...
+  const int items = max(0, my_pairs) * slots;
   const bool active = d < Dm;
   uint4 w[kQ2DownBatch];
-  float sc[kQ2DownBatch], bi[kQ2DownBatch];
-  // Item n = (pair n / slots, chunk c0 + (n % slots)·LR); rows past Dm, skipped pairs and chunks
-  // past the row load zero codes with zero scale and bias.
+  float s1[kQ2DownBatch], b1[kQ2DownBatch], wj[kQ2DownBatch];
+  int jv[kQ2DownBatch], cv[kQ2DownBatch];
+  // Item n: pair warp + (n / slots)·kQ2DownWarps, chunk c0 + (n % slots)·LR. Rows past Dm,
+  // skipped pairs and chunks past the row load zero codes with zero scale, bias and weight.
   auto load_batch = [&](int n0) {
 #pragma unroll
     for (int b = 0; b < kQ2DownBatch; ++b) {
-      const int n = n0 + b, jj = min(n, items - 1) / slots, c = c0 + (n % slots) * LR;
-      const int64_t e = e_s[jj], g = c * kC / D.group;
-      const bool ok = active && n < items && c < nch && e >= 0;
-      w[b] = ok ? __ldg(reinterpret_cast<const uint4*>(D.w + e * D.w_s0 + d * D.w_s1 + c * 4))
+      const int n = n0 + b, j = warp + (n / slots) * kQ2DownWarps, c = c0 + (n % slots) * LR;
+      int e = -1, p0, p1;
+      const bool pair_ok = n < items && pairs_of(P, j, e, p0, p1);  // warp-uniform
+      const bool ok = pair_ok && active && c < nch;
+      const int64_t ee = ok ? e : 0, g = c * kC / D.group;
+      w[b] = ok ? __ldg(reinterpret_cast<const uint4*>(D.w + ee * D.w_s0 + d * D.w_s1 + c * 4))
                 : make_uint4(0, 0, 0, 0);
-      sc[b] =
-          ok ? load_any(D.s, D.sdt, e * D.s_s0 + d * D.s_s1 + g) * static_cast<float>(1 << kBits)
-             : 0.0f;
-      bi[b] = ok ? load_any(D.b, D.sdt, e * D.b_s0 + d * D.b_s1 + g) : 0.0f;
+      const float s = ok ? load_any(D.s, D.sdt, ee * D.s_s0 + d * D.s_s1 + g) : 0.0f;
+      s1[b] = s * static_cast<float>(1 << kBits);
+      b1[b] = ok ? load_any(D.b, D.sdt, ee * D.b_s0 + d * D.b_s1 + g) - s1[b] : 0.0f;
+      wj[b] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+      jv[b] = pair_ok ? j : -1;  // h's row j is written for every valid pair
+      cv[b] = ok ? c : 0;
     }
   };
-  load_batch(0);  // in flight under gate_up's last CTAs and the staging of h
-  // 2. h once gate_up has completed: interleaved, with its chunk sums (skipped pairs: zeros).
-  grid_dependency_wait();
-  for (int u = threadIdx.x; u < K * nch; u += blockDim.x) {  // every (pair, chunk) at once
-    const int j = u / nch;
-    const float4* hj = reinterpret_cast<const float4*>(h + static_cast<int64_t>(j) * I);
-    const bool ok = e_s[j] >= 0;
-    stage_chunk<kBits>([&](int i) { return ok ? hj[i / 4] : make_float4(0, 0, 0, 0); }, u % nch,
-                       nch, q2_h + j * I, hsum + j * nch);
-  }
-  __syncthreads();
-  // 3. The lane's part of Σ_j w_j·(row·h_j) in item order (j ascending), then the row's lanes.
+  load_batch(0);           // the op's inputs: in flight under gate_up's last CTAs
+  grid_dependency_wait();  // h is gate_up's output
   float acc = 0.0f;
-  for (int n0 = 0; nch > 0 && n0 < items; n0 += kQ2DownBatch) {  // I = 0: the sums are 0
+  for (int n0 = 0; n0 < items; n0 += kQ2DownBatch) {
     if (n0 > 0) load_batch(n0);
 #pragma unroll
     for (int b = 0; b < kQ2DownBatch; ++b) {
       if (n0 + b >= items) break;  // warp-uniform
-      const int n = n0 + b, jj = n / slots;
-      const int c = min(c0 + (n % slots) * LR, nch - 1);  // past the row: zero scale and bias
-      const float hs_c = hsum[jj * nch + c];
-      const float f = chunk_fdot<kBits>(w[b], q2_h + jj * I + c * 4, nch);
-      acc += w_s[jj] * (sc[b] * (f - hs_c) + bi[b] * hs_c);
+      if (jv[b] < 0) continue;     // a skipped pair (warp-uniform): its h row is not written
+      // Rows past Dm and chunks past the row: zero codes, scale, bias and weight over chunk 0.
+      const float* hc = h + static_cast<int64_t>(jv[b]) * I + cv[b] * kC;
+      acc += wj[b] * chunk_wdot<kBits>(w[b], s1[b], b1[b], hc);
     }
   }
   acc = row_lanes_sum(acc, LR);
-  if (active && c0 == 0) store_any(out, ot, d, accumulate ? load_any(out, ot, d) + acc : acc);
+  if (c0 == 0) part[warp][lane / LR] = acc;
+  __syncthreads();
+  const int r = threadIdx.x, dr = blockIdx.x * sub + r;
+  if (r >= sub || dr >= Dm) return;
+  float sum = 0.0f;
+  for (int v = 0; v < kQ2DownWarps; ++v) sum += part[v][r];
+  store_any(out, ot, dr, accumulate ? load_any(out, ot, dr) + sum : sum);
 }
 
 // v2's conditions: one token, 16-byte aligned code rows, x's row contiguous, x and h with their
@@ -1576,8 +1591,6 @@ Reason moe_experts_q_v2_supports(const MoeExpertsQ& a) {
   }
   if (static_cast<size_t>(Dm) * 8 > kQ2MaxSmem)
     return str("Dm=", Dm, ": x and its chunk sums above ", kQ2MaxSmem, " bytes");
-  if (moe_q_down_v2_smem(K, I, a.down.bits) > kQ2MaxSmem)
-    return str("k=", K, ", I=", I, ": h and its chunk sums above ", kQ2MaxSmem, " bytes");
   return {};
 }
 
@@ -1607,17 +1620,15 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
     HYBRID_CUDA_CHECK_LAUNCH();
   }
   const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
-  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = kQ2DownWarps * (32 / LR);
-  const size_t smem = moe_q_down_v2_smem(K, I, bits);
+  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = 32 / LR;
   const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4> : moe_q_down_v2_kernel<8>;
-  ensure_dynamic_smem(kernel, smem);
   // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
   // op's kernel (I = 0).
   static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
   cfg.blockDim = dim3(kQ2DownWarps * 32);
-  cfg.dynamicSmemBytes = smem;
+  cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
