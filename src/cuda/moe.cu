@@ -1314,7 +1314,7 @@ constexpr int kQ2Warps = 4;
 constexpr int kQ2GateBatch = 2;  // gate_up: chunk slots a row in one step
 constexpr int kQ2GateUnits = 2;  // gate_up: passes of 32 / LR units a warp
 constexpr int kQ2DownWarps = 4;
-constexpr int kQ2DownBatch = 4;   // down: (pair, chunk) items a warp in flight
+constexpr int kQ2DownBatch = 4;  // down: (pair, chunk) items a warp in flight
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
@@ -1391,12 +1391,15 @@ inline int q2_lanes_per_row(int64_t nch) {
 template <int kBits, bool kSwiglu>
 __global__ void __launch_bounds__(kQ2Warps * 32)
     moe_q_gate_up_v2_kernel(const void* x, DType xt, bool x_vec, QExperts G, Pairs P, int Dm, int I,
-                            int LR,
-                            float* __restrict__ h) {  // [K, I]
+                            int LR, int down_kc,
+                            float* __restrict__ h) {  // [K, I], interleaved by down's chunks
   constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1, kB = kQ2GateBatch;
   extern __shared__ float q2_x[];  // interleaved x [Dm], then the chunk sums [Dm / kC]
   const int nch = Dm / kC;
   float* xsum = q2_x + Dm;
+  // h's layout for the down kernel: element i of chunk c = i / down_kc (down_kc = 128 / down's
+  // bits) at (p·(I / down_kc) + c)·4 + i % 4, p = (i % down_kc) / 4.
+  auto h_pos = [&](int i) { return ((i % down_kc) / 4 * (I / down_kc) + i / down_kc) * 4 + i % 4; };
   grid_dependents_launch();  // the down kernel may start its id reads and row loads (PDL)
   const int j = blockIdx.y, lane = threadIdx.x % 32;
   int e, p0, p1;
@@ -1449,7 +1452,8 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
     const float up = row_lanes_sum(dot[kRows - 1], LR);
     const float gate = kSwiglu ? row_lanes_sum(dot[0], LR) : 0.0f;
     const int i = i_first + st / spu * sub;
-    if (i < I && c0 == 0) h[static_cast<int64_t>(j) * I + i] = expert_activation(gate, up, kSwiglu);
+    if (i < I && c0 == 0)
+      h[static_cast<int64_t>(j) * I + h_pos(i)] = expert_activation(gate, up, kSwiglu);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) dot[r] = 0.0f;
   };
@@ -1486,21 +1490,22 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
 // b' = b - s', f_c = 1 + q_c / 2^bits), h_c read from global memory (L1 / L2: h is K·I f32):
 // 4 instructions a code, no chunk sums.
 template <int kBits>
-__device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1, const float* hc) {
+__device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1, const float* hc,
+                                            int nch) {
   constexpr int kPerWord = 32 / kBits;
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  const float4* h4 = reinterpret_cast<const float4*>(hc);
+  const float4* h4 = reinterpret_cast<const float4*>(hc);  // pieces nch float4s apart
   float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t wk = words[k];
-    const float4 x0 = h4[k * kPerWord / 4];
+    const float4 x0 = h4[(k * kPerWord / 4) * nch];
     a0 = fmaf(fmaf(s1, code_plus_one<kBits, 0>(wk), b1), x0.x, a0);
     a1 = fmaf(fmaf(s1, code_plus_one<kBits, 1>(wk), b1), x0.y, a1);
     a2 = fmaf(fmaf(s1, code_plus_one<kBits, 2>(wk), b1), x0.z, a2);
     a3 = fmaf(fmaf(s1, code_plus_one<kBits, 3>(wk), b1), x0.w, a3);
     if constexpr (kBits == 4) {  // the word's codes 4..7
-      const float4 x1 = h4[k * 2 + 1];
+      const float4 x1 = h4[(k * 2 + 1) * nch];
       a0 = fmaf(fmaf(s1, code_plus_one<kBits, 4>(wk), b1), x1.x, a0);
       a1 = fmaf(fmaf(s1, code_plus_one<kBits, 5>(wk), b1), x1.y, a1);
       a2 = fmaf(fmaf(s1, code_plus_one<kBits, 6>(wk), b1), x1.z, a2);
@@ -1560,8 +1565,8 @@ __global__ void __launch_bounds__(kQ2DownWarps * 32)
       if (n0 + b >= items) break;  // warp-uniform
       if (jv[b] < 0) continue;     // a skipped pair (warp-uniform): its h row is not written
       // Rows past Dm and chunks past the row: zero codes, scale, bias and weight over chunk 0.
-      const float* hc = h + static_cast<int64_t>(jv[b]) * I + cv[b] * kC;
-      acc += wj[b] * chunk_wdot<kBits>(w[b], s1[b], b1[b], hc);
+      const float* hc = h + static_cast<int64_t>(jv[b]) * I + cv[b] * 4;
+      acc += wj[b] * chunk_wdot<kBits>(w[b], s1[b], b1[b], hc, nch);
     }
   }
   acc = row_lanes_sum(acc, LR);
@@ -1616,7 +1621,7 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
     const bool x_vec = reinterpret_cast<uintptr_t>(a.x.data()) % 16 == 0;
     kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), x_vec,
                                                   q_experts(a.gate_up), pairs, static_cast<int>(Dm),
-                                                  static_cast<int>(I), LR, h);
+                                                  static_cast<int>(I), LR, 128 / a.down.bits, h);
     HYBRID_CUDA_CHECK_LAUNCH();
   }
   const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
