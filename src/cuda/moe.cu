@@ -1311,10 +1311,10 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 //     launched programmatically after gate_up (the ids, weights and first row loads before
 //     griddepcontrol.wait, h staged after it). 2 launches, no pair plan.
 constexpr int kQ2Warps = 4;
-constexpr int kQ2GateBatch = 2;  // gate_up: chunk slots a row in one step
-constexpr int kQ2GateUnits = 2;  // gate_up: passes of 32 / LR units a warp
+constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step
+constexpr int kQ2GateUnits = 2;  // gate_up: units a lane at once
 constexpr int kQ2DownWarps = 4;
-constexpr int kQ2DownBatch = 4;  // down: (pair, chunk) items a warp in flight
+constexpr int kQ2DownRows = 4;  // down: rows a lane
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
@@ -1386,14 +1386,17 @@ inline int q2_lanes_per_row(int64_t nch) {
 }
 
 // h[j, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)² for pair j = blockIdx.y (e = ids[0, j]).
-// A warp takes kQ2GateUnits passes of 32 / LR units i; every chunk load of a pass (kRows rows,
-// kQ2GateBatch chunk slots) is issued before its math, and the next pass's before this one's math.
-template <int kBits, bool kSwiglu>
+// A lane takes kQ2GateUnits units i at once (units i_first + u·sub: the gate and up rows of each
+// under swiglu), so x's pieces and chunk sums read from shared memory serve kRows rows; row
+// addresses are computed once; steps of kB chunk slots, double-buffered (Dm 2048 at 4 bits: one
+// step, 8 chunk loads a lane in flight).
+template <int kBits, bool kSwiglu, class Ts>
 __global__ void __launch_bounds__(kQ2Warps * 32)
     moe_q_gate_up_v2_kernel(const void* x, DType xt, bool x_vec, QExperts G, Pairs P, int Dm, int I,
                             int LR, int down_kc,
                             float* __restrict__ h) {  // [K, I], interleaved by down's chunks
-  constexpr int kC = 128 / kBits, kRows = kSwiglu ? 2 : 1, kB = kQ2GateBatch;
+  constexpr int kC = 128 / kBits, kPer = kSwiglu ? 2 : 1, kRows = kQ2GateUnits * kPer;
+  constexpr int kB = kQ2GateBatch;
   extern __shared__ float q2_x[];  // interleaved x [Dm], then the chunk sums [Dm / kC]
   const int nch = Dm / kC;
   float* xsum = q2_x + Dm;
@@ -1406,40 +1409,50 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
   if (!pairs_of(P, j, e, p0, p1)) return;  // CTA-uniform
   const int sub = 32 / LR, c0 = lane % LR, slots = (nch + LR - 1) / LR;
   const int i_first = (blockIdx.x * kQ2Warps + threadIdx.x / 32) * sub * kQ2GateUnits + lane / LR;
-  struct Buf {  // one step's loads: kB chunk slots of the kRows rows of a pass
+  // Row r = u·kPer + (gate, up | up) of unit i_first + u·sub: its codes, scales and biases.
+  const uint32_t* wrow[kRows];
+  const Ts *srow[kRows], *brow[kRows];
+  bool unit_ok[kQ2GateUnits];
+#pragma unroll
+  for (int u = 0; u < kQ2GateUnits; ++u) {
+    const int i = i_first + u * sub;
+    unit_ok[u] = i < I;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int64_t row = kSwiglu && q == 1 ? I + i : i;  // gate, up | up
+      const int r = u * kPer + q;
+      wrow[r] = G.w + static_cast<int64_t>(e) * G.w_s0 + row * G.w_s1;
+      srow[r] = static_cast<const Ts*>(G.s) + static_cast<int64_t>(e) * G.s_s0 + row * G.s_s1;
+      brow[r] = static_cast<const Ts*>(G.b) + static_cast<int64_t>(e) * G.b_s0 + row * G.b_s1;
+    }
+  }
+  struct Buf {  // one step's loads: kB chunk slots of the kRows rows
     uint4 w[kB][kRows];
     float sc[kB][kRows], bi[kB][kRows];
   } buf_a, buf_b;
-  // Steps: pass u = st / spu, chunk slots (st % spu)·kB ...; units past I and chunks past the
-  // row load zero codes with zero scale and bias.
-  const int spu = (slots + kB - 1) / kB, steps = kQ2GateUnits * spu;
+  // Step st: chunk slots st·kB ...; units past I and chunks past the row load zero codes with
+  // zero scale and bias.
+  const int steps = (slots + kB - 1) / kB;
   auto issue = [&](int st, Buf& buf) {
     if (st >= steps) return;
-    const int i = i_first + st / spu * sub, s0 = st % spu * kB;
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      const int c = c0 + (s0 + b) * LR;
-      const bool ok = i < I && c < nch;
-      const int g = c * kC / G.group;
+      const int c = c0 + (st * kB + b) * LR, g = c * kC / G.group;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const int64_t row = kSwiglu && r == 0 ? i : (kSwiglu ? I + i : i);  // gate, up | up
-        buf.w[b][r] = ok ? __ldg(reinterpret_cast<const uint4*>(
-                               G.w + static_cast<int64_t>(e) * G.w_s0 + row * G.w_s1 + c * 4))
-                         : make_uint4(0, 0, 0, 0);
-        buf.sc[b][r] = ok ? load_any(G.s, G.sdt, e * G.s_s0 + row * G.s_s1 + g) *
-                                static_cast<float>(1 << kBits)
-                          : 0.0f;
-        buf.bi[b][r] = ok ? load_any(G.b, G.sdt, e * G.b_s0 + row * G.b_s1 + g) : 0.0f;
+        const bool ok = unit_ok[r / kPer] && c < nch;
+        buf.w[b][r] =
+            ok ? __ldg(reinterpret_cast<const uint4*>(wrow[r] + c * 4)) : make_uint4(0, 0, 0, 0);
+        buf.sc[b][r] = ok ? to_f32(srow[r][g]) * static_cast<float>(1 << kBits) : 0.0f;
+        buf.bi[b][r] = ok ? to_f32(brow[r][g]) : 0.0f;
       }
     }
   };
   float dot[kRows] = {};
   auto compute = [&](int st, const Buf& buf) {
-    const int s0 = st % spu * kB;
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      const int c = min(c0 + (s0 + b) * LR, nch - 1);  // past the row: zero scale and bias
+      const int c = min(c0 + (st * kB + b) * LR, nch - 1);  // past the row: zero scale and bias
       const float xs_c = xsum[c];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -1447,15 +1460,6 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
         dot[r] += buf.sc[b][r] * (f - xs_c) + buf.bi[b][r] * xs_c;
       }
     }
-    if (st % spu != spu - 1) return;  // warp-uniform: the pass's last step
-    // Every lane takes part in the sums (LR divides 32).
-    const float up = row_lanes_sum(dot[kRows - 1], LR);
-    const float gate = kSwiglu ? row_lanes_sum(dot[0], LR) : 0.0f;
-    const int i = i_first + st / spu * sub;
-    if (i < I && c0 == 0)
-      h[static_cast<int64_t>(j) * I + h_pos(i)] = expert_activation(gate, up, kSwiglu);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) dot[r] = 0.0f;
   };
   issue(0, buf_a);  // in flight while x is staged
   // x's elements d .. d + 3 (x_vec: x 16-byte aligned, one 16- or 8-byte load).
@@ -1484,28 +1488,37 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
     issue(st + 2, buf_a);
     compute(st + 1, buf_b);
   }
+  // Every lane takes part in the sums (LR divides 32).
+#pragma unroll
+  for (int u = 0; u < kQ2GateUnits; ++u) {
+    const float up = row_lanes_sum(dot[u * kPer + kPer - 1], LR);
+    const float gate = kSwiglu ? row_lanes_sum(dot[u * kPer], LR) : 0.0f;
+    const int i = i_first + u * sub;
+    if (unit_ok[u] && c0 == 0)
+      h[static_cast<int64_t>(j) * I + h_pos(i)] = expert_activation(gate, up, kSwiglu);
+  }
 }
 
-// Σ_c w_c·h_c over a chunk of codes dequantized one by one, w_c = s'·f_c + b' (s' = 2^bits·s,
-// b' = b - s', f_c = 1 + q_c / 2^bits), h_c read from global memory (L1 / L2: h is K·I f32):
-// 4 instructions a code, no chunk sums.
+// Σ_c w_c·h_c over a chunk of codes dequantized
+// one by one, w_c = s'·f_c + b' (s' = 2^bits·s, b' = b - s', f_c = 1 + q_c / 2^bits), with the
+// chunk's h pieces in registers (read once for the kQ2DownRows rows): 4 instructions a code,
+// no chunk sums.
 template <int kBits>
-__device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1, const float* hc,
-                                            int nch) {
+__device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1,
+                                            const float4 (&hv)[32 / kBits]) {
   constexpr int kPerWord = 32 / kBits;
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  const float4* h4 = reinterpret_cast<const float4*>(hc);  // pieces nch float4s apart
   float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t wk = words[k];
-    const float4 x0 = h4[(k * kPerWord / 4) * nch];
+    const float4 x0 = hv[k * kPerWord / 4];
     a0 = fmaf(fmaf(s1, code_plus_one<kBits, 0>(wk), b1), x0.x, a0);
     a1 = fmaf(fmaf(s1, code_plus_one<kBits, 1>(wk), b1), x0.y, a1);
     a2 = fmaf(fmaf(s1, code_plus_one<kBits, 2>(wk), b1), x0.z, a2);
     a3 = fmaf(fmaf(s1, code_plus_one<kBits, 3>(wk), b1), x0.w, a3);
     if constexpr (kBits == 4) {  // the word's codes 4..7
-      const float4 x1 = h4[(k * 2 + 1) * nch];
+      const float4 x1 = hv[k * 2 + 1];
       a0 = fmaf(fmaf(s1, code_plus_one<kBits, 4>(wk), b1), x1.x, a0);
       a1 = fmaf(fmaf(s1, code_plus_one<kBits, 5>(wk), b1), x1.y, a1);
       a2 = fmaf(fmaf(s1, code_plus_one<kBits, 6>(wk), b1), x1.z, a2);
@@ -1515,65 +1528,88 @@ __device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1, 
   return (a0 + a1) + (a2 + a3);
 }
 
-// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]). A CTA takes 32 / LR rows d; its warp v takes
-// the pairs j = v, v + kQ2DownWarps, ... (more warps in flight than a warp for all pairs: 2048
-// rows of 16 lanes are only 1024 warps), each lane's part in j order, the LR lanes' sum, then
-// thread r < rows adds the warps' parts of row r in warp order.
-template <int kBits>
+// out[d] (+)= Σ_j w[j]·(down[e_j, d, :]·h[j, :]). A CTA takes rows_cta = (32 / LR)·kQ2DownRows
+// rows: lane l the rows d_first + k·(32 / LR), d_first = blockIdx.x·rows_cta + l / LR, k <
+// kQ2DownRows, chunks c0 = l % LR, + LR, ...; its warp v the pairs j = v, v + kQ2DownWarps, ...
+// (steps of one pair and one chunk slot for the lane's rows, double-buffered), each lane's parts
+// in j order, the LR lanes' sum, then thread r < rows_cta adds the warps' parts of row r in warp
+// order. h (gate_up's output) is interleaved by chunks: a chunk's pieces are nch float4s apart,
+// so the LR lanes of a row read consecutive 16-byte pieces.
+template <int kBits, class Ts>
 __global__ void __launch_bounds__(kQ2DownWarps * 32)
     moe_q_down_v2_kernel(const float* __restrict__ h, QExperts D, Pairs P, int K, int Dm, int I,
                          int LR, const void* weights, DType wt, int64_t w_s1, void* out, DType ot,
                          bool accumulate) {
-  constexpr int kC = 128 / kBits;
-  __shared__ float part[kQ2DownWarps][32];  // [warp][row of the CTA]
+  constexpr int kC = 128 / kBits, kR = kQ2DownRows;
+  __shared__ float part[kQ2DownWarps][32 * kR];  // [warp][row of the CTA]
   const int nch = I / kC, lane = threadIdx.x % 32, warp = threadIdx.x / 32, sub = 32 / LR;
-  const int d = blockIdx.x * sub + lane / LR, c0 = lane % LR;
+  const int rows_cta = sub * kR, d_first = blockIdx.x * rows_cta + lane / LR, c0 = lane % LR;
   const int slots = max(1, (nch + LR - 1) / LR);
-  const int my_pairs = (K - warp + kQ2DownWarps - 1) / kQ2DownWarps;  // pairs warp, + 4, ...
-  const int items = max(0, my_pairs) * slots;
-  const bool active = d < Dm;
-  uint4 w[kQ2DownBatch];
-  float s1[kQ2DownBatch], b1[kQ2DownBatch], wj[kQ2DownBatch];
-  int jv[kQ2DownBatch], cv[kQ2DownBatch];
-  // Item n: pair warp + (n / slots)·kQ2DownWarps, chunk c0 + (n % slots)·LR. Rows past Dm,
-  // skipped pairs and chunks past the row load zero codes with zero scale, bias and weight.
-  auto load_batch = [&](int n0) {
+  const int my_pairs = max(0, (K - warp + kQ2DownWarps - 1) / kQ2DownWarps);
+  const int steps = nch > 0 ? my_pairs * slots : 0;  // I = 0: the sums are 0
+  int64_t w_off[kR], s_off[kR], b_off[kR];
+  bool row_ok[kR];
 #pragma unroll
-    for (int b = 0; b < kQ2DownBatch; ++b) {
-      const int n = n0 + b, j = warp + (n / slots) * kQ2DownWarps, c = c0 + (n % slots) * LR;
-      int e = -1, p0, p1;
-      const bool pair_ok = n < items && pairs_of(P, j, e, p0, p1);  // warp-uniform
-      const bool ok = pair_ok && active && c < nch;
-      const int64_t ee = ok ? e : 0, g = c * kC / D.group;
-      w[b] = ok ? __ldg(reinterpret_cast<const uint4*>(D.w + ee * D.w_s0 + d * D.w_s1 + c * 4))
-                : make_uint4(0, 0, 0, 0);
-      const float s = ok ? load_any(D.s, D.sdt, ee * D.s_s0 + d * D.s_s1 + g) : 0.0f;
-      s1[b] = s * static_cast<float>(1 << kBits);
-      b1[b] = ok ? load_any(D.b, D.sdt, ee * D.b_s0 + d * D.b_s1 + g) - s1[b] : 0.0f;
-      wj[b] = ok ? load_any(weights, wt, j * w_s1) : 0.0f;
-      jv[b] = pair_ok ? j : -1;  // h's row j is written for every valid pair
-      cv[b] = ok ? c : 0;
-    }
-  };
-  load_batch(0);           // the op's inputs: in flight under gate_up's last CTAs
-  grid_dependency_wait();  // h is gate_up's output
-  float acc = 0.0f;
-  for (int n0 = 0; n0 < items; n0 += kQ2DownBatch) {
-    if (n0 > 0) load_batch(n0);
-#pragma unroll
-    for (int b = 0; b < kQ2DownBatch; ++b) {
-      if (n0 + b >= items) break;  // warp-uniform
-      if (jv[b] < 0) continue;     // a skipped pair (warp-uniform): its h row is not written
-      // Rows past Dm and chunks past the row: zero codes, scale, bias and weight over chunk 0.
-      const float* hc = h + static_cast<int64_t>(jv[b]) * I + cv[b] * 4;
-      acc += wj[b] * chunk_wdot<kBits>(w[b], s1[b], b1[b], hc, nch);
-    }
+  for (int k = 0; k < kR; ++k) {
+    const int64_t d = d_first + k * sub;
+    row_ok[k] = d < Dm;
+    w_off[k] = d * D.w_s1, s_off[k] = d * D.s_s1, b_off[k] = d * D.b_s1;
   }
-  acc = row_lanes_sum(acc, LR);
-  if (c0 == 0) part[warp][lane / LR] = acc;
+  struct Buf {  // one step: pair j (-1: skipped, warp-uniform), chunk c, the kR rows' loads
+    uint4 w[kR];
+    float s1[kR], b1[kR];
+    float wj;
+    int j, c;
+  } buf_a, buf_b;
+  auto issue = [&](int st, Buf& buf) {
+    if (st >= steps) return;
+    const int j = warp + (st / slots) * kQ2DownWarps, c = c0 + (st % slots) * LR;
+    int e = -1, p0, p1;
+    const bool pair_ok = pairs_of(P, j, e, p0, p1);  // warp-uniform
+    const int64_t ee = pair_ok ? e : 0, g = c * kC / D.group;
+    const uint32_t* wb = D.w + ee * D.w_s0 + c * 4;
+    const Ts* sb = static_cast<const Ts*>(D.s) + ee * D.s_s0 + g;
+    const Ts* bb = static_cast<const Ts*>(D.b) + ee * D.b_s0 + g;
+#pragma unroll
+    for (int k = 0; k < kR; ++k) {
+      const bool ok = pair_ok && row_ok[k] && c < nch;
+      buf.w[k] = ok ? __ldg(reinterpret_cast<const uint4*>(wb + w_off[k])) : make_uint4(0, 0, 0, 0);
+      const float s = ok ? to_f32(sb[s_off[k]]) * static_cast<float>(1 << kBits) : 0.0f;
+      buf.s1[k] = s;
+      buf.b1[k] = ok ? to_f32(bb[b_off[k]]) - s : 0.0f;
+    }
+    buf.wj = pair_ok ? load_any(weights, wt, j * w_s1) : 0.0f;
+    buf.j = pair_ok ? j : -1;  // h's row j is written for every valid pair
+    buf.c = c < nch ? c : 0;   // past the row: zero codes, scale and bias over chunk 0
+  };
+  float acc[kR] = {};
+  auto compute = [&](const Buf& buf) {
+    if (buf.j < 0) return;  // a skipped pair (warp-uniform): its h row is not written
+    const float4* hc = reinterpret_cast<const float4*>(h + static_cast<int64_t>(buf.j) * I) + buf.c;
+    float4 hv[kC / 4];
+#pragma unroll
+    for (int p = 0; p < kC / 4; ++p) hv[p] = hc[p * nch];
+#pragma unroll
+    for (int k = 0; k < kR; ++k)
+      acc[k] += buf.wj * chunk_wdot<kBits>(buf.w[k], buf.s1[k], buf.b1[k], hv);
+  };
+  issue(0, buf_a);         // the op's inputs: in flight under gate_up's last CTAs
+  grid_dependency_wait();  // h is gate_up's output
+  for (int st = 0; st < steps; st += 2) {
+    issue(st + 1, buf_b);
+    compute(buf_a);
+    if (st + 1 >= steps) break;
+    issue(st + 2, buf_a);
+    compute(buf_b);
+  }
+#pragma unroll
+  for (int k = 0; k < kR; ++k) {
+    const float v = row_lanes_sum(acc[k], LR);
+    if (c0 == 0) part[warp][k * sub + lane / LR] = v;
+  }
   __syncthreads();
-  const int r = threadIdx.x, dr = blockIdx.x * sub + r;
-  if (r >= sub || dr >= Dm) return;
+  const int r = threadIdx.x, dr = blockIdx.x * rows_cta + r;
+  if (r >= rows_cta || dr >= Dm) return;
   float sum = 0.0f;
   for (int v = 0; v < kQ2DownWarps; ++v) sum += part[v][r];
   store_any(out, ot, dr, accumulate ? load_any(out, ot, dr) + sum : sum);
@@ -1614,36 +1650,43 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
     const int LR = q2_lanes_per_row(nch), units = kQ2Warps * (32 / LR) * kQ2GateUnits;
     const dim3 grid(static_cast<unsigned>((I + units - 1) / units), static_cast<unsigned>(K));
     const size_t smem = static_cast<size_t>(Dm + nch) * 4;
-    auto kernel =
-        bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true> : moe_q_gate_up_v2_kernel<4, false>)
-                  : (swiglu ? moe_q_gate_up_v2_kernel<8, true> : moe_q_gate_up_v2_kernel<8, false>);
-    ensure_dynamic_smem(kernel, smem);
     const bool x_vec = reinterpret_cast<uintptr_t>(a.x.data()) % 16 == 0;
-    kernel<<<grid, kQ2Warps * 32, smem, stream>>>(a.x.data(), a.x.dtype(), x_vec,
-                                                  q_experts(a.gate_up), pairs, static_cast<int>(Dm),
-                                                  static_cast<int>(I), LR, 128 / a.down.bits, h);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    dispatch_float(a.gate_up.scales.dtype(), MoeExpertsQ::op_name, [&](auto ts) {
+      using Ts = decltype(ts);
+      auto kernel = bits == 4 ? (swiglu ? moe_q_gate_up_v2_kernel<4, true, Ts>
+                                        : moe_q_gate_up_v2_kernel<4, false, Ts>)
+                              : (swiglu ? moe_q_gate_up_v2_kernel<8, true, Ts>
+                                        : moe_q_gate_up_v2_kernel<8, false, Ts>);
+      ensure_dynamic_smem(kernel, smem);
+      kernel<<<grid, kQ2Warps * 32, smem, stream>>>(
+          a.x.data(), a.x.dtype(), x_vec, q_experts(a.gate_up), pairs, static_cast<int>(Dm),
+          static_cast<int>(I), LR, 128 / a.down.bits, h);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
   }
   const int bits = a.down.bits, nch = static_cast<int>(I * bits / 128);
-  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = 32 / LR;
-  const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4> : moe_q_down_v2_kernel<8>;
-  // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
-  // op's kernel (I = 0).
-  static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
-  cfg.blockDim = dim3(kQ2DownWarps * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
-  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
-      &cfg, kernel, static_cast<const float*>(h), q_experts(a.down), pairs, static_cast<int>(K),
-      static_cast<int>(Dm), static_cast<int>(I), LR, a.weights.data(), a.weights.dtype(),
-      a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate));
+  const int LR = q2_lanes_per_row(std::max(nch, 1)), rows = 32 / LR * kQ2DownRows;
+  dispatch_float(a.down.scales.dtype(), MoeExpertsQ::op_name, [&](auto ts) {
+    using Ts = decltype(ts);
+    const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4, Ts> : moe_q_down_v2_kernel<8, Ts>;
+    // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
+    // op's kernel (I = 0).
+    static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
+    cfg.blockDim = dim3(kQ2DownWarps * 32);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
+    HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
+        &cfg, kernel, static_cast<const float*>(h), q_experts(a.down), pairs, static_cast<int>(K),
+        static_cast<int>(Dm), static_cast<int>(I), LR, a.weights.data(), a.weights.dtype(),
+        a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate));
+  });
 }
 }  // namespace
 
