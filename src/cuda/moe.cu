@@ -1106,6 +1106,7 @@ struct QExperts {
   int64_t s_s0, s_s1, b_s0, b_s1;
   DType sdt;
   int group;
+  int group_shift;  // log2(group): group sizes are 32, 64 or 128
 };
 
 QExperts q_experts(const QuantizedExperts& q) {
@@ -1119,7 +1120,10 @@ QExperts q_experts(const QuantizedExperts& q) {
           q.biases.stride(0),
           q.biases.stride(1),
           q.scales.dtype(),
-          q.group_size};
+          q.group_size,
+          q.group_size == 32   ? 5
+          : q.group_size == 64 ? 6
+                               : 7};
 }
 
 // dot[n][k] += Σ_{j in the lane's words} W[e, rows[n], j]·xrow[k][j] for the kN rows (of `in`
@@ -1319,7 +1323,7 @@ constexpr size_t kQ2MaxSmem = 200 * 1024;
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
 template <int kBits, int n>
-__device__ __forceinline__ float code_plus_one(uint32_t w) {
+__device__ __forceinline__ float code_plus_one(uint32_t w, uint32_t one) {
   constexpr int kPos = 23 - kBits, kShift = kPos - n * kBits;
   constexpr uint32_t kMask = ((1u << kBits) - 1u) << kPos;
   uint32_t m;
@@ -1327,7 +1331,18 @@ __device__ __forceinline__ float code_plus_one(uint32_t w) {
     m = w << kShift;
   else
     m = w >> -kShift;
-  return __uint_as_float(0x3F800000u | (m & kMask));
+  // (m & kMask) | one in one LOP3 (0xEA): with both constants as immediates the compiler
+  // splits it into two.
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(m), "n"(kMask), "r"(one));
+  return __uint_as_float(r);
+}
+
+// 0x3F800000 (1.0f) in a register the compiler cannot fold into an immediate.
+__device__ __forceinline__ uint32_t one_bits() {
+  uint32_t r;
+  asm volatile("mov.b32 %0, 0x3F800000;" : "=r"(r));
+  return r;
 }
 
 // Σ_c f_c·x_c over the chunk's 128 / kBits codes; xs = the chunk's first 4-piece in the
@@ -1336,22 +1351,23 @@ __device__ __forceinline__ float code_plus_one(uint32_t w) {
 template <int kBits>
 __device__ __forceinline__ float chunk_fdot(const uint4& w, const float* xs, int nch) {
   constexpr int kPerWord = 32 / kBits;
+  const uint32_t one = one_bits();
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
   float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t wk = words[k];
     const float4 x0 = *reinterpret_cast<const float4*>(xs + (k * kPerWord / 4) * nch * 4);
-    a0 = fmaf(code_plus_one<kBits, 0>(wk), x0.x, a0);
-    a1 = fmaf(code_plus_one<kBits, 1>(wk), x0.y, a1);
-    a2 = fmaf(code_plus_one<kBits, 2>(wk), x0.z, a2);
-    a3 = fmaf(code_plus_one<kBits, 3>(wk), x0.w, a3);
+    a0 = fmaf(code_plus_one<kBits, 0>(wk, one), x0.x, a0);
+    a1 = fmaf(code_plus_one<kBits, 1>(wk, one), x0.y, a1);
+    a2 = fmaf(code_plus_one<kBits, 2>(wk, one), x0.z, a2);
+    a3 = fmaf(code_plus_one<kBits, 3>(wk, one), x0.w, a3);
     if constexpr (kBits == 4) {  // the word's codes 4..7: the next piece
       const float4 x1 = *reinterpret_cast<const float4*>(xs + (k * 2 + 1) * nch * 4);
-      a0 = fmaf(code_plus_one<kBits, 4>(wk), x1.x, a0);
-      a1 = fmaf(code_plus_one<kBits, 5>(wk), x1.y, a1);
-      a2 = fmaf(code_plus_one<kBits, 6>(wk), x1.z, a2);
-      a3 = fmaf(code_plus_one<kBits, 7>(wk), x1.w, a3);
+      a0 = fmaf(code_plus_one<kBits, 4>(wk, one), x1.x, a0);
+      a1 = fmaf(code_plus_one<kBits, 5>(wk, one), x1.y, a1);
+      a2 = fmaf(code_plus_one<kBits, 6>(wk, one), x1.z, a2);
+      a3 = fmaf(code_plus_one<kBits, 7>(wk, one), x1.w, a3);
     }
   }
   return (a0 + a1) + (a2 + a3);
@@ -1391,7 +1407,7 @@ inline int q2_lanes_per_row(int64_t nch) {
 // addresses are computed once; steps of kB chunk slots, double-buffered (Dm 2048 at 4 bits: one
 // step, 8 chunk loads a lane in flight).
 template <int kBits, bool kSwiglu, class Ts>
-__global__ void __launch_bounds__(kQ2Warps * 32)
+__global__ void __launch_bounds__(kQ2Warps * 32, 4)
     moe_q_gate_up_v2_kernel(const void* x, DType xt, bool x_vec, QExperts G, Pairs P, int Dm, int I,
                             int LR, int down_kc,
                             float* __restrict__ h) {  // [K, I], interleaved by down's chunks
@@ -1402,7 +1418,10 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
   float* xsum = q2_x + Dm;
   // h's layout for the down kernel: element i of chunk c = i / down_kc (down_kc = 128 / down's
   // bits) at (p·(I / down_kc) + c)·4 + i % 4, p = (i % down_kc) / 4.
-  auto h_pos = [&](int i) { return ((i % down_kc) / 4 * (I / down_kc) + i / down_kc) * 4 + i % 4; };
+  const int kc_shift = down_kc == 32 ? 5 : 4, down_nch = I >> kc_shift;
+  auto h_pos = [&](int i) {
+    return (((i & (down_kc - 1)) >> 2) * down_nch + (i >> kc_shift)) * 4 + (i & 3);
+  };
   grid_dependents_launch();  // the down kernel may start its id reads and row loads (PDL)
   const int j = blockIdx.y, lane = threadIdx.x % 32;
   int e, p0, p1;
@@ -1437,7 +1456,7 @@ __global__ void __launch_bounds__(kQ2Warps * 32)
     if (st >= steps) return;
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
-      const int c = c0 + (st * kB + b) * LR, g = c * kC / G.group;
+      const int c = c0 + (st * kB + b) * LR, g = (c * kC) >> G.group_shift;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const bool ok = unit_ok[r / kPer] && c < nch;
@@ -1507,22 +1526,23 @@ template <int kBits>
 __device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1,
                                             const float4 (&hv)[32 / kBits]) {
   constexpr int kPerWord = 32 / kBits;
+  const uint32_t one = one_bits();
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
   float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t wk = words[k];
     const float4 x0 = hv[k * kPerWord / 4];
-    a0 = fmaf(fmaf(s1, code_plus_one<kBits, 0>(wk), b1), x0.x, a0);
-    a1 = fmaf(fmaf(s1, code_plus_one<kBits, 1>(wk), b1), x0.y, a1);
-    a2 = fmaf(fmaf(s1, code_plus_one<kBits, 2>(wk), b1), x0.z, a2);
-    a3 = fmaf(fmaf(s1, code_plus_one<kBits, 3>(wk), b1), x0.w, a3);
+    a0 = fmaf(fmaf(s1, code_plus_one<kBits, 0>(wk, one), b1), x0.x, a0);
+    a1 = fmaf(fmaf(s1, code_plus_one<kBits, 1>(wk, one), b1), x0.y, a1);
+    a2 = fmaf(fmaf(s1, code_plus_one<kBits, 2>(wk, one), b1), x0.z, a2);
+    a3 = fmaf(fmaf(s1, code_plus_one<kBits, 3>(wk, one), b1), x0.w, a3);
     if constexpr (kBits == 4) {  // the word's codes 4..7
       const float4 x1 = hv[k * 2 + 1];
-      a0 = fmaf(fmaf(s1, code_plus_one<kBits, 4>(wk), b1), x1.x, a0);
-      a1 = fmaf(fmaf(s1, code_plus_one<kBits, 5>(wk), b1), x1.y, a1);
-      a2 = fmaf(fmaf(s1, code_plus_one<kBits, 6>(wk), b1), x1.z, a2);
-      a3 = fmaf(fmaf(s1, code_plus_one<kBits, 7>(wk), b1), x1.w, a3);
+      a0 = fmaf(fmaf(s1, code_plus_one<kBits, 4>(wk, one), b1), x1.x, a0);
+      a1 = fmaf(fmaf(s1, code_plus_one<kBits, 5>(wk, one), b1), x1.y, a1);
+      a2 = fmaf(fmaf(s1, code_plus_one<kBits, 6>(wk, one), b1), x1.z, a2);
+      a3 = fmaf(fmaf(s1, code_plus_one<kBits, 7>(wk, one), b1), x1.w, a3);
     }
   }
   return (a0 + a1) + (a2 + a3);
@@ -1566,7 +1586,7 @@ __global__ void __launch_bounds__(kQ2DownWarps * 32)
     const int j = warp + (st / slots) * kQ2DownWarps, c = c0 + (st % slots) * LR;
     int e = -1, p0, p1;
     const bool pair_ok = pairs_of(P, j, e, p0, p1);  // warp-uniform
-    const int64_t ee = pair_ok ? e : 0, g = c * kC / D.group;
+    const int64_t ee = pair_ok ? e : 0, g = (c * kC) >> D.group_shift;
     const uint32_t* wb = D.w + ee * D.w_s0 + c * 4;
     const Ts* sb = static_cast<const Ts*>(D.s) + ee * D.s_s0 + g;
     const Ts* bb = static_cast<const Ts*>(D.b) + ee * D.b_s0 + g;
