@@ -1317,7 +1317,7 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 constexpr int kQ2Warps = 4;
 constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step
 constexpr int kQ2GateUnits = 2;  // gate_up: units a lane at once
-constexpr int kQ2DownWarps = 4;
+constexpr int kQ2DownWarps = 8;
 constexpr int kQ2DownRows = 4;  // down: rows a lane
 constexpr size_t kQ2MaxSmem = 200 * 1024;
 
