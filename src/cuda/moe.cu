@@ -1298,22 +1298,32 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 // ---- moe_experts_q.cuda_v2: the decode path (T = 1) over 16-byte code chunks ----------------
 //
 // v1 (above) at Qwen3-Next's 4-bit decode shape (512 experts, top-10, Dm 2048, I 512, group 64)
-// took 53.3 µs for 17.7 MB of routed codes, scales and biases (7.7 µs at the copy ceiling; session
+// took 53.3 µs for 17.7 MB of routed codes, scales and biases (7.4 µs at the copy ceiling; session
 // 9 run 2): a lane reads 4-byte words, one scale and bias load per word, and 4 launches (pairs,
-// gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1):
+// gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1) takes 19.9 µs
+// (session 9 run 10; PERFORMANCE.md "session 9" has each step's measurement):
 //   - A lane reads whole 16-byte chunks (32 4-bit or 16 8-bit codes, inside one group), one scale
-//     and bias each; LR lanes a row (the largest power of 2 <= min(chunks a row, 32)), so 32 / LR
-//     rows a warp-pass, and kB chunk loads a row in flight before any math.
+//     and bias each (typed: no dtype branch a load); LR lanes a row (the largest power of 2 <=
+//     min(chunks a row, 32)), so 32 / LR rows a warp-pass.
 //   - The code q becomes f = 1 + q / 2^bits by placing its bits in the top of an f32 mantissa
-//     (a shift and a mask): Σ_c (s·q_c + b)·x_c = 2^bits·s·(Σ_c f_c·x_c - Σ_c x_c) + b·Σ_c x_c,
-//     with Σ_c x_c of each chunk computed once when x (or h) is staged. 3 instructions a code.
-//   - x (and h) in shared memory interleaved by chunk: element i = c·kC + 4p + q at
-//     [(p·nch + c)·4 + q], so the LR lanes of a row read consecutive 16-byte pieces.
-//   - gate_up: CTA row j = pair j (expert ids[0, j]); a warp takes 32 / LR units i (the gate and
-//     up rows of each under swiglu). down + combine: a warp takes 32 / LR output rows d and every
-//     pair: Σ_j w_j·(down[e_j, d]·h_j) with j in order in each lane, then the LR lanes' sum;
-//     launched programmatically after gate_up (the ids, weights and first row loads before
-//     griddepcontrol.wait, h staged after it). 2 launches, no pair plan.
+//     (a shift and one LOP3). gate_up: Σ_c (s·q_c + b)·x_c = 2^bits·s·(Σ_c f_c·x_c - Σ_c x_c) +
+//     b·Σ_c x_c with Σ_c x_c of each chunk computed once when x is staged (3 instructions a
+//     code); down: w_c = 2^bits·s·f_c + (b - 2^bits·s) then w_c·h_c (4 a code, no sums).
+//   - x in shared memory and h in global memory interleaved by chunk: element i = c·kC + 4p + q
+//     at [(p·nch + c)·4 + q], so the LR lanes of a row read consecutive 16-byte pieces (h read
+//     row-major took 16 L1 wavefronts a load: down 24 µs against 15.8).
+//   - gate_up: CTA row j = pair j (expert ids[0, j]); a lane takes kQ2GateUnits units i at once
+//     (the gate and up rows of each under swiglu), so x's shared pieces serve 4 rows.
+//   - down + combine: a CTA of 8 warps takes (32 / LR)·kQ2DownRows output rows, its warp v the
+//     pairs j = v, v + 8, ... (2048 warps at the decode shape; a warp for all pairs gave 1024
+//     and took 10.9 µs against 8.8), each lane 4 rows with the chunk's h pieces read once, then
+//     the warps' parts added in warp order. Launched programmatically after gate_up (the ids,
+//     weights and first row loads before griddepcontrol.wait, h read after it). 2 launches, no
+//     pair plan.
+// What bounds it (ncu, session 9 runs 9-10): both kernels issue ~0.4 instructions a cycle per
+// scheduler at 20-24% occupancy (gate_up 13.6 µs at 128 registers with 44 bytes of spills, 1.2
+// waves; down 8.8 µs),
+// i.e. instruction latency with few warps, not DRAM (14-18%).
 constexpr int kQ2Warps = 4;
 constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step
 constexpr int kQ2GateUnits = 2;  // gate_up: units a lane at once
