@@ -129,25 +129,34 @@ Runner::Runner(const std::string& dir, Device device,
   if (cfg_.arch == Arch::nemotron_h ? cfg_.hidden_act != "relu2" : cfg_.hidden_act != "silu")
     fail("[model] ", cfg_.path, ": hidden_act '", cfg_.hidden_act, "' is not supported for ",
          arch_name(cfg_.arch));
-  if (const char* keep = std::getenv("HYBRID_KEEP_QUANTIZED_EXPERTS"))
-    keep_quantized_experts_ = *keep != '\0' && std::strcmp(keep, "0") != 0;
-  if (keep_quantized_experts_ && !Registry::builtin().has_kernel(MoeExpertsQ::op_name, device.type))
+  // HYBRID_KEEP_QUANTIZED_EXPERTS: "1" keeps MLX-quantized routed experts quantized on the
+  // device (moe_experts_q), "0" dequantizes them at load; unset (auto): kept only when the
+  // dequantized weights would not fit and moe_experts_q has a kernel for the device, so a load
+  // that fits runs as before and one that would not fit dequantized still loads.
+  enum class KeepExperts { automatic, on, off } keep_mode = KeepExperts::automatic;
+  if (const char* keep = std::getenv("HYBRID_KEEP_QUANTIZED_EXPERTS"); keep && *keep != '\0')
+    keep_mode = std::strcmp(keep, "0") == 0 ? KeepExperts::off : KeepExperts::on;
+  const bool has_q_kernel = Registry::builtin().has_kernel(MoeExpertsQ::op_name, device.type);
+  if (keep_mode == KeepExperts::on && !has_q_kernel)
     fail("[model] HYBRID_KEEP_QUANTIZED_EXPERTS=1: moe_experts_q has no ", to_string(device.type),
          " kernel in this build (unset it to load the experts dequantized)");
   int64_t stored = 0;  // checkpoint bytes: the total of the load's progress
   for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt)) stored += bytes;
+  std::string keep_note;  // why the experts are kept quantized in auto mode (logged below)
   {
     // Before anything is uploaded: the weights must fit in the device's memory (free memory on
     // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets), counted
-    // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes).
-    size_t need = 0;
-    const bool keep = keep_quantized_experts_;
-    for (const auto& [dtype, bytes] :
-         loaded_weight_bytes(spec, ckpt, [keep](const std::string& name) {
-           return keep && name.find(".switch_mlp.") != std::string::npos;
-         }))
-      need += static_cast<size_t>(bytes);
-    const bool dequantized = static_cast<int64_t>(need) != stored;
+    // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes) unless
+    // they are routed experts kept quantized.
+    auto need_bytes = [&](bool keep) {
+      size_t n = 0;
+      for (const auto& [dtype, bytes] :
+           loaded_weight_bytes(spec, ckpt, [keep](const std::string& name) {
+             return keep && name.find(".switch_mlp.") != std::string::npos;
+           }))
+        n += static_cast<size_t>(bytes);
+      return n;
+    };
     size_t available = 0;
     const char* what = nullptr;
     if (const std::optional<size_t> budget = device_memory_budget()) {
@@ -161,15 +170,34 @@ Runner::Runner(const std::string& dir, Device device,
                   static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
       what = " of memory";
     }
+    keep_quantized_experts_ = keep_mode == KeepExperts::on;
+    size_t need = need_bytes(keep_quantized_experts_);
+    if (need > available && keep_mode == KeepExperts::automatic && has_q_kernel) {
+      const size_t kept = need_bytes(true);
+      if (kept < need) {  // the checkpoint has MLX-quantized routed experts
+        keep_note =
+            str("the routed experts stay MLX-quantized (moe_experts_q): dequantized, the "
+                "weights need ",
+                format_bytes(static_cast<int64_t>(need)), ", kept ",
+                format_bytes(static_cast<int64_t>(kept)), ", ",
+                format_bytes(static_cast<int64_t>(available)), what,
+                " (HYBRID_KEEP_QUANTIZED_EXPERTS=0 refuses this)");
+        keep_quantized_experts_ = true;
+        need = kept;
+      }
+    }
+    const bool dequantized = static_cast<int64_t>(need) != stored;
     if (need > available)
       fail("[model] the weights need ", need, " bytes (", format_bytes(static_cast<int64_t>(need)),
-           dequantized ? str(" with the MLX-quantized weights dequantized at load, ",
+           dequantized ? str(" with the MLX-quantized weights dequantized at load",
+                             keep_quantized_experts_ ? " except the routed experts" : "", ", ",
                              format_bytes(stored), " as stored")
                        : std::string(),
            ") but ", to_string(device), " has ", available, " bytes (",
            format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
+  if (!keep_note.empty()) ctx_->log(LogLevel::info, "[model] " + keep_note);
   load_weights(ckpt, spec, stored, progress);
 }
 

@@ -314,6 +314,42 @@ TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloats) {
   EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()), "the weights need");
 }
 
+// Unset (auto), the experts stay quantized only when the dequantized weights would not fit: a
+// budget of the kept bytes loads and runs like the float twin; one byte less names the kept form
+// in its error; "0" dequantizes them and so refuses the same budget.
+TEST(Engine, MlxQuantizedExpertsKeptWhenDequantizedWouldNotFit) {
+  TempDir q, f;
+  write_mlx_pair(q.path, f.path, "qwen3_next_tiny_mlx4.json");
+  auto mf = Model::load(f.path.string(), Device::cpu());
+  const Config cfg = load_config(q.path.string());
+  const Checkpoint ckpt(q.path.string());
+  const ModelSpec spec = describe_model(cfg, detect_layout(cfg, ckpt));
+  int64_t experts_kept = 0;
+  for (const auto& [dtype, b] : loaded_weight_bytes(spec, ckpt, [](const std::string& n) {
+         return n.find(".switch_mlp.") != std::string::npos;
+       }))
+    experts_kept += b;
+  const std::string fits = std::to_string(experts_kept);
+  const std::string short_by_one = std::to_string(experts_kept - 1);
+  {
+    const ScopedEnv automatic("HYBRID_KEEP_QUANTIZED_EXPERTS", "");
+    {
+      const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", fits.c_str());
+      auto mq = Model::load(q.path.string(), Device::cpu());
+      const std::vector<int32_t> ids = random_ids(24, mq->vocab_size(), 9);
+      const std::vector<float> lq = mq->logits(ids), lf = mf->logits(ids);
+      ASSERT_EQ(lq.size(), lf.size());
+      EXPECT_LE(nmse(lq.data(), lf.data(), static_cast<int64_t>(lf.size())), 1e-10);
+    }
+    const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", short_by_one.c_str());
+    EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()),
+                        "dequantized at load except the routed experts");
+  }
+  const ScopedEnv off("HYBRID_KEEP_QUANTIZED_EXPERTS", "0");
+  const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", fits.c_str());
+  EXPECT_HYBRID_ERROR(Model::load(q.path.string(), Device::cpu()), "the weights need");
+}
+
 // The CUDA twin: on the GPU, the kept experts run through moe_experts_q.cuda; the logits and the
 // greedy tokens equal those of the dequantized float twin on the GPU (the same routing; only the
 // experts' kernel and its summation order differ).
