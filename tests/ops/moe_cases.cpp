@@ -542,14 +542,18 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {1, 260, 257, 16, 8, bf16, bf16});
 
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
-  // (3 GiB of bf16 weights, uniform fill) at T = 1 and 8, and 4-bit at T = 1.
+  // (3 GiB of bf16 weights, uniform fill) at T = 1, 8 and 4096 (a prefill chunk), and 4-bit at
+  // T = 1 and 4096.
   cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));
-  for (int64_t T : {1, 8})
+  for (int64_t T : {1, 8, 4096})
     cases.push_back(
         std::make_unique<MoeExpertsPerfCase>(ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}));
-  // The same decode with MLX 4-bit group-64 experts (Qwen3-Next's published 4-bit checkpoints).
-  cases.push_back(std::make_unique<MoeExpertsQPerfCase>(
-      ExpertsConfig{1, 512, 10, 2048, 512, bf16, bf16}, 4, 64, bf16));
+  // The same with MLX 4-bit group-64 experts (Qwen3-Next's published 4-bit checkpoints): decode,
+  // and a 4096-token prefill chunk (against the bf16 line above: whether the engine may keep the
+  // experts quantized by default).
+  for (int64_t T : {1, 4096})
+    cases.push_back(std::make_unique<MoeExpertsQPerfCase>(
+        ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}, 4, 64, bf16));
 }
 
 }  // namespace hybrid::test
