@@ -140,8 +140,8 @@ Runner::Runner(const std::string& dir, Device device,
   if (keep_mode == KeepExperts::on && !has_q_kernel)
     fail("[model] HYBRID_KEEP_QUANTIZED_EXPERTS=1: moe_experts_q has no ", to_string(device.type),
          " kernel in this build (unset it to load the experts dequantized)");
-  int64_t stored = 0;  // checkpoint bytes: the total of the load's progress
-  for (const auto& [dtype, bytes] : checkpoint_weight_bytes(spec, ckpt)) stored += bytes;
+  const WeightMemory memory = weight_memory(spec, ckpt);
+  const int64_t stored = memory.stored;  // checkpoint bytes: the total of the load's progress
   std::string keep_note;  // why the experts are kept quantized in auto mode (logged below)
   {
     // Before anything is uploaded: the weights must fit in the device's memory (free memory on
@@ -149,13 +149,7 @@ Runner::Runner(const std::string& dir, Device device,
     // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes) unless
     // they are routed experts kept quantized.
     auto need_bytes = [&](bool keep) {
-      size_t n = 0;
-      for (const auto& [dtype, bytes] :
-           loaded_weight_bytes(spec, ckpt, [keep](const std::string& name) {
-             return keep && name.find(".switch_mlp.") != std::string::npos;
-           }))
-        n += static_cast<size_t>(bytes);
-      return n;
+      return static_cast<size_t>(keep ? memory.experts_kept : memory.loaded);
     };
     size_t available = 0;
     const char* what = nullptr;
@@ -197,7 +191,7 @@ Runner::Runner(const std::string& dir, Device device,
            format_bytes(static_cast<int64_t>(available)), ")", what);
   }
   ctx_ = std::make_unique<Context>(device);
-  if (!keep_note.empty()) ctx_->log(LogLevel::info, "[model] " + keep_note);
+  if (!keep_note.empty()) ctx_->log(LogLevel::warn, "[model] " + keep_note);  // shown by default
   load_weights(ckpt, spec, stored, progress);
 }
 

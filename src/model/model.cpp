@@ -341,4 +341,18 @@ std::map<DType, int64_t> loaded_weight_bytes(
   return out;
 }
 
+bool is_routed_experts_weight(const std::string& name) {
+  return name.find(".switch_mlp.") != std::string::npos;
+}
+
+WeightMemory weight_memory(const ModelSpec& spec, const Checkpoint& ckpt) {
+  auto total = [](const std::map<DType, int64_t>& bytes) {
+    int64_t n = 0;
+    for (const auto& [dtype, b] : bytes) n += b;
+    return n;
+  };
+  return {total(checkpoint_weight_bytes(spec, ckpt)), total(loaded_weight_bytes(spec, ckpt)),
+          total(loaded_weight_bytes(spec, ckpt, is_routed_experts_weight))};
+}
+
 }  // namespace hybrid

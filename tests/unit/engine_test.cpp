@@ -304,6 +304,10 @@ TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloats) {
   EXPECT_EQ(all_kept, stored);
   EXPECT_LT(stored, experts_kept);
   EXPECT_LT(experts_kept, dequantized);
+  const WeightMemory memory = weight_memory(spec, ckpt);  // what the load and `hybrid info` use
+  EXPECT_EQ(memory.stored, stored);
+  EXPECT_EQ(memory.loaded, dequantized);
+  EXPECT_EQ(memory.experts_kept, experts_kept);
   {
     const std::string fits = std::to_string(experts_kept);
     const ScopedEnv budget("HYBRID_DEVICE_MEMORY_BUDGET", fits.c_str());

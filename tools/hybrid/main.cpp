@@ -345,9 +345,22 @@ int info(const std::string& dir, int64_t kv_dtype_bytes, const std::string& kv_d
   }
   std::printf("weights       %s (%s)%s\n", format_bytes(total).c_str(), by_dtype.c_str(),
               ckpt ? "" : ", expected from the config");
-  // One device holds every layer: the whole weight set on cpu, or on one cuda device.
-  std::printf("memory        cpu: %s | cuda: %s (all weights on one device)\n",
-              format_bytes(total).c_str(), format_bytes(total).c_str());
+  // One device holds every layer: the whole weight set on cpu, or on one cuda device, counted as
+  // the load keeps it (MLX-quantized weights dequantized, the routed experts possibly not).
+  const WeightMemory memory = ckpt ? weight_memory(spec, *ckpt) : WeightMemory{total, total, total};
+  if (memory.loaded == memory.stored) {
+    std::printf("memory        %s on the device (all weights on one device)\n",
+                format_bytes(memory.loaded).c_str());
+  } else {
+    std::printf("memory        %s on the device with the MLX-quantized weights dequantized at load",
+                format_bytes(memory.loaded).c_str());
+    if (memory.experts_kept < memory.loaded)
+      std::printf(
+          "; %s with the routed experts kept quantized (automatic when %s does not fit; "
+          "HYBRID_KEEP_QUANTIZED_EXPERTS=1 always)",
+          format_bytes(memory.experts_kept).c_str(), format_bytes(memory.loaded).c_str());
+    std::printf("\n");
+  }
 
   if (!ckpt) {
     std::printf("checkpoint    no safetensors in %s (weights not checked)\n", dir.c_str());

@@ -94,6 +94,16 @@ std::map<DType, int64_t> checkpoint_weight_bytes(const ModelSpec& spec, const Ch
 std::map<DType, int64_t> loaded_weight_bytes(
     const ModelSpec& spec, const Checkpoint& ckpt,
     const std::function<bool(const std::string&)>& kept_quantized = {});
+// Whether the engine can keep weight `name` quantized on the device: MLX-quantized routed
+// experts (`.switch_mlp.`), which run through moe_experts_q.
+bool is_routed_experts_weight(const std::string& name);
+// The weights' bytes, totals over dtypes: as stored in the checkpoint, as the load keeps them
+// with every MLX-quantized weight dequantized, and with the routed experts kept quantized (equal
+// to `loaded` when the checkpoint has no MLX-quantized routed experts).
+struct WeightMemory {
+  int64_t stored = 0, loaded = 0, experts_kept = 0;
+};
+WeightMemory weight_memory(const ModelSpec& spec, const Checkpoint& ckpt);
 
 // "[2048, 512]"
 std::string shape_str(const std::vector<int64_t>& shape);
