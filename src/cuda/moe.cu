@@ -1324,12 +1324,12 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 // scheduler at 20-24% occupancy (gate_up 13.6 µs at 128 registers with 44 bytes of spills, 1.2
 // waves; down 8.8 µs),
 // i.e. instruction latency with few warps, not DRAM (14-18%).
-constexpr int kQ2Warps = 4;
-constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step
+constexpr int kQ2Warps = 4;      // gate_up: warps a CTA
+constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step (two steps in flight)
 constexpr int kQ2GateUnits = 2;  // gate_up: units a lane at once
-constexpr int kQ2DownWarps = 8;
-constexpr int kQ2DownRows = 4;  // down: rows a lane
-constexpr size_t kQ2MaxSmem = 200 * 1024;
+constexpr int kQ2DownWarps = 8;  // down: warps a CTA, each a share of the pairs
+constexpr int kQ2DownRows = 4;   // down: output rows a lane
+constexpr size_t kQ2MaxSmem = 200 * 1024;  // gate_up: x and its chunk sums
 
 // 1 + q / 2^kBits for code n of word w (the code's bits placed at the top of the mantissa).
 template <int kBits, int n>
