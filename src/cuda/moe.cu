@@ -437,6 +437,19 @@ __device__ __forceinline__ float expert_activation(float g, float u, bool swiglu
   return r * r;
 }
 
+// h[q0 + k, i] for the first n_tok (<= kExpTokens) pairs of a batch from a warp's partial dots
+// (dot[0]: up, dot[1]: gate under swiglu): one warp sum each, lane 0 stores.
+__device__ __forceinline__ void store_expert_h(const float (&dot)[2][kExpTokens], int n_tok, int q0,
+                                               int I, int i, bool swiglu, int lane, float* h) {
+#pragma unroll
+  for (int k = 0; k < kExpTokens; ++k) {
+    if (k >= n_tok) break;
+    const float u = warp_sum(dot[0][k]);
+    const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
+    if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
+  }
+}
+
 // h[pos, i] = silu(G_e[i]·x)·(U_e[i]·x) | relu(U_e[i]·x)², one warp per i, pairs 8 at a time.
 // Direct pairs: x (row 0, dtype xt) is staged as f32 in dynamic shared memory [Dm] first
 // (kBatchedStage: 8 loads per thread in flight, the v3 variant; else one load at a time).
@@ -486,13 +499,7 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
 #pragma unroll
       for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
     }
-#pragma unroll
-    for (int k = 0; k < kExpTokens; ++k) {
-      if (k >= n_tok) break;
-      const float u = warp_sum(dot[0][k]);
-      const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
-    }
+    store_expert_h(dot, n_tok, q0, I, i, swiglu, lane, h);
   }
 }
 
@@ -1204,13 +1211,7 @@ __global__ void __launch_bounds__(kExpWarps * 32)
 #pragma unroll
       for (int k = 0; k < kExpTokens; ++k) dot[0][k] = d1[0][k];
     }
-#pragma unroll
-    for (int k = 0; k < kExpTokens; ++k) {
-      if (k >= n_tok) break;
-      const float u = warp_sum(dot[0][k]);
-      const float g = swiglu ? warp_sum(dot[1][k]) : 0.0f;
-      if (lane == 0) h[static_cast<int64_t>(q0 + k) * I + i] = expert_activation(g, u, swiglu);
-    }
+    store_expert_h(dot, n_tok, q0, I, i, swiglu, lane, h);
   }
 }
 
@@ -1493,19 +1494,17 @@ __global__ void __launch_bounds__(kQ2Warps * 32, 4)
   issue(0, buf_a);  // in flight while x is staged
   // x's elements d .. d + 3 (x_vec: x 16-byte aligned, one 16- or 8-byte load).
   auto x4 = [&](int d) -> float4 {
-    if (x_vec) {
-      if (xt == DType::f32)
-        return *reinterpret_cast<const float4*>(static_cast<const float*>(x) + d);
-      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(x) + d);
-      if (xt == DType::bf16)
-        return make_float4(__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
-                           __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u));
-      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
-      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-      return make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
-    return make_float4(load_any(x, xt, d), load_any(x, xt, d + 1), load_any(x, xt, d + 2),
-                       load_any(x, xt, d + 3));
+    float4 r;
+    float* rf = reinterpret_cast<float*>(&r);
+    if (!x_vec)
+      for (int u = 0; u < 4; ++u) rf[u] = load_any(x, xt, d + u);
+    else if (xt == DType::f32)
+      vload<4>(static_cast<const float*>(x) + d, rf);
+    else if (xt == DType::bf16)
+      vload<4>(static_cast<const __nv_bfloat16*>(x) + d, rf);
+    else
+      vload<4>(static_cast<const __half*>(x) + d, rf);
+    return r;
   };
   for (int c = threadIdx.x; c < nch; c += blockDim.x) stage_chunk<kBits>(x4, c, nch, q2_x, xsum);
   __syncthreads();
@@ -1528,10 +1527,9 @@ __global__ void __launch_bounds__(kQ2Warps * 32, 4)
   }
 }
 
-// Σ_c w_c·h_c over a chunk of codes dequantized
-// one by one, w_c = s'·f_c + b' (s' = 2^bits·s, b' = b - s', f_c = 1 + q_c / 2^bits), with the
-// chunk's h pieces in registers (read once for the kQ2DownRows rows): 4 instructions a code,
-// no chunk sums.
+// Σ_c w_c·h_c over a chunk of codes dequantized one by one, w_c = s'·f_c + b' (s' = 2^bits·s, b' =
+// b - s', f_c = 1 + q_c / 2^bits), with the chunk's h pieces in registers (read once for the
+// kQ2DownRows rows): 4 instructions a code, no chunk sums.
 template <int kBits>
 __device__ __forceinline__ float chunk_wdot(const uint4& w, float s1, float b1,
                                             const float4 (&hv)[32 / kBits]) {
@@ -1645,8 +1643,8 @@ __global__ void __launch_bounds__(kQ2DownWarps * 32)
   store_any(out, ot, dr, accumulate ? load_any(out, ot, dr) + sum : sum);
 }
 
-// v2's conditions: one token, 16-byte aligned code rows, x's row contiguous, x and h with their
-// chunk sums within shared memory.
+// v2's conditions: one token, 16-byte aligned code rows, x's row contiguous, x and its chunk sums
+// within shared memory.
 Reason moe_experts_q_v2_supports(const MoeExpertsQ& a) {
   static const bool off = env_is_zero("HYBRID_MOE_Q_V2");
   if (off) return std::string("HYBRID_MOE_Q_V2=0");
