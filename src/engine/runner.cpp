@@ -148,9 +148,6 @@ Runner::Runner(const std::string& dir, Device device,
     // CUDA, physical memory on the CPU, or the budget HYBRID_DEVICE_MEMORY_BUDGET sets), counted
     // as the load keeps them: MLX-quantized weights dequantized (~3.6x their 4-bit bytes) unless
     // they are routed experts kept quantized.
-    auto need_bytes = [&](bool keep) {
-      return static_cast<size_t>(keep ? memory.experts_kept : memory.loaded);
-    };
     size_t available = 0;
     const char* what = nullptr;
     if (const std::optional<size_t> budget = device_memory_budget()) {
@@ -165,9 +162,10 @@ Runner::Runner(const std::string& dir, Device device,
       what = " of memory";
     }
     keep_quantized_experts_ = keep_mode == KeepExperts::on;
-    size_t need = need_bytes(keep_quantized_experts_);
+    size_t need =
+        static_cast<size_t>(keep_quantized_experts_ ? memory.experts_kept : memory.loaded);
     if (need > available && keep_mode == KeepExperts::automatic && has_q_kernel) {
-      const size_t kept = need_bytes(true);
+      const auto kept = static_cast<size_t>(memory.experts_kept);
       if (kept < need) {  // the checkpoint has MLX-quantized routed experts
         keep_note =
             str("the routed experts stay MLX-quantized (moe_experts_q): dequantized, the "

@@ -228,6 +228,16 @@ struct MoeExpertsCase : Case {
       s.output("out", p.act, {p.T, p.Dm});
     }
   }
+  // How many distinct experts the ids route to (perf cases count each one's weights once).
+  int64_t distinct_experts(const Slots& s) const {
+    std::vector<bool> used(p.E, false);
+    int64_t n = 0;
+    for (int64_t i = 0; i < p.T * p.K; ++i) {
+      const auto e = static_cast<int64_t>(s["ids"].get(i));
+      if (!used[e]) used[e] = true, ++n;
+    }
+    return n;
+  }
   // How the case names its expert weights.
   virtual std::string weight_desc() const { return str(",w=", dtype_name(p.wdt)); }
   // The expert weights: gate_up [E, rows(), Dm] and down [E, Dm, I], scaled so that gate_up · x
@@ -316,12 +326,7 @@ struct MoeExpertsPerfCase : MoeExpertsCase {
   bool perf_only() const override { return true; }
   void oracle(const Slots&, Expected&) override { fail("[moe_experts perf case] has no oracle"); }
   double bytes(const Slots& s) const override {
-    std::vector<bool> used(p.E, false);
-    int64_t n = 0;
-    for (int64_t i = 0; i < p.T * p.K; ++i) {
-      const auto e = static_cast<int64_t>(s["ids"].get(i));
-      if (!used[e]) used[e] = true, ++n;
-    }
+    const int64_t n = distinct_experts(s);
     return static_cast<double>(n) * static_cast<double>((rows() + p.I) * p.Dm) *
            static_cast<double>(dtype_size(p.wdt));
   }
@@ -407,12 +412,7 @@ struct MoeExpertsQPerfCase : MoeExpertsQCase {
   bool perf_only() const override { return true; }
   void oracle(const Slots&, Expected&) override { fail("[moe_experts_q perf case] has no oracle"); }
   double bytes(const Slots& s) const override {
-    std::vector<bool> used(p.E, false);
-    int64_t n = 0;
-    for (int64_t i = 0; i < p.T * p.K; ++i) {
-      const auto e = static_cast<int64_t>(s["ids"].get(i));
-      if (!used[e]) used[e] = true, ++n;
-    }
+    const int64_t n = distinct_experts(s);
     // Per expert and matrix: rows x (in * bits / 8 bytes of codes + 2 x in / gs scales / biases).
     const auto per_row = [&](int64_t in) {
       return static_cast<double>(in) * bits / 8.0 +
