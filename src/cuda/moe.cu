@@ -1045,6 +1045,28 @@ Reason moe_experts_v6_supports(const MoeExperts& a) {
   return {};
 }
 
+// Launches a down kernel programmatically after the gate_up kernel just launched (griddepcontrol:
+// its prologue overlaps gate_up's tail; it reads h only after griddepcontrol.wait).
+// HYBRID_MOE_PDL=0, or after_gate_up false (no gate_up launched, e.g. I = 0: the previous kernel
+// is another op's, whose early trigger could let the id reads run ahead of its writes): a plain
+// launch.
+template <class... Params, class... Args>
+void launch_after_gate_up(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, bool after_gate_up, Args... args) {
+  static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_on && after_gate_up ? 1 : 0;
+  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
   const int64_t Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2), K = a.ids.size(1);
   if (Dm == 0) return;
@@ -1075,24 +1097,11 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
     const size_t smem = moe_down_v6_smem(K, I, rows, sizeof(Tw));
     const auto kernel = moe_down_combine_v6_kernel<Tw>;
     ensure_dynamic_smem(kernel, smem);
-    // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
-    // op's kernel (I = 0), whose early trigger could let the id reads run ahead of its writes.
-    static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
-    cfg.blockDim = dim3(kDn6Warps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
-    HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
-        &cfg, kernel, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
+    launch_after_gate_up(kernel, dim3(static_cast<unsigned>((Dm + rows - 1) / rows)),
+                         dim3(kDn6Warps * 32), smem, stream, I > 0, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
         a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
         static_cast<int>(rows), a.weights.data(), a.weights.dtype(), a.weights.stride(1),
-        a.out.data(), a.out.dtype(), a.accumulate));
+        a.out.data(), a.out.dtype(), a.accumulate);
   });
 }
 // ---- moe_experts_q.cuda: MLX-quantized experts on moe_experts v3's paths ----------------------
@@ -1301,7 +1310,7 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 // v1 (above) at Qwen3-Next's 4-bit decode shape (512 experts, top-10, Dm 2048, I 512, group 64)
 // took 53.3 µs for 17.7 MB of routed codes, scales and biases (7.4 µs at the copy ceiling; session
 // 9 run 2): a lane reads 4-byte words, one scale and bias load per word, and 4 launches (pairs,
-// gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1) takes 19.9 µs
+// gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1) takes 19.6 µs
 // (session 9 run 10; PERFORMANCE.md "session 9" has each step's measurement):
 //   - A lane reads whole 16-byte chunks (32 4-bit or 16 8-bit codes, inside one group), one scale
 //     and bias each (typed: no dtype branch a load); LR lanes a row (the largest power of 2 <=
@@ -1314,7 +1323,9 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 //     at [(p·nch + c)·4 + q], so the LR lanes of a row read consecutive 16-byte pieces (h read
 //     row-major took 16 L1 wavefronts a load: down 24 µs against 15.8).
 //   - gate_up: CTA row j = pair j (expert ids[0, j]); a lane takes kQ2GateUnits units i at once
-//     (the gate and up rows of each under swiglu), so x's shared pieces serve 4 rows.
+//     (the gate and up rows of each under swiglu), so x's shared pieces serve 2 rows. 1 unit
+//     (96 registers) took 19.6 µs for the op, 2 units (128 registers, 44 bytes of spills) 20.0
+//     and 4 units 23.9 (session 10 run 1).
 //   - down + combine: a CTA of 8 warps takes (32 / LR)·kQ2DownRows output rows, its warp v the
 //     pairs j = v, v + 8, ... (2048 warps at the decode shape; a warp for all pairs gave 1024
 //     and took 10.9 µs against 8.8), each lane 4 rows with the chunk's h pieces read once, then
@@ -1323,11 +1334,10 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 //     pair plan.
 // What bounds it (ncu, session 9 runs 9-10): both kernels issue ~0.4 instructions a cycle per
 // scheduler at 20-24% occupancy (gate_up 13.6 µs at 128 registers with 44 bytes of spills, 1.2
-// waves; down 8.8 µs),
-// i.e. instruction latency with few warps, not DRAM (14-18%).
+// waves; down 8.8 µs), i.e. instruction latency with few warps, not DRAM (14-18%).
 constexpr int kQ2Warps = 4;      // gate_up: warps a CTA
 constexpr int kQ2GateBatch = 1;  // gate_up: chunk slots a row in one step (two steps in flight)
-constexpr int kQ2GateUnits = 2;  // gate_up: units a lane at once
+constexpr int kQ2GateUnits = 1;  // gate_up: units a lane at once
 constexpr int kQ2DownWarps = 8;  // down: warps a CTA, each a share of the pairs
 constexpr int kQ2DownRows = 4;   // down: output rows a lane
 constexpr size_t kQ2MaxSmem = 200 * 1024;  // gate_up: x and its chunk sums
@@ -1697,23 +1707,11 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
   dispatch_float(a.down.scales.dtype(), MoeExpertsQ::op_name, [&](auto ts) {
     using Ts = decltype(ts);
     const auto kernel = bits == 4 ? moe_q_down_v2_kernel<4, Ts> : moe_q_down_v2_kernel<8, Ts>;
-    // Programmatic launch after gate_up (HYBRID_MOE_PDL=0: a plain launch); never after another
-    // op's kernel (I = 0).
-    static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>((Dm + rows - 1) / rows));
-    cfg.blockDim = dim3(kQ2DownWarps * 32);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_on && I > 0 ? 1 : 0;
-    HYBRID_CUDA_CHECK(cudaLaunchKernelEx(
-        &cfg, kernel, static_cast<const float*>(h), q_experts(a.down), pairs, static_cast<int>(K),
-        static_cast<int>(Dm), static_cast<int>(I), LR, a.weights.data(), a.weights.dtype(),
-        a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate));
+    launch_after_gate_up(kernel, dim3(static_cast<unsigned>((Dm + rows - 1) / rows)),
+                         dim3(kQ2DownWarps * 32), 0, stream, I > 0, static_cast<const float*>(h),
+                         q_experts(a.down), pairs, static_cast<int>(K), static_cast<int>(Dm),
+                         static_cast<int>(I), LR, a.weights.data(), a.weights.dtype(),
+                         a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate);
   });
 }
 }  // namespace
