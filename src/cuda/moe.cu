@@ -1311,7 +1311,7 @@ void moe_experts_q_run(const MoeExpertsQ& a, Context& ctx) {
 // took 53.3 µs for 17.7 MB of routed codes, scales and biases (7.4 µs at the copy ceiling; session
 // 9 run 2): a lane reads 4-byte words, one scale and bias load per word, and 4 launches (pairs,
 // gate_up, down, combine). v2 (`moe_experts_q.cuda_v2`; HYBRID_MOE_Q_V2=0 → v1) takes 19.6 µs
-// (session 9 run 10; PERFORMANCE.md "session 9" has each step's measurement):
+// (session 10 run 1; PERFORMANCE.md "session 9" has each earlier step's measurement):
 //   - A lane reads whole 16-byte chunks (32 4-bit or 16 8-bit codes, inside one group), one scale
 //     and bias each (typed: no dtype branch a load); LR lanes a row (the largest power of 2 <=
 //     min(chunks a row, 32)), so 32 / LR rows a warp-pass.
