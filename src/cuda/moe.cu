@@ -19,8 +19,9 @@
 //   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
 //   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
-//   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
-//   kernel, not a tensor-core grouped GEMM.
+//   2·P·3·I·Dm. These GEMV kernels re-read each expert's rows once per 8 pairs (from L2); prefill
+//   and decode batches of >= 256 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
+//   (below), and so do MLX-quantized experts (moe_experts_q.cuda_tc).
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -1098,10 +1099,11 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
     const auto kernel = moe_down_combine_v6_kernel<Tw>;
     ensure_dynamic_smem(kernel, smem);
     launch_after_gate_up(kernel, dim3(static_cast<unsigned>((Dm + rows - 1) / rows)),
-                         dim3(kDn6Warps * 32), smem, stream, I > 0, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
-        a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
-        static_cast<int>(rows), a.weights.data(), a.weights.dtype(), a.weights.stride(1),
-        a.out.data(), a.out.dtype(), a.accumulate);
+                         dim3(kDn6Warps * 32), smem, stream, I > 0, static_cast<const float*>(h),
+                         a.down.data_as<const Tw>(), a.down.stride(0), a.down.stride(1), pairs,
+                         static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
+                         static_cast<int>(rows), a.weights.data(), a.weights.dtype(),
+                         a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate);
   });
 }
 // ---- moe_experts_q.cuda: MLX-quantized experts on moe_experts v3's paths ----------------------
@@ -1783,7 +1785,7 @@ struct TcArgs {
   int64_t lda;
   const void* w;  // dense weights [E, rows, kdim] (C), rows 16-byte aligned
   int64_t w_s0, w_s1;
-  QExperts q;  // quantized weights (kBits 4 | 8)
+  QExperts q;          // quantized weights (kBits 4 | 8)
   const int* tiles;    // [n_tiles][2]: expert, first sorted position
   const int* n_tiles;  // [1]
   const int* offsets;  // [E + 1] sorted positions of each expert
@@ -1982,8 +1984,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
   }
   cp_wait<0>();
   if (!active) return;
-  // Accumulator (mi, j)[2·hf + v]: position wm·32 + mi·16 + lane / 4 + 8·hf, column
-  // tile_row(j) + (lane % 4)·2 + v.
+    // Accumulator (mi, j)[2·hf + v]: position wm·32 + mi·16 + lane / 4 + 8·hf, column
+    // tile_row(j) + (lane % 4)·2 + v.
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -2001,8 +2003,9 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
           float v[2];
 #pragma unroll
           for (int c = 0; c < 2; ++c)
-            v[c] = kSwiglu ? expert_activation(acc[mi][j][2 * hf + c], acc[mi][j + 4][2 * hf + c], true)
-                           : expert_activation(0.0f, acc[mi][j][2 * hf + c], false);
+            v[c] = kSwiglu
+                       ? expert_activation(acc[mi][j][2 * hf + c], acc[mi][j + 4][2 * hf + c], true)
+                       : expert_activation(0.0f, acc[mi][j][2 * hf + c], false);
           *reinterpret_cast<uint32_t*>(hrow + unit) = tc_pack<C>(v[0], v[1]);
         }
       } else {
@@ -2020,8 +2023,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
 
 // The tiles of kTcM sorted positions of one expert (one block): tiles[2·i] = expert,
 // tiles[2·i + 1] = its first position, in the order of the sort's routed experts.
-__global__ void __launch_bounds__(kSortThreads) moe_tiles_kernel(SortLayout L, int* tiles,
-                                                                   int* n_tiles) {
+__global__ void __launch_bounds__(kSortThreads)
+    moe_tiles_kernel(SortLayout L, int* tiles, int* n_tiles) {
   __shared__ int warp_sums[32];
   __shared__ int total;
   const int n = *L.n_active;
@@ -2051,16 +2054,33 @@ int64_t tc_max_tiles(int64_t P, int64_t E) {
 // What both tensor-core paths need: T > 1 (decode has its own paths), x bf16 | f16 with 16-byte
 // aligned rows, out in x's dtype (h is rounded to it), Dm and I multiples of 8, the tiles within
 // grid.y, k within the combine's shared memory.
-Reason moe_tc_supports(const Tensor& x, const Tensor& out, const Tensor& ids, int64_t E, int64_t I,
-                       const char* off_switch) {
+// The fewest pairs (T·k) for which the tensor-core path runs, measured at Qwen3-Next's shape (512
+// experts, top-10, session 10 run 2): bf16 at T 8 took 215.6 µs against v4's 159.7, at T 64 840.8
+// against 960.9; 4-bit at T 8 252.0 against v1's 287.0, at T 64 991.5 against 1655.9. One line for
+// both, so that a model's MLX-quantized experts and their dequantized twin take the same
+// arithmetic (f32 GEMVs, or 16-bit tensor-core inputs) on the same calls.
+// HYBRID_MOE_TC_MIN_PAIRS replaces it (to time either side of the line).
+constexpr int64_t kTcMinPairs = 256;
+int64_t tc_min_pairs() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("HYBRID_MOE_TC_MIN_PAIRS");
+    return e ? std::atoll(e) : kTcMinPairs;
+  }();
+  return v;
+}
+
+// What both tensor-core paths need: T >= 2 and T·k >= min_pairs (below, the GEMV paths are
+// faster), Dm and I positive multiples of 8, the tiles within grid.y, k within the combine's shared
+// memory. x and out may be any float dtype: x is read as it is when it is C with 16-byte aligned
+// rows, else first converted into a [T, Dm] C copy; h is C.
+Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
+                       const char* off_switch, int64_t min_pairs) {
   const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
   if (T < 2) return str("T=", T, ": the tensor-core path is for prefill (T >= 2)");
-  if (x.dtype() != DType::bf16 && x.dtype() != DType::f16)
-    return str("x ", dtype_name(x.dtype()), ": the tensor-core path takes bf16 | f16");
-  if (out.dtype() != x.dtype()) return std::string("out's dtype differs from x's (h is rounded to x's)");
-  if (Dm % 8 != 0 || I % 8 != 0 || I == 0) return str("Dm=", Dm, ", I=", I, ": not positive multiples of 8");
-  if (reinterpret_cast<uintptr_t>(x.data()) % 16 != 0 || x.stride(0) % 8 != 0)
-    return std::string("x's rows not 16-byte aligned");
+  if (T * K < min_pairs)
+    return str("T·k=", T * K, " below ", min_pairs, " (a GEMV path is faster)");
+  if (Dm % 8 != 0 || I % 8 != 0 || I == 0)
+    return str("Dm=", Dm, ", I=", I, ": not positive multiples of 8");
   if (K > kCombineMaxK) return str("k=", K, " above ", kCombineMaxK, " (the v3 combine)");
   if (Dm > int64_t{65535} * kCombineThreads) return str("Dm=", Dm, " above the combine's grid");
   if (E > kMaxExperts) return str("E=", E, " above ", kMaxExperts, " (the sort's shared memory)");
@@ -2069,9 +2089,20 @@ Reason moe_tc_supports(const Tensor& x, const Tensor& out, const Tensor& ids, in
   return {};
 }
 
+// x [T, Dm] (rows strided) -> xc [T, Dm] in C, contiguous.
+template <class Tx, class C>
+__global__ void moe_x_to_c_kernel(const Tx* __restrict__ x, int64_t ldx, C* __restrict__ xc,
+                                  int64_t T, int64_t Dm) {
+  const int64_t n = T * Dm;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    xc[i] = from_f32<C>(to_f32(x[(i / Dm) * ldx + i % Dm]));
+}
+
 // Sort, tiles, gate_up, down, combine. launch_gemm(mode_kernel_args) runs the two GEMMs.
 struct TcPlan {
   void* h;
+  void* xc;  // [T, Dm] in C when x is not read as it is
   float* y;
   SortLayout L;
   int* tiles;
@@ -2087,7 +2118,8 @@ TcPlan plan_tc(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, Context
   const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
   const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
   const size_t t_b = align_up(static_cast<size_t>(2 * max_tiles + 1) * 4, 256);
-  char* ws = static_cast<char*>(ctx.workspace(h_b + y_b + s_b + t_b));
+  const size_t x_b = align_up(static_cast<size_t>(T * Dm) * 2, 256);
+  char* ws = static_cast<char*>(ctx.workspace(h_b + y_b + s_b + t_b + x_b));
   TcPlan plan;
   plan.h = ws;
   plan.y = reinterpret_cast<float*>(ws + h_b);
@@ -2096,6 +2128,7 @@ TcPlan plan_tc(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, Context
   plan.tiles = reinterpret_cast<int*>(ws + h_b + y_b + s_b);
   plan.n_tiles = plan.tiles + 2 * max_tiles;
   plan.max_tiles = static_cast<unsigned>(max_tiles);
+  plan.xc = ws + h_b + y_b + s_b + t_b;
   const size_t sort_smem = static_cast<size_t>(E) * 4;
   if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
   moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
@@ -2120,8 +2153,8 @@ void launch_tc_gemm(const TcArgs& args, unsigned n_blocks, unsigned max_tiles,
 // The two GEMMs and the combine over a plan; kBits 16 = dense weights (q unused).
 template <class C, int kBits>
 void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor& weights,
-            const Tensor& out, bool accumulate, bool swiglu, int64_t I, TcArgs gate_up,
-            TcArgs down, cudaStream_t stream) {
+            const Tensor& out, bool accumulate, bool swiglu, int64_t I, TcArgs gate_up, TcArgs down,
+            cudaStream_t stream) {
   const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
   for (TcArgs* g : {&gate_up, &down}) {
     g->tiles = plan.tiles;
@@ -2132,8 +2165,21 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
     g->I = static_cast<int>(I);
     g->n_out = static_cast<int>(Dm);
   }
-  gate_up.a = x.data();
-  gate_up.lda = x.stride(0);
+  constexpr DType kC = std::is_same_v<C, __half> ? DType::f16 : DType::bf16;
+  if (x.dtype() == kC && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 && x.stride(0) % 8 == 0) {
+    gate_up.a = x.data();
+    gate_up.lda = x.stride(0);
+  } else {
+    dispatch_float(x.dtype(), "moe_experts", [&](auto tx) {
+      using Tx = decltype(tx);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+      moe_x_to_c_kernel<Tx, C><<<blocks, 256, 0, stream>>>(x.data_as<const Tx>(), x.stride(0),
+                                                           static_cast<C*>(plan.xc), T, Dm);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+    gate_up.a = plan.xc;
+    gate_up.lda = Dm;
+  }
   gate_up.kdim = static_cast<int>(Dm);
   gate_up.out = plan.h;
   down.a = plan.h;
@@ -2159,11 +2205,12 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
 
 Reason moe_experts_tc_supports(const MoeExperts& a) {
   const int64_t E = a.down.size(0), I = a.down.size(2);
-  if (Reason r = moe_tc_supports(a.x, a.out, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC")) return r;
-  if (a.gate_up.dtype() != a.x.dtype() || a.down.dtype() != a.x.dtype())
-    return std::string("expert weights not in x's dtype");
-  if (!vec_ok(a.gate_up) || !vec_ok(a.down))
-    return std::string("expert rows not 16-byte aligned");
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC", tc_min_pairs()))
+    return r;
+  if ((a.gate_up.dtype() != DType::bf16 && a.gate_up.dtype() != DType::f16) ||
+      a.down.dtype() != a.gate_up.dtype())
+    return std::string("expert weights not both bf16 or both f16 (the tensor cores' inputs)");
+  if (!vec_ok(a.gate_up) || !vec_ok(a.down)) return std::string("expert rows not 16-byte aligned");
   return {};
 }
 
@@ -2180,7 +2227,7 @@ void moe_experts_tc_run(const MoeExperts& a, Context& ctx) {
   down.w_s0 = a.down.stride(0);
   down.w_s1 = a.down.stride(1);
   const bool swiglu = a.activation == MoeActivation::swiglu;
-  if (a.x.dtype() == DType::f16)
+  if (a.gate_up.dtype() == DType::f16)
     run_tc<__half, 16>(plan, a.x, a.ids, a.weights, a.out, a.accumulate, swiglu, I, gate_up, down,
                        stream);
   else
@@ -2190,7 +2237,7 @@ void moe_experts_tc_run(const MoeExperts& a, Context& ctx) {
 
 Reason moe_experts_q_tc_supports(const MoeExpertsQ& a) {
   const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
-  if (Reason r = moe_tc_supports(a.x, a.out, a.ids, E, I, "HYBRID_MOE_Q_TC")) return r;
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_Q_TC", tc_min_pairs())) return r;
   if (a.gate_up.bits != a.down.bits) return std::string("gate_up and down of different bits");
   for (const QuantizedExperts* q : {&a.gate_up, &a.down}) {
     const auto addr = reinterpret_cast<uintptr_t>(q->weight.data());
