@@ -70,7 +70,8 @@ if section fallbacks; then
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill
   test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
-  test_one moe_v4 40 HYBRID_MOE_EXPERTS_V6=0 moe_experts
+  test_one moe_v4 40 "HYBRID_MOE_EXPERTS_V6=0 HYBRID_MOE_EXPERTS_TC=0" moe_experts
+  test_one moe_q_v1 40 "HYBRID_MOE_Q_V2=0 HYBRID_MOE_Q_TC=0" moe_experts_q
   test_one linear_q_v7_all 40 "HYBRID_LINEAR_Q_V7_ANY=1 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
   test_one linear_q_v6_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
   test_one linear_q_v5_all 40 "HYBRID_LINEAR_Q_V7=0 HYBRID_LINEAR_Q_V6=0 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
@@ -92,7 +93,7 @@ if section fallbacks_old; then
   test_one attn_decode_v3 40 "HYBRID_ATTN_DECODE_V5=0 HYBRID_ATTN_DECODE_V4=0" attn_decode
   test_one linear_q_v4 40 HYBRID_LINEAR_Q_V5=0 linear_q
   test_one linear_q_v3 40 "HYBRID_LINEAR_Q_V5=0 HYBRID_LINEAR_Q_V4=0" linear_q
-  test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V6=0 HYBRID_MOE_EXPERTS_V4=0" moe_experts
+  test_one moe_v3 40 "HYBRID_MOE_EXPERTS_V6=0 HYBRID_MOE_EXPERTS_V4=0 HYBRID_MOE_EXPERTS_TC=0" moe_experts
 fi
 if section unit; then
   filter='CudaGraph.*:Parity.*:*Cuda*:DemoModel*'

@@ -19,8 +19,9 @@
 //   Decode (T = 1): the direct path skips 1.: CTA row j of 2. and 3. is pair j (expert ids[0, j])
 //   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
-//   2·P·3·I·Dm. Prefill re-reads each expert's rows once per 8 pairs (from L2): a CUDA-core
-//   kernel, not a tensor-core grouped GEMM.
+//   2·P·3·I·Dm. These GEMV kernels re-read each expert's rows once per 8 pairs (from L2); prefill
+//   and decode batches of >= 256 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
+//   (below), and so do MLX-quantized experts (moe_experts_q.cuda_tc).
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -1098,10 +1099,11 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
     const auto kernel = moe_down_combine_v6_kernel<Tw>;
     ensure_dynamic_smem(kernel, smem);
     launch_after_gate_up(kernel, dim3(static_cast<unsigned>((Dm + rows - 1) / rows)),
-                         dim3(kDn6Warps * 32), smem, stream, I > 0, static_cast<const float*>(h), a.down.data_as<const Tw>(), a.down.stride(0),
-        a.down.stride(1), pairs, static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
-        static_cast<int>(rows), a.weights.data(), a.weights.dtype(), a.weights.stride(1),
-        a.out.data(), a.out.dtype(), a.accumulate);
+                         dim3(kDn6Warps * 32), smem, stream, I > 0, static_cast<const float*>(h),
+                         a.down.data_as<const Tw>(), a.down.stride(0), a.down.stride(1), pairs,
+                         static_cast<int>(K), static_cast<int>(Dm), static_cast<int>(I),
+                         static_cast<int>(rows), a.weights.data(), a.weights.dtype(),
+                         a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate);
   });
 }
 // ---- moe_experts_q.cuda: MLX-quantized experts on moe_experts v3's paths ----------------------
@@ -1714,12 +1716,568 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
                          a.weights.stride(1), a.out.data(), a.out.dtype(), a.accumulate);
   });
 }
+// ---- moe_experts.cuda_tc / moe_experts_q.cuda_tc: prefill as a sorted grouped GEMM -----------
+//
+// The GEMV paths above read a routed expert's rows once per 8 of its pairs and do the math on
+// CUDA cores: a 4096-token prefill chunk of Qwen3-Next (512 experts, top-10, Dm 2048, I 512;
+// ~80 pairs an expert) took 40.0 ms in bf16 and 61.6 ms in 4 bits (session 10 run 1), i.e.
+// 6.4 TFLOP/s. Here the pairs sorted by expert (moe_sort) are cut into tiles of kTcM positions
+// of one expert (moe_tiles), and each CTA computes a [kTcM, N] block of one expert's GEMM on
+// tensor cores (mma.sync m16n8k16, f32 accumulate):
+//   gate_up: h[pos, i] = act(x[token(pos)]·G_e[i], x·U_e[i]), A = x's rows gathered through
+//     pair_of_pos, B = kTcGateN units' gate and up rows (128 rows; relu2: 64 up rows); h is
+//     stored in the input dtype C (bf16 | f16), as the model's own MLP rounds it.
+//   down: y[pos, d] = h[pos, :]·D_e[d, :] for kTcDownN rows d, A = h's contiguous rows; y f32.
+//   combine: moe_combine_v3_kernel (Σ_j w·y in j order, as every path).
+// A CTA: 8 warps as 4 (32 positions each) × 2 (half of the B rows), kTcK = 64 of the reduction a
+// stage, kTcStages stages in flight by cp.async into XOR-swizzled shared memory, ldmatrix
+// fragments; warps whose 32 positions are all past the tile's pairs skip the math. Quantized
+// experts (kBits 4 | 8): the stage holds the code chunks (16 bytes: 32 or 16 codes of one
+// group); each thread dequantizes its chunks w = s·q + b (f32, then C) into one B tile of the
+// stage, its scale and bias loaded one stage ahead, then a barrier, then the same math.
+// The grid's x runs over N, fastest, so the CTAs of one tile share its A rows in L2; every
+// expert's weights are read once per tile of its pairs. Positions within an expert are in no
+// fixed order, but every row of a GEMM is computed alone, so results do not depend on it.
+// Bytes at T 4096 (bf16): all 512 experts' weights (3.2 GB: 0.8 ms at the copy ceiling) + y
+// [P, Dm] f32 written and read once (0.67 GB); FLOP 2·P·3·I·Dm = 258 G.
+constexpr int kTcM = 128, kTcK = 64, kTcStages = 3, kTcWarps = 8;
+constexpr int kTcGateN = 64;   // gate_up: units i a CTA
+constexpr int kTcDownN = 128;  // down: output rows d a CTA
+
+enum class TcMode { gate_up_swiglu, gate_up_relu2, down };
+
+// B rows a CTA stage: swiglu 64 gate + 64 up rows, relu2 64 up rows, down 128 rows d.
+template <TcMode kMode>
+constexpr int tc_b_rows() {
+  return kMode == TcMode::gate_up_relu2 ? kTcGateN : 128;
+}
+
+// The first B row of n8 tile j of warp column wn (tiles 2j' and 2j' + 1 are 16 adjacent rows,
+// one ldmatrix_x4). swiglu: tiles 0-3 gate units wn·32 + 8j, tiles 4-7 the same units' up rows.
+template <TcMode kMode>
+__device__ __forceinline__ int tc_tile_row(int wn, int j) {
+  if constexpr (kMode == TcMode::gate_up_swiglu)
+    return (j / 4) * kTcGateN + wn * 32 + (j % 4) * 8;
+  else if constexpr (kMode == TcMode::gate_up_relu2)
+    return wn * 32 + j * 8;
+  else
+    return wn * 64 + j * 8;
+}
+
+// Element offset of (row, 16-byte chunk ch) in a [rows, kTcK] 16-bit tile, chunks XOR-swizzled by
+// row so that ldmatrix's 8 row addresses hit 8 different bank groups.
+__device__ __forceinline__ int tc_swz(int row, int ch) {
+  return row * kTcK + ((ch ^ (row & 7)) << 3);
+}
+
+template <class C>
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+  if constexpr (std::is_same_v<C, __half>) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    return pack_bf16(lo, hi);
+  }
+}
+
+struct TcArgs {
+  const void* a;  // gate_up: x [T, Dm] (pair p's row: token p / K); down: h [P, I] (C)
+  int64_t lda;
+  const void* w;  // dense weights [E, rows, kdim] (C), rows 16-byte aligned
+  int64_t w_s0, w_s1;
+  QExperts q;          // quantized weights (kBits 4 | 8)
+  const int* tiles;    // [n_tiles][2]: expert, first sorted position
+  const int* n_tiles;  // [1]
+  const int* offsets;  // [E + 1] sorted positions of each expert
+  const int* pair_of_pos;
+  int K;      // pairs a token
+  int kdim;   // the reduction: Dm (gate_up) | I (down)
+  int n_out;  // down: Dm
+  int I;      // gate_up: units (and the first up row under swiglu)
+  void* out;  // gate_up: h [P, I] (C); down: y [P, Dm] f32
+};
+
+template <class C, TcMode kMode, int kBits>
+constexpr size_t tc_smem_bytes() {
+  constexpr int kB = tc_b_rows<kMode>();
+  constexpr size_t a = size_t{kTcStages} * kTcM * kTcK * 2;
+  if constexpr (kBits == 16) {
+    return a + size_t{kTcStages} * kB * kTcK * 2;
+  } else {
+    return a + size_t{kB} * kTcK * 2 + size_t{kTcStages} * kB * (kTcK * kBits / 128) * 16;
+  }
+}
+
+template <class C, TcMode kMode, int kBits>
+__global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcArgs p) {
+  constexpr int kB = tc_b_rows<kMode>(), kNT = kB / 16;  // B rows; n8 tiles a warp
+  constexpr bool kGate = kMode != TcMode::down, kQuant = kBits != 16;
+  constexpr int kCpr = kTcK * kBits / 128;  // quantized: 16-byte code chunks a row and stage
+  constexpr int kEpc = 128 / kBits;         // quantized: codes a chunk
+  constexpr int kQc = (kB * kCpr + kTcWarps * 32 - 1) / (kTcWarps * 32);  // chunks a thread
+  const int tile = blockIdx.y;
+  if (tile >= *p.n_tiles) return;
+  const int e = p.tiles[2 * tile], p0 = p.tiles[2 * tile + 1];
+  const int rows = min(kTcM, p.offsets[e + 1] - p0);
+  const int n0 = blockIdx.x * (kGate ? kTcGateN : kTcDownN);
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  C* a_s = reinterpret_cast<C*>(tc_smem);  // [S][kTcM][kTcK]
+  C* b_s = a_s + kTcStages * kTcM * kTcK;  // dense: [S][kB][kTcK]; quantized: [kB][kTcK]
+  uint4* c_s = reinterpret_cast<uint4*>(b_s + kB * kTcK);  // quantized: [S][kB·kCpr] chunks
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp % 4, wn = warp / 4;
+  const int ch = tid % 8;
+
+  // The weight row of B row r (-1 past the matrix).
+  auto w_row = [&](int r) -> int {
+    if constexpr (kMode == TcMode::gate_up_swiglu) {
+      const int unit = n0 + r % kTcGateN;
+      return unit < p.I ? (r >= kTcGateN ? p.I : 0) + unit : -1;
+    } else if constexpr (kMode == TcMode::gate_up_relu2) {
+      return n0 + r < p.I ? n0 + r : -1;
+    } else {
+      return n0 + r < p.n_out ? n0 + r : -1;
+    }
+  };
+  // A's row of each tile row (-1 past the tile's pairs: never loaded), kept in shared memory
+  // rather than as pointers in registers.
+  __shared__ int a_idx[kTcM];
+  for (int r = tid; r < kTcM; r += kTcWarps * 32)
+    a_idx[r] = r < rows ? (kGate ? p.pair_of_pos[p0 + r] / p.K : p0 + r) : -1;
+  const C* a_base = static_cast<const C*>(p.a);
+  // Dense B: row r of the stage is weight row w_row(r) of expert e. Quantized: this thread's
+  // code chunks c = tid + 256·u (row c / kCpr, piece c % kCpr of the stage's kTcK columns).
+  const C* w_base = kQuant ? nullptr : static_cast<const C*>(p.w) + e * p.w_s0;
+  const uint32_t* q_row[kQc];
+  int q_s_off[kQc], q_b_off[kQc];  // the row's first scale / bias (int: within one expert)
+  if constexpr (kQuant) {
+#pragma unroll
+    for (int u = 0; u < kQc; ++u) {
+      const int c = tid + kTcWarps * 32 * u;
+      const int wr = c < kB * kCpr ? w_row(c / kCpr) : -1;
+      q_row[u] = wr >= 0 ? p.q.w + e * p.q.w_s0 + wr * p.q.w_s1 : nullptr;
+      q_s_off[u] = static_cast<int>(wr * p.q.s_s1);
+      q_b_off[u] = static_cast<int>(wr * p.q.b_s1);
+    }
+  }
+  __syncthreads();  // a_idx
+  const int nk = (p.kdim + kTcK - 1) / kTcK;
+
+  // Stage kt's copies: A (and dense B) 16-byte chunks, zero past kdim; rows past the tile or the
+  // matrix are not copied (their outputs are never stored, and rows do not mix in an mma).
+  auto load_stage = [&](int stage, int kt) {
+    const int k = kt * kTcK + ch * 8;
+    const bool kin = k < p.kdim;
+    C* as = a_s + stage * kTcM * kTcK;
+#pragma unroll
+    for (int u = 0; u < kTcM / 32; ++u) {
+      const int r = tid / 8 + 32 * u, row = a_idx[r];
+      if (row >= 0)
+        cp_async16(as + tc_swz(r, ch), kin ? a_base + static_cast<int64_t>(row) * p.lda + k : p.a,
+                   kin ? 16 : 0);
+    }
+    if constexpr (!kQuant) {
+      C* bs = b_s + stage * kB * kTcK;
+#pragma unroll
+      for (int u = 0; u < kB / 32; ++u) {
+        const int r = tid / 8 + 32 * u, wr = w_row(r);
+        if (wr >= 0)
+          cp_async16(bs + tc_swz(r, ch), kin ? w_base + wr * p.w_s1 + k : p.w, kin ? 16 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kQc; ++u) {
+        const int c = tid + kTcWarps * 32 * u;
+        const int kq = kt * kTcK + (c % kCpr) * kEpc;
+        if (q_row[u] && kq < p.kdim)
+          cp_async16(c_s + stage * kB * kCpr + c, q_row[u] + kq * kBits / 32);
+      }
+    }
+  };
+  // Quantized: the scale and bias of this thread's chunks in stage kt (0 past kdim).
+  float q_s[kQc], q_b[kQc];
+  auto load_scales = [&](int kt) {
+#pragma unroll
+    for (int u = 0; u < kQc; ++u) {
+      const int c = tid + kTcWarps * 32 * u;
+      const int kq = kt * kTcK + (c % kCpr) * kEpc;
+      q_s[u] = q_b[u] = 0.0f;
+      if (q_row[u] && kq < p.kdim) {
+        const int g = kq >> p.q.group_shift;
+        q_s[u] = load_any(p.q.s, p.q.sdt, e * p.q.s_s0 + q_s_off[u] + g);
+        q_b[u] = load_any(p.q.b, p.q.sdt, e * p.q.b_s0 + q_b_off[u] + g);
+      }
+    }
+  };
+  if constexpr (kQuant) load_scales(0);
+
+#pragma unroll
+  for (int s = 0; s < kTcStages - 1; ++s) {
+    if (s < nk) load_stage(s, s);
+    cp_commit();
+  }
+  float acc[2][kNT][4] = {};
+  const bool active = wm * 32 < rows;  // warp-uniform
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_wait<kTcStages - 2>();
+    __syncthreads();  // stage kt landed; every warp is past kt - 1's math (its buffers are free)
+    if (kt + kTcStages - 1 < nk) load_stage((kt + kTcStages - 1) % kTcStages, kt + kTcStages - 1);
+    cp_commit();
+    const C* as = a_s + (kt % kTcStages) * kTcM * kTcK;
+    const C* bs = b_s;
+    if constexpr (kQuant) {
+      // Each thread's chunks -> the B tile: w = s·q + b, then C; zero past kdim or the matrix.
+      const uint4* cs = c_s + (kt % kTcStages) * kB * kCpr;
+#pragma unroll
+      for (int u = 0; u < kQc; ++u) {
+        const int c = tid + kTcWarps * 32 * u;
+        if (c >= kB * kCpr) break;
+        const int r = c / kCpr, pc = c % kCpr;
+        const bool ok = q_row[u] && kt * kTcK + pc * kEpc < p.kdim;
+        const uint4 raw = ok ? cs[c] : make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
+        const float s = q_s[u], b = q_b[u];
+        constexpr uint32_t kMask = (1u << kBits) - 1;
+#pragma unroll
+        for (int o = 0; o < kEpc / 8; ++o) {  // 8 codes -> one 16-byte piece of the tile
+          uint32_t packed[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            float f[2];
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              const int code = o * 8 + m * 2 + n;  // within the chunk
+              const uint32_t word = wv[code * kBits / 32];
+              const float qv = static_cast<float>((word >> ((code * kBits) % 32)) & kMask);
+              f[n] = ok ? fmaf(s, qv, b) : 0.0f;
+            }
+            packed[m] = tc_pack<C>(f[0], f[1]);
+          }
+          *reinterpret_cast<uint4*>(b_s + tc_swz(r, pc * (kEpc / 8) + o)) =
+              make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+      }
+      if (kt + 1 < nk) load_scales(kt + 1);
+      __syncthreads();  // the B tile is whole
+    } else {
+      bs = b_s + (kt % kTcStages) * kB * kTcK;
+    }
+    if (active) {
+#pragma unroll
+      for (int kk = 0; kk < kTcK / 16; ++kk) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+          ldmatrix_x4(a[mi], as + tc_swz(wm * 32 + mi * 16 + lane % 16, kk * 2 + lane / 16));
+#pragma unroll
+        for (int jj = 0; jj < kNT / 2; ++jj) {
+          uint32_t b[4];
+          const int row = tc_tile_row<kMode>(wn, 2 * jj) + lane % 8 + (lane / 16) * 8;
+          ldmatrix_x4(b, bs + tc_swz(row, kk * 2 + (lane / 8) % 2));
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            mma16<C>(acc[mi][2 * jj], a[mi], b[0], b[1]);
+            mma16<C>(acc[mi][2 * jj + 1], a[mi], b[2], b[3]);
+          }
+        }
+      }
+    }
+  }
+  cp_wait<0>();
+  if (!active) return;
+    // Accumulator (mi, j)[2·hf + v]: position wm·32 + mi·16 + lane / 4 + 8·hf, column
+    // tile_row(j) + (lane % 4)·2 + v.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = wm * 32 + mi * 16 + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      const int64_t pos = p0 + r;
+      if constexpr (kGate) {
+        constexpr bool kSwiglu = kMode == TcMode::gate_up_swiglu;
+        C* hrow = static_cast<C*>(p.out) + pos * p.I;
+#pragma unroll
+        for (int j = 0; j < (kSwiglu ? kNT / 2 : kNT); ++j) {
+          const int unit = n0 + wn * 32 + j * 8 + (lane % 4) * 2;  // I % 8 == 0: unit + 1 < I too
+          if (unit >= p.I) continue;
+          float v[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            v[c] = kSwiglu
+                       ? expert_activation(acc[mi][j][2 * hf + c], acc[mi][j + 4][2 * hf + c], true)
+                       : expert_activation(0.0f, acc[mi][j][2 * hf + c], false);
+          *reinterpret_cast<uint32_t*>(hrow + unit) = tc_pack<C>(v[0], v[1]);
+        }
+      } else {
+        float* yrow = static_cast<float*>(p.out) + pos * p.n_out;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          const int d = n0 + wn * 64 + j * 8 + (lane % 4) * 2;  // Dm % 8 == 0: d + 1 < Dm too
+          if (d < p.n_out)
+            *reinterpret_cast<float2*>(yrow + d) =
+                make_float2(acc[mi][j][2 * hf], acc[mi][j][2 * hf + 1]);
+        }
+      }
+    }
+}
+
+// The tiles of kTcM sorted positions of one expert (one block): tiles[2·i] = expert,
+// tiles[2·i + 1] = its first position, in the order of the sort's routed experts.
+__global__ void __launch_bounds__(kSortThreads)
+    moe_tiles_kernel(SortLayout L, int* tiles, int* n_tiles) {
+  __shared__ int warp_sums[32];
+  __shared__ int total;
+  const int n = *L.n_active;
+  const int per = (n + kSortThreads - 1) / kSortThreads;
+  const int a0 = min(n, static_cast<int>(threadIdx.x) * per), a1 = min(n, a0 + per);
+  int count = 0;
+  for (int a = a0; a < a1; ++a) {
+    const int e = L.active[a];
+    count += (L.offsets[e + 1] - L.offsets[e] + kTcM - 1) / kTcM;
+  }
+  int at = block_exclusive_scan(count, warp_sums, &total);
+  for (int a = a0; a < a1; ++a) {
+    const int e = L.active[a];
+    for (int q = L.offsets[e]; q < L.offsets[e + 1]; q += kTcM, ++at) {
+      tiles[2 * at] = e;
+      tiles[2 * at + 1] = q;
+    }
+  }
+  if (threadIdx.x == 0) *n_tiles = total;
+}
+
+// An upper bound of the tiles: Σ_e ⌈c_e / kTcM⌉ <= P / kTcM + (routed experts).
+int64_t tc_max_tiles(int64_t P, int64_t E) {
+  return (P + kTcM - 1) / kTcM + std::min(E, P);
+}
+
+// What both tensor-core paths need: T > 1 (decode has its own paths), x bf16 | f16 with 16-byte
+// aligned rows, out in x's dtype (h is rounded to it), Dm and I multiples of 8, the tiles within
+// grid.y, k within the combine's shared memory.
+// The fewest pairs (T·k) for which the tensor-core path runs, measured at Qwen3-Next's shape (512
+// experts, top-10, session 10 run 2): bf16 at T 8 took 215.6 µs against v4's 159.7, at T 64 840.8
+// against 960.9; 4-bit at T 8 252.0 against v1's 287.0, at T 64 991.5 against 1655.9. One line for
+// both, so that a model's MLX-quantized experts and their dequantized twin take the same
+// arithmetic (f32 GEMVs, or 16-bit tensor-core inputs) on the same calls.
+// HYBRID_MOE_TC_MIN_PAIRS replaces it (to time either side of the line).
+constexpr int64_t kTcMinPairs = 256;
+int64_t tc_min_pairs() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("HYBRID_MOE_TC_MIN_PAIRS");
+    return e ? std::atoll(e) : kTcMinPairs;
+  }();
+  return v;
+}
+
+// What both tensor-core paths need: T >= 2 and T·k >= min_pairs (below, the GEMV paths are
+// faster), Dm and I positive multiples of 8, the tiles within grid.y, k within the combine's shared
+// memory. x and out may be any float dtype: x is read as it is when it is C with 16-byte aligned
+// rows, else first converted into a [T, Dm] C copy; h is C.
+Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
+                       const char* off_switch, int64_t min_pairs) {
+  const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
+  if (T < 2) return str("T=", T, ": the tensor-core path is for prefill (T >= 2)");
+  if (T * K < min_pairs)
+    return str("T·k=", T * K, " below ", min_pairs, " (a GEMV path is faster)");
+  if (Dm % 8 != 0 || I % 8 != 0 || I == 0)
+    return str("Dm=", Dm, ", I=", I, ": not positive multiples of 8");
+  if (K > kCombineMaxK) return str("k=", K, " above ", kCombineMaxK, " (the v3 combine)");
+  if (Dm > int64_t{65535} * kCombineThreads) return str("Dm=", Dm, " above the combine's grid");
+  if (E > kMaxExperts) return str("E=", E, " above ", kMaxExperts, " (the sort's shared memory)");
+  if (tc_max_tiles(T * K, E) > 65535) return str("T·k=", T * K, ": tiles above grid.y");
+  if (env_is_zero(off_switch)) return str(off_switch, "=0");
+  return {};
+}
+
+// x [T, Dm] (rows strided) -> xc [T, Dm] in C, contiguous.
+template <class Tx, class C>
+__global__ void moe_x_to_c_kernel(const Tx* __restrict__ x, int64_t ldx, C* __restrict__ xc,
+                                  int64_t T, int64_t Dm) {
+  const int64_t n = T * Dm;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    xc[i] = from_f32<C>(to_f32(x[(i / Dm) * ldx + i % Dm]));
+}
+
+// Sort, tiles, gate_up, down, combine. launch_gemm(mode_kernel_args) runs the two GEMMs.
+struct TcPlan {
+  void* h;
+  void* xc;  // [T, Dm] in C when x is not read as it is
+  float* y;
+  SortLayout L;
+  int* tiles;
+  int* n_tiles;
+  unsigned max_tiles;
+};
+
+TcPlan plan_tc(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, Context& ctx,
+               cudaStream_t stream) {
+  const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1), P = T * K;
+  const int64_t max_tiles = tc_max_tiles(P, E);
+  const size_t h_b = align_up(static_cast<size_t>(P * I) * 2, 256);
+  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
+  const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
+  const size_t t_b = align_up(static_cast<size_t>(2 * max_tiles + 1) * 4, 256);
+  const size_t x_b = align_up(static_cast<size_t>(T * Dm) * 2, 256);
+  char* ws = static_cast<char*>(ctx.workspace(h_b + y_b + s_b + t_b + x_b));
+  TcPlan plan;
+  plan.h = ws;
+  plan.y = reinterpret_cast<float*>(ws + h_b);
+  int* si = reinterpret_cast<int*>(ws + h_b + y_b);
+  plan.L = SortLayout{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
+  plan.tiles = reinterpret_cast<int*>(ws + h_b + y_b + s_b);
+  plan.n_tiles = plan.tiles + 2 * max_tiles;
+  plan.max_tiles = static_cast<unsigned>(max_tiles);
+  plan.xc = ws + h_b + y_b + s_b + t_b;
+  const size_t sort_smem = static_cast<size_t>(E) * 4;
+  if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
+  moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
+      ids.data(), ids.dtype() == DType::i64, ids.stride(0), ids.stride(1), static_cast<int>(T),
+      static_cast<int>(K), static_cast<int>(E), plan.L, nullptr, x.dtype(), 0, nullptr, 0);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  moe_tiles_kernel<<<1, kSortThreads, 0, stream>>>(plan.L, plan.tiles, plan.n_tiles);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  return plan;
+}
+
+template <class C, TcMode kMode, int kBits>
+void launch_tc_gemm(const TcArgs& args, unsigned n_blocks, unsigned max_tiles,
+                    cudaStream_t stream) {
+  const auto kernel = moe_tc_gemm_kernel<C, kMode, kBits>;
+  constexpr size_t smem = tc_smem_bytes<C, kMode, kBits>();
+  ensure_dynamic_smem(kernel, smem);
+  kernel<<<dim3(n_blocks, max_tiles), kTcWarps * 32, smem, stream>>>(args);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+// The two GEMMs and the combine over a plan; kBits 16 = dense weights (q unused).
+template <class C, int kBits>
+void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor& weights,
+            const Tensor& out, bool accumulate, bool swiglu, int64_t I, TcArgs gate_up, TcArgs down,
+            cudaStream_t stream) {
+  const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
+  for (TcArgs* g : {&gate_up, &down}) {
+    g->tiles = plan.tiles;
+    g->n_tiles = plan.n_tiles;
+    g->offsets = plan.L.offsets;
+    g->pair_of_pos = plan.L.pair_of_pos;
+    g->K = static_cast<int>(K);
+    g->I = static_cast<int>(I);
+    g->n_out = static_cast<int>(Dm);
+  }
+  constexpr DType kC = std::is_same_v<C, __half> ? DType::f16 : DType::bf16;
+  if (x.dtype() == kC && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 && x.stride(0) % 8 == 0) {
+    gate_up.a = x.data();
+    gate_up.lda = x.stride(0);
+  } else {
+    dispatch_float(x.dtype(), "moe_experts", [&](auto tx) {
+      using Tx = decltype(tx);
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
+      moe_x_to_c_kernel<Tx, C><<<blocks, 256, 0, stream>>>(x.data_as<const Tx>(), x.stride(0),
+                                                           static_cast<C*>(plan.xc), T, Dm);
+      HYBRID_CUDA_CHECK_LAUNCH();
+    });
+    gate_up.a = plan.xc;
+    gate_up.lda = Dm;
+  }
+  gate_up.kdim = static_cast<int>(Dm);
+  gate_up.out = plan.h;
+  down.a = plan.h;
+  down.lda = I;
+  down.kdim = static_cast<int>(I);
+  down.out = plan.y;
+  const auto gate_blocks = static_cast<unsigned>((I + kTcGateN - 1) / kTcGateN);
+  if (swiglu)
+    launch_tc_gemm<C, TcMode::gate_up_swiglu, kBits>(gate_up, gate_blocks, plan.max_tiles, stream);
+  else
+    launch_tc_gemm<C, TcMode::gate_up_relu2, kBits>(gate_up, gate_blocks, plan.max_tiles, stream);
+  launch_tc_gemm<C, TcMode::down, kBits>(
+      down, static_cast<unsigned>((Dm + kTcDownN - 1) / kTcDownN), plan.max_tiles, stream);
+  const Pairs pairs{plan.L, nullptr, false, 0, 0};
+  const dim3 grid(static_cast<unsigned>(T),
+                  static_cast<unsigned>((Dm + kCombineThreads - 1) / kCombineThreads));
+  moe_combine_v3_kernel<<<grid, kCombineThreads, 0, stream>>>(
+      plan.y, plan.L.pos_of_pair, pairs, weights.data(), weights.dtype(), weights.stride(0),
+      weights.stride(1), out.data(), out.dtype(), out.stride(0), static_cast<int>(K),
+      static_cast<int>(Dm), accumulate);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+Reason moe_experts_tc_supports(const MoeExperts& a) {
+  const int64_t E = a.down.size(0), I = a.down.size(2);
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC", tc_min_pairs()))
+    return r;
+  if ((a.gate_up.dtype() != DType::bf16 && a.gate_up.dtype() != DType::f16) ||
+      a.down.dtype() != a.gate_up.dtype())
+    return std::string("expert weights not both bf16 or both f16 (the tensor cores' inputs)");
+  if (!vec_ok(a.gate_up) || !vec_ok(a.down)) return std::string("expert rows not 16-byte aligned");
+  return {};
+}
+
+void moe_experts_tc_run(const MoeExperts& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), E = a.down.size(0), I = a.down.size(2);
+  if (Dm == 0) return;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const TcPlan plan = plan_tc(a.x, a.ids, E, I, ctx, stream);
+  TcArgs gate_up{}, down{};
+  gate_up.w = a.gate_up.data();
+  gate_up.w_s0 = a.gate_up.stride(0);
+  gate_up.w_s1 = a.gate_up.stride(1);
+  down.w = a.down.data();
+  down.w_s0 = a.down.stride(0);
+  down.w_s1 = a.down.stride(1);
+  const bool swiglu = a.activation == MoeActivation::swiglu;
+  if (a.gate_up.dtype() == DType::f16)
+    run_tc<__half, 16>(plan, a.x, a.ids, a.weights, a.out, a.accumulate, swiglu, I, gate_up, down,
+                       stream);
+  else
+    run_tc<__nv_bfloat16, 16>(plan, a.x, a.ids, a.weights, a.out, a.accumulate, swiglu, I, gate_up,
+                              down, stream);
+}
+
+Reason moe_experts_q_tc_supports(const MoeExpertsQ& a) {
+  const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_Q_TC", tc_min_pairs())) return r;
+  if (a.gate_up.bits != a.down.bits) return std::string("gate_up and down of different bits");
+  for (const QuantizedExperts* q : {&a.gate_up, &a.down}) {
+    const auto addr = reinterpret_cast<uintptr_t>(q->weight.data());
+    if (addr % 16 != 0 || q->weight.stride(1) % 4 != 0 || q->weight.stride(0) % 4 != 0)
+      return std::string("code rows not 16-byte aligned");
+    if (q->scales.stride(0) > INT_MAX || q->biases.stride(0) > INT_MAX)
+      return std::string("an expert's scales above 2^31 elements");
+  }
+  return {};
+}
+
+void moe_experts_q_tc_run(const MoeExpertsQ& a, Context& ctx) {
+  const int64_t Dm = a.x.size(1), E = a.down.scales.size(0);
+  const int64_t I = a.down.scales.size(2) * a.down.group_size;
+  if (Dm == 0) return;
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const TcPlan plan = plan_tc(a.x, a.ids, E, I, ctx, stream);
+  TcArgs gate_up{}, down{};
+  gate_up.q = q_experts(a.gate_up);
+  down.q = q_experts(a.down);
+  const bool swiglu = a.activation == MoeActivation::swiglu, f16 = a.x.dtype() == DType::f16;
+  auto run = [&](auto c, auto bits) {
+    run_tc<decltype(c), decltype(bits)::value>(plan, a.x, a.ids, a.weights, a.out, a.accumulate,
+                                               swiglu, I, gate_up, down, stream);
+  };
+  using B4 = std::integral_constant<int, 4>;
+  using B8 = std::integral_constant<int, 8>;
+  if (a.gate_up.bits == 4)
+    f16 ? run(__half{}, B4{}) : run(__nv_bfloat16{}, B4{});
+  else
+    f16 ? run(__half{}, B8{}) : run(__nv_bfloat16{}, B8{});
+}
 }  // namespace
 
 void register_moe(Registry& r) {
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
   r.add<MoeExperts>("moe_experts.cuda_v6", DeviceType::cuda, 30, moe_experts_v6_supports,
                     moe_experts_v6_run);
+  r.add<MoeExperts>("moe_experts.cuda_tc", DeviceType::cuda, 25, moe_experts_tc_supports,
+                    moe_experts_tc_run);
   r.add<MoeExperts>("moe_experts.cuda_v4", DeviceType::cuda, 20, moe_experts_v4_supports,
                     moe_experts_run<true, true>);
   r.add<MoeExperts>("moe_experts.cuda_v3", DeviceType::cuda, 10, moe_experts_v3_supports,
@@ -1728,6 +2286,8 @@ void register_moe(Registry& r) {
                     moe_experts_run<false>);
   r.add<MoeExpertsQ>("moe_experts_q.cuda_v2", DeviceType::cuda, 10, moe_experts_q_v2_supports,
                      moe_experts_q_v2_run);
+  r.add<MoeExpertsQ>("moe_experts_q.cuda_tc", DeviceType::cuda, 5, moe_experts_q_tc_supports,
+                     moe_experts_q_tc_run);
   r.add<MoeExpertsQ>("moe_experts_q.cuda", DeviceType::cuda, 0, moe_experts_q_supports,
                      moe_experts_q_run);
 }

@@ -240,6 +240,20 @@ struct MoeExpertsCase : Case {
   }
   // How the case names its expert weights.
   virtual std::string weight_desc() const { return str(",w=", dtype_name(p.wdt)); }
+  // The 16-bit dtype in which CUDA's tensor-core path (moe_experts.cuda_tc / moe_experts_q.cuda_tc:
+  // T·k >= 256) takes x and h: the weights' (f32 for f32 weights: that path is not taken).
+  virtual DType tc_dtype() const { return p.wdt; }
+  // That path rounds x and h to tc_dtype() as llama.cpp's and vLLM's MoE GEMMs do
+  // (docs/ops/moe.md), so an output finer than it (f32, or f16 against bf16) is held to
+  // tc_dtype()'s tolerance on a device backend; the CPU reference is held to the output's own
+  // against the oracle.
+  Tolerance tolerance(const Slot& out, DeviceType backend) const override {
+    const DType r = tc_dtype();
+    if (backend != DeviceType::cpu && r != DType::f32 &&
+        (out.dtype == DType::f32 || (out.dtype == DType::f16 && r == DType::bf16)))
+      return default_tolerance(r, backend);
+    return Case::tolerance(out, backend);
+  }
   // The expert weights: gate_up [E, rows(), Dm] and down [E, Dm, I], scaled so that gate_up · x
   // and down · h are O(1).
   virtual void init_experts(Rng& rng, Slots& s) {
@@ -345,6 +359,7 @@ struct MoeExpertsQCase : MoeExpertsCase {
   std::string weight_desc() const override {
     return str(",bits=", bits, ",group=", gs, ",scales=", dtype_name(sdt));
   }
+  DType tc_dtype() const override { return p.act == DType::f16 ? DType::f16 : DType::bf16; }
   void init_experts(Rng& rng, Slots& s) override {
     const struct {
       const char* name;
@@ -535,23 +550,48 @@ void add_moe_cases(CaseList& cases) {
             128, f16);
   experts_q(cases, {1, 16, 4, 1024, 256, bf16, bf16}, 8, 64, bf16);
   experts_q(cases, {1, 24, 10, 4096, 1024, bf16, bf16}, 4, 64, bf16);
+  // The CUDA prefill path on tensor cores (cuda_tc: T >= 2 and T·k >= 256, 16-bit or quantized
+  // weights, Dm and I multiples of 8): expert 0 in all
+  // 300 tokens (3 tiles of 128, 128 and 44 positions); f16 relu2 with i64 ids, one expert twice,
+  // accumulate, Dm 200 (a reduction tail of 8 in gate_up, 72 rows in down's last block) and I 96
+  // (32 units in gate_up's last block, a tail of 32 in down); Qwen3-Next's expert shape on 32
+  // experts.
+  experts(cases, {300, 16, 4, 256, 128, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false,
+                  false, true});
+  experts(cases,
+          {70, 32, 6, 200, 96, f16, f16, MoeActivation::relu2, DType::i64, true, false, true});
+  experts(cases, {64, 32, 8, 1024, 512, bf16, bf16});
+  // f32 x and out (the engine's activations) with bf16 weights, x rows strided (x converted to
+  // a bf16 copy first): 320 pairs.
+  experts(cases, {40, 16, 8, 256, 64, f32, bf16, MoeActivation::swiglu, DType::i32, false, true});
+  // The same for 4 / 8-bit experts (codes dequantized into the tile): skewed 4-bit group 64;
+  // 8-bit group 32 relu2 with f32 scales, Dm 224 (the last reduction stage half codes, half
+  // zeros); 4-bit group 128 with f16 scales; f32 x and out.
+  experts_q(cases,
+            {300, 16, 4, 256, 128, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false,
+             false, true},
+            4, 64, bf16);
+  experts_q(cases,
+            {70, 32, 6, 224, 96, f16, f16, MoeActivation::relu2, DType::i64, true, false, true}, 8,
+            32, f32);
+  experts_q(cases, {64, 32, 8, 1024, 512, bf16, bf16}, 4, 128, f16);
+  experts_q(cases, {40, 16, 8, 256, 128, f32, bf16}, 4, 64, bf16);
   route(cases, {3, 1024, 8, f32});
   // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
   // and direct paths), so the fallback stays covered.
   experts(cases, {2, 260, 257, 16, 8, f32, f32});
   experts(cases, {1, 260, 257, 16, 8, bf16, bf16});
 
-  // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; decode over all 512 experts
-  // (3 GiB of bf16 weights, uniform fill) at T = 1, 8 and 4096 (a prefill chunk), and 4-bit at
-  // T = 1 and 4096.
+  // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; all 512 experts (3 GiB of bf16
+  // weights, uniform fill) at T = 1 to 64 (decode batches; 16 and 32 around the tensor-core
+  // path's threshold) and 4096 (a prefill chunk), and 4-bit at T = 1, 8, 64 and 4096.
   cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));
-  for (int64_t T : {1, 8, 4096})
+  for (int64_t T : {1, 8, 16, 32, 64, 4096})
     cases.push_back(
         std::make_unique<MoeExpertsPerfCase>(ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}));
-  // The same with MLX 4-bit group-64 experts (Qwen3-Next's published 4-bit checkpoints): decode,
-  // and a 4096-token prefill chunk (against the bf16 line above: whether the engine may keep the
-  // experts quantized by default).
-  for (int64_t T : {1, 4096})
+  // The same with MLX 4-bit group-64 experts (Qwen3-Next's published 4-bit checkpoints; against
+  // the bf16 lines above: whether the engine may keep the experts quantized by default).
+  for (int64_t T : {1, 8, 64, 4096})
     cases.push_back(std::make_unique<MoeExpertsQPerfCase>(
         ExpertsConfig{T, 512, 10, 2048, 512, bf16, bf16}, 4, 64, bf16));
 }
