@@ -20,8 +20,8 @@
 //   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. These GEMV kernels re-read each expert's rows once per 8 pairs (from L2); prefill
-//   and decode batches of >= 256 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
-//   (below), and so do MLX-quantized experts (moe_experts_q.cuda_tc).
+//   and decode batches of >= 512 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
+//   (below); MLX-quantized experts from 256 pairs (moe_experts_q.cuda_tc).
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -2051,22 +2051,20 @@ int64_t tc_max_tiles(int64_t P, int64_t E) {
   return (P + kTcM - 1) / kTcM + std::min(E, P);
 }
 
-// What both tensor-core paths need: T > 1 (decode has its own paths), x bf16 | f16 with 16-byte
-// aligned rows, out in x's dtype (h is rounded to it), Dm and I multiples of 8, the tiles within
-// grid.y, k within the combine's shared memory.
-// The fewest pairs (T·k) for which the tensor-core path runs, measured at Qwen3-Next's shape (512
-// experts, top-10, session 10 run 2): bf16 at T 8 took 215.6 µs against v4's 159.7, at T 64 840.8
-// against 960.9; 4-bit at T 8 252.0 against v1's 287.0, at T 64 991.5 against 1655.9. One line for
-// both, so that a model's MLX-quantized experts and their dequantized twin take the same
-// arithmetic (f32 GEMVs, or 16-bit tensor-core inputs) on the same calls.
-// HYBRID_MOE_TC_MIN_PAIRS replaces it (to time either side of the line).
-constexpr int64_t kTcMinPairs = 256;
-int64_t tc_min_pairs() {
+// The fewest pairs (T·k) for which the tensor-core path runs, from Qwen3-Next's shape (512
+// experts, top-10, session 10 runs 2-3). bf16 (against v4): T 8 215.6 µs against 159.7, T 32
+// 564.5 against 547.7, T 64 840.8 against 960.9: 512 pairs. 4-bit (against v1): T 8 252.0
+// against 287.0, T 64 991.5 against 1655.9; 256 pairs, not fewer, so that at a few tokens a
+// model's MLX-quantized experts and their dequantized twin both take f32 GEMVs (the engine test
+// MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda compares them at 1e-8).
+// HYBRID_MOE_TC_MIN_PAIRS replaces both (to time either side of the line).
+constexpr int64_t kTcMinPairsDense = 512, kTcMinPairsQuant = 256;
+int64_t tc_min_pairs(int64_t fallback) {
   static const int64_t v = [] {
     const char* e = std::getenv("HYBRID_MOE_TC_MIN_PAIRS");
-    return e ? std::atoll(e) : kTcMinPairs;
+    return e ? std::atoll(e) : int64_t{-1};
   }();
-  return v;
+  return v >= 0 ? v : fallback;
 }
 
 // What both tensor-core paths need: T >= 2 and T·k >= min_pairs (below, the GEMV paths are
@@ -2205,7 +2203,8 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
 
 Reason moe_experts_tc_supports(const MoeExperts& a) {
   const int64_t E = a.down.size(0), I = a.down.size(2);
-  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC", tc_min_pairs()))
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC",
+                                 tc_min_pairs(kTcMinPairsDense)))
     return r;
   if ((a.gate_up.dtype() != DType::bf16 && a.gate_up.dtype() != DType::f16) ||
       a.down.dtype() != a.gate_up.dtype())
@@ -2237,7 +2236,9 @@ void moe_experts_tc_run(const MoeExperts& a, Context& ctx) {
 
 Reason moe_experts_q_tc_supports(const MoeExpertsQ& a) {
   const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
-  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_Q_TC", tc_min_pairs())) return r;
+  if (Reason r =
+          moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_Q_TC", tc_min_pairs(kTcMinPairsQuant)))
+    return r;
   if (a.gate_up.bits != a.down.bits) return std::string("gate_up and down of different bits");
   for (const QuantizedExperts* q : {&a.gate_up, &a.down}) {
     const auto addr = reinterpret_cast<uintptr_t>(q->weight.data());

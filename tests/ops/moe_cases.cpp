@@ -241,7 +241,8 @@ struct MoeExpertsCase : Case {
   // How the case names its expert weights.
   virtual std::string weight_desc() const { return str(",w=", dtype_name(p.wdt)); }
   // The 16-bit dtype in which CUDA's tensor-core path (moe_experts.cuda_tc / moe_experts_q.cuda_tc:
-  // T·k >= 256) takes x and h: the weights' (f32 for f32 weights: that path is not taken).
+  // T·k >= 512, quantized 256) takes x and h: the weights' (f32 for f32 weights: that path is not
+  // taken).
   virtual DType tc_dtype() const { return p.wdt; }
   // That path rounds x and h to tc_dtype() as llama.cpp's and vLLM's MoE GEMMs do
   // (docs/ops/moe.md), so an output finer than it (f32, or f16 against bf16) is held to
@@ -550,8 +551,8 @@ void add_moe_cases(CaseList& cases) {
             128, f16);
   experts_q(cases, {1, 16, 4, 1024, 256, bf16, bf16}, 8, 64, bf16);
   experts_q(cases, {1, 24, 10, 4096, 1024, bf16, bf16}, 4, 64, bf16);
-  // The CUDA prefill path on tensor cores (cuda_tc: T >= 2 and T·k >= 256, 16-bit or quantized
-  // weights, Dm and I multiples of 8): expert 0 in all
+  // The CUDA prefill path on tensor cores (cuda_tc: T >= 2 and T·k >= 512 pairs, 16-bit weights;
+  // quantized ones from 256 pairs; Dm and I multiples of 8): expert 0 in all
   // 300 tokens (3 tiles of 128, 128 and 44 positions); f16 relu2 with i64 ids, one expert twice,
   // accumulate, Dm 200 (a reduction tail of 8 in gate_up, 72 rows in down's last block) and I 96
   // (32 units in gate_up's last block, a tail of 32 in down); Qwen3-Next's expert shape on 32
@@ -559,11 +560,11 @@ void add_moe_cases(CaseList& cases) {
   experts(cases, {300, 16, 4, 256, 128, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false,
                   false, true});
   experts(cases,
-          {70, 32, 6, 200, 96, f16, f16, MoeActivation::relu2, DType::i64, true, false, true});
+          {90, 32, 6, 200, 96, f16, f16, MoeActivation::relu2, DType::i64, true, false, true});
   experts(cases, {64, 32, 8, 1024, 512, bf16, bf16});
   // f32 x and out (the engine's activations) with bf16 weights, x rows strided (x converted to
-  // a bf16 copy first): 320 pairs.
-  experts(cases, {40, 16, 8, 256, 64, f32, bf16, MoeActivation::swiglu, DType::i32, false, true});
+  // a bf16 copy first): 512 pairs.
+  experts(cases, {64, 16, 8, 256, 64, f32, bf16, MoeActivation::swiglu, DType::i32, false, true});
   // The same for 4 / 8-bit experts (codes dequantized into the tile): skewed 4-bit group 64;
   // 8-bit group 32 relu2 with f32 scales, Dm 224 (the last reduction stage half codes, half
   // zeros); 4-bit group 128 with f16 scales; f32 x and out.
