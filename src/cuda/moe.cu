@@ -20,8 +20,8 @@
 //   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. These GEMV kernels re-read each expert's rows once per 8 pairs (from L2); prefill
-//   and decode batches of >= 512 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
-//   (below); MLX-quantized experts from 256 pairs (moe_experts_q.cuda_tc).
+//   and decode batches of >= 128 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
+//   (below), and so do MLX-quantized experts (moe_experts_q.cuda_tc).
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -2061,13 +2061,13 @@ int64_t tc_max_tiles(int64_t P, int64_t E) {
 }
 
 // The fewest pairs (T·k) for which the tensor-core path runs, from Qwen3-Next's shape (512
-// experts, top-10, session 10 runs 2-3). bf16 (against v4): T 8 215.6 µs against 159.7, T 32
-// 564.5 against 547.7, T 64 840.8 against 960.9: 512 pairs. 4-bit (against v1): T 8 252.0
-// against 287.0, T 64 991.5 against 1655.9; 256 pairs, not fewer, so that at a few tokens a
-// model's MLX-quantized experts and their dequantized twin both take f32 GEMVs (the engine test
-// MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda compares them at 1e-8).
-// HYBRID_MOE_TC_MIN_PAIRS replaces both (to time either side of the line).
-constexpr int64_t kTcMinPairsDense = 512, kTcMinPairsQuant = 256;
+// experts, top-10, session 10 run 6). bf16 against v4: T 8 (80 pairs) 176.8 µs against 161.4, T 16
+// 289.1 against 296.6, T 32 458.2 against 547.6. 4-bit against v1: T 8 241.5 against 286.0. One
+// line for both, so that a model's MLX-quantized experts and their dequantized twin take the same
+// arithmetic on the same calls (f32 GEMVs below it: the engine test
+// MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda compares the two at 80 pairs, to 1e-8).
+// HYBRID_MOE_TC_MIN_PAIRS replaces it (to time either side of the line).
+constexpr int64_t kTcMinPairsDense = 128, kTcMinPairsQuant = 128;
 int64_t tc_min_pairs(int64_t fallback) {
   static const int64_t v = [] {
     const char* e = std::getenv("HYBRID_MOE_TC_MIN_PAIRS");
