@@ -20,8 +20,8 @@
 //   and gate_up stages x as f32 in shared memory itself (3 launches).
 //   Bytes at decode: the routed experts' weights once (3·I·Dm elements each for swiglu); FLOP
 //   2·P·3·I·Dm. These GEMV kernels re-read each expert's rows once per 8 pairs (from L2); prefill
-//   and decode batches of >= 512 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
-//   (below); MLX-quantized experts from 256 pairs (moe_experts_q.cuda_tc).
+//   and decode batches of >= 128 pairs take moe_experts.cuda_tc, a grouped GEMM on tensor cores
+//   (below), and so do MLX-quantized experts (moe_experts_q.cuda_tc).
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -1838,15 +1838,30 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
       return n0 + r < p.n_out ? n0 + r : -1;
     }
   };
-  // A's row of each tile row (-1 past the tile's pairs: never loaded), kept in shared memory
-  // rather than as pointers in registers.
-  __shared__ int a_idx[kTcM];
-  for (int r = tid; r < kTcM; r += kTcWarps * 32)
-    a_idx[r] = r < rows ? (kGate ? p.pair_of_pos[p0 + r] / p.K : p0 + r) : -1;
+  // This thread's copies, fixed over the reduction: rows r = tid / 8 + 32·u, chunk ch of each
+  // stage, into shared offset dst0 + u·32·kTcK (r & 7 is the same for every u); sources as int
+  // element offsets from a_base / w_base (-1: past the tile's pairs or the matrix, never copied;
+  // supports() keeps them below 2^31).
+  const int dst0 = (tid / 8) * kTcK + ((ch ^ ((tid / 8) & 7)) << 3);
   const C* a_base = static_cast<const C*>(p.a);
+  int a_off[kTcM / 32];
+#pragma unroll
+  for (int u = 0; u < kTcM / 32; ++u) {
+    const int r = tid / 8 + 32 * u;
+    a_off[u] = -1;
+    if (r < rows)
+      a_off[u] = (kGate ? p.pair_of_pos[p0 + r] / p.K : p0 + r) * static_cast<int>(p.lda);
+  }
   // Dense B: row r of the stage is weight row w_row(r) of expert e. Quantized: this thread's
   // code chunks c = tid + 256·u (row c / kCpr, piece c % kCpr of the stage's kTcK columns).
   const C* w_base = kQuant ? nullptr : static_cast<const C*>(p.w) + e * p.w_s0;
+  constexpr int kBr = kQuant ? 1 : kB / 32;
+  int b_off[kBr];
+#pragma unroll
+  for (int u = 0; u < kBr; ++u) {
+    const int wr = kQuant ? -1 : w_row(tid / 8 + 32 * u);
+    b_off[u] = wr >= 0 ? wr * static_cast<int>(p.w_s1) : -1;
+  }
   const uint32_t* q_row[kQc];
   int q_s_off[kQc], q_b_off[kQc];  // the row's first scale / bias (int: within one expert)
   if constexpr (kQuant) {
@@ -1859,7 +1874,6 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
       q_b_off[u] = static_cast<int>(wr * p.q.b_s1);
     }
   }
-  __syncthreads();  // a_idx
   const int nk = (p.kdim + kTcK - 1) / kTcK;
 
   // Stage kt's copies: A (and dense B) 16-byte chunks, zero past kdim; rows past the tile or the
@@ -1867,22 +1881,17 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
   auto load_stage = [&](int stage, int kt) {
     const int k = kt * kTcK + ch * 8;
     const bool kin = k < p.kdim;
-    C* as = a_s + stage * kTcM * kTcK;
+    C* as = a_s + stage * kTcM * kTcK + dst0;
 #pragma unroll
-    for (int u = 0; u < kTcM / 32; ++u) {
-      const int r = tid / 8 + 32 * u, row = a_idx[r];
-      if (row >= 0)
-        cp_async16(as + tc_swz(r, ch), kin ? a_base + static_cast<int64_t>(row) * p.lda + k : p.a,
-                   kin ? 16 : 0);
-    }
+    for (int u = 0; u < kTcM / 32; ++u)
+      if (a_off[u] >= 0)
+        cp_async16(as + u * 32 * kTcK, a_base + (kin ? a_off[u] + k : 0), kin ? 16 : 0);
     if constexpr (!kQuant) {
-      C* bs = b_s + stage * kB * kTcK;
+      C* bs = b_s + stage * kB * kTcK + dst0;
 #pragma unroll
-      for (int u = 0; u < kB / 32; ++u) {
-        const int r = tid / 8 + 32 * u, wr = w_row(r);
-        if (wr >= 0)
-          cp_async16(bs + tc_swz(r, ch), kin ? w_base + wr * p.w_s1 + k : p.w, kin ? 16 : 0);
-      }
+      for (int u = 0; u < kBr; ++u)
+        if (b_off[u] >= 0)
+          cp_async16(bs + u * 32 * kTcK, w_base + (kin ? b_off[u] + k : 0), kin ? 16 : 0);
     } else {
 #pragma unroll
       for (int u = 0; u < kQc; ++u) {
@@ -2052,13 +2061,13 @@ int64_t tc_max_tiles(int64_t P, int64_t E) {
 }
 
 // The fewest pairs (T·k) for which the tensor-core path runs, from Qwen3-Next's shape (512
-// experts, top-10, session 10 runs 2-3). bf16 (against v4): T 8 215.6 µs against 159.7, T 32
-// 564.5 against 547.7, T 64 840.8 against 960.9: 512 pairs. 4-bit (against v1): T 8 252.0
-// against 287.0, T 64 991.5 against 1655.9; 256 pairs, not fewer, so that at a few tokens a
-// model's MLX-quantized experts and their dequantized twin both take f32 GEMVs (the engine test
-// MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda compares them at 1e-8).
-// HYBRID_MOE_TC_MIN_PAIRS replaces both (to time either side of the line).
-constexpr int64_t kTcMinPairsDense = 512, kTcMinPairsQuant = 256;
+// experts, top-10, session 10 run 6). bf16 against v4: T 8 (80 pairs) 176.8 µs against 161.4, T 16
+// 289.1 against 296.6, T 32 458.2 against 547.6. 4-bit against v1: T 8 241.5 against 286.0. One
+// line for both, so that a model's MLX-quantized experts and their dequantized twin take the same
+// arithmetic on the same calls (f32 GEMVs below it: the engine test
+// MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda compares the two at 80 pairs, to 1e-8).
+// HYBRID_MOE_TC_MIN_PAIRS replaces it (to time either side of the line).
+constexpr int64_t kTcMinPairsDense = 128, kTcMinPairsQuant = 128;
 int64_t tc_min_pairs(int64_t fallback) {
   static const int64_t v = [] {
     const char* e = std::getenv("HYBRID_MOE_TC_MIN_PAIRS");
@@ -2083,6 +2092,8 @@ Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
   if (Dm > int64_t{65535} * kCombineThreads) return str("Dm=", Dm, " above the combine's grid");
   if (E > kMaxExperts) return str("E=", E, " above ", kMaxExperts, " (the sort's shared memory)");
   if (tc_max_tiles(T * K, E) > 65535) return str("T·k=", T * K, ": tiles above grid.y");
+  if (T * std::max(x.stride(0), Dm) >= INT_MAX || T * K * I >= INT_MAX)
+    return std::string("x or h above 2^31 elements (int offsets)");
   if (env_is_zero(off_switch)) return str(off_switch, "=0");
   return {};
 }
@@ -2210,6 +2221,9 @@ Reason moe_experts_tc_supports(const MoeExperts& a) {
       a.down.dtype() != a.gate_up.dtype())
     return std::string("expert weights not both bf16 or both f16 (the tensor cores' inputs)");
   if (!vec_ok(a.gate_up) || !vec_ok(a.down)) return std::string("expert rows not 16-byte aligned");
+  if (a.gate_up.size(1) * a.gate_up.stride(1) >= INT_MAX ||
+      a.down.size(1) * a.down.stride(1) >= INT_MAX)
+    return std::string("an expert's matrix above 2^31 elements (int offsets)");
   return {};
 }
 
