@@ -4,12 +4,20 @@
 //     D = y, ld = y's row stride), f32 accumulation (CUBLAS_COMPUTE_32F, no TF32); bias: y is
 //     prefilled with bias rows and the GEMM runs with beta = 1. Workspace: 32 MiB of ctx.workspace.
 //     2·T·in·out FLOP; bytes T·in + out·in + T·out elements (memory-bound below T ~ 300).
-//   linear.cuda (priority 0): CUDA-core fallback for the dtype mixes cuBLASLt lacks (f32 x with
-//     bf16 W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
+//   linear.cublaslt_split (priority 5; `HYBRID_LINEAR_SPLIT=0` refuses it): f32 x with bf16 W
+//     (the engine's activations and weights), which cuBLASLt has no GEMM for. x is split into
+//     two bf16 rows, hi = bf16(x) and lo = bf16(x − hi), stacked as [2T, in]; one cuBLASLt GEMM
+//     gives [2T, out] f32, and y = y_hi + y_lo (+ bias). hi + lo carries 16 of x's 24 bits, so y
+//     keeps f32 accuracy (error ~2^-17 of |x|·|W| against 2^-24), on tensor cores; W is read
+//     once. Bytes: W + 2T·in·2 + 2·2T·out·4 + y. Not for f16 W: an f32 x past 65504 has no f16
+//     hi.
+//   linear.cuda (priority 0): CUDA-core fallback for the remaining dtype mixes (bf16 x with f32
+//     W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -185,6 +193,84 @@ void linear_lt_run(const Linear& a, Context& ctx) {
     linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
 }
 
+// x [T, in] f32 (rows strided) -> xs [2T, in] bf16: row t = bf16(x[t]), row T + t =
+// bf16(x[t] - hi).
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx,
+                               __nv_bfloat16* __restrict__ xs, int64_t T, int64_t in) {
+  const int64_t n = T * in;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / in, c = i % in;
+    const float v = x[t * ldx + c];
+    const __nv_bfloat16 hi = from_f32<__nv_bfloat16>(v);
+    xs[i] = hi;
+    xs[n + i] = from_f32<__nv_bfloat16>(v - to_f32(hi));
+  }
+}
+
+// y[t, o] = y2[t, o] + y2[T + t, o] (+ bias[o]), rounded to y's dtype.
+__global__ void join_halves_kernel(const float* __restrict__ y2, const void* bias, DType bt,
+                                   void* y, DType yt, int64_t ldy, int64_t T, int64_t out) {
+  const int64_t n = T * out;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / out, o = i % out;
+    const float b = bias ? load_any(bias, bt, o) : 0.0f;
+    store_any(y, yt, t * ldy + o, y2[i] + y2[n + i] + b);
+  }
+}
+
+// The fewest tokens for the split GEMM: at T = 1 the fallback reads W once too, in one launch
+// against three (predicted about even; not yet measured). HYBRID_LINEAR_SPLIT_MIN_T replaces it.
+constexpr int64_t kSplitMinTokens = 2;
+
+Reason linear_split_supports(const Linear& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_SPLIT");
+  if (off) return std::string("HYBRID_LINEAR_SPLIT=0");
+  static const int64_t min_t = [] {
+    const char* e = std::getenv("HYBRID_LINEAR_SPLIT_MIN_T");
+    return e ? std::atoll(e) : kSplitMinTokens;
+  }();
+  if (a.x.size(0) < min_t)
+    return str("T=", a.x.size(0), " below ", min_t, " (the fallback GEMV reads W once too)");
+  if (a.x.dtype() != DType::f32 || a.weight.dtype() != DType::bf16)
+    return str("x=", dtype_name(a.x.dtype()), ", W=", dtype_name(a.weight.dtype()),
+               ": the split GEMM is for f32 x with bf16 W");
+  return {};
+}
+
+void linear_split_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {  // y = bias or 0: the fallback writes it
+    linear_fb_run(a, ctx);
+    return;
+  }
+  const DType wt = DType::bf16;
+  const size_t xs_b = align_up(static_cast<size_t>(2 * T * in) * 2, 256);
+  const size_t y2_b = align_up(static_cast<size_t>(2 * T * out) * 4, 256);
+  char* ws = static_cast<char*>(ctx.workspace(kLtWorkspaceBytes + xs_b + y2_b));
+  void* xs = ws + kLtWorkspaceBytes;
+  auto* y2 = reinterpret_cast<float*>(ws + kLtWorkspaceBytes + xs_b);
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const auto blocks = [](int64_t n) {
+    return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
+  };
+  split_x_kernel<<<blocks(T * in), 256, 0, stream>>>(a.x.data_as<const float>(), a.x.stride(0),
+                                                     static_cast<__nv_bfloat16*>(xs), T, in);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!lt_linear(ctx, wt, DType::f32, xs, in, a.weight.data(), a.weight.stride(0), y2, out, 2 * T,
+                 in, out, 0.0f, ws, kLtWorkspaceBytes)) {
+    linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
+    return;
+  }
+  join_halves_kernel<<<blocks(T * out), 256, 0, stream>>>(
+      y2, a.bias.defined() ? a.bias.data() : nullptr,
+      a.bias.defined() ? a.bias.dtype() : DType::f32, a.y.data(), a.y.dtype(), a.y.stride(0), T,
+      out);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool lt_linear_dtypes(DType x, DType w, DType y) {
@@ -255,6 +341,8 @@ void fill_bias_rows(Context& ctx, DType bt, const void* bias, DType yt, void* y,
 
 void register_linear(Registry& r) {
   r.add<Linear>("linear.cublaslt", DeviceType::cuda, 10, linear_lt_supports, linear_lt_run);
+  r.add<Linear>("linear.cublaslt_split", DeviceType::cuda, 5, linear_split_supports,
+                linear_split_run);
   r.add<Linear>("linear.cuda", DeviceType::cuda, 0, nullptr, linear_fb_run);
 }
 
