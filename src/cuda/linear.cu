@@ -11,20 +11,27 @@
 //     keeps f32 accuracy (error ~2^-17 of |x|·|W| against 2^-24), on tensor cores; W is read
 //     once. Bytes: W + 2T·in·2 + 2·2T·out·4 + y. Not for f16 W: an f32 x past 65504 has no f16
 //     hi.
+//   linear.gemv (priority 6; T <= 8; `HYBRID_LINEAR_GEMV=0` refuses it): bf16 / f16 W with x of
+//     another dtype (the engine's decode: f32 x, bf16 W), which cuBLASLt has no GEMV for. x is
+//     staged in shared memory as f32; lanes read W's rows in 16-byte chunks, 4 rows a warp with 2
+//     chunks a row in flight, and add each chunk's products for every token. Bytes: out·in·2 + x.
 //   linear.cuda (priority 0): CUDA-core fallback for the remaining dtype mixes (bf16 x with f32
 //     W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/linear.h"
 
 namespace hybrid::cuda {
@@ -193,6 +200,132 @@ void linear_lt_run(const Linear& a, Context& ctx) {
     linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
 }
 
+// ---- linear.gemv -------------------------------------------------------------------------------
+// y[t, o] = Σ_i x[t, i]·W[o, i] (+ bias[o]), kT <= 8 tokens, W rows of 16-bit Tw in 16-byte
+// chunks. CTA: kGvWarps warps of kGvRows rows (rows past `out` re-read the last one, never
+// stored); x [kT, in] staged as f32 in dynamic shared memory first. Lane l takes chunks
+// c = l, l + 32, ... of its rows, kGvUnroll chunks a row loaded before the math, the chunk's 8
+// x values per token read as two float4 (shared by the warp's kGvRows rows). One warp sum per
+// (row, token).
+constexpr int kGvWarps = 4, kGvRows = 4, kGvUnroll = 2, kGvMaxTokens = 8;
+constexpr size_t kGvMaxSmem = 160 * 1024;
+
+template <class Tw, int kT>
+__global__ void __launch_bounds__(kGvWarps * 32)
+    linear_gemv_kernel(const void* x, DType xt, int64_t ldx, const Tw* __restrict__ w, int64_t ldw,
+                       const void* bias, DType bt, void* y, DType yt, int64_t ldy, int in,
+                       int out) {
+  extern __shared__ float4 gv_x[];  // [kT, in] f32
+  float* xs = reinterpret_cast<float*>(gv_x);
+  for (int i = threadIdx.x; i < kT * in; i += blockDim.x)
+    xs[i] = load_any(x, xt, static_cast<int64_t>(i / in) * ldx + i % in);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int o0 = (blockIdx.x * kGvWarps + warp) * kGvRows;
+  if (o0 >= out) return;
+  const uint4* rows[kGvRows];
+#pragma unroll
+  for (int r = 0; r < kGvRows; ++r)
+    rows[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(o0 + r, out - 1)) * ldw);
+  float acc[kGvRows][kT] = {};
+  const int nch = in / 8;
+  for (int c0 = lane; c0 < nch; c0 += 32 * kGvUnroll) {
+    uint4 wv[kGvUnroll][kGvRows];
+#pragma unroll
+    for (int u = 0; u < kGvUnroll; ++u)
+      if (c0 + 32 * u < nch)
+#pragma unroll
+        for (int r = 0; r < kGvRows; ++r) wv[u][r] = __ldg(rows[r] + c0 + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kGvUnroll; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= nch) break;
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const float4 a = gv_x[(t * in) / 4 + 2 * c], b = gv_x[(t * in) / 4 + 2 * c + 1];
+#pragma unroll
+        for (int r = 0; r < kGvRows; ++r) {
+          const Tw* e = reinterpret_cast<const Tw*>(&wv[u][r]);
+          acc[r][t] += to_f32(e[0]) * a.x + to_f32(e[1]) * a.y + to_f32(e[2]) * a.z +
+                       to_f32(e[3]) * a.w + to_f32(e[4]) * b.x + to_f32(e[5]) * b.y +
+                       to_f32(e[6]) * b.z + to_f32(e[7]) * b.w;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGvRows; ++r) {
+    const float bv = bias && o0 + r < out ? load_any(bias, bt, o0 + r) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && o0 + r < out) store_any(y, yt, t * ldy + o0 + r, v + bv);
+    }
+  }
+}
+
+Reason linear_gemv_supports(const Linear& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_GEMV");
+  if (off) return std::string("HYBRID_LINEAR_GEMV=0");
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  const DType wt = a.weight.dtype();
+  if (wt != DType::bf16 && wt != DType::f16)
+    return str("W=", dtype_name(wt), ": the GEMV reads bf16 / f16 rows");
+  if (T < 1 || T > kGvMaxTokens) return str("T=", T, " outside 1..", kGvMaxTokens);
+  if (in % 8 != 0 || reinterpret_cast<uintptr_t>(a.weight.data()) % 16 != 0 ||
+      a.weight.stride(0) % 8 != 0)
+    return std::string("W's rows are not 16-byte chunks");
+  if (static_cast<size_t>(T * in) * 4 > kGvMaxSmem)
+    return str("T·in=", T * in, ": x above ", kGvMaxSmem, " bytes of shared memory as f32");
+  if (in > INT_MAX || out > INT_MAX) return std::string("in or out above 2^31");
+  return {};
+}
+
+void linear_gemv_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {  // y = bias or 0: the fallback writes it
+    linear_fb_run(a, ctx);
+    return;
+  }
+  const size_t smem = static_cast<size_t>(T * in) * 4;
+  const auto blocks = static_cast<unsigned>((out + kGvWarps * kGvRows - 1) / (kGvWarps * kGvRows));
+  auto launch = [&](auto tw, auto kt) {
+    using Tw = decltype(tw);
+    const auto kernel = linear_gemv_kernel<Tw, decltype(kt)::value>;
+    ensure_dynamic_smem(kernel, smem);
+    kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
+        a.x.data(), a.x.dtype(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
+        a.bias.defined() ? a.bias.data() : nullptr, a.bias.defined() ? a.bias.dtype() : DType::f32,
+        a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  auto by_tokens = [&](auto tw) {
+    switch (T) {
+      case 1:
+        return launch(tw, std::integral_constant<int, 1>{});
+      case 2:
+        return launch(tw, std::integral_constant<int, 2>{});
+      case 3:
+        return launch(tw, std::integral_constant<int, 3>{});
+      case 4:
+        return launch(tw, std::integral_constant<int, 4>{});
+      case 5:
+        return launch(tw, std::integral_constant<int, 5>{});
+      case 6:
+        return launch(tw, std::integral_constant<int, 6>{});
+      case 7:
+        return launch(tw, std::integral_constant<int, 7>{});
+      default:
+        return launch(tw, std::integral_constant<int, 8>{});
+    }
+  };
+  if (a.weight.dtype() == DType::f16)
+    by_tokens(__half{});
+  else
+    by_tokens(__nv_bfloat16{});
+}
+
 // x [T, in] f32 (rows strided) -> xs [2T, in] bf16: row t = bf16(x[t]), row T + t =
 // bf16(x[t] - hi).
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx,
@@ -220,8 +353,9 @@ __global__ void join_halves_kernel(const float* __restrict__ y2, const void* bia
   }
 }
 
-// The fewest tokens for the split GEMM: at T = 1 the fallback reads W once too, in one launch
-// against three (predicted about even; not yet measured). HYBRID_LINEAR_SPLIT_MIN_T replaces it.
+// The fewest tokens for the split GEMM: up to 8 tokens linear.gemv (priority 6) reads W once in one
+// launch against three. HYBRID_LINEAR_SPLIT_MIN_T replaces it (with HYBRID_LINEAR_GEMV=0, to time
+// the split at decode sizes).
 constexpr int64_t kSplitMinTokens = 2;
 
 Reason linear_split_supports(const Linear& a) {
@@ -341,6 +475,7 @@ void fill_bias_rows(Context& ctx, DType bt, const void* bias, DType yt, void* y,
 
 void register_linear(Registry& r) {
   r.add<Linear>("linear.cublaslt", DeviceType::cuda, 10, linear_lt_supports, linear_lt_run);
+  r.add<Linear>("linear.gemv", DeviceType::cuda, 6, linear_gemv_supports, linear_gemv_run);
   r.add<Linear>("linear.cublaslt_split", DeviceType::cuda, 5, linear_split_supports,
                 linear_split_run);
   r.add<Linear>("linear.cuda", DeviceType::cuda, 0, nullptr, linear_fb_run);
