@@ -2173,7 +2173,8 @@ __global__ void moe_x_to_c_kernel(const Tx* __restrict__ x, int64_t ldx, C* __re
     xc[i] = from_f32<C>(to_f32(x[(i / Dm) * ldx + i % Dm]));
 }
 
-// Sort, tiles, gate_up, down, combine. launch_gemm(mode_kernel_args) runs the two GEMMs.
+// One call's workspace and sort (plan_tc): h, y and x's C copy, the sort state, the tiles. Then
+// run_tc launches gate_up, down and the combine over it.
 struct TcPlan {
   void* h;   // [P, I] C
   void* xc;  // [T, Dm] in C when x is not read as it is

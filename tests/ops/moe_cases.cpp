@@ -241,8 +241,7 @@ struct MoeExpertsCase : Case {
   // How the case names its expert weights.
   virtual std::string weight_desc() const { return str(",w=", dtype_name(p.wdt)); }
   // The 16-bit dtype in which CUDA's tensor-core path (moe_experts.cuda_tc / moe_experts_q.cuda_tc:
-  // T·k >= 128) takes x and h: the weights' (f32 for f32 weights: that path is not
-  // taken).
+  // T·k >= 128) takes x and h: the weights' (f32 weights never take that path).
   virtual DType tc_dtype() const { return p.wdt; }
   // That path rounds x and h to tc_dtype() as llama.cpp's and vLLM's MoE GEMMs do
   // (docs/ops/moe.md), so an output finer than it (f32, or f16 against bf16) is held to
@@ -552,11 +551,10 @@ void add_moe_cases(CaseList& cases) {
   experts_q(cases, {1, 16, 4, 1024, 256, bf16, bf16}, 8, 64, bf16);
   experts_q(cases, {1, 24, 10, 4096, 1024, bf16, bf16}, 4, 64, bf16);
   // The CUDA prefill path on tensor cores (cuda_tc: T >= 2 and T·k >= 128 pairs, 16-bit or
-  // quantized weights, Dm and I multiples of 8): expert 0 in all
-  // 300 tokens (3 tiles of 128, 128 and 44 positions); f16 relu2 with i64 ids, one expert twice,
-  // accumulate, Dm 200 (a reduction tail of 8 in gate_up, 72 rows in down's last block) and I 96
-  // (32 units in gate_up's last block, a tail of 32 in down); Qwen3-Next's expert shape on 32
-  // experts.
+  // quantized weights, Dm and I multiples of 8): expert 0 in all 300 tokens (3 tiles of 128, 128
+  // and 44 positions); f16 relu2 with i64 ids, one expert twice, accumulate, Dm 200 (a reduction
+  // tail of 8 in gate_up, 72 rows in down's last block) and I 96 (32 units in gate_up's last
+  // block, a tail of 32 in down); Qwen3-Next's expert shape on 32 experts.
   experts(cases, {300, 16, 4, 256, 128, bf16, bf16, MoeActivation::swiglu, DType::i32, false, false,
                   false, true});
   experts(cases,
