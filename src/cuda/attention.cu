@@ -934,22 +934,10 @@ void launch_tc_dtype(const AttnParams& p, DType cache, cudaStream_t st) {
 // plain launch with HYBRID_ATTN_DECODE_PDL=0; early_load (v5): attn_merge_wide_kernel<true, true>.
 void launch_merge_v4(const AttnParams& p, int64_t D, cudaStream_t st, bool early_load = false) {
   static const bool pdl = !env_is_zero("HYBRID_ATTN_DECODE_PDL");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
-  cfg.blockDim = dim3(kMergeThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  if (early_load)
-    HYBRID_CUDA_CHECK(
-        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true, true>, p, static_cast<int>(D)));
-  else
-    HYBRID_CUDA_CHECK(
-        cudaLaunchKernelEx(&cfg, attn_merge_wide_kernel<true>, p, static_cast<int>(D)));
+  const dim3 grid(p.rows * p.Hq, static_cast<unsigned>(D / kMergeCols));
+  launch_programmatic(
+      early_load ? attn_merge_wide_kernel<true, true> : attn_merge_wide_kernel<true>, grid,
+      dim3(kMergeThreads), 0, st, pdl, p, static_cast<int>(D));
 }
 
 // Which attention kernel runs: the CUDA-core attn_kernel (any dtypes, decode and prefill rows),

@@ -102,19 +102,7 @@ __device__ __forceinline__ void load_vec(const C* p, float* out, bool aligned) {
 // ---- tensor-core building blocks (sm_80+) ----
 
 // smem_u32, cp_async16 / cp_commit / cp_wait, ldmatrix_x4[_trans], mma_bf16 / mma_f16 / mma16 and
-// pack_bf16 are in cuda/mma.cuh.
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// Two f32 values rounded to C (lo in the low half), as one 32-bit fragment register.
-template <class C>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<C, __half>)
-    return pack_f16(lo, hi);
-  else
-    return pack_bf16(lo, hi);
-}
+// pack_bf16 / pack_f16 / pack2 are in cuda/mma.cuh.
 
 // Element offset of (row, 16-byte chunk ch) in a [rows, D] 16-bit tile with XOR-swizzled chunks.
 template <int D>

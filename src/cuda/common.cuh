@@ -39,6 +39,29 @@ inline cudaStream_t as_stream(void* s) {
 
 namespace hybrid::cuda {
 
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialisation when
+// `programmatic` (the kernel may start while the stream's previous kernel runs; it waits for that
+// one's writes in griddepcontrol.wait), else a plain launch.
+template <class... Params, class... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, bool programmatic, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+}  // namespace hybrid::cuda
+
+namespace hybrid::cuda {
+
 // Raises `kernel`'s dynamic shared-memory opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize) to
 // at least `bytes` on the current device, never lowering it. The attribute belongs to the kernel,
 // not to a stream or context: a launch that set it to its own size could make a concurrent launch

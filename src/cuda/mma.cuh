@@ -8,6 +8,7 @@
 //   ldmatrix_x4[_trans](r, p)   four 8×8 b16 matrices from shared memory; lanes 8m..8m+7 give the
 //                               row addresses of matrix m (.trans: each matrix transposed).
 //   mma_bf16 / mma_f16 / mma16  c[4] += a[4]·b[2]: m16n8k16, f32 accumulate (PTX fragment layout).
+//   pack_bf16 / pack_f16 / pack2  two floats as one 16-bit-pair fragment register.
 //   grid_dependents_launch()    programmatic dependent launch (sm_90): lets the next kernel of the
 //   grid_dependency_wait()      stream, launched with the programmatic-serialization attribute,
 //                               start early; its wait returns once this grid has completed and its
@@ -116,6 +117,20 @@ __device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uin
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+// The same as f16x2.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Two f32 values rounded to C (__nv_bfloat16 or __half; lo in the low half), as one 32-bit
+// fragment register.
+template <class C>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<C, __half>)
+    return pack_f16(lo, hi);
+  else
+    return pack_bf16(lo, hi);
 }
 
 }  // namespace hybrid::cuda

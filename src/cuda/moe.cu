@@ -662,14 +662,20 @@ __global__ void __launch_bounds__(kFuseWarps * 32)
   store_any(out, ot, d, accumulate ? load_any(out, ot, d) + acc : acc);
 }
 
-// x -> f32 rows [T, Dm] (a copy: out may alias x).
-template <class Tx>
-__global__ void moe_x_f32_kernel(const Tx* __restrict__ x, int64_t ldx, float* xf, int64_t T,
-                                 int64_t D) {
+// x [T, D] (rows strided) -> xc [T, D] in To, contiguous: the GEMV paths' f32 copy (out may
+// alias x), the tensor-core path's 16-bit one.
+template <class Tx, class To>
+__global__ void moe_x_copy_kernel(const Tx* __restrict__ x, int64_t ldx, To* __restrict__ xc,
+                                  int64_t T, int64_t D) {
   const int64_t n = T * D;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    xf[i] = to_f32(x[(i / D) * ldx + i % D]);
+    xc[i] = from_f32<To>(to_f32(x[(i / D) * ldx + i % D]));
+}
+
+// Blocks of 256 threads for a grid-stride pass over n elements.
+unsigned copy_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
 }
 
 Reason moe_experts_supports(const MoeExperts& a) {
@@ -741,9 +747,8 @@ PairPlan plan_pairs(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, co
   if (!x_in_sort) {
     dispatch_float(x.dtype(), op, [&](auto tx) {
       using Tx = decltype(tx);
-      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
-      moe_x_f32_kernel<Tx>
-          <<<blocks, 256, 0, stream>>>(x.data_as<const Tx>(), x.stride(0), plan.xf, T, Dm);
+      moe_x_copy_kernel<Tx, float><<<copy_blocks(T * Dm), 256, 0, stream>>>(
+          x.data_as<const Tx>(), x.stride(0), plan.xf, T, Dm);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   }
@@ -1056,17 +1061,21 @@ template <class... Params, class... Args>
 void launch_after_gate_up(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, bool after_gate_up, Args... args) {
   static const bool pdl_on = !env_is_zero("HYBRID_MOE_PDL");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_on && after_gate_up ? 1 : 0;
-  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  launch_programmatic(kernel, grid, block, smem, stream, pdl_on && after_gate_up, args...);
+}
+
+// The decode paths' (v6, q-v2; T = 1) pairs: h [k, I] f32 in the workspace and the direct pairs
+// (CTA row j = pair j, expert ids[0, j]; no sort).
+struct DecodePairs {
+  float* h;
+  Pairs pairs;
+};
+DecodePairs decode_pairs(const Tensor& ids, int64_t E, int64_t I, Context& ctx) {
+  const int64_t K = ids.size(1);
+  auto* h = static_cast<float*>(
+      ctx.workspace(align_up(static_cast<size_t>(K * std::max<int64_t>(I, 1)) * 4, 256)));
+  return {h, Pairs{SortLayout{}, ids.data(), ids.dtype() == DType::i64, ids.stride(1),
+                   static_cast<int>(E)}};
 }
 
 void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
@@ -1074,10 +1083,9 @@ void moe_experts_v6_run(const MoeExperts& a, Context& ctx) {
   if (Dm == 0) return;
   const bool swiglu = a.activation == MoeActivation::swiglu;
   const cudaStream_t stream = as_stream(ctx.stream());
-  auto* h = static_cast<float*>(
-      ctx.workspace(align_up(static_cast<size_t>(K * std::max<int64_t>(I, 1)) * 4, 256)));
-  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
-                    static_cast<int>(E)};
+  const DecodePairs dp = decode_pairs(a.ids, E, I, ctx);
+  float* const h = dp.h;
+  const Pairs& pairs = dp.pairs;
   if (I > 0) {
     dispatch_float(a.gate_up.dtype(), MoeExperts::op_name, [&](auto tw) {
       using Tw = decltype(tw);
@@ -1682,10 +1690,9 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
   if (Dm == 0) return;
   const bool swiglu = a.activation == MoeActivation::swiglu;
   const cudaStream_t stream = as_stream(ctx.stream());
-  auto* h = static_cast<float*>(
-      ctx.workspace(align_up(static_cast<size_t>(K * std::max<int64_t>(I, 1)) * 4, 256)));
-  const Pairs pairs{SortLayout{}, a.ids.data(), a.ids.dtype() == DType::i64, a.ids.stride(1),
-                    static_cast<int>(E)};
+  const DecodePairs dp = decode_pairs(a.ids, E, I, ctx);
+  float* const h = dp.h;
+  const Pairs& pairs = dp.pairs;
   if (I > 0) {
     const int bits = a.gate_up.bits, nch = static_cast<int>(Dm * bits / 128);
     const int LR = q2_lanes_per_row(nch), units = kQ2Warps * (32 / LR) * kQ2GateUnits;
@@ -1775,16 +1782,6 @@ __device__ __forceinline__ int tc_tile_row(int wn, int j) {
 // row so that ldmatrix's 8 row addresses hit 8 different bank groups.
 __device__ __forceinline__ int tc_swz(int row, int ch) {
   return row * kTcK + ((ch ^ (row & 7)) << 3);
-}
-
-template <class C>
-__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
-  if constexpr (std::is_same_v<C, __half>) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    return pack_bf16(lo, hi);
-  }
 }
 
 struct TcArgs {
@@ -1966,7 +1963,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
               const float qv = static_cast<float>((word >> ((code * kBits) % 32)) & kMask);
               f[n] = ok ? fmaf(s, qv, b) : 0.0f;
             }
-            packed[m] = tc_pack<C>(f[0], f[1]);
+            packed[m] = pack2<C>(f[0], f[1]);
           }
           *reinterpret_cast<uint4*>(b_s + tc_swz(r, pc * (kEpc / 8) + o)) =
               make_uint4(packed[0], packed[1], packed[2], packed[3]);
@@ -2022,7 +2019,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
             v[c] = kSwiglu
                        ? expert_activation(acc[mi][j][2 * hf + c], acc[mi][j + 4][2 * hf + c], true)
                        : expert_activation(0.0f, acc[mi][j][2 * hf + c], false);
-          *reinterpret_cast<uint32_t*>(hrow + unit) = tc_pack<C>(v[0], v[1]);
+          *reinterpret_cast<uint32_t*>(hrow + unit) = pack2<C>(v[0], v[1]);
         }
       } else {
         C* yrow = static_cast<C*>(p.out) + pos * p.n_out;
@@ -2146,7 +2143,7 @@ int64_t tc_min_pairs(int64_t fallback) {
 // memory. x and out may be any float dtype: x is read as it is when it is C with 16-byte aligned
 // rows, else first converted into a [T, Dm] C copy; h is C.
 Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
-                       const char* off_switch, int64_t min_pairs) {
+                       int64_t min_pairs) {
   const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1);
   if (T < 2) return str("T=", T, ": the tensor-core path is for prefill (T >= 2)");
   if (T * K < min_pairs)
@@ -2159,18 +2156,7 @@ Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
   if (tc_max_tiles(T * K, E) > 65535) return str("T·k=", T * K, ": tiles above grid.y");
   if (T * std::max(x.stride(0), Dm) >= INT_MAX || T * K * I >= INT_MAX)
     return std::string("x or h above 2^31 elements (int offsets)");
-  if (env_is_zero(off_switch)) return str(off_switch, "=0");
   return {};
-}
-
-// x [T, Dm] (rows strided) -> xc [T, Dm] in C, contiguous.
-template <class Tx, class C>
-__global__ void moe_x_to_c_kernel(const Tx* __restrict__ x, int64_t ldx, C* __restrict__ xc,
-                                  int64_t T, int64_t Dm) {
-  const int64_t n = T * Dm;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    xc[i] = from_f32<C>(to_f32(x[(i / Dm) * ldx + i % Dm]));
 }
 
 // One call's workspace and sort (plan_tc): h, y and x's C copy, the sort state, the tiles. Then
@@ -2258,9 +2244,8 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
   } else {
     dispatch_float(x.dtype(), "moe_experts", [&](auto tx) {
       using Tx = decltype(tx);
-      const auto blocks = static_cast<unsigned>(std::min<int64_t>((T * Dm + 255) / 256, 8192));
-      moe_x_to_c_kernel<Tx, C><<<blocks, 256, 0, stream>>>(x.data_as<const Tx>(), x.stride(0),
-                                                           static_cast<C*>(plan.xc), T, Dm);
+      moe_x_copy_kernel<Tx, C><<<copy_blocks(T * Dm), 256, 0, stream>>>(
+          x.data_as<const Tx>(), x.stride(0), static_cast<C*>(plan.xc), T, Dm);
       HYBRID_CUDA_CHECK_LAUNCH();
     });
     gate_up.a = plan.xc;
@@ -2290,10 +2275,10 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
 }
 
 Reason moe_experts_tc_supports(const MoeExperts& a) {
+  static const bool off = env_is_zero("HYBRID_MOE_EXPERTS_TC");
+  if (off) return std::string("HYBRID_MOE_EXPERTS_TC=0");
   const int64_t E = a.down.size(0), I = a.down.size(2);
-  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_EXPERTS_TC",
-                                 tc_min_pairs(kTcMinPairsDense)))
-    return r;
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, tc_min_pairs(kTcMinPairsDense))) return r;
   if ((a.gate_up.dtype() != DType::bf16 && a.gate_up.dtype() != DType::f16) ||
       a.down.dtype() != a.gate_up.dtype())
     return std::string("expert weights not both bf16 or both f16 (the tensor cores' inputs)");
@@ -2326,10 +2311,10 @@ void moe_experts_tc_run(const MoeExperts& a, Context& ctx) {
 }
 
 Reason moe_experts_q_tc_supports(const MoeExpertsQ& a) {
+  static const bool off = env_is_zero("HYBRID_MOE_Q_TC");
+  if (off) return std::string("HYBRID_MOE_Q_TC=0");
   const int64_t E = a.down.scales.size(0), I = a.down.scales.size(2) * a.down.group_size;
-  if (Reason r =
-          moe_tc_supports(a.x, a.ids, E, I, "HYBRID_MOE_Q_TC", tc_min_pairs(kTcMinPairsQuant)))
-    return r;
+  if (Reason r = moe_tc_supports(a.x, a.ids, E, I, tc_min_pairs(kTcMinPairsQuant))) return r;
   if (a.gate_up.bits != a.down.bits) return std::string("gate_up and down of different bits");
   for (const QuantizedExperts* q : {&a.gate_up, &a.down}) {
     const auto addr = reinterpret_cast<uintptr_t>(q->weight.data());

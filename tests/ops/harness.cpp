@@ -164,13 +164,10 @@ void fill_uniform_fast(Slot& s, uint64_t seed, double lo, double hi) {
   if (s.offset != 0 ||
       static_cast<int64_t>(s.storage.size()) != n * static_cast<int64_t>(dtype_size(s.dtype)))
     fail("[harness] fill_uniform_fast: slot '", s.name, "' is not contiguous");
-  // Element i from splitmix64(seed + i): the same values whatever the thread count.
+  // Element i: the first draw of an Rng whose state is i steps past `seed` (splitmix64 is a
+  // counter), so the values do not depend on the thread count.
   auto value = [&](int64_t i) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * static_cast<double>(z >> 11) * 0x1.0p-53;
+    return Rng(seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i)).uniform(lo, hi);
   };
   const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
   const int64_t chunk = (n + threads - 1) / threads;

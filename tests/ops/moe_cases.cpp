@@ -1,5 +1,6 @@
 // Cases: moe_route, moe_experts. Oracle in f64.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -360,12 +361,16 @@ struct MoeExpertsQCase : MoeExpertsCase {
     return str(",bits=", bits, ",group=", gs, ",scales=", dtype_name(sdt));
   }
   DType tc_dtype() const override { return p.act == DType::f16 ? DType::f16 : DType::bf16; }
+  // The two quantized matrices: W [E, rows, in] of gate_up and of down.
+  struct QuantMat {
+    const char* name;
+    int64_t rows, in;
+  };
+  std::array<QuantMat, 2> quant_mats() const {
+    return {QuantMat{"gate_up", rows(), p.Dm}, QuantMat{"down", p.Dm, p.I}};
+  }
   void init_experts(Rng& rng, Slots& s) override {
-    const struct {
-      const char* name;
-      int64_t rows, in;
-    } mats[] = {{"gate_up", rows(), p.Dm}, {"down", p.Dm, p.I}};
-    for (const auto& m : mats) {
+    for (const QuantMat& m : quant_mats()) {
       const std::string n = m.name;
       Slot& w = s.input(n + ".weight", DType::u32, {p.E, m.rows, packed_words(m.in, bits)});
       Slot& sc = s.input(n + ".scales", sdt, {p.E, m.rows, m.in / gs});
@@ -408,11 +413,7 @@ struct MoeExpertsQCase : MoeExpertsCase {
 struct MoeExpertsQPerfCase : MoeExpertsQCase {
   using MoeExpertsQCase::MoeExpertsQCase;
   void init_experts(Rng& rng, Slots& s) override {
-    const struct {
-      const char* name;
-      int64_t rows, in;
-    } mats[] = {{"gate_up", rows(), p.Dm}, {"down", p.Dm, p.I}};
-    for (const auto& m : mats) {
+    for (const QuantMat& m : quant_mats()) {
       const std::string n = m.name;
       const double range = std::sqrt(3.0 / static_cast<double>(m.in)), levels = (1 << bits) - 1;
       fill_uniform_fast(s.input(n + ".weight", DType::u32, {p.E, m.rows, packed_words(m.in, bits)}),
