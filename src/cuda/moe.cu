@@ -2028,7 +2028,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
           const int d = n0 + wn * 64 + j * 8 + (lane % 4) * 2;  // Dm % 8 == 0: d + 1 < Dm too
           if (d < p.n_out)
             *reinterpret_cast<uint32_t*>(yrow + d) =
-                tc_pack<C>(acc[mi][j][2 * hf], acc[mi][j][2 * hf + 1]);
+                pack2<C>(acc[mi][j][2 * hf], acc[mi][j][2 * hf + 1]);
         }
       }
     }
