@@ -359,6 +359,18 @@ __device__ __forceinline__ bool pairs_of(const Pairs& P, int a, int& e, int& p0,
   return true;
 }
 
+// The f32 x rows of the first n_tok (<= kExpTokens) pairs of a batch at sorted position q0: the
+// staged row x_direct for direct pairs, else row token(pair) of xf [T, Dm]; null past n_tok.
+__device__ __forceinline__ void pair_x_rows(const Pairs& P, int q0, int n_tok,
+                                            const float* x_direct, const float* xf, int K, int Dm,
+                                            const float* (&xrow)[kExpTokens]) {
+#pragma unroll
+  for (int k = 0; k < kExpTokens; ++k)
+    xrow[k] = k >= n_tok ? nullptr
+              : P.ids    ? x_direct
+                         : xf + static_cast<int64_t>(P.L.pair_of_pos[q0 + k] / K) * Dm;
+}
+
 // dot[n][k] += Σ_{d in lane's vectors} rows[n][d]·xrow[k][d] for the kN rows and the first n_tok
 // (<= kExpTokens) token rows xrow (f32, 16-byte aligned rows when kVec). Lane l owns vectors
 // l, l + 32, ... of V elements; kU of them per row are loaded (kN·kU independent loads in flight)
@@ -486,11 +498,7 @@ __global__ void __launch_bounds__(kExpWarps * 32, 4)
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
     const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* xrow[kExpTokens];
-#pragma unroll
-    for (int k = 0; k < kExpTokens; ++k)
-      xrow[k] = k >= n_tok ? nullptr
-                : P.ids    ? x_shared
-                           : xf + static_cast<int64_t>(P.L.pair_of_pos[q0 + k] / K) * Dm;
+    pair_x_rows(P, q0, n_tok, x_shared, xf, K, Dm, xrow);
     float dot[2][kExpTokens] = {};
     if (swiglu) {
       row_dot<Tw, kVec, 2, 4>(xrow, n_tok, Dm, dot, rows, lane);
@@ -1215,11 +1223,7 @@ __global__ void __launch_bounds__(kExpWarps * 32)
   for (int q0 = p0; q0 < p1; q0 += kExpTokens) {
     const int n_tok = min(kExpTokens, p1 - q0);  // warp-uniform
     const float* xrow[kExpTokens];
-#pragma unroll
-    for (int k = 0; k < kExpTokens; ++k)
-      xrow[k] = k >= n_tok ? nullptr
-                : P.ids    ? xq_shared
-                           : xf + static_cast<int64_t>(P.L.pair_of_pos[q0 + k] / K) * Dm;
+    pair_x_rows(P, q0, n_tok, xq_shared, xf, K, Dm, xrow);
     float dot[2][kExpTokens] = {};  // up, gate
     if (swiglu) {
       const int64_t rows[2] = {I + i, i};
