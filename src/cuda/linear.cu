@@ -11,10 +11,10 @@
 //     keeps f32 accuracy (error ~2^-17 of |x|·|W| against 2^-24), on tensor cores; W is read
 //     once. Bytes: W + 2T·in·2 + 2·2T·out·4 + y. Not for f16 W: an f32 x past 65504 has no f16
 //     hi.
-//   linear.gemv (priority 6; T <= 8; `HYBRID_LINEAR_GEMV=0` refuses it): bf16 / f16 W with x of
+//   linear.gemv (priority 6; T = 1; `HYBRID_LINEAR_GEMV=0` refuses it): bf16 / f16 W with x of
 //     another dtype (the engine's decode: f32 x, bf16 W), which cuBLASLt has no GEMV for. x is
-//     staged in shared memory as f32; lanes read W's rows in 16-byte chunks, 4 rows a warp with 2
-//     chunks a row in flight, and add each chunk's products for every token. Bytes: out·in·2 + x.
+//     staged in shared memory as f32; lanes read W's rows in 16-byte chunks, 2 rows a warp with 4
+//     chunks a row in flight. Bytes: out·in·2 + x.
 //   linear.cuda (priority 0): CUDA-core fallback for the remaining dtype mixes (bf16 x with f32
 //     W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
 #include <cublasLt.h>
@@ -201,50 +201,64 @@ void linear_lt_run(const Linear& a, Context& ctx) {
 }
 
 // ---- linear.gemv -------------------------------------------------------------------------------
-// y[t, o] = Σ_i x[t, i]·W[o, i] (+ bias[o]), kT <= 8 tokens, W rows of 16-bit Tw in 16-byte
-// chunks. CTA: kGvWarps warps of kGvRows rows (rows past `out` re-read the last one, never
-// stored); x [kT, in] staged as f32 in dynamic shared memory first. Lane l takes chunks
-// c = l, l + 32, ... of its rows, kGvUnroll chunks a row loaded before the math, the chunk's 8
-// x values per token read as two float4 (shared by the warp's kGvRows rows). One warp sum per
-// (row, token).
-constexpr int kGvWarps = 4, kGvRows = 4, kGvUnroll = 2, kGvMaxTokens = 8;
+// y[t, o] = Σ_i x[t, i]·W[o, i] (+ bias[o]), kT tokens (kGvMaxTokens), W rows of 16-bit Tw in
+// 16-byte chunks. CTA: kGvWarps warps of kRows rows each (rows past `out` re-read the last one,
+// never stored). Lane l takes chunks c = l, l + 32, ... of its rows, kUnroll chunks a row in
+// flight: the first kRows·kUnroll loads are issued before x [kT, in] is staged as f32 in dynamic
+// shared memory, so the staging hides under their latency. A chunk's 8 x values per token are two
+// float4 (shared by the warp's kRows rows). One warp sum per (row, token).
+// Session 11 (H200, 2048 -> 4096, f32 x): 2 rows a warp with 4 chunks a row in flight took 9.3 µs
+// at T 1 (1 row with 8 chunks: 10.7; 4 rows: 13.5-15 before the x staging fix), against the
+// split GEMM's 12.3 and cuBLASLt's 9.0 for bf16 x. At T 8 the GEMV took 33.5 µs (its products
+// on CUDA cores) against the split's 12.9, so it takes one token only: the engine's decode of one
+// sequence.
+constexpr int kGvWarps = 4, kGvRows = 2, kGvUnroll = 4, kGvMaxTokens = 1;
 constexpr size_t kGvMaxSmem = 160 * 1024;
 
-template <class Tw, int kT>
+template <class Tw, class Tx, int kT, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kGvWarps * 32)
-    linear_gemv_kernel(const void* x, DType xt, int64_t ldx, const Tw* __restrict__ w, int64_t ldw,
+    linear_gemv_kernel(const Tx* __restrict__ x, int64_t ldx, const Tw* __restrict__ w, int64_t ldw,
                        const void* bias, DType bt, void* y, DType yt, int64_t ldy, int in,
                        int out) {
   extern __shared__ float4 gv_x[];  // [kT, in] f32
-  float* xs = reinterpret_cast<float*>(gv_x);
-  for (int i = threadIdx.x; i < kT * in; i += blockDim.x)
-    xs[i] = load_any(x, xt, static_cast<int64_t>(i / in) * ldx + i % in);
-  __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int o0 = (blockIdx.x * kGvWarps + warp) * kGvRows;
-  if (o0 >= out) return;
-  const uint4* rows[kGvRows];
+  const int o0 = (blockIdx.x * kGvWarps + warp) * kRows;
+  const uint4* rows[kRows];
 #pragma unroll
-  for (int r = 0; r < kGvRows; ++r)
+  for (int r = 0; r < kRows; ++r)
     rows[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(o0 + r, out - 1)) * ldw);
-  float acc[kGvRows][kT] = {};
   const int nch = in / 8;
-  for (int c0 = lane; c0 < nch; c0 += 32 * kGvUnroll) {
-    uint4 wv[kGvUnroll][kGvRows];
+  uint4 wv[kUnroll][kRows];
+  auto load_group = [&](int c0) {
 #pragma unroll
-    for (int u = 0; u < kGvUnroll; ++u)
+    for (int u = 0; u < kUnroll; ++u)
       if (c0 + 32 * u < nch)
 #pragma unroll
-        for (int r = 0; r < kGvRows; ++r) wv[u][r] = __ldg(rows[r] + c0 + 32 * u);
+        for (int r = 0; r < kRows; ++r) wv[u][r] = __ldg(rows[r] + c0 + 32 * u);
+  };
+  load_group(lane);
+
+  float* xs = reinterpret_cast<float*>(gv_x);
+  // x's dtype is a template parameter so that the loads of a row are issued together (a dtype
+  // switch per element serialised them: ~16 L2 round trips a CTA, 13.8 µs at T 1 in run 3).
+  for (int t = 0; t < kT; ++t) {
+    const Tx* xr = x + static_cast<int64_t>(t) * ldx;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < in; i += kGvWarps * 32) xs[t * in + i] = to_f32(xr[i]);
+  }
+  __syncthreads();
+
+  float acc[kRows][kT] = {};
+  for (int c0 = lane; c0 < nch; c0 += 32 * kUnroll) {
 #pragma unroll
-    for (int u = 0; u < kGvUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + 32 * u;
       if (c >= nch) break;
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         const float4 a = gv_x[(t * in) / 4 + 2 * c], b = gv_x[(t * in) / 4 + 2 * c + 1];
 #pragma unroll
-        for (int r = 0; r < kGvRows; ++r) {
+        for (int r = 0; r < kRows; ++r) {
           const Tw* e = reinterpret_cast<const Tw*>(&wv[u][r]);
           acc[r][t] += to_f32(e[0]) * a.x + to_f32(e[1]) * a.y + to_f32(e[2]) * a.z +
                        to_f32(e[3]) * a.w + to_f32(e[4]) * b.x + to_f32(e[5]) * b.y +
@@ -252,9 +266,11 @@ __global__ void __launch_bounds__(kGvWarps * 32)
         }
       }
     }
+    load_group(c0 + 32 * kUnroll);
   }
+  if (o0 >= out) return;
 #pragma unroll
-  for (int r = 0; r < kGvRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     const float bv = bias && o0 + r < out ? load_any(bias, bt, o0 + r) : 0.0f;
 #pragma unroll
     for (int t = 0; t < kT; ++t) {
@@ -271,7 +287,10 @@ Reason linear_gemv_supports(const Linear& a) {
   const DType wt = a.weight.dtype();
   if (wt != DType::bf16 && wt != DType::f16)
     return str("W=", dtype_name(wt), ": the GEMV reads bf16 / f16 rows");
-  if (T < 1 || T > kGvMaxTokens) return str("T=", T, " outside 1..", kGvMaxTokens);
+  const DType xt = a.x.dtype();
+  if (xt != DType::f32 && xt != DType::bf16 && xt != DType::f16)
+    return str("x=", dtype_name(xt), ": the GEMV reads f32 / bf16 / f16 x");
+  if (T != kGvMaxTokens) return str("T=", T, ": the GEMV takes one token (the split GEMM more)");
   if (in % 8 != 0 || reinterpret_cast<uintptr_t>(a.weight.data()) % 16 != 0 ||
       a.weight.stride(0) % 8 != 0)
     return std::string("W's rows are not 16-byte chunks");
@@ -289,41 +308,34 @@ void linear_gemv_run(const Linear& a, Context& ctx) {
     return;
   }
   const size_t smem = static_cast<size_t>(T * in) * 4;
-  const auto blocks = static_cast<unsigned>((out + kGvWarps * kGvRows - 1) / (kGvWarps * kGvRows));
-  auto launch = [&](auto tw, auto kt) {
+  auto launch = [&](auto tw, auto tx, auto kt) {
     using Tw = decltype(tw);
-    const auto kernel = linear_gemv_kernel<Tw, decltype(kt)::value>;
+    using Tx = decltype(tx);
+    constexpr int kT = decltype(kt)::value;
+    const auto kernel = linear_gemv_kernel<Tw, Tx, kT, kGvRows, kGvUnroll>;
+    const auto blocks =
+        static_cast<unsigned>((out + kGvWarps * kGvRows - 1) / (kGvWarps * kGvRows));
     ensure_dynamic_smem(kernel, smem);
     kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
-        a.x.data(), a.x.dtype(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
+        a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
         a.bias.defined() ? a.bias.data() : nullptr, a.bias.defined() ? a.bias.dtype() : DType::f32,
         a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  auto by_tokens = [&](auto tw) {
-    switch (T) {
-      case 1:
-        return launch(tw, std::integral_constant<int, 1>{});
-      case 2:
-        return launch(tw, std::integral_constant<int, 2>{});
-      case 3:
-        return launch(tw, std::integral_constant<int, 3>{});
-      case 4:
-        return launch(tw, std::integral_constant<int, 4>{});
-      case 5:
-        return launch(tw, std::integral_constant<int, 5>{});
-      case 6:
-        return launch(tw, std::integral_constant<int, 6>{});
-      case 7:
-        return launch(tw, std::integral_constant<int, 7>{});
+  auto by_x = [&](auto tw) {
+    switch (a.x.dtype()) {
+      case DType::f32:
+        return launch(tw, float{}, std::integral_constant<int, kGvMaxTokens>{});
+      case DType::f16:
+        return launch(tw, __half{}, std::integral_constant<int, kGvMaxTokens>{});
       default:
-        return launch(tw, std::integral_constant<int, 8>{});
+        return launch(tw, __nv_bfloat16{}, std::integral_constant<int, kGvMaxTokens>{});
     }
   };
   if (a.weight.dtype() == DType::f16)
-    by_tokens(__half{});
+    by_x(__half{});
   else
-    by_tokens(__nv_bfloat16{});
+    by_x(__nv_bfloat16{});
 }
 
 // x [T, in] f32 (rows strided) -> xs [2T, in] bf16: row t = bf16(x[t]), row T + t =
@@ -353,9 +365,9 @@ __global__ void join_halves_kernel(const float* __restrict__ y2, const void* bia
   }
 }
 
-// The fewest tokens for the split GEMM: up to 8 tokens linear.gemv (priority 6) reads W once in one
-// launch against three. HYBRID_LINEAR_SPLIT_MIN_T replaces it (with HYBRID_LINEAR_GEMV=0, to time
-// the split at decode sizes).
+// The fewest tokens for the split GEMM: one token is linear.gemv's (priority 6; 9.3 against 12.3
+// µs at 2048 -> 4096 on the H200). HYBRID_LINEAR_SPLIT_MIN_T replaces it (with
+// HYBRID_LINEAR_GEMV=0, to time the split at decode sizes).
 constexpr int64_t kSplitMinTokens = 2;
 
 Reason linear_split_supports(const Linear& a) {
