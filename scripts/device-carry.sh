@@ -39,8 +39,8 @@ declare -A path=([hybrid-ops]=$build/tools/hybrid-ops/hybrid-ops [hybrid_unit_te
                  [libhybrid_c.so]=$build/libhybrid_c.so [hybrid]=$build/tools/hybrid/hybrid)
 bins=(${CARRY_BINS:-hybrid-ops hybrid_unit_tests libhybrid_c.so})
 for b in "${bins[@]}"; do strip -o "$dir/$b" "${path[$b]}"; done
-# xz -9e: its 64 MiB dictionary spans the binaries, which share most of their device code (session
+# xz -9e with a 256 MiB dictionary spans the binaries (64 MiB spans three; four gave 61 MB), which share most of their device code (session
 # 5's three: 47 MB at -5, 17 MB at -9e; ~2 min on 2 cores).
-(cd "$dir" && tar cf - "${bins[@]}" | xz -9e -T0 > bin.tar.xz)
+(cd "$dir" && tar cf - "${bins[@]}" | xz --lzma2=preset=9e,dict=256MiB -T0 > bin.tar.xz)
 (cd "$dir" && rm -f "${bins[@]}")
 du -sh "$dir"

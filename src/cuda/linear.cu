@@ -4,19 +4,34 @@
 //     D = y, ld = y's row stride), f32 accumulation (CUBLAS_COMPUTE_32F, no TF32); bias: y is
 //     prefilled with bias rows and the GEMM runs with beta = 1. Workspace: 32 MiB of ctx.workspace.
 //     2·T·in·out FLOP; bytes T·in + out·in + T·out elements (memory-bound below T ~ 300).
-//   linear.cuda (priority 0): CUDA-core fallback for the dtype mixes cuBLASLt lacks (f32 x with
-//     bf16 W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
+//   linear.cublaslt_split (priority 5; `HYBRID_LINEAR_SPLIT=0` refuses it): f32 x with bf16 W
+//     (the engine's activations and weights), which cuBLASLt has no GEMM for. x is split into
+//     two bf16 rows, hi = bf16(x) and lo = bf16(x − hi), stacked as [2T, in]; one cuBLASLt GEMM
+//     gives [2T, out] f32, and y = y_hi + y_lo (+ bias). hi + lo carries 16 of x's 24 bits, so y
+//     keeps f32 accuracy (error ~2^-17 of |x|·|W| against 2^-24), on tensor cores; W is read
+//     once. Bytes: W + 2T·in·2 + 2·2T·out·4 + y. Not for f16 W: an f32 x past 65504 has no f16
+//     hi.
+//   linear.gemv (priority 6; T = 1; `HYBRID_LINEAR_GEMV=0` refuses it): bf16 / f16 W with x of
+//     another dtype (the engine's decode: f32 x, bf16 W), which cuBLASLt has no GEMV for. x is
+//     staged in shared memory as f32; lanes read W's rows in 16-byte chunks, 2 rows a warp with 4
+//     chunks a row in flight. Bytes: out·in·2 + x.
+//   linear.cuda (priority 0): CUDA-core fallback for the remaining dtype mixes (bf16 x with f32
+//     W, ...): one warp per output row, 4 tokens per pass over the row, f32 accumulation.
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/linear.h"
 
 namespace hybrid::cuda {
@@ -185,6 +200,223 @@ void linear_lt_run(const Linear& a, Context& ctx) {
     linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
 }
 
+// ---- linear.gemv -------------------------------------------------------------------------------
+// y[t, o] = Σ_i x[t, i]·W[o, i] (+ bias[o]), kT tokens (kGvMaxTokens), W rows of 16-bit Tw in
+// 16-byte chunks. CTA: kGvWarps warps of kRows rows each (rows past `out` re-read the last one,
+// never stored). Lane l takes chunks c = l, l + 32, ... of its rows, kUnroll chunks a row in
+// flight: the first kRows·kUnroll loads are issued before x [kT, in] is staged as f32 in dynamic
+// shared memory, so the staging hides under their latency. A chunk's 8 x values per token are two
+// float4 (shared by the warp's kRows rows). One warp sum per (row, token).
+// Session 11 (H200, 2048 -> 4096, f32 x): 2 rows a warp with 4 chunks a row in flight took 9.3 µs
+// at T 1 (1 row with 8 chunks: 10.7; 4 rows: 13.5-15 before the x staging fix), against the
+// split GEMM's 12.3 and cuBLASLt's 9.0 for bf16 x. At T 8 the GEMV took 33.5 µs (its products
+// on CUDA cores) against the split's 12.9, so it takes one token only: the engine's decode of one
+// sequence.
+constexpr int kGvWarps = 4, kGvRows = 2, kGvUnroll = 4, kGvMaxTokens = 1;
+constexpr size_t kGvMaxSmem = 160 * 1024;
+
+template <class Tw, class Tx, int kT, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kGvWarps * 32)
+    linear_gemv_kernel(const Tx* __restrict__ x, int64_t ldx, const Tw* __restrict__ w, int64_t ldw,
+                       const void* bias, DType bt, void* y, DType yt, int64_t ldy, int in,
+                       int out) {
+  extern __shared__ float4 gv_x[];  // [kT, in] f32
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int o0 = (blockIdx.x * kGvWarps + warp) * kRows;
+  const uint4* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    rows[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(o0 + r, out - 1)) * ldw);
+  const int nch = in / 8;
+  uint4 wv[kUnroll][kRows];
+  auto load_group = [&](int c0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + 32 * u < nch)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) wv[u][r] = __ldg(rows[r] + c0 + 32 * u);
+  };
+  load_group(lane);
+
+  float* xs = reinterpret_cast<float*>(gv_x);
+  // x's dtype is a template parameter so that the loads of a row are issued together (a dtype
+  // switch per element serialised them: ~16 L2 round trips a CTA, 13.8 µs at T 1 in run 3).
+  for (int t = 0; t < kT; ++t) {
+    const Tx* xr = x + static_cast<int64_t>(t) * ldx;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < in; i += kGvWarps * 32) xs[t * in + i] = to_f32(xr[i]);
+  }
+  __syncthreads();
+
+  float acc[kRows][kT] = {};
+  for (int c0 = lane; c0 < nch; c0 += 32 * kUnroll) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + 32 * u;
+      if (c >= nch) break;
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const float4 a = gv_x[(t * in) / 4 + 2 * c], b = gv_x[(t * in) / 4 + 2 * c + 1];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const Tw* e = reinterpret_cast<const Tw*>(&wv[u][r]);
+          acc[r][t] += to_f32(e[0]) * a.x + to_f32(e[1]) * a.y + to_f32(e[2]) * a.z +
+                       to_f32(e[3]) * a.w + to_f32(e[4]) * b.x + to_f32(e[5]) * b.y +
+                       to_f32(e[6]) * b.z + to_f32(e[7]) * b.w;
+        }
+      }
+    }
+    load_group(c0 + 32 * kUnroll);
+  }
+  if (o0 >= out) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float bv = bias && o0 + r < out ? load_any(bias, bt, o0 + r) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && o0 + r < out) store_any(y, yt, t * ldy + o0 + r, v + bv);
+    }
+  }
+}
+
+Reason linear_gemv_supports(const Linear& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_GEMV");
+  if (off) return std::string("HYBRID_LINEAR_GEMV=0");
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  const DType wt = a.weight.dtype();
+  if (wt != DType::bf16 && wt != DType::f16)
+    return str("W=", dtype_name(wt), ": the GEMV reads bf16 / f16 rows");
+  const DType xt = a.x.dtype();
+  if (xt != DType::f32 && xt != DType::bf16 && xt != DType::f16)
+    return str("x=", dtype_name(xt), ": the GEMV reads f32 / bf16 / f16 x");
+  if (T != kGvMaxTokens) return str("T=", T, ": the GEMV takes one token (the split GEMM more)");
+  if (in % 8 != 0 || reinterpret_cast<uintptr_t>(a.weight.data()) % 16 != 0 ||
+      a.weight.stride(0) % 8 != 0)
+    return std::string("W's rows are not 16-byte chunks");
+  if (static_cast<size_t>(T * in) * 4 > kGvMaxSmem)
+    return str("T·in=", T * in, ": x above ", kGvMaxSmem, " bytes of shared memory as f32");
+  if (in > INT_MAX || out > INT_MAX) return std::string("in or out above 2^31");
+  return {};
+}
+
+void linear_gemv_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {  // y = bias or 0: the fallback writes it
+    linear_fb_run(a, ctx);
+    return;
+  }
+  const size_t smem = static_cast<size_t>(T * in) * 4;
+  auto launch = [&](auto tw, auto tx, auto kt) {
+    using Tw = decltype(tw);
+    using Tx = decltype(tx);
+    constexpr int kT = decltype(kt)::value;
+    const auto kernel = linear_gemv_kernel<Tw, Tx, kT, kGvRows, kGvUnroll>;
+    const auto blocks =
+        static_cast<unsigned>((out + kGvWarps * kGvRows - 1) / (kGvWarps * kGvRows));
+    ensure_dynamic_smem(kernel, smem);
+    kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
+        a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
+        a.bias.defined() ? a.bias.data() : nullptr, a.bias.defined() ? a.bias.dtype() : DType::f32,
+        a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
+    HYBRID_CUDA_CHECK_LAUNCH();
+  };
+  auto by_x = [&](auto tw) {
+    switch (a.x.dtype()) {
+      case DType::f32:
+        return launch(tw, float{}, std::integral_constant<int, kGvMaxTokens>{});
+      case DType::f16:
+        return launch(tw, __half{}, std::integral_constant<int, kGvMaxTokens>{});
+      default:
+        return launch(tw, __nv_bfloat16{}, std::integral_constant<int, kGvMaxTokens>{});
+    }
+  };
+  if (a.weight.dtype() == DType::f16)
+    by_x(__half{});
+  else
+    by_x(__nv_bfloat16{});
+}
+
+// x [T, in] f32 (rows strided) -> xs [2T, in] bf16: row t = bf16(x[t]), row T + t =
+// bf16(x[t] - hi).
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t ldx,
+                               __nv_bfloat16* __restrict__ xs, int64_t T, int64_t in) {
+  const int64_t n = T * in;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / in, c = i % in;
+    const float v = x[t * ldx + c];
+    const __nv_bfloat16 hi = from_f32<__nv_bfloat16>(v);
+    xs[i] = hi;
+    xs[n + i] = from_f32<__nv_bfloat16>(v - to_f32(hi));
+  }
+}
+
+// y[t, o] = y2[t, o] + y2[T + t, o] (+ bias[o]), rounded to y's dtype.
+__global__ void join_halves_kernel(const float* __restrict__ y2, const void* bias, DType bt,
+                                   void* y, DType yt, int64_t ldy, int64_t T, int64_t out) {
+  const int64_t n = T * out;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / out, o = i % out;
+    const float b = bias ? load_any(bias, bt, o) : 0.0f;
+    store_any(y, yt, t * ldy + o, y2[i] + y2[n + i] + b);
+  }
+}
+
+// The fewest tokens for the split GEMM: one token is linear.gemv's (priority 6; 9.3 against 12.3
+// µs at 2048 -> 4096 on the H200). HYBRID_LINEAR_SPLIT_MIN_T replaces it (with
+// HYBRID_LINEAR_GEMV=0, to time the split at decode sizes).
+constexpr int64_t kSplitMinTokens = 2;
+
+Reason linear_split_supports(const Linear& a) {
+  static const bool off = env_is_zero("HYBRID_LINEAR_SPLIT");
+  if (off) return std::string("HYBRID_LINEAR_SPLIT=0");
+  static const int64_t min_t = [] {
+    const char* e = std::getenv("HYBRID_LINEAR_SPLIT_MIN_T");
+    return e ? std::atoll(e) : kSplitMinTokens;
+  }();
+  if (a.x.size(0) < min_t)
+    return str("T=", a.x.size(0), " below ", min_t, " (the fallback GEMV reads W once too)");
+  if (a.x.dtype() != DType::f32 || a.weight.dtype() != DType::bf16)
+    return str("x=", dtype_name(a.x.dtype()), ", W=", dtype_name(a.weight.dtype()),
+               ": the split GEMM is for f32 x with bf16 W");
+  return {};
+}
+
+void linear_split_run(const Linear& a, Context& ctx) {
+  const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {  // y = bias or 0: the fallback writes it
+    linear_fb_run(a, ctx);
+    return;
+  }
+  const DType wt = DType::bf16;
+  const size_t xs_b = align_up(static_cast<size_t>(2 * T * in) * 2, 256);
+  const size_t y2_b = align_up(static_cast<size_t>(2 * T * out) * 4, 256);
+  char* ws = static_cast<char*>(ctx.workspace(kLtWorkspaceBytes + xs_b + y2_b));
+  void* xs = ws + kLtWorkspaceBytes;
+  auto* y2 = reinterpret_cast<float*>(ws + kLtWorkspaceBytes + xs_b);
+  const cudaStream_t stream = as_stream(ctx.stream());
+  const auto blocks = [](int64_t n) {
+    return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
+  };
+  split_x_kernel<<<blocks(T * in), 256, 0, stream>>>(a.x.data_as<const float>(), a.x.stride(0),
+                                                     static_cast<__nv_bfloat16*>(xs), T, in);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!lt_linear(ctx, wt, DType::f32, xs, in, a.weight.data(), a.weight.stride(0), y2, out, 2 * T,
+                 in, out, 0.0f, ws, kLtWorkspaceBytes)) {
+    linear_fb_run(a, ctx);  // no cuBLASLt algorithm (odd alignment): the CUDA-core kernel
+    return;
+  }
+  join_halves_kernel<<<blocks(T * out), 256, 0, stream>>>(
+      y2, a.bias.defined() ? a.bias.data() : nullptr,
+      a.bias.defined() ? a.bias.dtype() : DType::f32, a.y.data(), a.y.dtype(), a.y.stride(0), T,
+      out);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool lt_linear_dtypes(DType x, DType w, DType y) {
@@ -255,6 +487,9 @@ void fill_bias_rows(Context& ctx, DType bt, const void* bias, DType yt, void* y,
 
 void register_linear(Registry& r) {
   r.add<Linear>("linear.cublaslt", DeviceType::cuda, 10, linear_lt_supports, linear_lt_run);
+  r.add<Linear>("linear.gemv", DeviceType::cuda, 6, linear_gemv_supports, linear_gemv_run);
+  r.add<Linear>("linear.cublaslt_split", DeviceType::cuda, 5, linear_split_supports,
+                linear_split_run);
   r.add<Linear>("linear.cuda", DeviceType::cuda, 0, nullptr, linear_fb_run);
 }
 

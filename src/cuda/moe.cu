@@ -581,8 +581,9 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const int* __res
 // at a time (the v2 kernel above runs one CTA per token and one dependent L2 round trip per
 // (d, j): ~80 serial round trips per thread at Dm 2048, K 10, ~25 µs at decode).
 constexpr int kCombineThreads = 256, kCombineMaxK = 256;
+template <class Ty>
 __global__ void __launch_bounds__(kCombineThreads)
-    moe_combine_v3_kernel(const float* __restrict__ y, const int* __restrict__ pos_of_pair, Pairs P,
+    moe_combine_v3_kernel(const Ty* __restrict__ y, const int* __restrict__ pos_of_pair, Pairs P,
                           const void* weights, DType wt, int64_t w_s0, int64_t w_s1, void* out,
                           DType ot, int64_t out_s0, int K, int Dm, bool accumulate) {
   __shared__ int pos_s[kCombineMaxK];
@@ -606,7 +607,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 #pragma unroll 4
   for (int j = 0; j < K; ++j) {
     const int pos = pos_s[j];
-    const float yv = y[static_cast<int64_t>(pos >= 0 ? pos : 0) * Dm + d];  // row 0: not used
+    const float yv = to_f32(y[static_cast<int64_t>(pos >= 0 ? pos : 0) * Dm + d]);  // row 0: unused
     if (pos >= 0) acc += w_s[j] * yv;
   }
   const int64_t o = t * out_s0 + d;
@@ -1732,13 +1733,14 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
 // The GEMV paths above read a routed expert's rows once per 8 of its pairs and do the math on
 // CUDA cores: a 4096-token prefill chunk of Qwen3-Next (512 experts, top-10, Dm 2048, I 512;
 // ~80 pairs an expert) took 40.0 ms in bf16 and 61.6 ms in 4 bits (session 10 run 1), i.e.
-// 6.4 TFLOP/s. Here the pairs sorted by expert (moe_sort) are cut into tiles of kTcM positions
-// of one expert (moe_tiles), and each CTA computes a [kTcM, N] block of one expert's GEMM on
+// 6.4 TFLOP/s. Here the pairs sorted by expert (a grid sort, below) are cut into tiles of kTcM
+// positions of one expert, and each CTA computes a [kTcM, N] block of one expert's GEMM on
 // tensor cores (mma.sync m16n8k16, f32 accumulate):
 //   gate_up: h[pos, i] = act(x[token(pos)]·G_e[i], x·U_e[i]), A = x's rows gathered through
 //     pair_of_pos, B = kTcGateN units' gate and up rows (128 rows; relu2: 64 up rows); h is
 //     stored in the input dtype C (bf16 | f16), as the model's own MLP rounds it.
-//   down: y[pos, d] = h[pos, :]·D_e[d, :] for kTcDownN rows d, A = h's contiguous rows; y f32.
+//   down: y[pos, d] = h[pos, :]·D_e[d, :] for kTcDownN rows d, A = h's contiguous rows; y in C
+//     too (HF's experts round their outputs; the combine sums in f32).
 //   combine: moe_combine_v3_kernel (Σ_j w·y in j order, as every path).
 // A CTA: 8 warps as 4 (32 positions each) × 2 (half of the B rows), kTcK = 64 of the reduction a
 // stage, kTcStages stages in flight by cp.async into XOR-swizzled shared memory, ldmatrix
@@ -1750,10 +1752,12 @@ void moe_experts_q_v2_run(const MoeExpertsQ& a, Context& ctx) {
 // expert's weights are read once per tile of its pairs. Positions within an expert are in no
 // fixed order, but every row of a GEMM is computed alone, so results do not depend on it.
 // Bytes at T 4096 (bf16): all 512 experts' weights (3.2 GB: 0.8 ms at the copy ceiling) + y
-// [P, Dm] f32 written and read once (0.67 GB); FLOP 2·P·3·I·Dm = 258 G. Measured (session 10 run
-// 5): 1.49 ms bf16 (gate_up 0.86 ms at 57% of DRAM, down 0.44 ms at 67%, sort 61 µs, combine
-// 130 µs), 1.80 ms 4-bit; each thread's copies by int offsets fixed over the reduction took 17%
-// off the first form (1.80 ms), whose ~30 instructions a copy sat between barrier and math.
+// [P, Dm] written and read once; FLOP 2·P·3·I·Dm = 258 G. Measured (session 10 run 5, with y f32
+// and the one-block moe_sort): 1.49 ms bf16 (gate_up 0.86 ms at 57% of DRAM, down 0.44 ms at 67%,
+// sort 61 µs, combine 130 µs), 1.80 ms 4-bit; each thread's copies by int offsets fixed over the
+// reduction took 17% off the first form (1.80 ms), whose ~30 instructions a copy sat between
+// barrier and math. y in C and the grid sort (branch next/session11, not yet run on a GPU):
+// predicted 1.49 → 1.35-1.40 ms (sort 61 → ~10 µs, combine 130 → ~70 µs, down's y stores halved).
 constexpr int kTcM = 128, kTcK = 64, kTcStages = 3, kTcWarps = 8;
 constexpr int kTcGateN = 64;   // gate_up: units i a CTA
 constexpr int kTcDownN = 128;  // down: output rows d a CTA
@@ -2022,41 +2026,99 @@ __global__ void __launch_bounds__(kTcWarps * 32, 2) moe_tc_gemm_kernel(const TcA
           *reinterpret_cast<uint32_t*>(hrow + unit) = pack2<C>(v[0], v[1]);
         }
       } else {
-        float* yrow = static_cast<float*>(p.out) + pos * p.n_out;
+        C* yrow = static_cast<C*>(p.out) + pos * p.n_out;
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
           const int d = n0 + wn * 64 + j * 8 + (lane % 4) * 2;  // Dm % 8 == 0: d + 1 < Dm too
           if (d < p.n_out)
-            *reinterpret_cast<float2*>(yrow + d) =
-                make_float2(acc[mi][j][2 * hf], acc[mi][j][2 * hf + 1]);
+            *reinterpret_cast<uint32_t*>(yrow + d) =
+                pack2<C>(acc[mi][j][2 * hf], acc[mi][j][2 * hf + 1]);
         }
       }
     }
 }
 
-// The tiles of kTcM sorted positions of one expert (one block): tiles[2·i] = expert,
-// tiles[2·i + 1] = its first position, in the order of the sort's routed experts.
+// The tensor-core path's sort of the P pairs by expert, on a grid (moe_sort is one block: 61 µs
+// of the 1.49 ms at T 4096, session 10 run 4):
+//   moe_count_kernel (grid): per-block counts in shared memory, added to counts [E] (zeroed).
+//   moe_scan_kernel (one block): offsets, the routed experts in id order, cursors = offsets, and
+//     the tiles of kTcM positions of one expert: tiles[2·i] = expert, tiles[2·i + 1] = its first
+//     position.
+//   moe_scatter_kernel (grid): each pair takes the next position of its expert (a global
+//     atomic). Positions within an expert are in no fixed order, as moe_sort's.
+// ids outside [0, E) get no position (pos_of_pair -1) and add nothing.
+constexpr int kCountThreads = 256, kCountPairsPerBlock = 1024;
+
+__device__ __forceinline__ int64_t pair_id(const void* ids, bool ids64, int64_t s0, int64_t s1,
+                                           int K, int p) {
+  const int64_t off = static_cast<int64_t>(p / K) * s0 + static_cast<int64_t>(p % K) * s1;
+  return ids64 ? static_cast<const int64_t*>(ids)[off] : static_cast<const int32_t*>(ids)[off];
+}
+
+__global__ void __launch_bounds__(kCountThreads)
+    moe_count_kernel(const void* ids, bool ids64, int64_t s0, int64_t s1, int P, int K, int E,
+                     int* __restrict__ counts) {
+  extern __shared__ int hist[];  // [E]
+  for (int e = threadIdx.x; e < E; e += kCountThreads) hist[e] = 0;
+  __syncthreads();
+  const int p1 = min(P, (blockIdx.x + 1) * kCountPairsPerBlock);
+  for (int p = blockIdx.x * kCountPairsPerBlock + threadIdx.x; p < p1; p += kCountThreads) {
+    const int64_t id = pair_id(ids, ids64, s0, s1, K, p);
+    if (id >= 0 && id < E) atomicAdd(&hist[id], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += kCountThreads)
+    if (hist[e] > 0) atomicAdd(&counts[e], hist[e]);
+}
+
 __global__ void __launch_bounds__(kSortThreads)
-    moe_tiles_kernel(SortLayout L, int* tiles, int* n_tiles) {
+    moe_scan_kernel(const int* __restrict__ counts, int E, SortLayout L, int* cursor, int* tiles,
+                    int* n_tiles) {
   __shared__ int warp_sums[32];
   __shared__ int total;
-  const int n = *L.n_active;
-  const int per = (n + kSortThreads - 1) / kSortThreads;
-  const int a0 = min(n, static_cast<int>(threadIdx.x) * per), a1 = min(n, a0 + per);
-  int count = 0;
-  for (int a = a0; a < a1; ++a) {
-    const int e = L.active[a];
-    count += (L.offsets[e + 1] - L.offsets[e] + kTcM - 1) / kTcM;
+  // Each thread owns a run of experts [e0, e1): local sums, block scans, then the run.
+  const int per = (E + kSortThreads - 1) / kSortThreads;
+  const int e0 = min(E, static_cast<int>(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int c_sum = 0, a_sum = 0, t_sum = 0;
+  for (int e = e0; e < e1; ++e) {
+    const int c = counts[e];
+    c_sum += c, a_sum += c > 0, t_sum += (c + kTcM - 1) / kTcM;
   }
-  int at = block_exclusive_scan(count, warp_sums, &total);
-  for (int a = a0; a < a1; ++a) {
-    const int e = L.active[a];
-    for (int q = L.offsets[e]; q < L.offsets[e + 1]; q += kTcM, ++at) {
-      tiles[2 * at] = e;
-      tiles[2 * at + 1] = q;
+  int c_at = block_exclusive_scan(c_sum, warp_sums, &total);
+  const int c_total = total;
+  int a_at = block_exclusive_scan(a_sum, warp_sums, &total);
+  const int a_total = total;
+  int t_at = block_exclusive_scan(t_sum, warp_sums, &total);
+  const int t_total = total;
+  for (int e = e0; e < e1; ++e) {
+    const int c = counts[e];
+    L.offsets[e] = c_at;
+    cursor[e] = c_at;
+    if (c > 0) L.active[a_at++] = e;
+    for (int q = 0; q < c; q += kTcM, ++t_at) {
+      tiles[2 * t_at] = e;
+      tiles[2 * t_at + 1] = c_at + q;
     }
+    c_at += c;
   }
-  if (threadIdx.x == 0) *n_tiles = total;
+  if (threadIdx.x == 0) {
+    L.offsets[E] = c_total;
+    *L.n_active = a_total;
+    *n_tiles = t_total;
+  }
+}
+
+__global__ void moe_scatter_kernel(const void* ids, bool ids64, int64_t s0, int64_t s1, int P,
+                                   int K, int E, int* cursor, SortLayout L) {
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x) {
+    const int64_t id = pair_id(ids, ids64, s0, s1, K, p);
+    int pos = -1;
+    if (id >= 0 && id < E) {
+      pos = atomicAdd(&cursor[id], 1);
+      L.pair_of_pos[pos] = p;
+    }
+    L.pos_of_pair[p] = pos;
+  }
 }
 
 // An upper bound of the tiles: Σ_e ⌈c_e / kTcM⌉ <= P / kTcM + (routed experts).
@@ -2104,9 +2166,9 @@ Reason moe_tc_supports(const Tensor& x, const Tensor& ids, int64_t E, int64_t I,
 // One call's workspace and sort (plan_tc): h, y and x's C copy, the sort state, the tiles. Then
 // run_tc launches gate_up, down and the combine over it.
 struct TcPlan {
-  void* h;
+  void* h;   // [P, I] C
   void* xc;  // [T, Dm] in C when x is not read as it is
-  float* y;
+  void* y;   // [P, Dm] C
   SortLayout L;
   int* tiles;
   int* n_tiles;
@@ -2118,27 +2180,38 @@ TcPlan plan_tc(const Tensor& x, const Tensor& ids, int64_t E, int64_t I, Context
   const int64_t T = x.size(0), Dm = x.size(1), K = ids.size(1), P = T * K;
   const int64_t max_tiles = tc_max_tiles(P, E);
   const size_t h_b = align_up(static_cast<size_t>(P * I) * 2, 256);
-  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 4, 256);
-  const size_t s_b = align_up(static_cast<size_t>(2 * E + 2 + 2 * P) * 4, 256);
+  const size_t y_b = align_up(static_cast<size_t>(P * Dm) * 2, 256);
+  const size_t s_b = align_up(static_cast<size_t>(4 * E + 2 + 2 * P) * 4, 256);
   const size_t t_b = align_up(static_cast<size_t>(2 * max_tiles + 1) * 4, 256);
   const size_t x_b = align_up(static_cast<size_t>(T * Dm) * 2, 256);
   char* ws = static_cast<char*>(ctx.workspace(h_b + y_b + s_b + t_b + x_b));
   TcPlan plan;
   plan.h = ws;
-  plan.y = reinterpret_cast<float*>(ws + h_b);
+  plan.y = ws + h_b;
   int* si = reinterpret_cast<int*>(ws + h_b + y_b);
   plan.L = SortLayout{si, si + E + 1, si + 2 * E + 1, si + 2 * E + 2, si + 2 * E + 2 + P};
+  int* counts = si + 2 * E + 2 + 2 * P;
+  int* cursor = counts + E;
   plan.tiles = reinterpret_cast<int*>(ws + h_b + y_b + s_b);
   plan.n_tiles = plan.tiles + 2 * max_tiles;
   plan.max_tiles = static_cast<unsigned>(max_tiles);
   plan.xc = ws + h_b + y_b + s_b + t_b;
-  const size_t sort_smem = static_cast<size_t>(E) * 4;
-  if (sort_smem > 48 * 1024) ensure_dynamic_smem(moe_sort_kernel, sort_smem);
-  moe_sort_kernel<<<1, kSortThreads, sort_smem, stream>>>(
-      ids.data(), ids.dtype() == DType::i64, ids.stride(0), ids.stride(1), static_cast<int>(T),
-      static_cast<int>(K), static_cast<int>(E), plan.L, nullptr, x.dtype(), 0, nullptr, 0);
+  const bool ids64 = ids.dtype() == DType::i64;
+  HYBRID_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(E) * 4, stream));
+  const size_t hist = static_cast<size_t>(E) * 4;
+  if (hist > 48 * 1024) ensure_dynamic_smem(moe_count_kernel, hist);
+  moe_count_kernel<<<static_cast<unsigned>((P + kCountPairsPerBlock - 1) / kCountPairsPerBlock),
+                     kCountThreads, hist, stream>>>(ids.data(), ids64, ids.stride(0), ids.stride(1),
+                                                    static_cast<int>(P), static_cast<int>(K),
+                                                    static_cast<int>(E), counts);
   HYBRID_CUDA_CHECK_LAUNCH();
-  moe_tiles_kernel<<<1, kSortThreads, 0, stream>>>(plan.L, plan.tiles, plan.n_tiles);
+  moe_scan_kernel<<<1, kSortThreads, 0, stream>>>(counts, static_cast<int>(E), plan.L, cursor,
+                                                  plan.tiles, plan.n_tiles);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  moe_scatter_kernel<<<static_cast<unsigned>(std::min<int64_t>((P + 255) / 256, 1024)), 256, 0,
+                       stream>>>(ids.data(), ids64, ids.stride(0), ids.stride(1),
+                                 static_cast<int>(P), static_cast<int>(K), static_cast<int>(E),
+                                 cursor, plan.L);
   HYBRID_CUDA_CHECK_LAUNCH();
   return plan;
 }
@@ -2199,9 +2272,9 @@ void run_tc(const TcPlan& plan, const Tensor& x, const Tensor& ids, const Tensor
   const dim3 grid(static_cast<unsigned>(T),
                   static_cast<unsigned>((Dm + kCombineThreads - 1) / kCombineThreads));
   moe_combine_v3_kernel<<<grid, kCombineThreads, 0, stream>>>(
-      plan.y, plan.L.pos_of_pair, pairs, weights.data(), weights.dtype(), weights.stride(0),
-      weights.stride(1), out.data(), out.dtype(), out.stride(0), static_cast<int>(K),
-      static_cast<int>(Dm), accumulate);
+      static_cast<const C*>(plan.y), plan.L.pos_of_pair, pairs, weights.data(), weights.dtype(),
+      weights.stride(0), weights.stride(1), out.data(), out.dtype(), out.stride(0),
+      static_cast<int>(K), static_cast<int>(Dm), accumulate);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

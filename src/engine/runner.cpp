@@ -108,6 +108,18 @@ std::optional<size_t> device_memory_budget() {
   return static_cast<size_t>(n);
 }
 
+// The KV cache's dtype for `device`: bf16 on CUDA, where the tensor-core attention kernels take
+// 16-bit caches with q in the same dtype (f32 caches run the CUDA-core variants), f32 on the CPU
+// (the reference); HYBRID_KV_CACHE_DTYPE=f32 | bf16 | f16 overrides. HF's bf16 models keep bf16
+// caches too; the cache halves.
+DType kv_cache_dtype(Device device) {
+  const char* v = std::getenv("HYBRID_KV_CACHE_DTYPE");
+  if (v == nullptr || *v == '\0') return device.is_cuda() ? DType::bf16 : DType::f32;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    if (dtype_name(t) == std::string(v)) return t;
+  fail("[model] HYBRID_KV_CACHE_DTYPE='", v, "': expected f32, bf16 or f16");
+}
+
 }  // namespace
 
 // ---- loading ----------------------------------------------------------------------------------
@@ -123,6 +135,7 @@ Runner::Runner(const std::string& dir, Device device,
     fail("[model] device ", to_string(device), " is not available (", cuda_device_count(),
          " CUDA devices)");
   cfg_ = load_config(dir);
+  kv_dtype_ = kv_cache_dtype(device);
   Checkpoint ckpt(dir);
   const ModelSpec spec = describe_model(cfg_, detect_layout(cfg_, ckpt));
   check_weights(spec, ckpt);
@@ -533,8 +546,8 @@ Sequences Runner::new_sequences(int64_t slots, int64_t capacity) {
     } else if (w.spec.mixer == Mixer::attention) {
       const AttentionConfig& a = c.attention;
       const std::vector<int64_t> shape = {slots * s.pages, kPageSize, a.num_kv_heads, a.head_dim};
-      s.k_cache.emplace_back(device_, DType::f32, shape);
-      s.v_cache.emplace_back(device_, DType::f32, shape);
+      s.k_cache.emplace_back(device_, kv_dtype_, shape);
+      s.v_cache.emplace_back(device_, kv_dtype_, shape);
     }
     s.ssm_state.push_back(std::move(state));
     s.conv_state.push_back(std::move(conv));
@@ -588,8 +601,8 @@ size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows
     } else if (w.spec.mixer == Mixer::attention) {
       const AttentionConfig& a = c.attention;
       const int64_t qw = a.output_gate ? 2 * a.head_dim : a.head_dim;
-      // q proj, k, v, normed q, attention out
-      mixer = a.num_heads * qw + 2 * a.num_kv_heads * a.head_dim + 2 * a.num_heads * a.head_dim;
+      // q proj, k, v, normed q, attention out, q in a 16-bit cache's dtype (counted as 4 bytes)
+      mixer = a.num_heads * qw + 2 * a.num_kv_heads * a.head_dim + 3 * a.num_heads * a.head_dim;
     } else if (w.spec.mixer == Mixer::mamba) {
       const MambaConfig& m = c.mamba;
       // proj, conv out, y, normed y
@@ -844,9 +857,18 @@ void Runner::attention_layer(const LayerWeights& w, Sequences& seqs, size_t laye
              ctx);
     q = qn;
   }
+  // With 16-bit caches (CUDA's default) the attention kernels take q in the caches' dtype (their
+  // tensor-core variants feed it to the mma as it is): RoPE writes it there. Without RoPE
+  // (Nemotron-H) q stays f32 and the CUDA-core variants run.
+  Tensor q_attn = q;
   if (a.rotary_dim > 0) {
     const float theta = static_cast<float>(a.rope_theta);
-    rope({.x = q, .out = q, .positions = s.positions, .rotary_dim = a.rotary_dim, .theta = theta},
+    if (kv_dtype_ != DType::f32) q_attn = scratch(kv_dtype_, {T, Hq, D});
+    rope({.x = q,
+          .out = q_attn,
+          .positions = s.positions,
+          .rotary_dim = a.rotary_dim,
+          .theta = theta},
          ctx);
     rope({.x = k, .out = k, .positions = s.positions, .rotary_dim = a.rotary_dim, .theta = theta},
          ctx);
@@ -864,7 +886,7 @@ void Runner::attention_layer(const LayerWeights& w, Sequences& seqs, size_t laye
                .page_table = s.page_table,
                .positions = s.positions},
               ctx);
-    attn_decode({.q = q,
+    attn_decode({.q = q_attn,
                  .k_cache = kc,
                  .v_cache = vc,
                  .page_table = s.page_table,
@@ -880,7 +902,7 @@ void Runner::attention_layer(const LayerWeights& w, Sequences& seqs, size_t laye
                .cu_seqlens = s.cu,
                .positions = s.positions},
               ctx);
-    attn_prefill({.q = q,
+    attn_prefill({.q = q_attn,
                   .k_cache = kc,
                   .v_cache = vc,
                   .page_table = s.page_table,

@@ -117,6 +117,9 @@ class Runner {
 
   const Config& config() const { return cfg_; }
   Device device() const { return device_; }
+  // The KV cache's dtype: bf16 on CUDA (the tensor-core attention kernels' input), f32 on the
+  // CPU; HYBRID_KV_CACHE_DTYPE=f32 | bf16 | f16 picks another.
+  DType kv_dtype() const { return kv_dtype_; }
   Context& context() { return *ctx_; }
 
   // Fresh sequences (zero states) whose KV cache holds `capacity` tokens each.
@@ -197,6 +200,7 @@ class Runner {
   // HYBRID_KEEP_QUANTIZED_EXPERTS=1: MLX-quantized routed experts stay quantized on the device and
   // run through moe_experts_q (read when the model loads).
   bool keep_quantized_experts_ = false;
+  DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
   bool tied_ = false;

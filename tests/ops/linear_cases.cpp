@@ -64,10 +64,11 @@ struct LinearCase : Case {
   double flops(const Slots&) const override { return 2.0 * T * in * out; }
 };
 
-// Perf only (hybrid-ops perf -b cuda): bf16 x, W, y, no bias.
+// Perf only (hybrid-ops perf -b cuda): bf16 W, x and y bf16 (or f32: the engine's activations),
+// no bias.
 struct LinearPerfCase : LinearCase {
-  LinearPerfCase(int64_t T, int64_t in, int64_t out)
-      : LinearCase(T, in, out, DType::bf16, DType::bf16, DType::bf16, std::nullopt, false) {}
+  LinearPerfCase(int64_t T, int64_t in, int64_t out, DType act = DType::bf16)
+      : LinearCase(T, in, out, act, DType::bf16, act, std::nullopt, false) {}
   std::string params() const override { return LinearCase::params() + ",perf"; }
   bool perf_only() const override { return true; }
   void init(Rng& rng, Slots& s) override {  // uniform: cheap to draw at T = 4096
@@ -103,8 +104,25 @@ void add_linear_cases(CaseList& cases) {
   // Strided rows of x, W and y (views into packed projections).
   add(5, 2048, 257, bf16, bf16, bf16, f32, true);
   add(33, 96, 7, f32, f16, f16, std::nullopt, true);
-  // Perf only: decode GEMV and a prefill GEMM of a 2048 -> 4096 projection.
-  for (int64_t T : {1, 4096}) cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096));
+  // f32 x with bf16 W (the engine's linears; CUDA: the split GEMM from 2 tokens): a prefill
+  // piece with an f32 bias into bf16 y, and strided rows with a bf16 bias (x rows of 200: 400-byte
+  // rows of the bf16 halves).
+  add(64, 2048, 512, f32, bf16, bf16, f32, false);
+  add(9, 200, 72, f32, bf16, f32, bf16, true);
+  // The same at decode sizes: 8 tokens with an f32 bias into bf16 y (CUDA: the split GEMM), f16 W
+  // with strided rows (CUDA: the fallback; the split needs bf16 W).
+  add(8, 2048, 72, f32, bf16, bf16, f32, false);
+  add(5, 200, 33, f32, f16, f32, f16, true);
+  // One token (CUDA: linear.gemv): 72 rows (the last CTA's 8 rows half past the end); f16 W with
+  // strided rows, 25 chunks a row (lanes past them idle), 33 rows; bf16 x with f16 W.
+  add(1, 2048, 72, f32, bf16, bf16, f32, false);
+  add(1, 200, 33, f32, f16, f32, f16, true);
+  add(1, 512, 100, bf16, f16, f32, bf16, false);
+  // Perf only: decode GEMV (1 and 8 tokens) and a prefill GEMM of a 2048 -> 4096 projection; the
+  // same with f32 x and y (the engine's) at T = 1, 8, 512 and 4096.
+  for (int64_t T : {1, 8, 4096}) cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096));
+  for (int64_t T : {1, 8, 512, 4096})
+    cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096, f32));
 }
 
 }  // namespace hybrid::test

@@ -369,6 +369,15 @@ TEST(Engine, MlxQuantizedExpertsKeptEqualDequantizedFloatsOnCuda) {
   EXPECT_EQ(mq->generate_greedy({3, 1, 4}, 6, 2), mf->generate_greedy({3, 1, 4}, 6, 2));
 }
 
+// HYBRID_KV_CACHE_DTYPE names one of f32 / bf16 / f16; anything else stops the load, naming it.
+TEST(EngineErrors, KvCacheDtypeSwitchNamesABadValue) {
+  TempDir dir;
+  write_model(dir.path, "qwen3_next_tiny.json");
+  const ScopedEnv kv("HYBRID_KV_CACHE_DTYPE", "int8");
+  EXPECT_HYBRID_ERROR(Model::load(dir.path.string(), Device::cpu()),
+                      "HYBRID_KV_CACHE_DTYPE='int8': expected f32, bf16 or f16");
+}
+
 TEST(EngineErrors, LoadErrorsNameTheProblem) {
   TempDir dir;
   EXPECT_HYBRID_ERROR(Model::load((dir.path / "nope").string(), Device::cpu()),

@@ -4,11 +4,12 @@
 //   CPU:  logits of the 80-token prompt, nmse <= 1e-5 over all positions; generate_greedy(prompt,
 //         16, prefill_chunk 64) gives exactly the golden's 16 tokens.
 //   CUDA: top-1 agreement with the golden logits on >= 99% of the prompt positions; identical
-//         greedy tokens. Skipped without a GPU. A position where the engine's pick is within
-//         kNearTie row standard deviations of the golden's best logit counts as agreeing: random
-//         tiny models have near ties (golden.json's prompt_margins, top1 - top2 in units of the
-//         row std, go down to ~1e-4) that bf16 activations cannot resolve. The greedy steps need
-//         no such rule: make_goldens.py picks prompts whose greedy margins are all >= 0.05 std.
+//         greedy tokens. The CPU runs the same check with CUDA's bf16 KV cache. Skipped without a
+//         GPU. A position where the engine's pick is within kNearTie row standard deviations of the
+//         golden's best logit counts as agreeing: random tiny models have near ties (golden.json's
+//         prompt_margins, top1 - top2 in units of the row std, go down to ~1e-4) that bf16
+//         activations cannot resolve. The greedy steps need no such rule: make_goldens.py picks
+//         prompts whose greedy margins are all >= 0.05 std.
 // Until the engine's Model (include/hybrid/engine/model.h) exists the tests skip.
 #include <gtest/gtest.h>
 
@@ -188,8 +189,11 @@ double row_std(const float* row, int64_t n) {
   return std::sqrt(std::max(0.0, s2 / static_cast<double>(n) - mean * mean));
 }
 
-// A pick within this many row standard deviations of the golden's best logit is a near tie.
-constexpr double kNearTie = 0.02;
+// A pick within this many row standard deviations of the golden's best logit is a near tie. CUDA
+// rounds K, V and q to bf16 (the KV cache) and the MoE's x and h to 16 bits, which moves these
+// random models' logits by a few hundredths of a row std: on the H200 qwen3_5_moe's position 39
+// (golden gap 0.033 std) flipped in one run of three (session 11).
+constexpr double kNearTie = 0.05;
 
 // Greedy tokens of generate_greedy after the prompt (the API returns prompt + new tokens).
 std::vector<int32_t> new_tokens(const std::vector<int32_t>& all, size_t prompt_len) {
@@ -235,10 +239,11 @@ void expect_cpu_parity(const Golden& g) {
   EXPECT_EQ(new_tokens(all, g.prompt.size()), g.greedy) << "greedy tokens";
 }
 
-void expect_cuda_parity(const Golden& g) {
+// CUDA's check (top-1 with near ties, greedy tokens): on `device`, so that the CPU can run it
+// with CUDA's bf16 KV cache too.
+void expect_top1_parity(const Golden& g, hybrid::Device device) {
   SCOPED_TRACE(g.name);
-  std::unique_ptr<hybrid::Model> model =
-      hybrid::Model::load(g.dir.string(), hybrid::Device::cuda(0));
+  std::unique_ptr<hybrid::Model> model = hybrid::Model::load(g.dir.string(), device);
   const int64_t T = g.logits.shape[0], V = g.logits.shape[1];
   ASSERT_EQ(model->vocab_size(), V);
 
@@ -253,7 +258,9 @@ void expect_cuda_parity(const Golden& g) {
     if (got == want || ref[want] - ref[got] <= kNearTie * row_std(ref, V)) {
       ++agree;
     } else {
-      misses += " t=" + std::to_string(t) + ":" + std::to_string(got) + "!=" + std::to_string(want);
+      misses += " t=" + std::to_string(t) + ":" + std::to_string(got) +
+                "!=" + std::to_string(want) + " (golden gap " +
+                std::to_string((ref[want] - ref[got]) / row_std(ref, V)) + " std)";
     }
   }
   EXPECT_GE(static_cast<double>(agree), 0.99 * static_cast<double>(T))
@@ -273,7 +280,18 @@ TEST(Parity, CudaMatchesTransformers) {
   if (hybrid::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::vector<std::string> names = golden_models();
   ASSERT_FALSE(names.empty()) << "no golden.json under " << models_dir();
-  for (const std::string& name : names) expect_cuda_parity(read_golden(name));
+  for (const std::string& name : names)
+    expect_top1_parity(read_golden(name), hybrid::Device::cuda(0));
+}
+
+// The CPU with CUDA's default KV cache (bf16 K / V, q rounded to bf16 by RoPE): the engine's
+// logic of the 16-bit cache path, held to CUDA's agreement rule.
+TEST(Parity, CpuWithBf16KvCacheMatchesTransformers) {
+  const std::vector<std::string> names = golden_models();
+  ASSERT_FALSE(names.empty()) << "no golden.json under " << models_dir();
+  const hybrid::test_files::ScopedEnv kv("HYBRID_KV_CACHE_DTYPE", "bf16");
+  for (const std::string& name : names)
+    expect_top1_parity(read_golden(name), hybrid::Device::cpu());
 }
 
 #else
@@ -283,6 +301,10 @@ TEST(Parity, CpuMatchesTransformers) {
 }
 
 TEST(Parity, CudaMatchesTransformers) {
+  GTEST_SKIP() << "hybrid/engine/model.h is not in this build yet";
+}
+
+TEST(Parity, CpuWithBf16KvCacheMatchesTransformers) {
   GTEST_SKIP() << "hybrid/engine/model.h is not in this build yet";
 }
 

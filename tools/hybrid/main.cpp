@@ -80,7 +80,8 @@ const char* kUsage =
     "      --chat               wrap the prompt in ChatML (<|im_start|>user ...)\n"
     "      --stop STR           stop at this text (repeatable; \\n \\t escapes)\n"
     "      --print-ids          print only the generated ids, space-separated, on one line\n"
-    "      --prefill-chunk C    prompt tokens per prefill step (default 512)\n"
+    "      --prefill-chunk C    prompt tokens per prefill step (default 512 on the CPU, 4096 on "
+    "CUDA)\n"
     "      --device cpu|cuda    (default cpu; the demo model: cuda when a GPU is present)\n"
     "      --no-graph           run the CUDA decode step eagerly (no CUDA graph)\n"
     "  bench -m DIR [-p 512] [-n 128] [-r 3] [--device cpu|cuda] [--prefill-chunk C] [--no-graph]\n"
@@ -450,8 +451,8 @@ struct RunOptions {
   std::vector<std::string> batch;  // two or more prompts: run as one batch (run_batch)
   std::optional<std::vector<int32_t>> ids;
   int64_t n = 256;
-  int64_t ctx = 0;  // 0: the model's max_position_embeddings
-  int64_t prefill_chunk = 512;
+  int64_t ctx = 0;            // 0: the model's max_position_embeddings
+  int64_t prefill_chunk = 0;  // 0: Model::default_prefill_chunk
   SamplingParams sampling;
   bool chat = false;
   bool print_ids = false;
@@ -655,7 +656,7 @@ int run(const RunOptions& o) {
   g.prefill_chunk = o.prefill_chunk;
   g.sampling = o.sampling;
   Meter prefill_meter;
-  if (P > o.prefill_chunk)
+  if (P > (o.prefill_chunk > 0 ? o.prefill_chunk : m->default_prefill_chunk()))
     g.on_prefill = [&](int64_t done, int64_t total) {
       prefill_meter.show("prefill " + std::to_string(done) + " / " + std::to_string(total) +
                              " prompt tokens (" + percent(done, total) + ")",
@@ -695,7 +696,7 @@ int run(const RunOptions& o) {
 
 struct BenchOptions {
   std::string model;
-  int64_t pp = 512, tg = 128, reps = 3, prefill_chunk = 512;
+  int64_t pp = 512, tg = 128, reps = 3, prefill_chunk = 0;
   Device device = Device::cpu();
   bool cuda_graphs = true;
 };
