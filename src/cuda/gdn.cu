@@ -1630,9 +1630,13 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 // (32 floats; each row is one coalesced 512-byte warp access), q̂ and k̂ columns 4l..4l+3. Blocks
 // of 1 warp (state_tile.cuh; 4-warp blocks measured 1-3% slower), grid (Hv·V / 8, N): at B 256, Hv
 // 32 that is 131072 warps, each putting 4 KiB (f32 pool) of loads in flight before any arithmetic.
-// 72 registers (sm_90a; the one spill, 4-12 bytes, is outside the token loop; at 64 registers it
-// spilled inside it): 7 blocks, 28 warps, ~112 KiB in flight per SM against the warp kernels' 64-96
-// KiB. This is the shape of flash-linear-attention's fused_recurrent (a small [K, BV] state tile
+// gdn_prep_step: 72 registers (7 blocks of 4 warps' worth, 28 warps a SM; an 8-byte spill).
+// gdn_recurrent: 96 registers (5, 20 warps a SM), no spill. Session 9's token loads issued with
+// the state's raised its pressure: at 72 registers it spilled 48 bytes (f32) inside the token loop.
+// Session 11 on the H200, f32 state, 72 / 80 / 96 registers: B 64 88.0-88.4% / 92.2-92.7% /
+// 94.1-94.4% of the copy ceiling, B 256 92% / 96% / 97.4-97.7%, B 1 5.95-6.02 / 5.82-5.89 /
+// 5.63-5.66 µs (bf16 state unchanged); gdn_prep_step lost ~1% at 96 (B 64 90.1-90.5% → 89.4-89.6%),
+// so it keeps 72. This is the shape of flash-linear-attention's fused_recurrent (a small [K, BV] state tile
 // per program, held in registers, many programs), which reached 98% of the copy ceiling at B 256 in
 // session 4, where the item-streaming warp kernels stay at 84-86%. Per token, as gdn_warp_kernel:
 // sk = S·k̂ and sq = S·q̂ of the old S, then
@@ -1664,7 +1668,7 @@ __device__ __forceinline__ float tile_split(float sk, float sq, int lane) {
 // α = exp(−exp(A_log)·softplus(a + dt_bias)), β = sigmoid(b), scale 1: gdn_warp_kernel's prep
 // expressions in its order.
 template <class X, class S, bool kPrep = false>
-__global__ void __launch_bounds__(kTileWarps * 32, 7) gdn_tile_kernel(const GdnParams p) {
+__global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5) gdn_tile_kernel(const GdnParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_per_head = p.V / kTileRows;
   const int tile = blockIdx.x * (blockDim.x / 32) + warp;
@@ -1829,10 +1833,13 @@ void launch_tile(const GdnParams& p, int64_t N, DType x_dtype, DType state_dtype
   const dim3 grid = state_tile_grid(int64_t{p.Hv} * p.V / kTileRows, N);
   auto run = [&](auto x) {
     using X = decltype(x);
+    auto go = [&](auto s) {
+      gdn_tile_kernel<X, decltype(s), kPrep><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
+    };
     if (state_dtype == DType::bf16)
-      gdn_tile_kernel<X, __nv_bfloat16, kPrep><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
+      go(__nv_bfloat16{});
     else
-      gdn_tile_kernel<X, float, kPrep><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
+      go(float{});
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   if (x_dtype == DType::bf16)
