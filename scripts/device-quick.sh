@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -236,6 +236,40 @@ if section profile; then
   PEER_ARGS="--decode-batches 64" prof_peer fla_decode_b64 fused_recurrent gdn_decode
   PEER_ARGS="--decode-batches 256" prof_peer fla_decode fused_recurrent gdn_decode
   prof_peer mamba_chunk_scan _chunk_scan_fwd ssm_prefill
+fi
+if section engine; then
+  # The engine at full width (not in the default SECTIONS: ask for it; carry the `hybrid` binary,
+  # CARRY_BINS="hybrid-ops hybrid_unit_tests libhybrid_c.so hybrid"). scripts/make_bench_model.py
+  # writes Qwen3-Next-80B's config cut to ENGINE_LAYERS (default 4) layers with random bf16 weights
+  # into /tmp/bench-model (init on the GPU); then `hybrid bench` for pp512, pp4096 and tg32, and
+  # Nsight Compute's per-kernel time of ENGINE_STEPS decode steps (no CUDA graph, so each kernel
+  # is its own launch), summed by kernel name: where a decode token's time goes.
+  BM=/tmp/bench-model
+  [ -e $BM/config.json ] || timeout 200 python3 scripts/make_bench_model.py $BM \
+    --layers "${ENGINE_LAYERS:-4}" 2>&1 | tail -1
+  timeout 120 .carry/hybrid bench -m $BM --device cuda -p 512 -n 32 -r 3 2>&1 | tail -3
+  timeout 90 .carry/hybrid bench -m $BM --device cuda -p 4096 -n 0 -r 2 2>&1 | tail -1
+  timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    .carry/hybrid bench -m $BM --device cuda -p 0 -n "${ENGINE_STEPS:-4}" -r 1 --no-graph \
+    > "$OUT/engine_ncu.csv" 2>/dev/null
+  echo "engine ncu: rc $?"
+  python3 - "$OUT/engine_ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+k, v, u = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[u], 1.0)
+    name = r[k].replace("(anonymous namespace)::", "").replace("void ", "")
+    name = name.split("(")[0].split("<")[0]
+    tot[name] += float(r[v].replace(",", "")) * scale; cnt[name] += 1
+all_us = sum(tot.values())
+print(f"{len(rows)} kernels, {all_us:.0f} us in all (bench's warm-up and one run: each a "
+      f"1-token prompt, then the decode steps)")
+for name, us in sorted(tot.items(), key=lambda x: -x[1])[:25]:
+    print(f"  {us:9.1f} us {100 * us / all_us:5.1f}%  x{cnt[name]:<5} {name[:90]}")
+PY
 fi
 if section focus; then
   # One change checked in one call (not in the default SECTIONS): the cases of FOCUS_OPS (ops

@@ -123,6 +123,8 @@ void add_linear_cases(CaseList& cases) {
   for (int64_t T : {1, 8, 4096}) cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096));
   for (int64_t T : {1, 8, 512, 4096})
     cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096, f32));
+  // The engine's bf16 lm head at decode (Qwen3-Next: 2048 -> 151936, 622 MB of W).
+  cases.push_back(std::make_unique<LinearPerfCase>(1, 2048, 151936, f32));
 }
 
 }  // namespace hybrid::test
