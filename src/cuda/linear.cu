@@ -312,9 +312,18 @@ void linear_gemv_run(const Linear& a, Context& ctx) {
     using Tw = decltype(tw);
     using Tx = decltype(tx);
     constexpr int kT = decltype(kt)::value;
-    const auto kernel = linear_gemv_kernel<Tw, Tx, kT, kGvRows, kGvUnroll>;
-    const auto blocks =
-        static_cast<unsigned>((out + kGvWarps * kGvRows - 1) / (kGvWarps * kGvRows));
+    // Session 12's shape experiment (not for main): HYBRID_LINEAR_GEMV_SHAPE = 1 (1 row x 8
+    // chunks), 2 (4 rows x 4 chunks), 3 (2 rows x 8 chunks); default 2 rows x 4 chunks.
+    static const int shape = [] {
+      const char* e = std::getenv("HYBRID_LINEAR_GEMV_SHAPE");
+      return e ? std::atoi(e) : 0;
+    }();
+    auto kernel = linear_gemv_kernel<Tw, Tx, kT, kGvRows, kGvUnroll>;
+    int rows = kGvRows;
+    if (shape == 1) kernel = linear_gemv_kernel<Tw, Tx, kT, 1, 8>, rows = 1;
+    if (shape == 2) kernel = linear_gemv_kernel<Tw, Tx, kT, 4, 4>, rows = 4;
+    if (shape == 3) kernel = linear_gemv_kernel<Tw, Tx, kT, 2, 8>, rows = 2;
+    const auto blocks = static_cast<unsigned>((out + kGvWarps * rows - 1) / (kGvWarps * rows));
     ensure_dynamic_smem(kernel, smem);
     kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
         a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
