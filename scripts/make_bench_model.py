@@ -48,7 +48,15 @@ def main():
         cfg.pop(key, None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(0)
-    with torch.device(args.device):
+    try:
+        with torch.device(args.device):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    except (RuntimeError, TypeError) as e:  # no room on the device, or an older transformers
+        if args.device == "cpu":
+            raise
+        print(f"make_bench_model: init on {args.device} failed ({e}); on the CPU instead",
+              file=sys.stderr)
+        torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)

@@ -1636,10 +1636,10 @@ void gates_cuda(const GdnGates& a, Context& ctx) {
 // Session 11 on the H200, f32 state, 72 / 80 / 96 registers: B 64 88.0-88.4% / 92.2-92.7% /
 // 94.1-94.4% of the copy ceiling, B 256 92% / 96% / 97.4-97.7%, B 1 5.95-6.02 / 5.82-5.89 /
 // 5.63-5.66 µs (bf16 state unchanged); gdn_prep_step lost ~1% at 96 (B 64 90.1-90.5% → 89.4-89.6%),
-// so it keeps 72. This is the shape of flash-linear-attention's fused_recurrent (a small [K, BV] state tile
-// per program, held in registers, many programs), which reached 98% of the copy ceiling at B 256 in
-// session 4, where the item-streaming warp kernels stay at 84-86%. Per token, as gdn_warp_kernel:
-// sk = S·k̂ and sq = S·q̂ of the old S, then
+// so it keeps 72. This is the shape of flash-linear-attention's fused_recurrent (a small [K, BV]
+// state tile per program, held in registers, many programs), which reached 98% of the copy ceiling
+// at B 256 in session 4, where the item-streaming warp kernels stay at 84-86%. Per token, as
+// gdn_warp_kernel: sk = S·k̂ and sq = S·q̂ of the old S, then
 //   u = β (v − α sk),   o = α sq + u (k̂·q̂),   S ← α S + u k̂ᵀ.
 // The 16 sums (sk, sq of 8 rows) reduce over the warp in 16 shuffles by halving (xor 16 splits sk
 // from sq as each row's sums are formed, xor 8 / 4 / 2 split the rows, xor 1 completes): lane l
@@ -1668,7 +1668,8 @@ __device__ __forceinline__ float tile_split(float sk, float sq, int lane) {
 // α = exp(−exp(A_log)·softplus(a + dt_bias)), β = sigmoid(b), scale 1: gdn_warp_kernel's prep
 // expressions in its order.
 template <class X, class S, bool kPrep = false>
-__global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5) gdn_tile_kernel(const GdnParams p) {
+__global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5)
+    gdn_tile_kernel(const GdnParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_per_head = p.V / kTileRows;
   const int tile = blockIdx.x * (blockDim.x / 32) + warp;

@@ -387,7 +387,7 @@ Reason linear_split_supports(const Linear& a) {
     return e ? std::atoll(e) : kSplitMinTokens;
   }();
   if (a.x.size(0) < min_t)
-    return str("T=", a.x.size(0), " below ", min_t, " (the fallback GEMV reads W once too)");
+    return str("T=", a.x.size(0), " below ", min_t, " (one token is linear.gemv's)");
   if (a.x.dtype() != DType::f32 || a.weight.dtype() != DType::bf16)
     return str("x=", dtype_name(a.x.dtype()), ", W=", dtype_name(a.weight.dtype()),
                ": the split GEMM is for f32 x with bf16 W");

@@ -420,4 +420,24 @@ TEST(EngineErrors, IdsOutOfRangeNameThePosition) {
   EXPECT_HYBRID_ERROR(model->generate_greedy({}, 2), "prompt is empty");
 }
 
+// prefill_chunk 0 means the device's default piece (512 on the CPU); a negative one is an error
+// that names it, in generate_greedy, generate and generate_batch alike.
+TEST(Engine, PrefillChunkZeroIsTheDevicesDefault) {
+  TempDir dir;
+  write_model(dir.path, "qwen3_next_tiny.json");
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  EXPECT_EQ(model->default_prefill_chunk(), 512);
+  const std::vector<int32_t> prompt = random_ids(40, model->vocab_size(), 9);
+  EXPECT_EQ(model->generate_greedy(prompt, 3, 0), model->generate_greedy(prompt, 3, 512));
+  EXPECT_EQ(model->generate_greedy(prompt, 3), model->generate_greedy(prompt, 3, 512));
+  hybrid::GenerateOptions o;
+  o.max_new_tokens = 2;
+  o.prefill_chunk = -1;
+  EXPECT_HYBRID_ERROR(model->generate_greedy(prompt, 2, -1), "prefill_chunk must be positive");
+  EXPECT_HYBRID_ERROR(model->generate(prompt, o), "prefill_chunk must be positive");
+  EXPECT_HYBRID_ERROR(model->generate_batch({prompt}, o), "prefill_chunk must be positive");
+  if (hybrid::cuda_device_count() > 0)
+    EXPECT_EQ(Model::load(dir.path.string(), Device::cuda(0))->default_prefill_chunk(), 4096);
+}
+
 }  // namespace
