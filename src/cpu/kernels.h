@@ -11,6 +11,7 @@ void register_rope(Registry& r);
 void register_linear(Registry& r);
 void register_quant(Registry& r);
 void register_embed(Registry& r);
+void register_sampling(Registry& r);
 void register_attention(Registry& r);
 void register_conv(Registry& r);
 void register_moe(Registry& r);

@@ -9,6 +9,7 @@ void register_cpu_kernels(Registry& r) {
   cpu::register_linear(r);
   cpu::register_quant(r);
   cpu::register_embed(r);
+  cpu::register_sampling(r);
   cpu::register_attention(r);
   cpu::register_conv(r);
   cpu::register_moe(r);

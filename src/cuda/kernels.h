@@ -10,6 +10,7 @@ void register_gdn(Registry& r);
 void register_elementwise(Registry& r);
 void register_rope(Registry& r);
 void register_embed(Registry& r);
+void register_sampling(Registry& r);
 void register_conv(Registry& r);
 void register_attention(Registry& r);
 void register_linear(Registry& r);

@@ -10,6 +10,7 @@ void register_cuda_kernels(Registry& r) {
   cuda::register_elementwise(r);
   cuda::register_rope(r);
   cuda::register_embed(r);
+  cuda::register_sampling(r);
   cuda::register_conv(r);
   cuda::register_attention(r);
 #if HYBRID_HAS_CUDNN

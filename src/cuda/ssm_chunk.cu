@@ -1485,7 +1485,7 @@ constexpr int v6_state_blocks(int N) {
   return N == 256 ? 2 : (N == 128 ? 3 : 4);
 }
 
-template <int N, int kMinBlocks = v6_state_blocks(N)>
+template <int N, int kMinBlocks = (N == 256 ? 2 : (N == 128 ? 3 : 4))>  // v6_state_blocks(N)
 __global__ void __launch_bounds__(kV2StateThreads, kMinBlocks)
     v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;

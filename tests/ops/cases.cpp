@@ -10,6 +10,7 @@ CaseList all_cases() {
   add_linear_cases(cases);
   add_quant_cases(cases);
   add_embed_cases(cases);
+  add_sampling_cases(cases);
   add_attention_cases(cases);
   add_conv_cases(cases);
   add_moe_cases(cases);

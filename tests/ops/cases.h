@@ -11,6 +11,7 @@ void add_rope_cases(CaseList& cases);
 void add_linear_cases(CaseList& cases);
 void add_quant_cases(CaseList& cases);
 void add_embed_cases(CaseList& cases);
+void add_sampling_cases(CaseList& cases);
 void add_attention_cases(CaseList& cases);
 void add_conv_cases(CaseList& cases);
 void add_moe_cases(CaseList& cases);

@@ -1,0 +1,23 @@
+// argmax: validation and dispatch.
+#include "hybrid/ops/sampling.h"
+
+#include <climits>
+
+#include "hybrid/core/registry.h"
+#include "ops/check.h"
+
+namespace hybrid {
+
+void argmax(const Argmax& a, Context& ctx) {
+  ops::Check c(Argmax::op_name);
+  c.rank(a.x, "x", {"N", "V"}, {DType::f32, DType::bf16, DType::f16});
+  const int64_t N = a.x.size(0), V = a.x.size(1);
+  c.require(V >= 1, "x has V = 0 entries a row: no id to choose");
+  c.require(V <= INT_MAX, "x has V = ", V, " entries a row, above 2^31 - 1 (ids are i32)");
+  c.tensor(a.out, "out", {{"N", N}}, {DType::i32});
+  c.inner_contiguous(a.x, "x");
+  c.no_overlap(a.out, "out");
+  ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+}  // namespace hybrid

@@ -1,0 +1,158 @@
+// Cases: argmax. Oracle in f64 (the values are exact in f64, so the oracle's choice is the op's).
+#include <cmath>
+#include <limits>
+
+#include "hybrid/ops/sampling.h"
+#include "ops/cases.h"
+#include "ops/harness.h"
+
+namespace hybrid::test {
+
+namespace {
+
+// What a row holds besides uniform values in [-8, 8).
+enum class Row {
+  plain,      // only the uniform values
+  tie,        // the maximum at three ids (the lowest one wins), one of them in the last chunk
+  last,       // the maximum at the row's last id
+  neg_inf,    // -inf at a third of the ids (masked logits)
+  all_neg,    // every entry -inf: no choice (-1)
+  nan,        // one NaN (-1)
+  pos_inf,    // one +inf (-1)
+};
+
+const char* row_name(Row r) {
+  switch (r) {
+    case Row::plain:
+      return "plain";
+    case Row::tie:
+      return "tie";
+    case Row::last:
+      return "last";
+    case Row::neg_inf:
+      return "neg_inf";
+    case Row::all_neg:
+      return "all_neg_inf";
+    case Row::nan:
+      return "nan";
+    default:
+      return "pos_inf";
+  }
+}
+
+// out[n] = the lowest v of row n's maximum; -1 for a row with a NaN / +inf, or only -inf.
+struct ArgmaxCase : Case {
+  int64_t N, V;
+  DType dt;
+  std::vector<Row> rows;  // row n's kind: rows[n % rows.size()]
+  bool strided;
+  ArgmaxCase(int64_t N, int64_t V, DType dt, std::vector<Row> rows, bool strided)
+      : N(N), V(V), dt(dt), rows(std::move(rows)), strided(strided) {}
+  std::string op() const override { return "argmax"; }
+  std::string params() const override {
+    std::string kinds;
+    for (Row r : rows) kinds += std::string(kinds.empty() ? "" : "+") + row_name(r);
+    return str("N=", N, ",V=", V, ",x=", dtype_name(dt), ",rows=", kinds,
+               strided ? ",strided" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    Slot& x = strided ? s.strided("x", Role::in, dt, {N, V}, {V + 5, 1}, 3, N * (V + 5) + 3)
+                      : s.input("x", dt, {N, V});
+    fill_uniform(x, rng, -8.0, 8.0);
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t base = n * V;
+      switch (rows[static_cast<size_t>(n) % rows.size()]) {
+        case Row::plain:
+          break;
+        case Row::tie:  // 9 is above every uniform value; ids V/3, V/2 and V-1 (lowest: V/3)
+          for (int64_t v : {V - 1, V / 2, V / 3}) x.set(base + v, 9.0);
+          break;
+        case Row::last:
+          x.set(base + V - 1, 9.0);
+          break;
+        case Row::neg_inf:
+          for (int64_t v = 0; v < V; v += 3) x.set(base + v, -inf);
+          break;
+        case Row::all_neg:
+          for (int64_t v = 0; v < V; ++v) x.set(base + v, -inf);
+          break;
+        case Row::nan:
+          x.set(base + rng.randint(0, V - 1), std::nan(""));
+          break;
+        case Row::pos_inf:
+          x.set(base + rng.randint(0, V - 1), inf);
+          break;
+      }
+    }
+    s.output("out", DType::i32, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    Argmax a;
+    a.x = v.at("x");
+    a.out = v.at("out");
+    argmax(a, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    std::vector<double>& out = e["out"];
+    for (int64_t n = 0; n < N; ++n) {
+      int64_t best = -1;
+      double best_v = -std::numeric_limits<double>::infinity();
+      bool bad = false;
+      for (int64_t v = 0; v < V; ++v) {
+        const double x = s["x"].get(n * V + v);
+        if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) bad = true;
+        if (x > best_v) best_v = x, best = v;
+      }
+      out.push_back(static_cast<double>(bad || best < 0 ? -1 : best));
+    }
+  }
+};
+
+// Benchmark shape (perf only): the greedy decode step of Qwen3-Next's lm head, f32 logits
+// [N, 151936], at N 1 and 64.
+struct ArgmaxPerfCase : Case {
+  int64_t N, V = 151936;
+  explicit ArgmaxPerfCase(int64_t N) : N(N) {}
+  std::string op() const override { return "argmax"; }
+  std::string params() const override { return str("N=", N, ",V=", V, ",x=f32,perf"); }
+  bool perf_only() const override { return true; }
+  void init(Rng&, Slots& s) override {
+    fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
+    s.output("out", DType::i32, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    Argmax a;
+    a.x = v.at("x");
+    a.out = v.at("out");
+    argmax(a, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[argmax perf case] has no oracle"); }
+  double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + 4.0); }
+};
+
+}  // namespace
+
+void add_sampling_cases(CaseList& cases) {
+  const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
+  using R = Row;
+  // Qwen3-Next's vocab (151936: 64 chunks on CUDA) at decode batches 1 and 3, every row kind.
+  cases.push_back(std::make_unique<ArgmaxCase>(1, 151936, f32, std::vector<R>{R::tie}, false));
+  cases.push_back(std::make_unique<ArgmaxCase>(
+      7, 151936, f32,
+      std::vector<R>{R::plain, R::tie, R::last, R::neg_inf, R::all_neg, R::nan, R::pos_inf},
+      false));
+  cases.push_back(std::make_unique<ArgmaxCase>(3, 151936, bf16,
+                                               std::vector<R>{R::tie, R::neg_inf, R::plain}, true));
+  // Small and odd vocabularies: one chunk, a chunk tail, one entry; f16; many rows.
+  cases.push_back(std::make_unique<ArgmaxCase>(5, 1, f32, std::vector<R>{R::plain}, false));
+  cases.push_back(std::make_unique<ArgmaxCase>(
+      4, 2049, f16, std::vector<R>{R::tie, R::last, R::nan, R::all_neg}, false));
+  cases.push_back(std::make_unique<ArgmaxCase>(64, 512, bf16,
+                                               std::vector<R>{R::plain, R::tie, R::neg_inf}, true));
+  cases.push_back(std::make_unique<ArgmaxCase>(2, 131073, f32,
+                                               std::vector<R>{R::last, R::pos_inf}, false));
+  for (int64_t N : {1, 64}) cases.push_back(std::make_unique<ArgmaxPerfCase>(N));
+}
+
+}  // namespace hybrid::test
