@@ -436,8 +436,9 @@ TEST(Engine, PrefillChunkZeroIsTheDevicesDefault) {
   EXPECT_HYBRID_ERROR(model->generate_greedy(prompt, 2, -1), "prefill_chunk must be positive");
   EXPECT_HYBRID_ERROR(model->generate(prompt, o), "prefill_chunk must be positive");
   EXPECT_HYBRID_ERROR(model->generate_batch({prompt}, o), "prefill_chunk must be positive");
-  if (hybrid::cuda_device_count() > 0)
+  if (hybrid::cuda_device_count() > 0) {
     EXPECT_EQ(Model::load(dir.path.string(), Device::cuda(0))->default_prefill_chunk(), 4096);
+  }
 }
 
 }  // namespace
