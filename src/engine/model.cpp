@@ -22,6 +22,26 @@ int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// Greedy sampling without a repetition penalty needs no logits on the host: the decode steps
+// choose on the device (Runner::decode_argmax), which saves each step the logits' download (608
+// KB of f32 at Qwen3-Next's vocab, through a pageable copy) and the host scan.
+bool greedy_on_device(const SamplingParams& s) {
+  return s.temperature == 0.0f && s.repetition_penalty == 1.0f;
+}
+
+// One decode step's greedy ids; a row with a NaN or +inf, or only -inf, is an error naming the
+// slot (as Sampler refuses such logits).
+std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs,
+                                 const std::vector<int64_t>& slots,
+                                 const std::vector<int32_t>& ids) {
+  std::vector<int32_t> next = runner.decode_argmax(seqs, slots, ids);
+  for (size_t n = 0; n < next.size(); ++n)
+    if (next[n] < 0)
+      fail("[sampling] logits of slot ", slots[n],
+           ": a NaN or +inf, or only -inf (no token to choose)");
+  return next;
+}
+
 // eos_token_id of one JSON object (int, list of ints or null) appended to `ids`.
 void add_eos(const nlohmann::json& j, std::vector<int32_t>& ids) {
   if (!j.is_object()) return;
@@ -93,10 +113,10 @@ std::vector<int32_t> Model::generate_greedy(const std::vector<int32_t>& prompt, 
         seq, std::vector<int32_t>(prompt.begin() + off, prompt.begin() + off + len), false);
   }
   std::vector<int32_t> out = prompt;
+  int32_t next = argmax(last);
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t next = argmax(last);
     out.push_back(next);
-    if (i + 1 < n) last = runner_->decode(seq, {0}, {next});
+    if (i + 1 < n) next = greedy_step(*runner_, seq, {0}, {next})[0];
   }
   return out;
 }
@@ -148,16 +168,24 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
   r.prefill_seconds = seconds(t0, t1);
 
   std::vector<int32_t> history = prompt;
+  const bool on_device = greedy_on_device(o.sampling);
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    if (i > 0) {
+    int32_t next;
+    if (i == 0) {
+      next = sampler.sample(last.data(), vocab, history);
+    } else {
       if (seq.length[0] >= capacity) {
         r.context_full = true;
         break;
       }
-      last = runner_->decode(seq, {0}, {r.ids.back()});
       ++r.decode_steps;
+      if (on_device) {
+        next = greedy_step(*runner_, seq, {0}, {r.ids.back()})[0];
+      } else {
+        last = runner_->decode(seq, {0}, {r.ids.back()});
+        next = sampler.sample(last.data(), vocab, history);
+      }
     }
-    const int32_t next = sampler.sample(last.data(), vocab, history);
     history.push_back(next);
     r.ids.push_back(next);
     if (o.on_token && !o.on_token(next)) break;
@@ -251,14 +279,22 @@ std::vector<GenerateResult> Model::generate_batch(
     if (step.empty()) break;
     std::vector<int32_t> ids;
     for (int64_t b : step) ids.push_back(results[static_cast<size_t>(b)].ids.back());
-    const std::vector<float> logits = runner_->decode(seqs, step, ids);
+    std::vector<float> logits;
+    std::vector<int32_t> chosen;
+    if (greedy_on_device(o.sampling))
+      chosen = greedy_step(*runner_, seqs, step, ids);
+    else
+      logits = runner_->decode(seqs, step, ids);
     live.clear();
     for (size_t n = 0; n < step.size(); ++n) {
       const size_t b = static_cast<size_t>(step[n]);
       GenerateResult& r = results[b];
       ++r.decode_steps;
       const int32_t next =
-          samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab, history[b]);
+          !chosen.empty()
+              ? chosen[n]
+              : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab,
+                                   history[b]);
       history[b].push_back(next);
       r.ids.push_back(next);
       const bool go_on = !on_token || on_token(b, next);

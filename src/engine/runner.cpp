@@ -30,6 +30,7 @@
 #include "hybrid/ops/norm.h"
 #include "hybrid/ops/quant.h"
 #include "hybrid/ops/rope.h"
+#include "hybrid/ops/sampling.h"
 #include "hybrid/ops/ssm.h"
 
 // Op arguments are written as designated initializers that leave the optional fields out (they
@@ -1141,6 +1142,25 @@ std::vector<float> Runner::forward(Sequences& seqs, int64_t slot, const std::vec
 
 std::vector<float> Runner::decode(Sequences& seqs, const std::vector<int64_t>& slots,
                                   const std::vector<int32_t>& ids) {
+  return download(decode_step(seqs, slots, ids));
+}
+
+std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
+                                           const std::vector<int32_t>& ids) {
+  const Tensor logits = decode_step(seqs, slots, ids);
+  const int64_t N = logits.size(0);
+  if (!argmax_ids_.view().defined() || argmax_ids_.view().size(0) < N)
+    argmax_ids_ = OwnedTensor(device_, DType::i32, {N});
+  const Tensor out = argmax_ids_.view().slice(0, 0, N);
+  argmax({.x = logits, .out = out}, *ctx_);
+  std::vector<int32_t> v(static_cast<size_t>(N));
+  copy_bytes(v.data(), Device::cpu(), out.data(), device_, v.size() * sizeof(int32_t), *ctx_);
+  ctx_->synchronize();
+  return v;
+}
+
+Tensor Runner::decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
+                           const std::vector<int32_t>& ids) {
   const int64_t N = static_cast<int64_t>(ids.size());
   if (N == 0) fail("[model] decode: no sequences");
   if (static_cast<int64_t>(slots.size()) != N)
@@ -1224,7 +1244,7 @@ std::vector<float> Runner::decode(Sequences& seqs, const std::vector<int64_t>& s
     logits = run_layers(seqs, step, N);
   }
   for (int64_t slot : slots) seqs.length[static_cast<size_t>(slot)] += 1;
-  return download(logits);
+  return logits;
 }
 
 void Runner::set_cuda_graphs(bool on) {

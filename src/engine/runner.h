@@ -139,6 +139,10 @@ class Runner {
   // size; the first runs eagerly and sizes every scratch buffer).
   std::vector<float> decode(Sequences& seqs, const std::vector<int64_t>& slots,
                             const std::vector<int32_t>& ids);
+  // decode(), then each row's greedy choice on the device (the argmax op): N ids instead of N
+  // rows of logits through the host. -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
+  std::vector<int32_t> decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
+                                     const std::vector<int32_t>& ids);
 
   // CUDA graphs for decode() (default on; no effect on the CPU).
   void set_cuda_graphs(bool on);
@@ -193,6 +197,10 @@ class Runner {
 
   Tensor scratch(DType dtype, const std::vector<int64_t>& shape) { return ws_.take(dtype, shape); }
   OwnedTensor floats(const std::vector<float>& values, const std::vector<int64_t>& shape) const;
+  // decode()'s step: the [N, vocab] f32 logits on the device (a view into the workspace, valid
+  // until the next forward), the slots' lengths advanced.
+  Tensor decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
+                     const std::vector<int32_t>& ids);
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
 
   Config cfg_;
@@ -203,6 +211,7 @@ class Runner {
   DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
+  OwnedTensor argmax_ids_;  // [N] i32: decode_argmax's output, grown to the largest N
   bool tied_ = false;
   std::vector<LayerWeights> layers_;
   std::vector<int64_t> attn_index_;  // layer -> index into the KV caches (-1: none)

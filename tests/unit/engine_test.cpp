@@ -234,6 +234,33 @@ TEST_P(EngineTest, GreedyFollowsTheLogits) {
   }
 }
 
+// The device's greedy choice (decode_argmax) is the argmax of decode()'s logits, row by row, for
+// a batch of two sequences over several steps.
+TEST_P(EngineTest, DecodeArgmaxIsTheArgmaxOfTheLogits) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  engine::Runner& runner = model->runner();
+  engine::Sequences a = runner.new_sequences(2, 24), b = runner.new_sequences(2, 24);
+  for (int64_t slot : {0, 1}) {
+    const std::vector<int32_t> prompt = random_ids(9 + 4 * slot, V, 21 + slot);
+    runner.forward(a, slot, prompt, false);
+    runner.forward(b, slot, prompt, false);
+  }
+  std::vector<int32_t> ids = {3, 5};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> logits = runner.decode(a, {0, 1}, ids);
+    const std::vector<int32_t> chosen = runner.decode_argmax(b, {0, 1}, ids);
+    ASSERT_EQ(chosen.size(), 2u);
+    for (size_t n = 0; n < 2; ++n) {
+      const float* row = logits.data() + n * static_cast<size_t>(V);
+      EXPECT_EQ(chosen[n], std::max_element(row, row + V) - row) << "step " << step << " row " << n;
+    }
+    ids = chosen;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineTest,
                          ::testing::Values("qwen3_next_tiny.json", "qwen3_5_tiny.json",
                                            "qwen3_5_moe_vl_tiny.json", "mamba2_tiny.json",
