@@ -9,6 +9,7 @@
 // chunks = ceil(V / 2048) clamped to [1, 64]: 64 blocks a row at Qwen3-Next's vocab. Bytes: N·V
 // elements read once, N·chunks·8 + N·4 written. Ties keep the lowest v at every step (a thread's
 // scan is ascending, the reductions compare v), so the result equals the CPU's bit for bit.
+#include <algorithm>
 #include <climits>
 
 #include "cuda/common.cuh"

@@ -1486,8 +1486,7 @@ constexpr int v6_state_blocks(int N) {
 }
 
 template <int N, int kMinBlocks = (N == 256 ? 2 : (N == 128 ? 3 : 4))>  // v6_state_blocks(N)
-__global__ void __launch_bounds__(kV2StateThreads, kMinBlocks)
-    v6_state_kernel(const ScanParams p) {
+__global__ void __launch_bounds__(kV2StateThreads, kMinBlocks) v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
   constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
   const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

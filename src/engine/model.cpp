@@ -290,11 +290,10 @@ std::vector<GenerateResult> Model::generate_batch(
       const size_t b = static_cast<size_t>(step[n]);
       GenerateResult& r = results[b];
       ++r.decode_steps;
-      const int32_t next =
-          !chosen.empty()
-              ? chosen[n]
-              : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab,
-                                   history[b]);
+      const int32_t next = !chosen.empty()
+                               ? chosen[n]
+                               : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab),
+                                                    vocab, history[b]);
       history[b].push_back(next);
       r.ids.push_back(next);
       const bool go_on = !on_token || on_token(b, next);

@@ -12,13 +12,13 @@ namespace {
 
 // What a row holds besides uniform values in [-8, 8).
 enum class Row {
-  plain,      // only the uniform values
-  tie,        // the maximum at three ids (the lowest one wins), one of them in the last chunk
-  last,       // the maximum at the row's last id
-  neg_inf,    // -inf at a third of the ids (masked logits)
-  all_neg,    // every entry -inf: no choice (-1)
-  nan,        // one NaN (-1)
-  pos_inf,    // one +inf (-1)
+  plain,    // only the uniform values
+  tie,      // the maximum at three ids (the lowest one wins), one of them in the last chunk
+  last,     // the maximum at the row's last id
+  neg_inf,  // -inf at a third of the ids (masked logits)
+  all_neg,  // every entry -inf: no choice (-1)
+  nan,      // one NaN (-1)
+  pos_inf,  // one +inf (-1)
 };
 
 const char* row_name(Row r) {
@@ -150,8 +150,8 @@ void add_sampling_cases(CaseList& cases) {
       4, 2049, f16, std::vector<R>{R::tie, R::last, R::nan, R::all_neg}, false));
   cases.push_back(std::make_unique<ArgmaxCase>(64, 512, bf16,
                                                std::vector<R>{R::plain, R::tie, R::neg_inf}, true));
-  cases.push_back(std::make_unique<ArgmaxCase>(2, 131073, f32,
-                                               std::vector<R>{R::last, R::pos_inf}, false));
+  cases.push_back(
+      std::make_unique<ArgmaxCase>(2, 131073, f32, std::vector<R>{R::last, R::pos_inf}, false));
   for (int64_t N : {1, 64}) cases.push_back(std::make_unique<ArgmaxPerfCase>(N));
 }
 

@@ -14,9 +14,9 @@ using namespace hybrid;
 namespace {
 // x [N=3, V=5] f32, out [3] i32.
 struct ArgmaxFixture : ::testing::Test {
-  std::vector<float> x = {1, 7, 3, 7, 0,                                   // tie: id 1
+  std::vector<float> x = {1,         7,         3,         7,         0,   // tie: id 1
                           -INFINITY, -INFINITY, -INFINITY, -INFINITY, -2,  // id 4
-                          0, NAN, 5, 1, 1};                                // NaN: -1
+                          0,         NAN,       5,         1,         1};  // NaN: -1
   std::vector<int32_t> out = std::vector<int32_t>(3, 99);
   std::vector<int64_t> out64 = std::vector<int64_t>(3, 99);
   Context ctx;
