@@ -48,6 +48,9 @@ __global__ void __launch_bounds__(kArgThreads)
   float bv = -INFINITY;
   int bi = INT_MAX;
   bool bad = false;
+  // Unrolled so that a thread's ~9 loads (a 2374-entry chunk) go out together, not one round
+  // trip each; the order of take() stays ascending.
+#pragma unroll 8
   for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kArgThreads) {
     const float f = to_f32(row[v]);
     bad |= isnan(f) || f == INFINITY;
