@@ -40,6 +40,14 @@ const char* row_name(Row r) {
   }
 }
 
+// The op on the slots "x" and "out" (every case of this file).
+void run_argmax(const Views& v, Context& ctx) {
+  Argmax a;
+  a.x = v.at("x");
+  a.out = v.at("out");
+  argmax(a, ctx);
+}
+
 // out[n] = the lowest v of row n's maximum; -1 for a row with a NaN / +inf, or only -inf.
 struct ArgmaxCase : Case {
   int64_t N, V;
@@ -87,12 +95,7 @@ struct ArgmaxCase : Case {
     }
     s.output("out", DType::i32, {N});
   }
-  void run(const Views& v, Context& ctx) override {
-    Argmax a;
-    a.x = v.at("x");
-    a.out = v.at("out");
-    argmax(a, ctx);
-  }
+  void run(const Views& v, Context& ctx) override { run_argmax(v, ctx); }
   void oracle(const Slots& s, Expected& e) override {
     std::vector<double>& out = e["out"];
     for (int64_t n = 0; n < N; ++n) {
@@ -121,12 +124,7 @@ struct ArgmaxPerfCase : Case {
     fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
     s.output("out", DType::i32, {N});
   }
-  void run(const Views& v, Context& ctx) override {
-    Argmax a;
-    a.x = v.at("x");
-    a.out = v.at("out");
-    argmax(a, ctx);
-  }
+  void run(const Views& v, Context& ctx) override { run_argmax(v, ctx); }
   void oracle(const Slots&, Expected&) override { fail("[argmax perf case] has no oracle"); }
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + 4.0); }
 };
