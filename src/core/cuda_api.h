@@ -10,6 +10,10 @@ bool compiled();
 int device_count();  // 0 when no driver or GPU
 void* malloc_device(size_t bytes, int device);
 void free_device(void* ptr, int device) noexcept;
+// Page-locked host memory (cudaMallocHost): device-to-host copies into it run at the link's
+// speed, where a pageable destination goes through the driver's staging buffer.
+void* malloc_host(size_t bytes);
+void free_host(void* ptr) noexcept;
 enum class CopyKind { host_to_device, device_to_host, device_to_device, host_to_host };
 void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream);
 void* stream_create(int device);

@@ -29,6 +29,10 @@ void* malloc_device(size_t, int) {
   no_cuda("device allocation");
 }
 void free_device(void*, int) noexcept {}
+void* malloc_host(size_t) {
+  no_cuda("page-locked host allocation");
+}
+void free_host(void*) noexcept {}
 void copy_async(void*, const void*, size_t, CopyKind, void*) {
   no_cuda("device copy");
 }

@@ -50,6 +50,20 @@ void free_device(void* ptr, int device) noexcept {
   cudaFree(ptr);
 }
 
+void* malloc_host(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("[cuda] page-locked host allocation of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void free_host(void* ptr) noexcept {
+  cudaFreeHost(ptr);
+}
+
 void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind, void* stream) {
   cudaMemcpyKind k = cudaMemcpyDefault;
   switch (kind) {

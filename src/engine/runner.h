@@ -212,6 +212,17 @@ class Runner {
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
   OwnedTensor argmax_ids_;  // [N] i32: decode_argmax's output, grown to the largest N
+  // download()'s page-locked host buffer on CUDA, grown to the largest download.
+  struct PinnedHost {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    PinnedHost() = default;
+    PinnedHost(const PinnedHost&) = delete;
+    PinnedHost& operator=(const PinnedHost&) = delete;
+    ~PinnedHost();
+    void* reserve(size_t n);
+  };
+  PinnedHost pinned_;
   bool tied_ = false;
   std::vector<LayerWeights> layers_;
   std::vector<int64_t> attn_index_;  // layer -> index into the KV caches (-1: none)
