@@ -31,6 +31,7 @@
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
 #include "cuda/linear_impl.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/warp.cuh"
 #include "hybrid/ops/linear.h"
 
@@ -237,6 +238,11 @@ __global__ void __launch_bounds__(kGvWarps * 32)
         for (int r = 0; r < kRows; ++r) wv[u][r] = __ldg(rows[r] + c0 + 32 * u);
   };
   load_group(lane);
+  // Launched with programmatic stream serialisation (HYBRID_LINEAR_GEMV_PDL=1, session 12's
+  // experiment), the CTA may start while the previous kernel finishes: W is the op's constant
+  // input, so its first loads go out before the wait; x, bias and y only after it. Without the
+  // attribute the wait returns at once.
+  grid_dependency_wait();
 
   float* xs = reinterpret_cast<float*>(gv_x);
   // x's dtype is a template parameter so that the loads of a row are issued together (a dtype
@@ -325,11 +331,15 @@ void linear_gemv_run(const Linear& a, Context& ctx) {
     if (shape == 3) kernel = linear_gemv_kernel<Tw, Tx, kT, 2, 8>, rows = 2;
     const auto blocks = static_cast<unsigned>((out + kGvWarps * rows - 1) / (kGvWarps * rows));
     ensure_dynamic_smem(kernel, smem);
-    kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
-        a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
-        a.bias.defined() ? a.bias.data() : nullptr, a.bias.defined() ? a.bias.dtype() : DType::f32,
-        a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
-    HYBRID_CUDA_CHECK_LAUNCH();
+    static const bool pdl = [] {
+      const char* e = std::getenv("HYBRID_LINEAR_GEMV_PDL");
+      return e && std::atoi(e) == 1;
+    }();
+    launch_programmatic(kernel, dim3(blocks), dim3(kGvWarps * 32), smem, as_stream(ctx.stream()),
+                        pdl, a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(),
+                        a.weight.stride(0), a.bias.defined() ? a.bias.data() : nullptr,
+                        a.bias.defined() ? a.bias.dtype() : DType::f32, a.y.data(), a.y.dtype(),
+                        a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
   };
   auto by_x = [&](auto tw) {
     switch (a.x.dtype()) {
