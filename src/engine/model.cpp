@@ -100,15 +100,12 @@ std::vector<int32_t> Model::generate_greedy(const std::vector<int32_t>& prompt, 
                                             int64_t prefill_chunk) {
   if (prompt.empty()) fail("[model] generate: the prompt is empty");
   if (n < 0) fail("[model] generate: n must be >= 0, got ", n);
-  if (prefill_chunk < 0)
-    fail("[model] generate: prefill_chunk must be positive (or 0 for the default), got ",
-         prefill_chunk);
-  if (prefill_chunk == 0) prefill_chunk = default_prefill_chunk();
+  const int64_t piece = prefill_piece(prefill_chunk);
   const int64_t P = static_cast<int64_t>(prompt.size());
   engine::Sequence seq = runner_->new_sequence(P + std::max<int64_t>(n, 1));
   std::vector<float> last;
-  for (int64_t off = 0; off < P; off += prefill_chunk) {
-    const int64_t len = std::min(prefill_chunk, P - off);
+  for (int64_t off = 0; off < P; off += piece) {
+    const int64_t len = std::min(piece, P - off);
     last = runner_->forward(
         seq, std::vector<int32_t>(prompt.begin() + off, prompt.begin() + off + len), false);
   }
@@ -125,6 +122,13 @@ int64_t Model::default_prefill_chunk() const {
   return runner_->device().is_cpu() ? 512 : 4096;
 }
 
+int64_t Model::prefill_piece(int64_t prefill_chunk) const {
+  if (prefill_chunk < 0)
+    fail("[model] generate: prefill_chunk must be positive (or 0 for the default), got ",
+         prefill_chunk);
+  return prefill_chunk > 0 ? prefill_chunk : default_prefill_chunk();
+}
+
 int64_t Model::max_context() const {
   return runner_->config().max_position_embeddings;
 }
@@ -137,10 +141,7 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
   if (prompt.empty()) fail("[model] generate: the prompt is empty");
   if (o.max_new_tokens < 0)
     fail("[model] generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
-  if (o.prefill_chunk < 0)
-    fail("[model] generate: prefill_chunk must be positive (or 0 for the default), got ",
-         o.prefill_chunk);
-  const int64_t piece = o.prefill_chunk > 0 ? o.prefill_chunk : default_prefill_chunk();
+  const int64_t piece = prefill_piece(o.prefill_chunk);
   if (o.capacity < 0) fail("[model] generate: capacity must be >= 0, got ", o.capacity);
   const int64_t P = static_cast<int64_t>(prompt.size());
   const int64_t capacity = o.capacity > 0 ? o.capacity : P + std::max<int64_t>(o.max_new_tokens, 1);
@@ -204,10 +205,7 @@ std::vector<GenerateResult> Model::generate_batch(
   if (prompts.empty()) fail("[model] generate_batch: no prompts");
   if (o.max_new_tokens < 0)
     fail("[model] generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
-  if (o.prefill_chunk < 0)
-    fail("[model] generate: prefill_chunk must be positive (or 0 for the default), got ",
-         o.prefill_chunk);
-  const int64_t piece = o.prefill_chunk > 0 ? o.prefill_chunk : default_prefill_chunk();
+  const int64_t piece = prefill_piece(o.prefill_chunk);
   if (o.capacity < 0) fail("[model] generate: capacity must be >= 0, got ", o.capacity);
   const int64_t vocab = vocab_size();
   const size_t B = prompts.size();

@@ -656,7 +656,7 @@ int run(const RunOptions& o) {
   g.prefill_chunk = o.prefill_chunk;
   g.sampling = o.sampling;
   Meter prefill_meter;
-  if (P > (o.prefill_chunk > 0 ? o.prefill_chunk : m->default_prefill_chunk()))
+  if (P > m->prefill_piece(o.prefill_chunk))
     g.on_prefill = [&](int64_t done, int64_t total) {
       prefill_meter.show("prefill " + std::to_string(done) + " / " + std::to_string(total) +
                              " prompt tokens (" + percent(done, total) + ")",

@@ -76,6 +76,9 @@ class Model {
   // (on the H200 a Qwen3-Next MoE layer reads all 512 experts' weights once per piece; a 4096-token
   // prompt ran at 84K tokens/s in pieces of 512, 210K in 2048 and 283K in one piece).
   int64_t default_prefill_chunk() const;
+  // The prefill piece a `prefill_chunk` option asks for: itself when > 0, default_prefill_chunk()
+  // when 0; negative is an error naming it.
+  int64_t prefill_piece(int64_t prefill_chunk) const;
   // Sampled continuation of `prompt` (see GenerateOptions); the repetition penalty sees the prompt
   // and the ids sampled so far. Errors: empty prompt, a prompt longer than the capacity, ids out of
   // range, bad sampling parameters.
