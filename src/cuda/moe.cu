@@ -1,9 +1,10 @@
 // CUDA: moe_route (one fused kernel) and moe_experts (sorted per-expert GEMVs).
 //
-// moe_route.cuda: one warp per token, its logits in shared memory (17 bytes per expert):
-//   scores, group scores, topk_group rounds of a warp arg-max over the groups, top_k rounds over
-//   the eligible experts (ties: lower id), an insertion sort of the chosen ids by logit, then the
-//   weights. E <= 1024. Bytes T·E·(logit size); the K·E/32 compare rounds bound it at large K.
+// moe_route.cuda: one warp per token, its logits, scores and keys in registers (E / 32 a lane):
+//   group scores (through shared memory), topk_group rounds of a warp arg-max over the groups,
+//   top_k rounds of a warp arg-max over the lanes' best remaining keys (ties: lower id; only the
+//   winner's lane rescans), the chosen ids placed by rank (descending logit), then the weights.
+//   E <= 1024. Bytes T·E·(logit size).
 // moe_experts.cuda: the (t, j) pairs are grouped by expert on the GPU, then per routed expert:
 //   1. moe_sort (one block): counts per expert, exclusive scan -> offsets, the ascending list of
 //      routed experts, and pair <-> sorted position maps (position order inside an expert is not
@@ -76,123 +77,163 @@ __device__ __forceinline__ int warp_argmax(float v, int e) {
   return e;
 }
 
+// Shared memory of one warp of moe_route_kernel, in 4-byte words: keys [E], group scores and flags
+// [2 · n_group], chosen ids, logits and scores [3 · K], the scores in output order [K].
+__host__ __device__ constexpr int route_smem_floats(int E, int n_group, int K) {
+  return E + 2 * n_group + 4 * K;
+}
+
 // s = softmax(l) | sigmoid(l); c = s (+ bias); groups; top_k by c (by l without bias); order by
 // l descending (ties lower id); w = s[id] / (Σ s + 1e-20 when renormalize) · scaling.
+//
+// One warp per token. Lane `lane` holds experts e = i·32 + lane, i < kPer (E <= 32·kPer), in
+// registers: l, s and the key c, a bit mask of the taken (chosen or ineligible) ones, and its own
+// best remaining (key, id). A top-k round is one warp arg-max over the lanes' bests; only the
+// winner's lane rescans its kPer keys, so a round costs ~one shuffle tree, not a pass over E.
+// Shared memory per warp (RouteSmem): the keys for the group scores, the group scores and flags,
+// and the chosen (id, l, s) in choice order.
+template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const RouteParams p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kRouteWarps + warp;
   const int E = p.E;
-  float* l = smem + static_cast<int64_t>(warp) * E * 4;  // [E] logits
-  float* s = l + E;                                      // [E] scores
-  float* gsc = s + E;                                    // [n_group] group scores
-  int* sel = reinterpret_cast<int*>(gsc + E);            // [K] chosen ids
-  unsigned char* taken =
-      reinterpret_cast<unsigned char*>(smem + static_cast<int64_t>(kRouteWarps) * E * 4) +
-      static_cast<int64_t>(warp) * E;  // [E] 1 = chosen or ineligible
+  float* cs = smem + static_cast<int64_t>(warp) * route_smem_floats(E, p.n_group, p.K);
+  float* gsc = cs + E;                                  // [n_group] group scores
+  int* kept = reinterpret_cast<int*>(gsc + p.n_group);  // [n_group] 1 = group kept
+  int* sel = kept + p.n_group;                          // [K] chosen ids, choice order
+  float* sel_l = reinterpret_cast<float*>(sel + p.K);   // [K] their logits
+  float* sel_s = sel_l + p.K;                           // [K] their scores
+  float* out_s = sel_s + p.K;                           // [K] their scores in output order
   if (t >= p.T) return;
 
+  float l[kPer], s[kPer], c[kPer];
   float m = -INFINITY;
-  for (int e = lane; e < E; e += 32) {
-    l[e] = load_any(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride + e);
-    m = fmaxf(m, l[e]);
-    taken[e] = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    l[i] = e < E ? load_any(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride + e) : -INFINITY;
+    m = fmaxf(m, l[i]);
   }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (!p.sigmoid) {
     double sum = 0.0;
-    for (int e = lane; e < E; e += 32) {
-      s[e] = expf(__fsub_rn(l[e], m));
-      sum += s[e];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      s[i] = i * 32 + lane < E ? expf(__fsub_rn(l[i], m)) : 0.0f;
+      sum += s[i];
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int e = lane; e < E; e += 32) s[e] = __fmul_rn(s[e], inv);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = __fmul_rn(s[i], inv);
   } else {
-    for (int e = lane; e < E; e += 32) s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l[e])));
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l[i])));
   }
-  __syncwarp();
-  auto key = [&](int e) { return p.bias ? __fadd_rn(s[e], load_any(p.bias, p.bt, e)) : l[e]; };
+  uint32_t taken = 0;  // bit i: expert i·32 + lane chosen, ineligible or past E
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = i * 32 + lane;
+    c[i] = p.bias && e < E ? __fadd_rn(s[i], load_any(p.bias, p.bt, e)) : (p.bias ? s[i] : l[i]);
+    if (e >= E) taken |= 1u << i;
+  }
 
   if (p.n_group > 1) {
+    // Group g = experts [g·per, (g + 1)·per): its score is the sum of its two best keys. The keys
+    // go through shared memory so that one lane scans a whole group.
+    // Group keys are s (+ bias): without a bias the top-k key is l, but the groups rank by s.
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (i * 32 + lane < E) cs[i * 32 + lane] = p.bias ? c[i] : s[i];
+    __syncwarp();
     const int per = E / p.n_group;
     for (int g = lane; g < p.n_group; g += 32) {
       float top1 = -INFINITY, top2 = -INFINITY;
       for (int e = g * per; e < (g + 1) * per; ++e) {
-        const float c = p.bias ? __fadd_rn(s[e], load_any(p.bias, p.bt, e)) : s[e];
-        if (c > top1) {
+        const float v = cs[e];
+        if (v > top1) {
           top2 = top1;
-          top1 = c;
-        } else if (c > top2) {
-          top2 = c;
+          top1 = v;
+        } else if (v > top2) {
+          top2 = v;
         }
       }
       gsc[g] = __fadd_rn(top1, top2);
-      sel[g] = 0;  // group kept? (sel holds E ints; the top-k below reuses it afterwards)
+      kept[g] = 0;
     }
     __syncwarp();
     for (int round = 0; round < p.topk_group; ++round) {
       float bv = 0.0f;
       int be = -1;
       for (int g = lane; g < p.n_group; g += 32)
-        if (!sel[g] && ranks_before(gsc[g], g, bv, be)) bv = gsc[g], be = g;
+        if (!kept[g] && ranks_before(gsc[g], g, bv, be)) bv = gsc[g], be = g;
       const int win = warp_argmax(bv, be);
-      if (lane == 0 && win >= 0) sel[win] = 1;
+      if (lane == 0 && win >= 0) kept[win] = 1;
       __syncwarp();
     }
-    for (int e = lane; e < E; e += 32) taken[e] = sel[e / per] ? 0 : 1;
-    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = i * 32 + lane;
+      if (e < E && !kept[e / per]) taken |= 1u << i;
+    }
   }
 
+  // This lane's best remaining (key, id) and the chosen one's l and s.
+  float bv = 0.0f, bl = 0.0f, bs = 0.0f;
+  int be = -1;
+  auto rescan = [&]() {
+    bv = 0.0f;
+    be = -1;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (!((taken >> i) & 1u) && ranks_before(c[i], i * 32 + lane, bv, be))
+        bv = c[i], be = i * 32 + lane, bl = l[i], bs = s[i];
+  };
+  rescan();
   for (int j = 0; j < p.K; ++j) {
-    float bv = 0.0f;
-    int be = -1;
-    for (int e = lane; e < E; e += 32)
-      if (!taken[e]) {
-        const float v = key(e);
-        if (ranks_before(v, e, bv, be)) bv = v, be = e;
-      }
     const int win = warp_argmax(bv, be);
-    __syncwarp();
+    // No eligible expert left (NaN keys): expert 0, as the reference.
+    const int id = win >= 0 ? win : 0;
+    const int src = id % 32;
+    float wl = __shfl_sync(0xffffffffu, bl, src), ws = __shfl_sync(0xffffffffu, bs, src);
+    if (win < 0) {  // expert 0's l and s live in lane 0's slot 0
+      wl = __shfl_sync(0xffffffffu, l[0], 0);
+      ws = __shfl_sync(0xffffffffu, s[0], 0);
+    }
+    if (lane == src) {
+      taken |= 1u << (id / 32);
+      rescan();
+    }
     if (lane == 0) {
-      const int id = win >= 0 ? win : 0;  // no eligible expert left (NaN keys): expert 0
       sel[j] = id;
-      taken[id] = 1;
+      sel_l[j] = wl;
+      sel_s[j] = ws;
     }
-    __syncwarp();
-  }
-  if (lane == 0) {
-    // Output order: descending logit, then ascending id (insertion sort, K small).
-    for (int a = 1; a < p.K; ++a) {
-      const int id = sel[a];
-      int b = a - 1;
-      while (b >= 0 && ranks_before(l[id], id, l[sel[b]], sel[b])) {
-        sel[b + 1] = sel[b];
-        --b;
-      }
-      sel[b + 1] = id;
-    }
-    float denom = 1.0f;
-    if (p.renormalize) {
-      float sum = 0.0f;
-      for (int j = 0; j < p.K; ++j) sum = __fadd_rn(sum, s[sel[j]]);
-      denom = __fadd_rn(sum, 1e-20f);
-    }
-    gsc[0] = denom;
   }
   __syncwarp();
-  const float denom = gsc[0];
+  // Output order: descending logit, then ascending id. Chosen j goes to its rank among the chosen.
   for (int j = lane; j < p.K; j += 32) {
-    const int id = sel[j];
-    p.ids[static_cast<int64_t>(t) * p.ids_s0 + j * p.ids_s1] = id;
-    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + j * p.w_s1,
-              __fmul_rn(__fdiv_rn(s[id], denom), p.scaling));
+    int rank = 0;
+    for (int a = 0; a < p.K; ++a) rank += ranks_before(sel_l[a], sel[a], sel_l[j], sel[j]);
+    p.ids[static_cast<int64_t>(t) * p.ids_s0 + rank * p.ids_s1] = sel[j];
+    out_s[rank] = sel_s[j];
   }
+  __syncwarp();
+  float denom = 1.0f;
+  if (p.renormalize) {
+    float sum = 0.0f;  // Σ s in output order, the reference's order (every lane: no broadcast)
+    for (int r = 0; r < p.K; ++r) sum = __fadd_rn(sum, out_s[r]);
+    denom = __fadd_rn(sum, 1e-20f);
+  }
+  for (int r = lane; r < p.K; r += 32)
+    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + r * p.w_s1,
+              __fmul_rn(__fdiv_rn(out_s[r], denom), p.scaling));
 }
 
 Reason moe_route_supports(const MoeRoute& a) {
   if (a.logits.size(1) > kRouteMaxE)
-    return str("E=", a.logits.size(1), " above ", kRouteMaxE, " (shared-memory logits)");
+    return str("E=", a.logits.size(1), " above ", kRouteMaxE, " (registers: 32 a lane)");
   if (a.ids.dtype() != DType::i32) return std::string("ids must be i32");
   if (a.logits.size(0) > (int64_t{1} << 30)) return std::string("T above 2^30");
   return {};
@@ -221,11 +262,21 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
                 a.score == MoeScore::sigmoid,
                 a.renormalize,
                 a.scaling};
-  // Per warp: l, s, group scores, chosen ids (4 bytes each per expert) + flags (1 byte).
-  const size_t smem = static_cast<size_t>(kRouteWarps) * E * 17;
-  if (smem > 48 * 1024) ensure_dynamic_smem(moe_route_kernel, smem);
+  const size_t smem = static_cast<size_t>(kRouteWarps) * 4 * route_smem_floats(p.E, p.n_group, p.K);
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
-  moe_route_kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
+  auto launch = [&](auto kernel) {
+    if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
+    kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
+  };
+  // Experts per lane: the fewest registers that hold E.
+  if (E <= 128)
+    launch(moe_route_kernel<4>);
+  else if (E <= 256)
+    launch(moe_route_kernel<8>);
+  else if (E <= 512)
+    launch(moe_route_kernel<16>);
+  else
+    launch(moe_route_kernel<32>);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

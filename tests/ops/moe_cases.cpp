@@ -577,6 +577,10 @@ void add_moe_cases(CaseList& cases) {
   experts_q(cases, {64, 32, 8, 1024, 512, bf16, bf16}, 4, 128, f16);
   experts_q(cases, {40, 16, 8, 256, 128, f32, bf16}, 4, 64, bf16);
   route(cases, {3, 1024, 8, f32});
+  // k above one warp's 32 lanes (the CUDA kernel places the chosen ids 32 a pass), E = 1000 not
+  // a multiple of 32 (the last lanes hold 31 experts), with groups.
+  route(cases, {4, 1000, 40, f32, f32, MoeScore::sigmoid, true, false, 8, 4, 1.0});
+  route(cases, {5, 90, 45, f32, f32, MoeScore::softmax, true});
   // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
   // and direct paths), so the fallback stays covered.
   experts(cases, {2, 260, 257, 16, 8, f32, f32});
@@ -585,6 +589,8 @@ void add_moe_cases(CaseList& cases) {
   // Perf only: Qwen3-Next routing of a 4096-token prefill chunk; all 512 experts (3 GiB of bf16
   // weights, uniform fill) at T = 1 to 64 (decode batches; 16 and 32 around the tensor-core
   // path's threshold) and 4096 (a prefill chunk), and 4-bit at T = 1, 8, 64 and 4096.
+  // One token with f32 logits (the engine's decode step) and a 4096-token prefill chunk.
+  cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{1, 512, 10}));
   cases.push_back(std::make_unique<MoeRoutePerfCase>(RouteConfig{4096, 512, 10, bf16}));
   for (int64_t T : {1, 8, 16, 32, 64, 4096})
     cases.push_back(
