@@ -46,18 +46,12 @@ double Xoshiro256::uniform() {
 
 namespace {
 
-// One id still in the running: its penalised logit z, and w = exp((z - max z) / T) (so the most
-// probable id has w = 1 and probabilities are w / Σw).
-struct Item {
-  float z;
-  int32_t id;
-  double w;
+// The sampler's total order on ids by their (penalised) logit z: larger first, lower id first
+// among equal logits.
+struct MoreProbable {
+  const float* z;
+  bool operator()(int32_t a, int32_t b) const { return z[a] > z[b] || (z[a] == z[b] && a < b); }
 };
-
-// The sampler's total order: larger logit first, lower id first among equal logits.
-bool more_probable(const Item& a, const Item& b) {
-  return a.z > b.z || (a.z == b.z && a.id < b.id);
-}
 
 void validate(const SamplingParams& p) {
   if (!(std::isfinite(p.temperature) && p.temperature >= 0))
@@ -71,106 +65,164 @@ void validate(const SamplingParams& p) {
     fail("[sampling] repetition_penalty: expected > 0 (1 = off), got ", p.repetition_penalty);
 }
 
-// The penalised logits: a copy of logits[0, vocab) with the repetition penalty applied once to
-// each distinct id of the history (HF RepetitionPenaltyLogitsProcessor, llama.cpp penalties):
-//   z = l > 0 ? l / penalty : l · penalty
-// Checks the inputs: ids in range, no NaN or +inf, at least one finite logit.
-std::vector<float> penalised_logits(const float* logits, int64_t vocab,
-                                    std::span<const int32_t> history, float penalty) {
-  if (logits == nullptr) fail("[sampling] logits: null pointer");
-  if (vocab < 1 || vocab > std::numeric_limits<int32_t>::max())
-    fail("[sampling] vocab: expected in [1, 2^31), got ", vocab);
-  std::vector<float> z(logits, logits + vocab);
-  bool any_finite = false;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (std::isnan(z[i])) fail("[sampling] logits: NaN at id ", i);
-    if (z[i] == std::numeric_limits<float>::infinity()) fail("[sampling] logits: +inf at id ", i);
-    any_finite = any_finite || std::isfinite(z[i]);
-  }
-  if (!any_finite) fail("[sampling] logits: every one of the ", vocab, " logits is -inf");
-  std::vector<bool> seen(penalty != 1.0f ? vocab : 0, false);
-  for (size_t j = 0; j < history.size(); ++j) {
-    const int32_t id = history[j];
-    if (id < 0 || id >= vocab)
-      fail("[sampling] history: id ", id, " at position ", j, " outside [0, vocab=", vocab, ")");
-    if (penalty == 1.0f || seen[id]) continue;
-    seen[id] = true;
-    z[id] = z[id] > 0 ? z[id] / penalty : z[id] * penalty;
-  }
-  return z;
-}
-
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   validate(params_);
 }
 
-std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t vocab,
-                                                    std::span<const int32_t> history) const {
-  const std::vector<float> z = penalised_logits(logits, vocab, history, params_.repetition_penalty);
-
-  // Greedy: the first maximum, so the lowest id among equal logits.
-  if (params_.temperature == 0.0f) {
-    const auto best = std::max_element(z.begin(), z.end());
-    return {{static_cast<int32_t>(best - z.begin()), 1.0}};
+// The penalised logits z (logits itself without a penalty, else a copy in kept.z with the penalty
+// applied once to each distinct id of the history, HF RepetitionPenaltyLogitsProcessor / llama.cpp:
+// z = l > 0 ? l / penalty : l · penalty), checked in the same pass that finds the first maximum.
+// Then the kept ids in ascending order with w = exp((z − max z) / T): the most probable id has
+// w = 1, probabilities are w / Σw. Each step is one pass over the vocab or over the ids still in
+// the running; the buffers of `kept` are reused from call to call (sample() keeps one).
+void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> history,
+                   Kept& kept) const {
+  if (logits == nullptr) fail("[sampling] logits: null pointer");
+  if (vocab < 1 || vocab > std::numeric_limits<int32_t>::max())
+    fail("[sampling] vocab: expected in [1, 2^31), got ", vocab);
+  const float penalty = params_.repetition_penalty;
+  for (size_t j = 0; j < history.size(); ++j)
+    if (history[j] < 0 || history[j] >= vocab)
+      fail("[sampling] history: id ", history[j], " at position ", j, " outside [0, vocab=", vocab,
+           ")");
+  const float* z = logits;
+  if (penalty != 1.0f && !history.empty()) {
+    kept.z.assign(logits, logits + vocab);
+    kept.seen.assign(static_cast<size_t>(vocab), 0);
+    for (const int32_t id : history) {
+      if (kept.seen[id]) continue;
+      kept.seen[id] = 1;
+      float& v = kept.z[id];
+      // NaN / +inf stay as they are and fail below.
+      v = v > 0 ? v / penalty : v * penalty;
+    }
+    z = kept.z.data();
   }
-
-  // Every id with a finite logit is in the running; -inf ids (masked) never are.
-  std::vector<Item> items;
-  items.reserve(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i)
-    if (std::isfinite(z[i])) items.push_back({z[i], static_cast<int32_t>(i), 0.0});
+  // One pass: NaN / +inf are errors; the first maximum; how many are finite.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  int64_t best = -1, finite = 0;
+  float zmax = -kInf;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = z[i];
+    if (std::isnan(v)) fail("[sampling] logits: NaN at id ", i);
+    if (v == kInf) fail("[sampling] logits: +inf at id ", i);
+    if (v != -kInf) {
+      ++finite;
+      if (v > zmax) zmax = v, best = i;
+    }
+  }
+  if (finite == 0) fail("[sampling] logits: every one of the ", vocab, " logits is -inf");
+  kept.ids.clear();
+  kept.w.clear();
+  if (params_.temperature == 0.0f) {  // greedy: the first maximum, so the lowest id on ties
+    kept.ids.push_back(static_cast<int32_t>(best));
+    kept.w.push_back(1.0);
+    return;
+  }
 
   // Top-k: exactly the k most probable (llama.cpp keeps k; HF and vLLM also keep ids tied with the
   // k-th, this keeps the lower ids among them, so top_k = 1 is the greedy choice). Temperature
-  // does not change the order, so this runs on the logits, before any exp.
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < items.size()) {
-    std::nth_element(items.begin(), items.begin() + (params_.top_k - 1), items.end(),
-                     more_probable);
-    items.resize(static_cast<size_t>(params_.top_k));
-    // Back to id order: the sums below run in one order on every standard library.
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.id < b.id; });
+  // does not change the order, so this runs on the logits, before any exp: a heap of the k best
+  // so far, whose root (the least probable of them) each later id must beat.
+  const MoreProbable more{z};
+  if (params_.top_k > 0 && params_.top_k < finite) {
+    const auto k = static_cast<size_t>(params_.top_k);
+    kept.ids.reserve(k);
+    for (int32_t i = 0; i < static_cast<int32_t>(vocab); ++i) {
+      if (z[i] == -kInf) continue;
+      if (kept.ids.size() < k) {
+        kept.ids.push_back(i);
+        std::push_heap(kept.ids.begin(), kept.ids.end(), more);
+      } else if (more(i, kept.ids.front())) {
+        std::pop_heap(kept.ids.begin(), kept.ids.end(), more);
+        kept.ids.back() = i;
+        std::push_heap(kept.ids.begin(), kept.ids.end(), more);
+      }
+    }
+    std::sort(kept.ids.begin(), kept.ids.end());
   }
 
-  // Temperature: w = exp((z - max z) / T), the softmax of z / T up to its normaliser (the max
+  // Temperature: w = exp((z − max z) / T), the softmax of z / T up to its normaliser (the max
   // survives top-k, so it has w = 1). Ids whose weight underflows to 0 can never be drawn and
-  // leave the running.
-  const double zmax = *std::max_element(z.begin(), z.end());
+  // leave the running, and so do the -inf ids (exp(-inf) = 0). Without top-k every id is in the
+  // running: w over the whole vocab first, then the ids with w > 0 in the same buffer.
   const double temperature = params_.temperature;
-  for (Item& it : items) it.w = std::exp((static_cast<double>(it.z) - zmax) / temperature);
-  std::erase_if(items, [](const Item& it) { return !(it.w > 0); });
+  size_t n = 0;
+  if (!kept.ids.empty()) {
+    kept.w.resize(kept.ids.size());
+    for (size_t j = 0; j < kept.ids.size(); ++j) {
+      const double w = std::exp((static_cast<double>(z[kept.ids[j]]) - zmax) / temperature);
+      kept.ids[n] = kept.ids[j];
+      kept.w[n] = w;
+      n += w > 0;
+    }
+  } else {
+    kept.w.resize(static_cast<size_t>(vocab));
+    double* w = kept.w.data();
+    // With min-p and no top-p, an id whose (z − max z) / T lies clearly below ln(min_p) would be
+    // dropped by min-p (w < min_p) and no filter before it reads its w: it skips the exp (most of
+    // a 150k vocab at a typical min_p). The 1e-6 margin is far above exp's rounding.
+    const bool min_p_only = params_.min_p > 0.0f && params_.top_p >= 1.0f;
+    const double z_floor =
+        min_p_only ? zmax + temperature * (std::log(static_cast<double>(params_.min_p)) - 1e-6)
+                   : -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < vocab; ++i)
+      w[i] = z[i] >= z_floor ? std::exp((static_cast<double>(z[i]) - zmax) / temperature) : 0.0;
+    kept.ids.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) {
+      kept.ids[n] = static_cast<int32_t>(i);
+      w[n] = w[i];
+      n += w[i] > 0;
+    }
+  }
+  kept.ids.resize(n);
+  kept.w.resize(n);
 
   // Top-p over the top-k distribution renormalised (HF, vLLM, llama.cpp all renormalise first):
   // walking ids from the most probable, keep an id while the mass before it is < p · Σw. The first
   // id always stays. The sorted prefix is grown lazily: the nucleus is usually a few ids of a vocab
-  // of 150k, and partial_sort over the first c ids costs n log c.
+  // of 150k, and partial_sort over the first c ids costs n log c. It sorts positions into
+  // kept.ids (so w stays reachable), then the kept positions go back to id order.
   if (params_.top_p < 1.0f) {
     double total = 0;
-    for (const Item& it : items) total += it.w;
+    for (const double w : kept.w) total += w;
     const double threshold = static_cast<double>(params_.top_p) * total;
-    size_t sorted = std::min<size_t>(items.size(), 64);
-    size_t keep = items.size();
+    // (z, position) pairs: positions ascend with the ids, so they break ties as the ids do.
+    std::vector<Kept::ZPos>& pos = kept.order;
+    pos.resize(n);
+    for (size_t j = 0; j < n; ++j) pos[j] = {z[kept.ids[j]], static_cast<int32_t>(j)};
+    auto before_pos = [](const Kept::ZPos& a, const Kept::ZPos& b) {
+      return a.z > b.z || (a.z == b.z && a.pos < b.pos);
+    };
+    size_t sorted = std::min<size_t>(n, 64), keep_n = n, scanned = 0;
     double before = 0;
-    size_t scanned = 0;
     for (;;) {
-      std::partial_sort(items.begin() + static_cast<std::ptrdiff_t>(scanned),
-                        items.begin() + static_cast<std::ptrdiff_t>(sorted), items.end(),
-                        more_probable);
+      std::partial_sort(pos.begin() + static_cast<std::ptrdiff_t>(scanned),
+                        pos.begin() + static_cast<std::ptrdiff_t>(sorted), pos.end(), before_pos);
       bool cut = false;
       for (; scanned < sorted; ++scanned) {
         if (before >= threshold) {
-          keep = scanned;
+          keep_n = scanned;
           cut = true;
           break;
         }
-        before += items[scanned].w;
+        before += kept.w[pos[scanned].pos];
       }
-      if (cut || sorted == items.size()) break;
-      sorted = std::min(items.size(), sorted * 4);
+      if (cut || sorted == n) break;
+      sorted = std::min(n, sorted * 4);
     }
-    items.resize(keep);
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.id < b.id; });
+    pos.resize(keep_n);
+    std::sort(pos.begin(), pos.end(),
+              [](const Kept::ZPos& a, const Kept::ZPos& b) { return a.pos < b.pos; });
+    for (size_t j = 0; j < keep_n; ++j) {  // pos[j].pos >= j: each move reads ahead of writes
+      kept.ids[j] = kept.ids[pos[j].pos];
+      kept.w[j] = kept.w[pos[j].pos];
+    }
+    kept.ids.resize(keep_n);
+    kept.w.resize(keep_n);
+    n = keep_n;
   }
 
   // Min-p (vLLM, llama.cpp): keep p >= min_p · p_max, i.e. w >= min_p as p_max has w = 1. The
@@ -179,30 +231,45 @@ std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t
   // renormalisation top-p sees, which is why it runs after top-p here.
   if (params_.min_p > 0.0f) {
     const double min_p = params_.min_p;
-    std::erase_if(items, [&](const Item& it) { return it.w < min_p; });
+    size_t m = 0;
+    for (size_t j = 0; j < n; ++j) {
+      kept.ids[m] = kept.ids[j];
+      kept.w[m] = kept.w[j];
+      m += kept.w[j] >= min_p;
+    }
+    kept.ids.resize(m);
+    kept.w.resize(m);
   }
+}
 
+std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t vocab,
+                                                    std::span<const int32_t> history) const {
+  Kept kept;
+  keep(logits, vocab, history, kept);
   double total = 0;
-  for (const Item& it : items) total += it.w;
+  for (const double w : kept.w) total += w;
   std::vector<Candidate> out;
-  out.reserve(items.size());
-  for (const Item& it : items) out.push_back({it.id, it.w / total});
+  out.reserve(kept.ids.size());
+  for (size_t j = 0; j < kept.ids.size(); ++j) out.push_back({kept.ids[j], kept.w[j] / total});
   return out;
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> history) {
-  const std::vector<Candidate> kept = candidates(logits, vocab, history);
-  if (params_.temperature == 0.0f) return kept.front().id;
+  keep(logits, vocab, history, scratch_);
+  const Kept& kept = scratch_;
+  if (params_.temperature == 0.0f) return kept.ids.front();
   // Inverse CDF over the kept ids in ascending id order: the first id whose cumulative
-  // probability exceeds u. Rounding can leave the last sum a hair under 1: u beyond it is the last
-  // id's.
+  // probability (w / Σw, as candidates() gives it) exceeds u. Rounding can leave the last sum a
+  // hair under 1: u beyond it is the last id's.
+  double total = 0;
+  for (const double w : kept.w) total += w;
   const double u = rng_.uniform();
   double cumulative = 0;
-  for (const Candidate& c : kept) {
-    cumulative += c.prob;
-    if (u < cumulative) return c.id;
+  for (size_t j = 0; j < kept.ids.size(); ++j) {
+    cumulative += kept.w[j] / total;
+    if (u < cumulative) return kept.ids[j];
   }
-  return kept.back().id;
+  return kept.ids.back();
 }
 
 // ---- stop conditions --------------------------------------------------------------------------

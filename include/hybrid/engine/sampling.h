@@ -80,8 +80,25 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  // The ids still in the running, ascending, with their weights w = exp((z − max z) / T) (greedy:
+  // the argmax with w = 1), and the buffers that compute them (kept across sample() calls, so a
+  // decode loop allocates once).
+  struct Kept {
+    std::vector<int32_t> ids;
+    std::vector<double> w;
+    std::vector<float> z;       // the penalised logits (only with a repetition penalty)
+    std::vector<uint8_t> seen;  // history ids already penalised
+    struct ZPos {
+      float z;
+      int32_t pos;  // into ids / w
+    };
+    std::vector<ZPos> order;  // top-p: (z, position) pairs by probability
+  };
+  void keep(const float* logits, int64_t vocab, std::span<const int32_t> history, Kept& kept) const;
+
   SamplingParams params_;
   Xoshiro256 rng_;
+  Kept scratch_;
 };
 
 // ---- stop conditions --------------------------------------------------------------------------
