@@ -607,7 +607,8 @@ Tensor Workspace::take(DType dtype, const std::vector<int64_t>& shape) {
   return Tensor(static_cast<char*>(buffer_.data()) + at, dtype, device_, shape);
 }
 
-// Bytes of one forward: the step's integers, the residual stream h, xn, mix [T, H], the largest
+// Bytes of one forward: the step's integers, the residual stream h and its next buffer, xn, mix
+// [T, H], the largest
 // layer's scratch (mixer or FFN: each layer releases its scratch), the logits [rows, vocab], and
 // the alignment slack. Every count is in 4-byte elements.
 size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows) const {
@@ -638,7 +639,7 @@ size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows
     per_token = std::max({per_token, mixer, ffn});
   }
   const int64_t ints = 3 * T + 4 * N + 1 + N * pages + T;  // see make_step
-  const int64_t elems = ints + T * (3 * c.hidden_size + per_token) + rows * c.vocab_size;
+  const int64_t elems = ints + T * (4 * c.hidden_size + per_token) + rows * c.vocab_size;
   return static_cast<size_t>(elems) * 4 + kMaxTakes * kWorkspaceAlign;
 }
 
@@ -1104,14 +1105,37 @@ Tensor Runner::run_layers(Sequences& seqs, const Step& step, int64_t rows) {
   const int64_t T = step.T, H = c.hidden_size;
   const float eps = static_cast<float>(c.norm_eps);
   const bool zc = c.zero_centered_norm;
-  const Tensor h = scratch(DType::f32, {T, H}), xn = scratch(DType::f32, {T, H}),
-               mix = scratch(DType::f32, {T, H});
+  // The residual stream lives in h; each sublayer writes its output to mix, and the next norm adds
+  // it in (rms_norm's fused residual: h_next = mix + h, xn = norm(h_next)), so the stream moves
+  // between two buffers instead of a residual_add launch per sublayer.
+  Tensor h = scratch(DType::f32, {T, H}), h_next = scratch(DType::f32, {T, H});
+  const Tensor xn = scratch(DType::f32, {T, H}), mix = scratch(DType::f32, {T, H});
   const Tensor logits = scratch(DType::f32, {rows, c.vocab_size});
+  bool pending = false;  // mix holds a sublayer output not yet added to h
+  // xn[r0, r0 + n) = norm(h (+ mix)) over those rows.
+  auto norm = [&](const Tensor& weight, int64_t r0, int64_t n, const Tensor& out) {
+    if (!pending) {
+      rms_norm(
+          {.x = h.slice(0, r0, n), .weight = weight, .out = out, .eps = eps, .zero_centered = zc},
+          ctx);
+      return;
+    }
+    rms_norm({.x = mix.slice(0, r0, n),
+              .weight = weight,
+              .out = out,
+              .residual = h.slice(0, r0, n),
+              .residual_out = h_next.slice(0, r0, n),
+              .eps = eps,
+              .zero_centered = zc},
+             ctx);
+    std::swap(h, h_next);
+    pending = false;
+  };
   embed_gather({.table = embed_, .ids = step.ids, .out = h}, ctx);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerWeights& w = layers_[i];
     if (w.spec.mixer != Mixer::none) {
-      rms_norm({.x = h, .weight = w.norm1, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
+      norm(w.norm1, 0, T, xn);
       switch (w.spec.mixer) {
         case Mixer::gdn:
           gdn_layer(w, seqs, i, xn, mix, step);
@@ -1125,22 +1149,21 @@ Tensor Runner::run_layers(Sequences& seqs, const Step& step, int64_t rows) {
         case Mixer::none:
           break;
       }
-      residual_add({.a = h, .b = mix, .out = h}, ctx);
+      pending = true;
     }
     if (w.spec.ffn != Ffn::none) {
-      const Tensor& nw = w.spec.mixer != Mixer::none ? w.norm2 : w.norm1;
-      rms_norm({.x = h, .weight = nw, .out = xn, .eps = eps, .zero_centered = zc}, ctx);
+      norm(w.spec.mixer != Mixer::none ? w.norm2 : w.norm1, 0, T, xn);
       if (w.spec.ffn == Ffn::dense) {
         mlp(w, xn, mix, T);
       } else {
         moe(w, xn, mix, step);
       }
-      residual_add({.a = h, .b = mix, .out = h}, ctx);
+      pending = true;
     }
   }
-  const Tensor last = h.slice(0, T - rows, rows);
+  // The final norm reads only the rows that get logits (the last `rows` tokens).
   const Tensor xl = xn.slice(0, 0, rows);
-  rms_norm({.x = last, .weight = final_norm_, .out = xl, .eps = eps, .zero_centered = zc}, ctx);
+  norm(final_norm_, T - rows, rows, xl);
   linear({.x = xl, .weight = tied_ ? embed_.view() : lm_head_.view(), .y = logits}, ctx);
   return logits;
 }
