@@ -22,6 +22,7 @@ namespace {
 //   ids = top_k eligible experts by c (by l when there is no bias: s is monotone in l, so the
 //         comparison is exact); order by descending s, i.e. descending l; ties: lower id first
 //   w = s[ids] (/ (Σ s[ids] + 1e-20) when renormalize) · scaling
+//   shared_expert: column K is id E with weight sigmoid(shared_gate[t]) (1 without a gate)
 void moe_route_cpu(const MoeRoute& a, Context& ctx) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1), K = a.top_k;
   const int64_t per_group = E / a.n_group;
@@ -87,6 +88,13 @@ void moe_route_cpu(const MoeRoute& a, Context& ctx) {
           static_cast<int32_t>(cand[j]);
       store_f32(a.weights, t * a.weights.stride(0) + j * a.weights.stride(1),
                 s[cand[j]] / denom * a.scaling);
+    }
+    if (a.shared_expert) {  // column K: the shared expert, id E
+      a.ids.data_as<int32_t>()[t * a.ids.stride(0) + K * a.ids.stride(1)] = static_cast<int32_t>(E);
+      const float g = a.shared_gate.defined()
+                          ? sigmoid(load_f32(a.shared_gate, t * a.shared_gate.stride(0)))
+                          : 1.0f;
+      store_f32(a.weights, t * a.weights.stride(0) + K * a.weights.stride(1), g);
     }
   });
 }

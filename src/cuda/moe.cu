@@ -3,8 +3,8 @@
 // moe_route.cuda: one warp per token, its logits, scores and keys in registers (E / 32 a lane):
 //   group scores (through shared memory), topk_group rounds of a warp arg-max over the groups,
 //   top_k rounds of a warp arg-max over the lanes' best remaining keys (ties: lower id; only the
-//   winner's lane rescans), the chosen ids placed by rank (descending logit), then the weights.
-//   E <= 1024. Bytes T·E·(logit size).
+//   winner's lane rescans), the chosen ids placed by rank (descending logit), then the weights
+//   (and the folded shared expert's column). E <= 1024. Bytes T·E·(logit size).
 // moe_experts.cuda: the (t, j) pairs are grouped by expert on the GPU, then per routed expert:
 //   1. moe_sort (one block): counts per expert, exclusive scan -> offsets, the ascending list of
 //      routed experts, and pair <-> sorted position maps (position order inside an expert is not
@@ -60,6 +60,10 @@ struct RouteParams {
   int T, E, K, n_group, topk_group;
   bool sigmoid, renormalize;
   float scaling;
+  bool shared_expert;       // column K: id E, weight sigmoid(shared_gate[t]) or 1
+  const void* shared_gate;  // [T, 1] or null
+  DType sgt;
+  int64_t sg_stride;
 };
 
 // Whether (v, e) ranks before (bv, be): larger value first, then lower id; be < 0 = nothing yet.
@@ -229,6 +233,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   for (int r = lane; r < p.K; r += 32)
     store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + r * p.w_s1,
               __fmul_rn(__fdiv_rn(out_s[r], denom), p.scaling));
+  if (p.shared_expert && lane == 0) {  // the shared expert folded in as column K, id E
+    float g = 1.0f;
+    if (p.shared_gate) {
+      const float z = load_any(p.shared_gate, p.sgt, static_cast<int64_t>(t) * p.sg_stride);
+      g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+    }
+    p.ids[static_cast<int64_t>(t) * p.ids_s0 + p.K * p.ids_s1] = E;
+    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + p.K * p.w_s1, g);
+  }
 }
 
 Reason moe_route_supports(const MoeRoute& a) {
@@ -261,7 +274,11 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
                 static_cast<int>(a.topk_group),
                 a.score == MoeScore::sigmoid,
                 a.renormalize,
-                a.scaling};
+                a.scaling,
+                a.shared_expert,
+                a.shared_gate.defined() ? a.shared_gate.data() : nullptr,
+                a.shared_gate.defined() ? a.shared_gate.dtype() : DType::f32,
+                a.shared_gate.defined() ? a.shared_gate.stride(0) : 0};
   const size_t smem = static_cast<size_t>(kRouteWarps) * 4 * route_smem_floats(p.E, p.n_group, p.K);
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
   auto launch = [&](auto kernel) {

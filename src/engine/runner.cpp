@@ -433,9 +433,33 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
         fail("[model] ", f,
              "fc1_latent_proj: Nemotron-H MoE latent projections (moe_latent_size) "
              "are not supported");
-      w.router = matrix(f + "gate.weight");
       if (nemotron) w.router_bias = vec(f + "gate.e_score_correction_bias");
       std::vector<std::string> gu, down;
+      // Kept quantized: the switch_mlp codes, scales and biases uploaded as they are (gate and up
+      // rows interleaved per expert as below), for moe_experts_q.
+      auto quantized = [&](const std::string& name) -> const TensorSpec* {
+        const auto it = spec_of(name);
+        return it != spec.tensors.end() && it->bits > 0 ? &*it : nullptr;
+      };
+      const std::string gq_name = f + (nemotron ? "switch_mlp.fc1" : "switch_mlp.gate_proj");
+      const std::string uq_name = f + "switch_mlp.up_proj";
+      const std::string dq_name = f + (nemotron ? "switch_mlp.fc2" : "switch_mlp.down_proj");
+      const TensorSpec* gq = quantized(gq_name + ".weight");
+      const TensorSpec* uq = nemotron ? gq : quantized(uq_name + ".weight");
+      const TensorSpec* dq = quantized(dq_name + ".weight");
+      const bool keep_q = keep_quantized_experts_ && L.experts == ExpertLayout::mlx_switch && gq &&
+                          uq && dq && gq->bits == uq->bits && gq->group_size == uq->group_size;
+      // Qwen's shared expert as one more routed expert (SGLang's shared-experts fusion): its
+      // gate / up rows and down matrix stacked after the E routed ones, and its gate as row E of
+      // the router. One moe_experts launch pair and one linear serve both, instead of a second
+      // pair, the gate's linear and its sigmoid. It needs the routed experts' size and float
+      // experts.
+      w.shared_folded = !nemotron && !keep_q && m.shared_intermediate_size == I;
+      const std::string sx = f + "shared_expert.";
+      const int64_t E_stack = E + (w.shared_folded ? 1 : 0);
+      w.router = w.shared_folded && m.shared_expert_gate
+                     ? stack({f + "gate.weight", f + "shared_expert_gate.weight"}, {E + 1, H})
+                     : matrix(f + "gate.weight");
       switch (L.experts) {
         case ExpertLayout::per_expert:
           for (int64_t e = 0; e < E; ++e) {
@@ -456,20 +480,7 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
           }
           break;
       }
-      // Kept quantized: the switch_mlp codes, scales and biases uploaded as they are (gate and up
-      // rows interleaved per expert as below), for moe_experts_q.
-      auto quantized = [&](const std::string& name) -> const TensorSpec* {
-        const auto it = spec_of(name);
-        return it != spec.tensors.end() && it->bits > 0 ? &*it : nullptr;
-      };
-      const std::string gq_name = f + (nemotron ? "switch_mlp.fc1" : "switch_mlp.gate_proj");
-      const std::string uq_name = f + "switch_mlp.up_proj";
-      const std::string dq_name = f + (nemotron ? "switch_mlp.fc2" : "switch_mlp.down_proj");
-      const TensorSpec* gq = quantized(gq_name + ".weight");
-      const TensorSpec* uq = nemotron ? gq : quantized(uq_name + ".weight");
-      const TensorSpec* dq = quantized(dq_name + ".weight");
-      if (keep_quantized_experts_ && L.experts == ExpertLayout::mlx_switch && gq && uq && dq &&
-          gq->bits == uq->bits && gq->group_size == uq->group_size) {
+      if (keep_q) {
         auto raw = [&](const std::string& name) {
           const Tensor v = ckpt.view(name);
           count(name, v);
@@ -511,13 +522,22 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
           hm.append(gs, e * I, I);
           hm.append(us, e * I, I);
         }
-        w.experts_gate_up = upload(hm, {E, 2 * I, H});
+        if (w.shared_folded) {
+          hm.append(view(sx + "gate_proj.weight"));
+          hm.append(view(sx + "up_proj.weight"));
+        }
+        w.experts_gate_up = upload(hm, {E_stack, 2 * I, H});
         down.push_back(f + "switch_mlp.down_proj.weight");
       } else {
-        w.experts_gate_up = stack(gu, {E, nemotron ? I : 2 * I, H});
+        if (w.shared_folded) {
+          gu.push_back(sx + "gate_proj.weight");
+          gu.push_back(sx + "up_proj.weight");
+        }
+        w.experts_gate_up = stack(gu, {E_stack, nemotron ? I : 2 * I, H});
       }
-      if (w.experts_down_q.bits == 0) w.experts_down = stack(down, {E, H, I});
-      if (m.shared_intermediate_size > 0) {
+      if (w.shared_folded) down.push_back(sx + "down_proj.weight");
+      if (w.experts_down_q.bits == 0) w.experts_down = stack(down, {E_stack, H, I});
+      if (m.shared_intermediate_size > 0 && !w.shared_folded) {
         const int64_t S = m.shared_intermediate_size;
         if (nemotron) {
           w.shared_gate_up = as_stored(f + "shared_experts.up_proj.weight", {1, S, H});
@@ -634,7 +654,8 @@ size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows
     if (w.spec.ffn == Ffn::dense) {
       ffn = 3 * c.intermediate_size;  // gate_up, h
     } else if (w.spec.ffn == Ffn::moe) {
-      ffn = c.moe.num_experts + 2 * c.moe.top_k + 2;  // router logits, ids, weights, gate, sw
+      // router logits (+ the folded shared gate), ids, weights (+ the shared column), gate, sw
+      ffn = c.moe.num_experts + 1 + 2 * (c.moe.top_k + 1) + 2;
     }
     per_token = std::max({per_token, mixer, ffn});
   }
@@ -1044,10 +1065,14 @@ void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, cons
   const MoeConfig& m = cfg_.moe;
   const bool nemotron = cfg_.arch == Arch::nemotron_h;
   const MoeActivation act = nemotron ? MoeActivation::relu2 : MoeActivation::swiglu;
-  const Tensor logits = scratch(DType::f32, {T, m.num_experts});
+  const int64_t E = m.num_experts;
+  // Folded shared expert: its gate is the router's column E, its id E is the last column of ids.
+  const bool fold = w.shared_folded, gate_column = fold && m.shared_expert_gate;
+  const Tensor logits = scratch(DType::f32, {T, E + (gate_column ? 1 : 0)});
   linear({.x = x, .weight = w.router, .y = logits}, ctx);
-  const Tensor ids = scratch(DType::i32, {T, m.top_k}), weights = scratch(DType::f32, {T, m.top_k});
-  moe_route({.logits = logits,
+  const int64_t columns = m.top_k + (fold ? 1 : 0);
+  const Tensor ids = scratch(DType::i32, {T, columns}), weights = scratch(DType::f32, {T, columns});
+  moe_route({.logits = gate_column ? logits.slice(1, 0, E) : logits,
              .bias = w.router_bias.view(),
              .ids = ids,
              .weights = weights,
@@ -1056,7 +1081,9 @@ void Runner::moe(const LayerWeights& w, const Tensor& x, const Tensor& out, cons
              .renormalize = m.norm_topk_prob,
              .n_group = m.n_group,
              .topk_group = m.topk_group,
-             .scaling = static_cast<float>(m.routed_scaling_factor)},
+             .scaling = static_cast<float>(m.routed_scaling_factor),
+             .shared_expert = fold,
+             .shared_gate = gate_column ? logits.slice(1, E, 1) : Tensor()},
             ctx);
   if (w.experts_gate_up_q.bits > 0)
     moe_experts_q({.x = x,

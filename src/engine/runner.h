@@ -68,6 +68,10 @@ struct LayerWeights {
   OwnedTensor router, router_bias, experts_gate_up, experts_down, shared_gate_up, shared_down,
       shared_gate;
   OwnedQuantizedExperts experts_gate_up_q, experts_down_q;  // instead of the two above when kept
+  // Qwen's shared expert folded in as expert E of experts_gate_up / experts_down (when its size is
+  // the routed experts' and they are not kept quantized), its gate as row E of router; then
+  // shared_gate_up / shared_down / shared_gate stay empty.
+  bool shared_folded = false;
 };
 
 // The caches of `slots` sequences: recurrent states (pool row s = slot s), conv states and the

@@ -26,9 +26,15 @@ void moe_route(const MoeRoute& a, Context& ctx) {
   c.rank(a.logits, "logits", {"T", "E"}, kFloat);
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   c.require(a.top_k >= 1 && a.top_k <= E, "top_k must be in [1, E=", E, "], got ", a.top_k);
-  c.tensor(a.ids, "ids", {{"T", T}, {"top_k", a.top_k}}, {DType::i32});
-  c.tensor(a.weights, "weights", {{"T", T}, {"top_k", a.top_k}}, kFloat);
+  // With the shared expert folded in, ids and weights hold one more column.
+  const int64_t columns = a.top_k + (a.shared_expert ? 1 : 0);
+  const char* column_name = a.shared_expert ? "top_k + 1 (shared expert)" : "top_k";
+  c.tensor(a.ids, "ids", {{"T", T}, {column_name, columns}}, {DType::i32});
+  c.tensor(a.weights, "weights", {{"T", T}, {column_name, columns}}, kFloat);
   c.optional(a.bias, "bias", {{"E", E}}, kBias);
+  c.optional(a.shared_gate, "shared_gate", {{"T", T}, {"1", 1}}, kFloat);
+  c.require(a.shared_expert || !a.shared_gate.defined(),
+            "shared_gate is given but shared_expert is false");
   c.require(a.n_group >= 1 && E % a.n_group == 0, "n_group ", a.n_group,
             " must be positive and divide E=", E);
   c.require(a.topk_group >= 1 && a.topk_group <= a.n_group,
@@ -43,8 +49,11 @@ void moe_route(const MoeRoute& a, Context& ctx) {
   }
   c.require(std::isfinite(a.scaling) && a.scaling > 0.0f, "scaling must be positive, got ",
             a.scaling);
-  for (auto [t, name] :
-       {std::pair{a.logits, "logits"}, {a.bias, "bias"}, {a.ids, "ids"}, {a.weights, "weights"}})
+  for (auto [t, name] : {std::pair{a.logits, "logits"},
+                         {a.bias, "bias"},
+                         {a.ids, "ids"},
+                         {a.weights, "weights"},
+                         {a.shared_gate, "shared_gate"}})
     c.inner_contiguous(t, name);
   ctx.registry().dispatch(a, c.device(), ctx);
 }

@@ -33,6 +33,9 @@ struct RouteConfig {
   int64_t n_group = 1, topk_group = 1;
   double scaling = 1.0;
   bool strided = false;  // logits are the first E columns of a packed [T, E + 1] projection
+  // The shared expert folded in (column K: id E): 0 no, 1 with weight 1, 2 with a shared_gate
+  // [T, 1], 3 with the gate in column E + 1 of a wider buffer (rows strided, the engine's form).
+  int shared = 0;
 };
 
 // s = softmax|sigmoid(l); c = s (+ bias); best topk_group groups by sum of top-2 c; top_k by c
@@ -47,8 +50,13 @@ struct MoeRouteCase : Case {
                ",w=", dtype_name(p.weights), ",", score_name(p.score),
                p.renormalize ? ",renorm" : ",no_renorm", p.bias ? ",bias" : "",
                p.n_group > 1 ? str(",groups=", p.n_group, ",topk_group=", p.topk_group) : "",
-               p.scaling != 1.0 ? str(",scale=", p.scaling) : "", p.strided ? ",strided" : "");
+               p.scaling != 1.0 ? str(",scale=", p.scaling) : "", p.strided ? ",strided" : "",
+               p.shared == 0   ? ""
+               : p.shared == 1 ? ",shared"
+               : p.shared == 2 ? ",shared_gate"
+                               : ",shared_gate_strided");
   }
+  int64_t columns() const { return p.K + (p.shared > 0 ? 1 : 0); }
 
   // Scores of one row in f64 (the oracle's), from logits l and bias b.
   void scores(const std::vector<double>& l, const std::vector<double>& b, std::vector<double>& s,
@@ -111,8 +119,13 @@ struct MoeRouteCase : Case {
         break;
       }
     }
-    s.output("ids", DType::i32, {p.T, p.K});
-    s.output("weights", p.weights, {p.T, p.K});
+    if (p.shared == 2) fill_normal(s.input("shared_gate", p.logits, {p.T, 1}), rng, 0.0, 2.0);
+    if (p.shared == 3)
+      fill_normal(s.strided("shared_gate", Role::in, p.logits, {p.T, 1}, {p.E + 2, 1}, p.E + 1,
+                            p.T * (p.E + 2)),
+                  rng, 0.0, 2.0);
+    s.output("ids", DType::i32, {p.T, columns()});
+    s.output("weights", p.weights, {p.T, columns()});
   }
   void run(const Views& v, Context& ctx) override {
     MoeRoute a;
@@ -126,6 +139,8 @@ struct MoeRouteCase : Case {
     a.n_group = p.n_group;
     a.topk_group = p.topk_group;
     a.scaling = static_cast<float>(p.scaling);
+    a.shared_expert = p.shared > 0;
+    if (p.shared >= 2) a.shared_gate = v.at("shared_gate");
     moe_route(a, ctx);
   }
   void oracle(const Slots& s, Expected& e) override {
@@ -166,6 +181,10 @@ struct MoeRouteCase : Case {
       for (int64_t i : chosen) {
         e["ids"].push_back(static_cast<double>(i));
         e["weights"].push_back(sc[i] / (p.renormalize ? sum + 1e-20 : 1.0) * p.scaling);
+      }
+      if (p.shared > 0) {
+        e["ids"].push_back(static_cast<double>(p.E));
+        e["weights"].push_back(p.shared >= 2 ? sigmoid64(s["shared_gate"].get(t)) : 1.0);
       }
     }
   }
@@ -581,6 +600,11 @@ void add_moe_cases(CaseList& cases) {
   // a multiple of 32 (the last lanes hold 31 experts), with groups.
   route(cases, {4, 1000, 40, f32, f32, MoeScore::sigmoid, true, false, 8, 4, 1.0});
   route(cases, {5, 90, 45, f32, f32, MoeScore::softmax, true});
+  // The shared expert folded in: weight 1 (Nemotron-H's shared experts), a sigmoid gate (Qwen),
+  // the gate strided as in the engine's fused router [T, E + 1].
+  route(cases, {6, 64, 4, f32, f32, MoeScore::sigmoid, true, true, 8, 2, 2.5, false, 1});
+  route(cases, {9, 512, 10, bf16, f32, MoeScore::softmax, true, false, 1, 1, 1.0, false, 2});
+  route(cases, {7, 512, 10, f32, bf16, MoeScore::softmax, true, false, 1, 1, 1.0, true, 3});
   // k = 257 above the v3 combine's 256 pairs per token: the CUDA v2 variant runs these (sorted
   // and direct paths), so the fallback stays covered.
   experts(cases, {2, 260, 257, 16, 8, f32, f32});

@@ -216,6 +216,33 @@ TEST_F(MoeRouteErrors, WrongStride) {
                       "[moe_route] logits: the last dimension must be contiguous");
 }
 
+TEST_F(MoeRouteErrors, SharedExpert) {
+  // Folded in: one more column, id E = 8, weight sigmoid(gate) (1 without a gate).
+  std::vector<int32_t> ids3(4 * 3);
+  std::vector<float> weights3(4 * 3), gate = {0.0f, 1.0f, -1.0f, 2.0f};
+  MoeRoute a = args();
+  a.shared_expert = true;
+  EXPECT_HYBRID_ERROR(moe_route(a, ctx),
+                      "[moe_route] ids: expected [T=4, top_k + 1 (shared "
+                      "expert)=3] i32, got [4, 2] i32");
+  a.ids = cpu(ids3.data(), DType::i32, {4, 3});
+  a.weights = cpu(weights3.data(), DType::f32, {4, 3});
+  a.shared_gate = cpu(gate.data(), DType::f32, {4, 1});
+  moe_route(a, ctx);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(ids3[t * 3 + 0], 7);  // logits 0..7: experts 7 and 6 win
+    EXPECT_EQ(ids3[t * 3 + 2], 8);
+    EXPECT_NEAR(weights3[t * 3 + 2], 1.0 / (1.0 + std::exp(-gate[t])), 1e-6);
+  }
+  a.shared_gate = cpu(gate.data(), DType::f32, {2, 2});
+  EXPECT_HYBRID_ERROR(moe_route(a, ctx),
+                      "[moe_route] shared_gate: expected [T=4, 1=1] f32|bf16|f16, got [2, 2] f32");
+  a = args();
+  a.shared_gate = cpu(gate.data(), DType::f32, {4, 1});
+  EXPECT_HYBRID_ERROR(moe_route(a, ctx),
+                      "[moe_route] shared_gate is given but shared_expert is false");
+}
+
 // ---- moe_experts -----------------------------------------------------------------------------
 
 TEST_F(MoeExpertsErrors, ValidCallRuns) {

@@ -47,6 +47,12 @@ struct MoeRoute {
   int64_t n_group = 1;       // expert groups; divides E; groups of >= 2 experts when > 1
   int64_t topk_group = 1;    // groups kept, 1 <= topk_group <= n_group
   float scaling = 1.0f;      // routed_scaling_factor, > 0
+  // The shared expert folded in as one more routed expert (SGLang's shared-experts fusion): ids
+  // and weights are then [T, top_k + 1], and their last column holds id E (the shared expert,
+  // stacked after the E routed ones in moe_experts' weights) with weight sigmoid(shared_gate[t])
+  // (Qwen's shared_expert_gate), or 1 without a gate. The routed columns are as above.
+  bool shared_expert = false;
+  Tensor shared_gate;  // optional [T, 1] f32 | bf16 | f16, only with shared_expert; rows strided
 };
 void moe_route(const MoeRoute& args, Context& ctx);
 
