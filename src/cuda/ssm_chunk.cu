@@ -1248,8 +1248,8 @@ __device__ __forceinline__ float ex2_approx(float v) {  // 2^v, ftz (MUFU.EX2 al
   return r;
 }
 
-template <int N, int kMinBlocks = (N == 64 ? 3 : 4)>
-__global__ void __launch_bounds__(kV2OutThreads, kMinBlocks)
+template <int N>
+__global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     v6_out_kernel(const ScanParams p, const bf16* Se) {
   constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
   constexpr float kLog2e = 1.4426950408889634f;
@@ -1485,8 +1485,9 @@ constexpr int v6_state_blocks(int N) {
   return N == 256 ? 2 : (N == 128 ? 3 : 4);
 }
 
-template <int N, int kMinBlocks = (N == 256 ? 2 : (N == 128 ? 3 : 4))>  // v6_state_blocks(N)
-__global__ void __launch_bounds__(kV2StateThreads, kMinBlocks) v6_state_kernel(const ScanParams p) {
+template <int N>
+__global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
+    v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
   constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
   const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -1866,16 +1867,6 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   timer.mark("offsets");
   const size_t st_smem =
       version == 6 ? v6_state_smem(static_cast<int>(N)) : v2_state_smem(static_cast<int>(N));
-  // Session 12's register experiment (not for main), N = 128 only: HYBRID_SSM_V6_STATE_MINB = 2 |
-  // 3 | 4 blocks of 8 warps a SM, HYBRID_SSM_V6_OUT_MINB = 3 | 4 | 5 | 6 blocks of 4 warps.
-  static const int state_min_blocks = [] {
-    const char* e = std::getenv("HYBRID_SSM_V6_STATE_MINB");
-    return e ? std::atoi(e) : 3;
-  }();
-  static const int out_min_blocks = [] {
-    const char* e = std::getenv("HYBRID_SSM_V6_OUT_MINB");
-    return e ? std::atoi(e) : 4;
-  }();
   auto state = [&](auto kernel) {
     ensure_dynamic_smem(kernel, st_smem);
     kernel<<<dim3(hh, mc), kV2StateThreads, st_smem, stream>>>(p);
@@ -1887,10 +1878,6 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     timer.mark("dt");
     if (version == 6 && N == 64)
       state(v6_state_kernel<64>);
-    else if (version == 6 && N == 128 && state_min_blocks == 2)
-      state(v6_state_kernel<128, 2>);
-    else if (version == 6 && N == 128 && state_min_blocks == 4)
-      state(v6_state_kernel<128, 4>);
     else if (version == 6 && N == 128)
       state(v6_state_kernel<128>);
     else if (version == 6)
@@ -1944,12 +1931,6 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     out(v2_out_kernel);
   else if (version == 6 && N == 64)
     out(v6_out_kernel<64>);
-  else if (version == 6 && N == 128 && out_min_blocks == 3)
-    out(v6_out_kernel<128, 3>);
-  else if (version == 6 && N == 128 && out_min_blocks == 5)
-    out(v6_out_kernel<128, 5>);
-  else if (version == 6 && N == 128 && out_min_blocks == 6)
-    out(v6_out_kernel<128, 6>);
   else if (version == 6 && N == 128)
     out(v6_out_kernel<128>);
   else if (version == 6)
