@@ -367,17 +367,27 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
           const int64_t n = part < 2 ? K : r * V;
           for (int64_t gi = 0; gi < Hk; ++gi) m.append(qkvz, gi * grp + off, n);
         }
-        w.gdn_in = upload(m, {g.conv_dim() + g.value_dim(), H});
-        // in_proj_ba rows per key head: [b (r) | a (r)] -> b | a.
+        // in_proj_ba rows per key head: [b (r) | a (r)] -> b | a, after q|k|v|z in the same
+        // matrix when the dtypes agree (one projection launch instead of two), else its own.
         const Tensor ba = view(p + "in_proj_ba.weight");
+        const bool one = ba.dtype() == qkvz.dtype();
         HostMatrix mb(ba.dtype(), H);
+        HostMatrix& dst = one ? m : mb;
         for (int64_t part = 0; part < 2; ++part)
-          for (int64_t gi = 0; gi < Hk; ++gi) mb.append(ba, gi * 2 * r + part * r, r);
-        w.gdn_ba = upload(mb, {2 * Hv, H});
+          for (int64_t gi = 0; gi < Hk; ++gi) dst.append(ba, gi * 2 * r + part * r, r);
+        w.gdn_in = upload(m, {g.conv_dim() + g.value_dim() + (one ? 2 * Hv : 0), H});
+        if (!one) w.gdn_ba = upload(mb, {2 * Hv, H});
       } else {
-        w.gdn_in = stack({p + "in_proj_qkv.weight", p + "in_proj_z.weight"},
-                         {g.conv_dim() + g.value_dim(), H});
-        w.gdn_ba = stack({p + "in_proj_b.weight", p + "in_proj_a.weight"}, {2 * Hv, H});
+        const std::string qkv = p + "in_proj_qkv.weight", z = p + "in_proj_z.weight",
+                          b = p + "in_proj_b.weight", a = p + "in_proj_a.weight";
+        // Stored dtypes (ckpt.view: no dequantization, no byte count).
+        const DType dt = ckpt.view(qkv).dtype();
+        if (ckpt.view(b).dtype() == dt && ckpt.view(a).dtype() == dt) {
+          w.gdn_in = stack({qkv, z, b, a}, {g.conv_dim() + g.value_dim() + 2 * Hv, H});
+        } else {
+          w.gdn_in = stack({qkv, z}, {g.conv_dim() + g.value_dim(), H});
+          w.gdn_ba = stack({b, a}, {2 * Hv, H});
+        }
       }
       w.conv_w = vec(p + "conv1d.weight", {g.conv_dim(), g.conv_kernel});
       w.A_log = vec(p + "A_log");
@@ -806,10 +816,12 @@ void Runner::gdn_layer(const LayerWeights& w, Sequences& seqs, size_t layer, con
   const int64_t Hk = g.num_k_heads, Hv = g.num_v_heads, K = g.k_head_dim, V = g.v_head_dim;
   const int64_t C = g.conv_dim(), Vd = g.value_dim();
 
-  const Tensor proj = scratch(DType::f32, {T, C + Vd});
-  linear({.x = x, .weight = w.gdn_in, .y = proj}, ctx);
-  const Tensor ba = scratch(DType::f32, {T, 2 * Hv});
-  linear({.x = x, .weight = w.gdn_ba, .y = ba}, ctx);
+  // proj = [q|k|v (C) | z (Vd) | b | a (2·Hv)], b | a from their own matrix when it is separate.
+  const bool ba_apart = w.gdn_ba.view().defined();
+  const Tensor proj = scratch(DType::f32, {T, C + Vd + 2 * Hv});
+  linear({.x = x, .weight = w.gdn_in, .y = ba_apart ? proj.slice(1, 0, C + Vd) : proj}, ctx);
+  const Tensor ba = proj.slice(1, C + Vd, 2 * Hv);
+  if (ba_apart) linear({.x = x, .weight = w.gdn_ba, .y = ba}, ctx);
   const Tensor gt = scratch(DType::f32, {T, Hv}), bt = scratch(DType::f32, {T, Hv});
   gdn_gates({.a = ba.slice(1, Hv, Hv),
              .b = ba.slice(1, 0, Hv),
