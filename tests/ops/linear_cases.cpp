@@ -123,8 +123,11 @@ void add_linear_cases(CaseList& cases) {
   for (int64_t T : {1, 8, 4096}) cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096));
   for (int64_t T : {1, 8, 512, 4096})
     cases.push_back(std::make_unique<LinearPerfCase>(T, 2048, 4096, f32));
-  // The engine's bf16 lm head at decode (Qwen3-Next: 2048 -> 151936, 622 MB of W).
+  // The engine's bf16 lm head at decode (Qwen3-Next: 2048 -> 151936, 622 MB of W), GDN's output
+  // projection (4096 -> 2048) and its fused input projection (2048 -> q|k|v|z|b|a, 12352 rows).
   cases.push_back(std::make_unique<LinearPerfCase>(1, 2048, 151936, f32));
+  cases.push_back(std::make_unique<LinearPerfCase>(1, 4096, 2048, f32));
+  cases.push_back(std::make_unique<LinearPerfCase>(1, 2048, 12352, f32));
 }
 
 }  // namespace hybrid::test
