@@ -260,7 +260,7 @@ head = rows[0]; rows = rows[1:]
 k, v, u = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r[u], 1.0)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}[r[u]]
     name = r[k].replace("(anonymous namespace)::", "").replace("void ", "")
     name = name.split("(")[0].split("<")[0]
     tot[name] += float(r[v].replace(",", "")) * scale; cnt[name] += 1
