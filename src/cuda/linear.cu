@@ -205,11 +205,11 @@ void linear_lt_run(const Linear& a, Context& ctx) {
 // 16-byte chunks. CTA: kGvWarps warps of kRows rows each (rows past `out` re-read the last one,
 // never stored). Lane l takes chunks c = l, l + 32, ... of its rows, kUnroll chunks a row in
 // flight: the first kRows·kUnroll loads are issued before x [kT, in] is staged as f32 in dynamic
-// shared memory (16-byte loads when x's rows allow), so the staging hides under their latency. A
-// chunk's 8 x values per token are two float4 (shared by the warp's kRows rows). One warp sum per
-// (row, token). Session 11 (H200, 2048 -> 4096, f32 x): 2 rows a warp with 4 chunks a row in flight
-// took 9.3 µs at T 1 (1 row with 8 chunks: 10.7; 4 rows: 13.5-15 before the x staging fix), against
-// the split GEMM's 12.3 and cuBLASLt's 9.0 for bf16 x. At T 8 the GEMV took 33.5 µs (its products
+// shared memory, so the staging hides under their latency. A chunk's 8 x values per token are two
+// float4 (shared by the warp's kRows rows). One warp sum per (row, token).
+// Session 11 (H200, 2048 -> 4096, f32 x): 2 rows a warp with 4 chunks a row in flight took 9.3 µs
+// at T 1 (1 row with 8 chunks: 10.7; 4 rows: 13.5-15 before the x staging fix), against the
+// split GEMM's 12.3 and cuBLASLt's 9.0 for bf16 x. At T 8 the GEMV took 33.5 µs (its products
 // on CUDA cores) against the split's 12.9, so it takes one token only: the engine's decode of one
 // sequence.
 constexpr int kGvWarps = 4, kGvRows = 2, kGvUnroll = 4, kGvMaxTokens = 1;
@@ -218,8 +218,8 @@ constexpr size_t kGvMaxSmem = 160 * 1024;
 template <class Tw, class Tx, int kT, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kGvWarps * 32)
     linear_gemv_kernel(const Tx* __restrict__ x, int64_t ldx, const Tw* __restrict__ w, int64_t ldw,
-                       const void* bias, DType bt, void* y, DType yt, int64_t ldy, int in, int out,
-                       bool vec_x) {
+                       const void* bias, DType bt, void* y, DType yt, int64_t ldy, int in,
+                       int out) {
   extern __shared__ float4 gv_x[];  // [kT, in] f32
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int o0 = (blockIdx.x * kGvWarps + warp) * kRows;
@@ -240,28 +240,11 @@ __global__ void __launch_bounds__(kGvWarps * 32)
 
   float* xs = reinterpret_cast<float*>(gv_x);
   // x's dtype is a template parameter so that the loads of a row are issued together (a dtype
-  // switch per element serialised them: ~16 L2 round trips a CTA, 13.8 µs at T 1 in run 3). With
-  // 16-byte rows (vec_x) each load takes kVec elements, so a thread's loads of a row all go out
-  // at once: at in 4096 the element loop needed 4 round trips of 8 loads before any product.
-  constexpr int kVec = 16 / static_cast<int>(sizeof(Tx));
+  // switch per element serialised them: ~16 L2 round trips a CTA, 13.8 µs at T 1 in run 3).
   for (int t = 0; t < kT; ++t) {
     const Tx* xr = x + static_cast<int64_t>(t) * ldx;
-    if (vec_x) {
-      const uint4* xv = reinterpret_cast<const uint4*>(xr);
 #pragma unroll 8
-      for (int i = threadIdx.x; i < in / kVec; i += kGvWarps * 32) {
-        const uint4 v = xv[i];
-        const Tx* e = reinterpret_cast<const Tx*>(&v);
-        float4* d = reinterpret_cast<float4*>(xs + t * in + i * kVec);
-#pragma unroll
-        for (int j = 0; j < kVec; j += 4)
-          d[j / 4] =
-              make_float4(to_f32(e[j]), to_f32(e[j + 1]), to_f32(e[j + 2]), to_f32(e[j + 3]));
-      }
-    } else {
-#pragma unroll 8
-      for (int i = threadIdx.x; i < in; i += kGvWarps * 32) xs[t * in + i] = to_f32(xr[i]);
-    }
+    for (int i = threadIdx.x; i < in; i += kGvWarps * 32) xs[t * in + i] = to_f32(xr[i]);
   }
   __syncthreads();
 
@@ -325,10 +308,6 @@ void linear_gemv_run(const Linear& a, Context& ctx) {
     return;
   }
   const size_t smem = static_cast<size_t>(T * in) * 4;
-  // x's rows in 16-byte pieces (in is a multiple of 8, so of 16 / element size).
-  const int64_t per16 = 16 / static_cast<int64_t>(dtype_size(a.x.dtype()));
-  const bool vec_x =
-      reinterpret_cast<uintptr_t>(a.x.data()) % 16 == 0 && (T == 1 || a.x.stride(0) % per16 == 0);
   auto launch = [&](auto tw, auto tx, auto kt) {
     using Tw = decltype(tw);
     using Tx = decltype(tx);
@@ -340,7 +319,7 @@ void linear_gemv_run(const Linear& a, Context& ctx) {
     kernel<<<blocks, kGvWarps * 32, smem, as_stream(ctx.stream())>>>(
         a.x.data_as<const Tx>(), a.x.stride(0), a.weight.data_as<const Tw>(), a.weight.stride(0),
         a.bias.defined() ? a.bias.data() : nullptr, a.bias.defined() ? a.bias.dtype() : DType::f32,
-        a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out), vec_x);
+        a.y.data(), a.y.dtype(), a.y.stride(0), static_cast<int>(in), static_cast<int>(out));
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   auto by_x = [&](auto tw) {

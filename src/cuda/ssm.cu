@@ -1013,8 +1013,8 @@ void replay_cuda(const SsmReplay& a, Context& ctx) {
 constexpr int kSsmTileRows = 8;
 constexpr int kSsmTileWarps = 4;
 
-template <class S, int kMinBlocks = 7>
-__global__ void __launch_bounds__(kSsmTileWarps * 32, kMinBlocks) ssm_tile_kernel(const RecParams p) {
+template <class S>
+__global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const RecParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int tiles_per_head = p.P / kSsmTileRows;
   const int tile = blockIdx.x * (blockDim.x / 32) + warp;
@@ -1087,27 +1087,10 @@ void step_tile_cuda(const SsmStep& a, Context& ctx) {
   const int64_t batch = a.state_slots.size(0);
   if (batch == 0) return;
   const dim3 grid = state_tile_grid(int64_t{p.H} * p.P / kSsmTileRows, batch);
-  // Session 12's register experiment (not for main): HYBRID_SSM_TILE_MINB = 5 | 6 | 7 | 8 blocks
-  // of 4 warps' worth a SM (96 / 80 / 72 / 64 registers).
-  static const int min_blocks = [] {
-    const char* e = std::getenv("HYBRID_SSM_TILE_MINB");
-    return e ? std::atoi(e) : 7;
-  }();
-  auto go = [&](auto s) {
-    using S = decltype(s);
-    if (min_blocks == 5)
-      ssm_tile_kernel<S, 5><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
-    else if (min_blocks == 6)
-      ssm_tile_kernel<S, 6><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
-    else if (min_blocks == 8)
-      ssm_tile_kernel<S, 8><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
-    else
-      ssm_tile_kernel<S, 7><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
-  };
   if (a.state.dtype() == DType::bf16)
-    go(__nv_bfloat16{});
+    ssm_tile_kernel<__nv_bfloat16><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
   else
-    go(float{});
+    ssm_tile_kernel<float><<<grid, 32, 0, as_stream(ctx.stream())>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
