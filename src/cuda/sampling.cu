@@ -9,8 +9,19 @@
 // chunks = ceil(V / 2048) clamped to [1, 64]: 64 blocks a row at Qwen3-Next's vocab. Bytes: N·V
 // elements read once, N·chunks·8 + N·4 written. Ties keep the lowest v at every step (a thread's
 // scan is ascending, the reductions compare v), so the result equals the CPU's bit for bit.
+//
+// top_k: one block of 1024 threads a row. A radix select over the row's 32-bit rank keys (the
+// float's bits made order-preserving, -0 as +0, NaN above +inf) finds τ, the k-th largest key, in
+// four passes of 8 bits: each pass histograms the digit of the keys that match the digits chosen
+// so far (warp-aggregated shared-memory atomics: __match_any_sync, one add a distinct digit a
+// warp), then warp 0 picks the digit holding the wanted rank. A fifth pass collects the keys above
+// τ and, when every key equal to τ fits, those too; otherwise (ties at the boundary) warp 0 walks
+// the row in id order and takes the lowest ids among them. The k composite keys (key << 32 |
+// ~id) are sorted descending by a bitonic sort in shared memory: larger value first, lower id
+// first. Bytes: 5 reads of the row (the first from DRAM, then L2), k·8 written. k <= 1024.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
@@ -118,10 +129,158 @@ void argmax_cuda(const Argmax& a, Context& ctx) {
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+// ---- top_k ------------------------------------------------------------------------------------
+
+constexpr int kTopThreads = 1024, kTopMaxK = 1024;
+
+// The order-preserving key of top_k (as the CPU's): larger ranks first.
+__device__ __forceinline__ uint32_t rank_key(float x) {
+  if (isnan(x)) return UINT32_MAX;
+  const uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// (key, id) as one integer: larger key first, then the lower id.
+__device__ __forceinline__ unsigned long long compose(uint32_t key, int v) {
+  return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(v));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kTopThreads)
+    top_k_kernel(const T* __restrict__ x, int64_t ldx, int V, int k, int32_t* __restrict__ ids,
+                 int64_t ld_ids, float* __restrict__ vals, int64_t ld_vals) {
+  __shared__ uint32_t hist[256];
+  __shared__ unsigned long long keys[kTopMaxK];
+  __shared__ uint32_t s_digit, s_above, s_count;
+  __shared__ int n_gt, n_eq;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * ldx;
+
+  // Radix select: prefix / mask are the digits chosen so far; `need` is the wanted rank (1-based)
+  // among the keys that match them.
+  uint32_t prefix = 0, mask = 0, need = static_cast<uint32_t>(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    if (tid < 256) hist[tid] = 0;
+    __syncthreads();
+    for (int base = 0; base < V; base += kTopThreads) {  // the same trip count in every lane
+      const int v = base + tid;
+      const uint32_t key = v < V ? rank_key(to_f32(row[v])) : 0u;
+      const bool counted = v < V && (key & mask) == prefix;
+      const unsigned active = __ballot_sync(0xffffffffu, counted);
+      if (counted) {
+        const uint32_t d = (key >> shift) & 255u;
+        const unsigned same = __match_any_sync(active, d);
+        if (__ffs(same) - 1 == lane) atomicAdd(&hist[d], static_cast<uint32_t>(__popc(same)));
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l holds digits 255 − 8l − j (j < 8): lanes in descending digit order.
+      uint32_t c[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += c[j] = hist[255 - 8 * lane - j];
+      uint32_t incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += n;
+      }
+      const uint32_t before = incl - sum;
+      if (before < need && need <= incl) {
+        uint32_t acc = before;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (acc + c[j] >= need && acc < need) {
+            s_digit = 255u - 8u * lane - j;
+            s_above = acc;
+            s_count = c[j];
+          }
+          acc += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 255u << shift;
+    need -= s_above;
+  }
+  // τ = prefix: `need` of the s_count keys equal to τ are wanted, and all k − need keys above it.
+  const uint32_t tau = prefix;
+  const int above = k - static_cast<int>(need);
+  const bool all_equal = s_count == need;
+  if (tid == 0) n_gt = 0, n_eq = 0;
+  __syncthreads();
+  for (int base = 0; base < V; base += kTopThreads) {
+    const int v = base + tid;
+    if (v >= V) break;
+    const uint32_t key = rank_key(to_f32(row[v]));
+    if (key > tau) {
+      keys[atomicAdd(&n_gt, 1)] = compose(key, v);
+    } else if (key == tau && all_equal) {
+      keys[above + atomicAdd(&n_eq, 1)] = compose(key, v);
+    }
+  }
+  if (!all_equal && warp == 0) {
+    // Ties at the boundary: the `need` lowest ids among the keys equal to τ, in id order.
+    uint32_t taken = 0;
+    for (int base = 0; base < V && taken < need; base += 32) {
+      const int v = base + lane;
+      const bool eq = v < V && rank_key(to_f32(row[v])) == tau;
+      const unsigned b = __ballot_sync(0xffffffffu, eq);
+      const uint32_t r = taken + __popc(b & ((1u << lane) - 1u));
+      if (eq && r < need) keys[above + r] = compose(tau, v);
+      taken += __popc(b);
+    }
+  }
+  // Bitonic sort of keys[0, P) descending, P the power of two >= k, padded with 0 (last).
+  int P = 1;
+  while (P < k) P <<= 1;
+  for (int i = k + tid; i < P; i += kTopThreads) keys[i] = 0;
+  __syncthreads();
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int i = tid; i < P; i += kTopThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const unsigned long long a = keys[i], b = keys[j];
+          if ((i & size) == 0 ? a < b : a > b) keys[i] = b, keys[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int j = tid; j < k; j += kTopThreads) {
+    const int v = static_cast<int>(0xffffffffu - static_cast<uint32_t>(keys[j]));
+    ids[static_cast<int64_t>(blockIdx.x) * ld_ids + j] = v;
+    vals[static_cast<int64_t>(blockIdx.x) * ld_vals + j] = to_f32(row[v]);
+  }
+}
+
+Reason top_k_supports(const TopK& a) {
+  if (a.ids.size(1) > kTopMaxK)
+    return str("k=", a.ids.size(1), " above ", kTopMaxK, " (the shared-memory sort)");
+  return {};
+}
+
+void top_k_cuda(const TopK& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  if (N == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  dispatch_float(a.x.dtype(), TopK::op_name, [&](auto t) {
+    using T = decltype(t);
+    top_k_kernel<T><<<static_cast<unsigned>(N), kTopThreads, 0, st>>>(
+        a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)),
+        static_cast<int>(a.ids.size(1)), a.ids.data_as<int32_t>(), a.ids.stride(0),
+        a.values.data_as<float>(), a.values.stride(0));
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace
 
 void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cuda", DeviceType::cuda, 10, nullptr, argmax_cuda);
+  r.add<TopK>("top_k.cuda", DeviceType::cuda, 10, top_k_supports, top_k_cuda);
 }
 
 }  // namespace hybrid::cuda

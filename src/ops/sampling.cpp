@@ -1,4 +1,4 @@
-// argmax: validation and dispatch.
+// argmax, top_k: validation and dispatch.
 #include "hybrid/ops/sampling.h"
 
 #include <climits>
@@ -17,6 +17,24 @@ void argmax(const Argmax& a, Context& ctx) {
   c.tensor(a.out, "out", {{"N", N}}, {DType::i32});
   c.inner_contiguous(a.x, "x");
   c.no_overlap(a.out, "out");
+  ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+void top_k(const TopK& a, Context& ctx) {
+  ops::Check c(TopK::op_name);
+  c.rank(a.x, "x", {"N", "V"}, {DType::f32, DType::bf16, DType::f16});
+  const int64_t N = a.x.size(0), V = a.x.size(1);
+  c.require(V >= 1, "x has V = 0 entries a row: no id to choose");
+  c.require(V <= INT_MAX, "x has V = ", V, " entries a row, above 2^31 - 1 (ids are i32)");
+  c.rank(a.ids, "ids", {"N", "k"}, {DType::i32});
+  const int64_t k = a.ids.size(1);
+  c.require(k >= 1 && k <= V, "k (ids' columns) must be in [1, V=", V, "], got ", k);
+  c.tensor(a.ids, "ids", {{"N", N}, {"k", k}}, {DType::i32});
+  c.tensor(a.values, "values", {{"N", N}, {"k", k}}, {DType::f32});
+  for (auto [t, name] : {std::pair{a.x, "x"}, {a.ids, "ids"}, {a.values, "values"}})
+    c.inner_contiguous(t, name);
+  c.no_overlap(a.ids, "ids");
+  c.no_overlap(a.values, "values");
   ctx.registry().dispatch(a, c.device(), ctx);
 }
 

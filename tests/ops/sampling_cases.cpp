@@ -1,6 +1,9 @@
-// Cases: argmax. Oracle in f64 (the values are exact in f64, so the oracle's choice is the op's).
+// Cases: argmax, top_k. Oracle in f64 (the values are exact in f64, so the oracle's choice is the
+// op's).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "hybrid/ops/sampling.h"
 #include "ops/cases.h"
@@ -19,6 +22,8 @@ enum class Row {
   all_neg,  // every entry -inf: no choice (-1)
   nan,      // one NaN (-1)
   pos_inf,  // one +inf (-1)
+  plateau,  // the maximum at 40 ids spread over the row (top_k: ties across its boundary)
+  zeros,    // every entry below -1 but -0 / +0 at five ids (equal for the order)
 };
 
 const char* row_name(Row r) {
@@ -35,9 +40,61 @@ const char* row_name(Row r) {
       return "all_neg_inf";
     case Row::nan:
       return "nan";
-    default:
+    case Row::pos_inf:
       return "pos_inf";
+    case Row::plateau:
+      return "plateau";
+    default:
+      return "zeros";
   }
+}
+
+std::string rows_name(const std::vector<Row>& rows) {
+  std::string kinds;
+  for (Row r : rows) kinds += std::string(kinds.empty() ? "" : "+") + row_name(r);
+  return kinds;
+}
+
+// x [N, V]: uniform values in [-8, 8), then row n made of kind rows[n % rows.size()].
+Slot& fill_rows(Rng& rng, Slots& s, int64_t N, int64_t V, DType dt, const std::vector<Row>& rows,
+                bool strided) {
+  Slot& x = strided ? s.strided("x", Role::in, dt, {N, V}, {V + 5, 1}, 3, N * (V + 5) + 3)
+                    : s.input("x", dt, {N, V});
+  fill_uniform(x, rng, -8.0, 8.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t base = n * V;
+    switch (rows[static_cast<size_t>(n) % rows.size()]) {
+      case Row::plain:
+        break;
+      case Row::tie:  // 9 is above every uniform value; ids V/3, V/2 and V-1 (lowest: V/3)
+        for (int64_t v : {V - 1, V / 2, V / 3}) x.set(base + v, 9.0);
+        break;
+      case Row::last:
+        x.set(base + V - 1, 9.0);
+        break;
+      case Row::neg_inf:
+        for (int64_t v = 0; v < V; v += 3) x.set(base + v, -inf);
+        break;
+      case Row::all_neg:
+        for (int64_t v = 0; v < V; ++v) x.set(base + v, -inf);
+        break;
+      case Row::nan:
+        x.set(base + rng.randint(0, V - 1), std::nan(""));
+        break;
+      case Row::pos_inf:
+        x.set(base + rng.randint(0, V - 1), inf);
+        break;
+      case Row::plateau:
+        for (int64_t j = 0; j < 40; ++j) x.set(base + (j * 7919 + 13) % V, 9.0);
+        break;
+      case Row::zeros:
+        for (int64_t v = 0; v < V; ++v) x.set(base + v, -1.0 - std::fabs(x.get(base + v)));
+        for (int64_t j = 0; j < 5; ++j) x.set(base + (j * 104729 + 5) % V, j % 2 ? 0.0 : -0.0);
+        break;
+    }
+  }
+  return x;
 }
 
 // The op on the slots "x" and "out" (every case of this file).
@@ -58,41 +115,11 @@ struct ArgmaxCase : Case {
       : N(N), V(V), dt(dt), rows(std::move(rows)), strided(strided) {}
   std::string op() const override { return "argmax"; }
   std::string params() const override {
-    std::string kinds;
-    for (Row r : rows) kinds += std::string(kinds.empty() ? "" : "+") + row_name(r);
-    return str("N=", N, ",V=", V, ",x=", dtype_name(dt), ",rows=", kinds,
+    return str("N=", N, ",V=", V, ",x=", dtype_name(dt), ",rows=", rows_name(rows),
                strided ? ",strided" : "");
   }
   void init(Rng& rng, Slots& s) override {
-    Slot& x = strided ? s.strided("x", Role::in, dt, {N, V}, {V + 5, 1}, 3, N * (V + 5) + 3)
-                      : s.input("x", dt, {N, V});
-    fill_uniform(x, rng, -8.0, 8.0);
-    const double inf = std::numeric_limits<double>::infinity();
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t base = n * V;
-      switch (rows[static_cast<size_t>(n) % rows.size()]) {
-        case Row::plain:
-          break;
-        case Row::tie:  // 9 is above every uniform value; ids V/3, V/2 and V-1 (lowest: V/3)
-          for (int64_t v : {V - 1, V / 2, V / 3}) x.set(base + v, 9.0);
-          break;
-        case Row::last:
-          x.set(base + V - 1, 9.0);
-          break;
-        case Row::neg_inf:
-          for (int64_t v = 0; v < V; v += 3) x.set(base + v, -inf);
-          break;
-        case Row::all_neg:
-          for (int64_t v = 0; v < V; ++v) x.set(base + v, -inf);
-          break;
-        case Row::nan:
-          x.set(base + rng.randint(0, V - 1), std::nan(""));
-          break;
-        case Row::pos_inf:
-          x.set(base + rng.randint(0, V - 1), inf);
-          break;
-      }
-    }
+    fill_rows(rng, s, N, V, dt, rows, strided);
     s.output("out", DType::i32, {N});
   }
   void run(const Views& v, Context& ctx) override { run_argmax(v, ctx); }
@@ -129,6 +156,74 @@ struct ArgmaxPerfCase : Case {
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + 4.0); }
 };
 
+// ids [N, k], values [N, k]: row n's k largest by (value desc, id asc), NaN above +inf, -0 = +0.
+struct TopKCase : Case {
+  int64_t N, V, k;
+  DType dt;
+  std::vector<Row> rows;
+  bool strided;
+  TopKCase(int64_t N, int64_t V, int64_t k, DType dt, std::vector<Row> rows, bool strided)
+      : N(N), V(V), k(k), dt(dt), rows(std::move(rows)), strided(strided) {}
+  std::string op() const override { return "top_k"; }
+  std::string params() const override {
+    return str("N=", N, ",V=", V, ",k=", k, ",x=", dtype_name(dt), ",rows=", rows_name(rows),
+               strided ? ",strided" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    fill_rows(rng, s, N, V, dt, rows, strided);
+    s.output("ids", DType::i32, {N, k});
+    s.output("values", DType::f32, {N, k});
+  }
+  void run(const Views& v, Context& ctx) override {
+    TopK a;
+    a.x = v.at("x");
+    a.ids = v.at("ids");
+    a.values = v.at("values");
+    top_k(a, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<double> x(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) x[v] = s["x"].get(n * V + v);
+      std::vector<int64_t> order(static_cast<size_t>(V));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        const bool na = std::isnan(x[a]), nb = std::isnan(x[b]);
+        if (na != nb) return na;    // NaN first
+        return !na && x[a] > x[b];  // then larger (stable: lower id among equal, -0 == +0)
+      });
+      for (int64_t j = 0; j < k; ++j) {
+        e["ids"].push_back(static_cast<double>(order[j]));
+        e["values"].push_back(x[order[j]]);
+      }
+    }
+  }
+};
+
+// Benchmark shape (perf only): a sampled decode step's candidates at Qwen3-Next's vocab, f32
+// logits [N, 151936], k 40 (llama.cpp's default top-k), N 1 and 64.
+struct TopKPerfCase : Case {
+  int64_t N, V = 151936, k = 40;
+  explicit TopKPerfCase(int64_t N) : N(N) {}
+  std::string op() const override { return "top_k"; }
+  std::string params() const override { return str("N=", N, ",V=", V, ",k=", k, ",x=f32,perf"); }
+  bool perf_only() const override { return true; }
+  void init(Rng&, Slots& s) override {
+    fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
+    s.output("ids", DType::i32, {N, k});
+    s.output("values", DType::f32, {N, k});
+  }
+  void run(const Views& v, Context& ctx) override {
+    TopK a;
+    a.x = v.at("x");
+    a.ids = v.at("ids");
+    a.values = v.at("values");
+    top_k(a, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[top_k perf case] has no oracle"); }
+  double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + k * 8.0); }
+};
+
 }  // namespace
 
 void add_sampling_cases(CaseList& cases) {
@@ -151,6 +246,26 @@ void add_sampling_cases(CaseList& cases) {
   cases.push_back(
       std::make_unique<ArgmaxCase>(2, 131073, f32, std::vector<R>{R::last, R::pos_inf}, false));
   for (int64_t N : {1, 64}) cases.push_back(std::make_unique<ArgmaxPerfCase>(N));
+
+  // top_k: Qwen3-Next's vocab at k 40 (llama.cpp's default) over every row kind; the boundary
+  // among equal values (plateau: 40 equal at k 10 and 64; tie: 3 equal at k 2); signed zeros; k
+  // above the finite entries (neg_inf rows at k 1024, all -inf rows); k 1 and k = V; strided bf16
+  // and f16 rows.
+  auto topk = [&](int64_t N, int64_t V, int64_t k, DType dt, std::vector<R> rows, bool strided) {
+    cases.push_back(std::make_unique<TopKCase>(N, V, k, dt, std::move(rows), strided));
+  };
+  topk(
+      9, 151936, 40, f32,
+      {R::plain, R::tie, R::last, R::neg_inf, R::all_neg, R::nan, R::pos_inf, R::plateau, R::zeros},
+      false);
+  topk(3, 151936, 10, bf16, {R::plateau, R::zeros, R::tie}, true);
+  topk(2, 151936, 2, f32, {R::tie, R::plateau}, false);
+  topk(2, 3000, 1024, f16, {R::neg_inf, R::plain}, false);
+  topk(3, 1500, 1024, f32, {R::neg_inf, R::all_neg, R::plateau}, true);
+  topk(4, 777, 1, f32, {R::plain, R::tie, R::nan, R::zeros}, false);
+  topk(2, 64, 64, bf16, {R::plateau, R::plain}, false);
+  topk(64, 512, 64, f32, {R::plain, R::plateau, R::neg_inf}, false);
+  for (int64_t N : {1, 64}) cases.push_back(std::make_unique<TopKPerfCase>(N));
 }
 
 }  // namespace hybrid::test

@@ -1,5 +1,6 @@
-// Bad input to argmax: each error names the op, the argument and what was wrong; a valid call
-// picks the first maximum and marks rows Sampler refuses with -1.
+// Bad input to argmax and top_k: each error names the op, the argument and what was wrong; a valid
+// call picks the first maximum (argmax, with -1 for rows Sampler refuses) or the k largest in
+// order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,4 +52,40 @@ TEST_F(ArgmaxFixture, BadArgumentsNameTheProblem) {
   a.x = Tensor(x.data(), DType::i32, Device::cpu(), {3, 5});
   EXPECT_HYBRID_ERROR(argmax(a, ctx), "[argmax] x");
   EXPECT_EQ(out, std::vector<int32_t>(3, 99)) << "a refused call writes nothing";
+}
+
+TEST_F(ArgmaxFixture, TopKOrdersByValueThenId) {
+  std::vector<int32_t> ids(3 * 2, 99);
+  std::vector<float> values(3 * 2, 99.0f);
+  TopK a{.x = Tensor(x.data(), DType::f32, Device::cpu(), {3, 5}),
+         .ids = Tensor(ids.data(), DType::i32, Device::cpu(), {3, 2}),
+         .values = Tensor(values.data(), DType::f32, Device::cpu(), {3, 2})};
+  top_k(a, ctx);
+  // Row 0: 7 at ids 1 and 3 (lower first); row 1: -2, then the first -inf; row 2: NaN first.
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4, 0, 1, 2}));
+  EXPECT_EQ(values[0], 7.0f);
+  EXPECT_EQ(values[3], -INFINITY);
+  EXPECT_TRUE(std::isnan(values[4]));
+  EXPECT_EQ(values[5], 5.0f);
+}
+
+TEST_F(ArgmaxFixture, TopKBadArgumentsNameTheProblem) {
+  std::vector<int32_t> ids(3 * 6, 99);
+  std::vector<float> values(3 * 6, 99.0f);
+  auto args_k = [&](int64_t k) {
+    return TopK{.x = Tensor(x.data(), DType::f32, Device::cpu(), {3, 5}),
+                .ids = Tensor(ids.data(), DType::i32, Device::cpu(), {3, k}),
+                .values = Tensor(values.data(), DType::f32, Device::cpu(), {3, k})};
+  };
+  EXPECT_HYBRID_ERROR(top_k(args_k(6), ctx), "[top_k] k (ids' columns) must be in [1, V=5], got 6");
+  TopK a = args_k(2);
+  a.values = Tensor(values.data(), DType::f32, Device::cpu(), {3, 3});
+  EXPECT_HYBRID_ERROR(top_k(a, ctx), "[top_k] values: expected [N=3, k=2] f32, got [3, 3] f32");
+  a = args_k(2);
+  a.ids = Tensor(ids.data(), DType::i64, Device::cpu(), {3, 1});
+  EXPECT_HYBRID_ERROR(top_k(a, ctx), "[top_k] ids");
+  a = args_k(2);
+  a.x = Tensor(x.data(), DType::i32, Device::cpu(), {3, 5});
+  EXPECT_HYBRID_ERROR(top_k(a, ctx), "[top_k] x");
+  EXPECT_EQ(ids, std::vector<int32_t>(3 * 6, 99)) << "a refused call writes nothing";
 }

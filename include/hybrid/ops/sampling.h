@@ -1,6 +1,7 @@
 // Token choice on the device: the greedy decode step's argmax, so that a step downloads N ids
 // instead of N rows of logits (151936 f32 a row for Qwen3-Next: 608 KB through a pageable copy,
-// then a host scan).
+// then a host scan), and the top-k candidates of a sampled step (the host Sampler then draws
+// from k values instead of the vocab).
 #pragma once
 
 #include "hybrid/core/context.h"
@@ -17,5 +18,20 @@ struct Argmax {
   Tensor out;  // [N] i32
 };
 void argmax(const Argmax& args, Context& ctx);
+
+// The k largest entries of each row, in Sampler's order: larger value first, the lower id first
+// among equal values (so Sampler's top-k keeps exactly these ids). The order is total: -0 equals
+// +0, and NaN ranks above +inf (so a NaN is never hidden from the caller, who refuses it as
+// Sampler does). Rows with fewer than k finite entries fill with -inf ones (lowest ids first).
+// Sampler on these k values in id order draws exactly what it draws on the whole row with
+// top_k = k (no repetition penalty): top-k runs first in its chain, and the rest reads only the
+// kept ids. ids [N, k] i32 and values [N, k] f32 come out in that order.
+struct TopK {
+  static constexpr const char* op_name = "top_k";
+  Tensor x;       // [N, V] f32 | bf16 | f16 (logits); rows may be strided; 1 <= V < 2^31
+  Tensor ids;     // [N, k] i32 out, 1 <= k <= V
+  Tensor values;  // [N, k] f32 out: x at ids
+};
+void top_k(const TopK& args, Context& ctx);
 
 }  // namespace hybrid
