@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +42,35 @@ std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs
       fail("[sampling] logits of slot ", slots[n],
            ": a NaN or +inf, or only -inf (no token to choose)");
   return next;
+}
+
+// Sampled steps with a top-k of at most kDeviceTopK below the vocab, and no repetition penalty,
+// take the top_k op on the device: the host Sampler then draws from the k candidates in id order.
+// That is exactly its draw on the whole row: top-k runs first in its chain, the max it subtracts
+// is among the candidates, and the rest (temperature, top-p, min-p, the inverse CDF in id order)
+// reads only the kept ids (see TopK in hybrid/ops/sampling.h). A step then downloads N·k ids and
+// values instead of N rows of logits, and the host reads k values instead of the vocab.
+constexpr int64_t kDeviceTopK = 1024;  // top_k.cuda's largest k
+
+bool top_k_on_device(const SamplingParams& s, int64_t vocab) {
+  return s.temperature > 0.0f && s.top_k > 0 && s.top_k <= kDeviceTopK && s.top_k < vocab &&
+         s.repetition_penalty == 1.0f;
+}
+
+// Row n of a decode_top_k step drawn by `sampler`. A NaN or +inf among the candidates (they rank
+// first) is an error naming the slot and the id, as Sampler would refuse the whole row.
+int32_t sample_candidates(Sampler& sampler, const engine::Runner::Candidates& c, size_t n,
+                          int64_t k, int64_t slot) {
+  std::vector<std::pair<int32_t, float>> row(static_cast<size_t>(k));
+  for (size_t j = 0; j < row.size(); ++j) {
+    row[j] = {c.ids[n * row.size() + j], c.values[n * row.size() + j]};
+    if (std::isnan(row[j].second) || row[j].second == std::numeric_limits<float>::infinity())
+      fail("[sampling] logits of slot ", slot, ": ", row[j].second, " at id ", row[j].first);
+  }
+  std::sort(row.begin(), row.end());  // id order (ids are distinct)
+  std::vector<float> z(row.size());
+  for (size_t j = 0; j < row.size(); ++j) z[j] = row[j].second;
+  return row[static_cast<size_t>(sampler.sample(z.data(), k))].first;
 }
 
 // eos_token_id of one JSON object (int, list of ints or null) appended to `ids`.
@@ -182,6 +213,10 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
       ++r.decode_steps;
       if (on_device) {
         next = greedy_step(*runner_, seq, {0}, {r.ids.back()})[0];
+      } else if (top_k_on_device(o.sampling, vocab)) {
+        const int64_t k = o.sampling.top_k;
+        next =
+            sample_candidates(sampler, runner_->decode_top_k(seq, {0}, {r.ids.back()}, k), 0, k, 0);
       } else {
         last = runner_->decode(seq, {0}, {r.ids.back()});
         next = sampler.sample(last.data(), vocab, history);
@@ -279,8 +314,12 @@ std::vector<GenerateResult> Model::generate_batch(
     for (int64_t b : step) ids.push_back(results[static_cast<size_t>(b)].ids.back());
     std::vector<float> logits;
     std::vector<int32_t> chosen;
+    engine::Runner::Candidates candidates;
+    const bool top_k = top_k_on_device(o.sampling, vocab);
     if (greedy_on_device(o.sampling))
       chosen = greedy_step(*runner_, seqs, step, ids);
+    else if (top_k)
+      candidates = runner_->decode_top_k(seqs, step, ids, o.sampling.top_k);
     else
       logits = runner_->decode(seqs, step, ids);
     live.clear();
@@ -288,10 +327,11 @@ std::vector<GenerateResult> Model::generate_batch(
       const size_t b = static_cast<size_t>(step[n]);
       GenerateResult& r = results[b];
       ++r.decode_steps;
-      const int32_t next = !chosen.empty()
-                               ? chosen[n]
-                               : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab),
-                                                    vocab, history[b]);
+      const int32_t next =
+          !chosen.empty() ? chosen[n]
+          : top_k         ? sample_candidates(samplers[b], candidates, n, o.sampling.top_k, step[n])
+                  : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab,
+                                       history[b]);
       history[b].push_back(next);
       r.ids.push_back(next);
       const bool go_on = !on_token || on_token(b, next);

@@ -1242,6 +1242,26 @@ std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<in
   return v;
 }
 
+Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
+                                        const std::vector<int32_t>& ids, int64_t k) {
+  const Tensor logits = decode_step(seqs, slots, ids);
+  const int64_t N = logits.size(0);
+  if (!top_ids_.view().defined() || top_ids_.view().numel() < N * k) {
+    top_ids_ = OwnedTensor(device_, DType::i32, {N * k});
+    top_values_ = OwnedTensor(device_, DType::f32, {N * k});
+  }
+  const Tensor out_ids = top_ids_.view().slice(0, 0, N * k).reshape({N, k});
+  const Tensor out_values = top_values_.view().slice(0, 0, N * k).reshape({N, k});
+  top_k({.x = logits, .ids = out_ids, .values = out_values}, *ctx_);
+  Candidates r{std::vector<int32_t>(static_cast<size_t>(N * k)),
+               std::vector<float>(static_cast<size_t>(N * k))};
+  copy_bytes(r.ids.data(), Device::cpu(), out_ids.data(), device_, r.ids.size() * 4, *ctx_);
+  copy_bytes(r.values.data(), Device::cpu(), out_values.data(), device_, r.values.size() * 4,
+             *ctx_);
+  ctx_->synchronize();
+  return r;
+}
+
 Tensor Runner::decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
                            const std::vector<int32_t>& ids) {
   const int64_t N = static_cast<int64_t>(ids.size());

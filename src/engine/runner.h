@@ -147,6 +147,15 @@ class Runner {
   // rows of logits through the host. -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
   std::vector<int32_t> decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
                                      const std::vector<int32_t>& ids);
+  // One decode step's k best candidates of each row (the top_k op on the logits, on the device):
+  // ids and values [N, k] row-major, larger value first, the lower id first among equal values.
+  // Only N·k ids and values come to the host. 1 <= k <= vocab.
+  struct Candidates {
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+  };
+  Candidates decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
+                          const std::vector<int32_t>& ids, int64_t k);
 
   // CUDA graphs for decode() (default on; no effect on the CPU).
   void set_cuda_graphs(bool on);
@@ -215,7 +224,8 @@ class Runner {
   DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
-  OwnedTensor argmax_ids_;  // [N] i32: decode_argmax's output, grown to the largest N
+  OwnedTensor argmax_ids_;            // [N] i32: decode_argmax's output, grown to the largest N
+  OwnedTensor top_ids_, top_values_;  // [N, k] i32 / f32: decode_top_k's output, grown
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "engine/runner.h"
 #include "expect_error.h"
 #include "hybrid/engine/model.h"
+#include "hybrid/engine/sampling.h"
 #include "hybrid/model/config.h"
 #include "hybrid/model/model.h"
 #include "hybrid/model/safetensors.h"
@@ -258,6 +261,52 @@ TEST_P(EngineTest, DecodeArgmaxIsTheArgmaxOfTheLogits) {
       EXPECT_EQ(chosen[n], std::max_element(row, row + V) - row) << "step " << step << " row " << n;
     }
     ids = chosen;
+  }
+}
+
+// The device's top-k candidates (decode_top_k) are the k best of decode()'s logits in Sampler's
+// order, and Sampler draws the same id from them (in id order) as from the whole row with that
+// top-k: the identity the engine's sampled steps rely on.
+TEST_P(EngineTest, DecodeTopKDrawsWhatTheWholeRowDraws) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size(), k = 7;
+  engine::Runner& runner = model->runner();
+  engine::Sequences a = runner.new_sequences(2, 24), b = runner.new_sequences(2, 24);
+  for (int64_t slot : {0, 1}) {
+    const std::vector<int32_t> prompt = random_ids(9 + 4 * slot, V, 31 + slot);
+    runner.forward(a, slot, prompt, false);
+    runner.forward(b, slot, prompt, false);
+  }
+  const SamplingParams sp{
+      .temperature = 1.5f, .top_k = static_cast<int>(k), .top_p = 0.9f, .seed = 3};
+  Sampler whole(sp), part(sp);
+  std::vector<int32_t> ids = {3, 5};
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<float> logits = runner.decode(a, {0, 1}, ids);
+    const engine::Runner::Candidates c = runner.decode_top_k(b, {0, 1}, ids, k);
+    ASSERT_EQ(c.ids.size(), 2u * k);
+    for (size_t n = 0; n < 2; ++n) {
+      const float* row = logits.data() + n * static_cast<size_t>(V);
+      std::vector<int32_t> order(static_cast<size_t>(V));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t x, int32_t y) { return row[x] > row[y]; });
+      std::vector<std::pair<int32_t, float>> cand;
+      for (int64_t j = 0; j < k; ++j) {
+        EXPECT_EQ(c.ids[n * k + j], order[j]) << "step " << step << " row " << n << " rank " << j;
+        EXPECT_EQ(c.values[n * k + j], row[order[j]]);
+        cand.emplace_back(c.ids[n * k + j], c.values[n * k + j]);
+      }
+      std::sort(cand.begin(), cand.end());
+      std::vector<float> z;
+      for (const auto& [id, v] : cand) z.push_back(v);
+      const int32_t from_whole = whole.sample(row, V);
+      const int32_t from_part = cand[static_cast<size_t>(part.sample(z.data(), k))].first;
+      EXPECT_EQ(from_part, from_whole) << "step " << step << " row " << n;
+      ids[n] = from_whole;
+    }
   }
 }
 
