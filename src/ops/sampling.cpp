@@ -8,12 +8,20 @@
 
 namespace hybrid {
 
-void argmax(const Argmax& a, Context& ctx) {
-  ops::Check c(Argmax::op_name);
-  c.rank(a.x, "x", {"N", "V"}, {DType::f32, DType::bf16, DType::f16});
-  const int64_t N = a.x.size(0), V = a.x.size(1);
+namespace {
+// The logits both ops read: x [N, V] of a float type with 1 <= V < 2^31 (ids are i32).
+void check_logits(ops::Check& c, const Tensor& x) {
+  c.rank(x, "x", {"N", "V"}, {DType::f32, DType::bf16, DType::f16});
+  const int64_t V = x.size(1);
   c.require(V >= 1, "x has V = 0 entries a row: no id to choose");
   c.require(V <= INT_MAX, "x has V = ", V, " entries a row, above 2^31 - 1 (ids are i32)");
+}
+}  // namespace
+
+void argmax(const Argmax& a, Context& ctx) {
+  ops::Check c(Argmax::op_name);
+  check_logits(c, a.x);
+  const int64_t N = a.x.size(0);
   c.tensor(a.out, "out", {{"N", N}}, {DType::i32});
   c.inner_contiguous(a.x, "x");
   c.no_overlap(a.out, "out");
@@ -22,10 +30,8 @@ void argmax(const Argmax& a, Context& ctx) {
 
 void top_k(const TopK& a, Context& ctx) {
   ops::Check c(TopK::op_name);
-  c.rank(a.x, "x", {"N", "V"}, {DType::f32, DType::bf16, DType::f16});
+  check_logits(c, a.x);
   const int64_t N = a.x.size(0), V = a.x.size(1);
-  c.require(V >= 1, "x has V = 0 entries a row: no id to choose");
-  c.require(V <= INT_MAX, "x has V = ", V, " entries a row, above 2^31 - 1 (ids are i32)");
   c.rank(a.ids, "ids", {"N", "k"}, {DType::i32});
   const int64_t k = a.ids.size(1);
   c.require(k >= 1 && k <= V, "k (ids' columns) must be in [1, V=", V, "], got ", k);

@@ -97,7 +97,7 @@ Slot& fill_rows(Rng& rng, Slots& s, int64_t N, int64_t V, DType dt, const std::v
   return x;
 }
 
-// The op on the slots "x" and "out" (every case of this file).
+// The op on the slots "x" and "out" (every argmax case).
 void run_argmax(const Views& v, Context& ctx) {
   Argmax a;
   a.x = v.at("x");
@@ -156,6 +156,11 @@ struct ArgmaxPerfCase : Case {
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + 4.0); }
 };
 
+// The op on the slots "x", "ids" and "values" (every top_k case).
+void run_top_k(const Views& v, Context& ctx) {
+  top_k({.x = v.at("x"), .ids = v.at("ids"), .values = v.at("values")}, ctx);
+}
+
 // ids [N, k], values [N, k]: row n's k largest by (value desc, id asc), NaN above +inf, -0 = +0.
 struct TopKCase : Case {
   int64_t N, V, k;
@@ -174,13 +179,7 @@ struct TopKCase : Case {
     s.output("ids", DType::i32, {N, k});
     s.output("values", DType::f32, {N, k});
   }
-  void run(const Views& v, Context& ctx) override {
-    TopK a;
-    a.x = v.at("x");
-    a.ids = v.at("ids");
-    a.values = v.at("values");
-    top_k(a, ctx);
-  }
+  void run(const Views& v, Context& ctx) override { run_top_k(v, ctx); }
   void oracle(const Slots& s, Expected& e) override {
     for (int64_t n = 0; n < N; ++n) {
       std::vector<double> x(static_cast<size_t>(V));
@@ -213,13 +212,7 @@ struct TopKPerfCase : Case {
     s.output("ids", DType::i32, {N, k});
     s.output("values", DType::f32, {N, k});
   }
-  void run(const Views& v, Context& ctx) override {
-    TopK a;
-    a.x = v.at("x");
-    a.ids = v.at("ids");
-    a.values = v.at("values");
-    top_k(a, ctx);
-  }
+  void run(const Views& v, Context& ctx) override { run_top_k(v, ctx); }
   void oracle(const Slots&, Expected&) override { fail("[top_k perf case] has no oracle"); }
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + k * 8.0); }
 };

@@ -239,18 +239,29 @@ TEST_P(EngineTest, GreedyFollowsTheLogits) {
 
 // The device's greedy choice (decode_argmax) is the argmax of decode()'s logits, row by row, for
 // a batch of two sequences over several steps.
+// Two copies (a, b) of a batch of two sequences with the same prompts run: one for decode(), one
+// for the device-side choice it is compared with.
+struct TwinBatches {
+  engine::Sequences a, b;
+  TwinBatches(engine::Runner& runner, int64_t V, uint32_t seed)
+      : a(runner.new_sequences(2, 24)), b(runner.new_sequences(2, 24)) {
+    for (int64_t slot : {0, 1}) {
+      const std::vector<int32_t> prompt =
+          random_ids(9 + 4 * slot, V, seed + static_cast<uint32_t>(slot));
+      runner.forward(a, slot, prompt, false);
+      runner.forward(b, slot, prompt, false);
+    }
+  }
+};
+
 TEST_P(EngineTest, DecodeArgmaxIsTheArgmaxOfTheLogits) {
   TempDir dir;
   write_model(dir.path, GetParam());
   auto model = Model::load(dir.path.string(), Device::cpu());
   const int64_t V = model->vocab_size();
   engine::Runner& runner = model->runner();
-  engine::Sequences a = runner.new_sequences(2, 24), b = runner.new_sequences(2, 24);
-  for (int64_t slot : {0, 1}) {
-    const std::vector<int32_t> prompt = random_ids(9 + 4 * slot, V, 21 + slot);
-    runner.forward(a, slot, prompt, false);
-    runner.forward(b, slot, prompt, false);
-  }
+  TwinBatches twins(runner, V, 21);
+  engine::Sequences &a = twins.a, &b = twins.b;
   std::vector<int32_t> ids = {3, 5};
   for (int step = 0; step < 4; ++step) {
     const std::vector<float> logits = runner.decode(a, {0, 1}, ids);
@@ -273,12 +284,8 @@ TEST_P(EngineTest, DecodeTopKDrawsWhatTheWholeRowDraws) {
   auto model = Model::load(dir.path.string(), Device::cpu());
   const int64_t V = model->vocab_size(), k = 7;
   engine::Runner& runner = model->runner();
-  engine::Sequences a = runner.new_sequences(2, 24), b = runner.new_sequences(2, 24);
-  for (int64_t slot : {0, 1}) {
-    const std::vector<int32_t> prompt = random_ids(9 + 4 * slot, V, 31 + slot);
-    runner.forward(a, slot, prompt, false);
-    runner.forward(b, slot, prompt, false);
-  }
+  TwinBatches twins(runner, V, 31);
+  engine::Sequences &a = twins.a, &b = twins.b;
   const SamplingParams sp{
       .temperature = 1.5f, .top_k = static_cast<int>(k), .top_p = 0.9f, .seed = 3};
   Sampler whole(sp), part(sp);
