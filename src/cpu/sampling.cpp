@@ -1,4 +1,4 @@
-// CPU reference: argmax, top_k. One row per task.
+// CPU reference: argmax, top_k, sample_rows. One row per task.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -58,11 +58,57 @@ void top_k_cpu(const TopK& a, Context& ctx) {
   });
 }
 
+// Sampler's draw on the whole row (temperature, min-p), with its arithmetic: w in f64, sums in
+// ascending v, the inverse CDF over w / Σw. -1 for a NaN or +inf, or only -inf.
+void sample_rows_cpu(const SampleRows& a, Context& ctx) {
+  const int64_t V = a.x.size(1);
+  const double temperature = a.temperature, min_p = a.min_p;
+  parallel_for(a.x.size(0), ctx, [&](int64_t n) {
+    const int64_t row = n * a.x.stride(0);
+    int32_t& out = a.out.data_as<int32_t>()[n * a.out.stride(0)];
+    float zmax = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      const float x = load_f32(a.x, row + v);
+      if (std::isnan(x) || x == INFINITY) {
+        out = -1;
+        return;
+      }
+      zmax = std::max(zmax, x);
+    }
+    if (zmax == -INFINITY) {
+      out = -1;
+      return;
+    }
+    std::vector<double> w(static_cast<size_t>(V));
+    double total = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double e = std::exp((static_cast<double>(load_f32(a.x, row + v)) - zmax) / temperature);
+      w[v] = e > 0 && e >= min_p ? e : 0.0;
+      total += w[v];
+    }
+    const double u =
+        static_cast<double>(a.draws.data_as<const int64_t>()[n * a.draws.stride(0)]) * 0x1.0p-53;
+    double cumulative = 0;
+    int64_t last = -1;
+    for (int64_t v = 0; v < V; ++v) {
+      if (!(w[v] > 0)) continue;
+      last = v;
+      cumulative += w[v] / total;
+      if (u < cumulative) {
+        out = static_cast<int32_t>(v);
+        return;
+      }
+    }
+    out = static_cast<int32_t>(last);
+  });
+}
+
 }  // namespace
 
 void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cpu", DeviceType::cpu, 0, nullptr, argmax_cpu);
   r.add<TopK>("top_k.cpu", DeviceType::cpu, 0, nullptr, top_k_cpu);
+  r.add<SampleRows>("sample_rows.cpu", DeviceType::cpu, 0, nullptr, sample_rows_cpu);
 }
 
 }  // namespace hybrid::cpu

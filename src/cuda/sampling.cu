@@ -1,5 +1,5 @@
-// CUDA: argmax, in two launches (a row of logits is 151936 entries: one block a row would read
-// 608 KB on one SM).
+// CUDA: argmax, top_k and sample_rows (each described above its kernels). argmax takes two
+// launches (a row of logits is 151936 entries: one block a row would read 608 KB on one SM).
 //   argmax_partial_kernel: grid N·chunks, 256 threads; block (n, c) scans entries
 //     [c·per_chunk, (c + 1)·per_chunk) of row n (coalesced, each thread in ascending v), keeping
 //     (max, lowest v) and whether it saw a NaN or +inf; two warp reductions; writes the pair, or
@@ -305,6 +305,191 @@ __global__ void __launch_bounds__(kTopThreads)
   }
 }
 
+// ---- sample_rows --------------------------------------------------------------------------------
+// Three launches over argmax's chunks (64 a row at 151936 entries):
+//   argmax_partial_kernel: each chunk's max and whether it saw a NaN / +inf;
+//   sample_sum_kernel: grid N·chunks; the row's max from the chunk maxima, then the chunk's
+//     Σ w (f64; w = exp((x − max) / T), kept when > 0 and >= min_p);
+//   sample_pick_kernel: a block a row; Σw over the chunks in chunk order, the chunk where the
+//     running sum passes u·Σw, then that chunk's ids scanned in order (each thread a contiguous
+//     stretch, a block scan of the stretches' sums): the first kept id past the target.
+// Bytes: N·V elements read twice (the second from L2) and one chunk's a third time.
+
+// The row's max and whether it is refused (a NaN / +inf, or only -inf), from its chunks' partials.
+__device__ __forceinline__ void row_max(const float* part_v, const int* part_i, int chunks, int n,
+                                        float& zmax, bool& refused) {
+  float m = -INFINITY;
+  bool bad = false;
+  for (int c = threadIdx.x % 32; c < chunks; c += 32) {
+    m = fmaxf(m, part_v[n * chunks + c]);
+    bad |= part_i[n * chunks + c] < 0;
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  zmax = m;
+  refused = __any_sync(0xffffffffu, bad) || m == -INFINITY;
+}
+
+__device__ __forceinline__ double kept_weight(float x, float zmax, double temperature,
+                                              double min_p) {
+  const double e = exp((static_cast<double>(x) - zmax) / temperature);
+  return e > 0 && e >= min_p ? e : 0.0;
+}
+
+// Block sum of a double (kArgThreads threads); every thread gets it.
+__device__ __forceinline__ double block_sum(double v, double* red /* [kArgThreads / 32] */) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  double t = 0;
+  for (int w = 0; w < kArgThreads / 32; ++w) t += red[w];
+  return t;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kArgThreads)
+    sample_sum_kernel(const T* __restrict__ x, int64_t ldx, int V, int chunks, int per_chunk,
+                      const float* __restrict__ part_v, const int* __restrict__ part_i,
+                      double temperature, double min_p, double* __restrict__ part_sum) {
+  const int n = blockIdx.x / chunks, c = blockIdx.x % chunks;
+  __shared__ float s_max;
+  __shared__ bool s_refused;
+  __shared__ double red[kArgThreads / 32];
+  if (threadIdx.x < 32) {
+    float zmax;
+    bool refused;
+    row_max(part_v, part_i, chunks, n, zmax, refused);
+    if (threadIdx.x == 0) s_max = zmax, s_refused = refused;
+  }
+  __syncthreads();
+  if (s_refused) {
+    if (threadIdx.x == 0) part_sum[blockIdx.x] = 0;
+    return;
+  }
+  const float zmax = s_max;
+  const int v0 = c * per_chunk, v1 = min(V, v0 + per_chunk);
+  const T* row = x + static_cast<int64_t>(n) * ldx;
+  double sum = 0;
+#pragma unroll 8
+  for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kArgThreads)
+    sum += kept_weight(to_f32(row[v]), zmax, temperature, min_p);
+  sum = block_sum(sum, red);
+  if (threadIdx.x == 0) part_sum[blockIdx.x] = sum;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kArgThreads)
+    sample_pick_kernel(const T* __restrict__ x, int64_t ldx, int V, int chunks, int per_chunk,
+                       const float* __restrict__ part_v, const int* __restrict__ part_i,
+                       const double* __restrict__ part_sum, const int64_t* __restrict__ draws,
+                       int64_t draws_s0, double temperature, double min_p,
+                       int32_t* __restrict__ out, int64_t out_s0) {
+  const int n = blockIdx.x;
+  __shared__ float s_max;
+  __shared__ bool s_refused;
+  __shared__ int s_chunk, s_first, s_last;
+  __shared__ double s_before, s_target, red[kArgThreads / 32];
+  if (threadIdx.x < 32) {
+    float zmax;
+    bool refused;
+    row_max(part_v, part_i, chunks, n, zmax, refused);
+    if (threadIdx.x == 0) {
+      s_max = zmax, s_refused = refused;
+      // Σw in chunk order; the chunk where the running sum passes u·Σw (or, if rounding leaves
+      // it short, the last chunk with a kept id: its last kept id is the answer).
+      double total = 0;
+      for (int c = 0; c < chunks; ++c) total += part_sum[n * chunks + c];
+      const double u = static_cast<double>(draws[n * draws_s0]) * 0x1.0p-53;
+      const double target = u * total;
+      double before = 0;
+      int chunk = -1, last = -1;
+      for (int c = 0; c < chunks; ++c) {
+        const double w = part_sum[n * chunks + c];
+        if (w > 0) last = c;
+        if (chunk < 0 && w > 0 && target < before + w) {
+          chunk = c;
+          s_before = before;
+        }
+        if (chunk < 0) before += w;
+      }
+      s_target = target;
+      s_chunk = chunk >= 0 ? chunk : -1 - last;  // <= -1: "the last kept id of chunk -1 - s_chunk"
+      s_first = INT_MAX;
+      s_last = -1;
+    }
+  }
+  __syncthreads();
+  if (s_refused) {
+    if (threadIdx.x == 0) out[n * out_s0] = -1;
+    return;
+  }
+  const bool past = s_chunk < 0;
+  const int c = past ? -1 - s_chunk : s_chunk;
+  const int v0 = c * per_chunk, v1 = min(V, v0 + per_chunk);
+  const T* row = x + static_cast<int64_t>(n) * ldx;
+  const float zmax = s_max;
+  // Thread t scans ids [a, b) of the chunk, in order.
+  const int len = v1 - v0, per = (len + kArgThreads - 1) / kArgThreads;
+  const int a = v0 + static_cast<int>(threadIdx.x) * per, b = min(v1, a + per);
+  double mine = 0;
+  for (int v = a; v < b; ++v) mine += kept_weight(to_f32(row[v]), zmax, temperature, min_p);
+  // Exclusive scan of the stretches' sums over the block (warp scan, then the warps' totals).
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  double incl = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double p = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += p;
+  }
+  if (lane == 31) red[warp] = incl;
+  __syncthreads();
+  double running = s_before + incl - mine;
+  for (int w = 0; w < warp; ++w) running += red[w];
+  int first = INT_MAX, last = -1;
+  for (int v = a; v < b; ++v) {
+    const double w = kept_weight(to_f32(row[v]), zmax, temperature, min_p);
+    if (!(w > 0)) continue;
+    last = v;
+    running += w;
+    if (!past && first == INT_MAX && s_target < running) first = v;
+  }
+  if (first != INT_MAX) atomicMin(&s_first, first);
+  if (last >= 0) atomicMax(&s_last, last);
+  __syncthreads();
+  if (threadIdx.x == 0) out[n * out_s0] = s_first != INT_MAX ? s_first : s_last;
+}
+
+void sample_rows_cuda(const SampleRows& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  const int V = static_cast<int>(a.x.size(1));
+  if (N == 0) return;
+  const int chunks =
+      std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk));
+  const int per_chunk = (V + chunks - 1) / chunks;
+  const int64_t parts = N * chunks;
+  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 16));
+  double* part_sum = reinterpret_cast<double*>(ws);
+  float* part_v = reinterpret_cast<float*>(ws + parts * 8);
+  int* part_i = reinterpret_cast<int*>(ws + parts * 12);
+  const cudaStream_t st = as_stream(ctx.stream());
+  const double temperature = a.temperature, min_p = a.min_p;
+  dispatch_float(a.x.dtype(), SampleRows::op_name, [&](auto t) {
+    using T = decltype(t);
+    const T* x = a.x.data_as<const T>();
+    argmax_partial_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
+        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    sample_sum_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
+        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i, temperature, min_p, part_sum);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, st>>>(
+        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i, part_sum,
+        a.draws.data_as<const int64_t>(), a.draws.stride(0), temperature, min_p,
+        a.out.data_as<int32_t>(), a.out.stride(0));
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+}
+
 Reason top_k_supports(const TopK& a) {
   if (a.ids.size(1) > kTopMaxK)
     return str("k=", a.ids.size(1), " above ", kTopMaxK, " (the shared-memory sort)");
@@ -330,6 +515,7 @@ void top_k_cuda(const TopK& a, Context& ctx) {
 void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cuda", DeviceType::cuda, 10, nullptr, argmax_cuda);
   r.add<TopK>("top_k.cuda", DeviceType::cuda, 10, top_k_supports, top_k_cuda);
+  r.add<SampleRows>("sample_rows.cuda", DeviceType::cuda, 10, nullptr, sample_rows_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -57,6 +57,28 @@ bool top_k_on_device(const SamplingParams& s, int64_t vocab) {
          s.repetition_penalty == 1.0f;
 }
 
+// Sampled steps over the whole row (no top-k, no top-p, no repetition penalty; min-p allowed) draw
+// on the device (the sample_rows op, Sampler's rule with the sampler's own next draw): the host
+// Sampler would otherwise take an exp of every logit, ~1.8 ms a token at Qwen3-Next's vocab.
+bool whole_row_on_device(const SamplingParams& s, int64_t vocab) {
+  return s.temperature > 0.0f && (s.top_k == 0 || s.top_k >= vocab) && s.top_p >= 1.0f &&
+         s.repetition_penalty == 1.0f;
+}
+
+// One decode step drawn on the device; a refused row is an error naming its slot.
+std::vector<int32_t> device_sample_step(engine::Runner& runner, engine::Sequences& seqs,
+                                        const std::vector<int64_t>& slots,
+                                        const std::vector<int32_t>& ids,
+                                        const std::vector<int64_t>& draws,
+                                        const SamplingParams& s) {
+  std::vector<int32_t> next = runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p);
+  for (size_t n = 0; n < next.size(); ++n)
+    if (next[n] < 0)
+      fail("[sampling] logits of slot ", slots[n],
+           ": a NaN or +inf, or only -inf (no token to choose)");
+  return next;
+}
+
 // Row n of a decode_top_k step drawn by `sampler`. A NaN or +inf among the candidates (they rank
 // first) is an error naming the slot and the id, as Sampler would refuse the whole row.
 int32_t sample_candidates(Sampler& sampler, const engine::Runner::Candidates& c, size_t n,
@@ -213,6 +235,9 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
       ++r.decode_steps;
       if (on_device) {
         next = greedy_step(*runner_, seq, {0}, {r.ids.back()})[0];
+      } else if (whole_row_on_device(o.sampling, vocab)) {
+        next = device_sample_step(*runner_, seq, {0}, {r.ids.back()},
+                                  {static_cast<int64_t>(sampler.draw53())}, o.sampling)[0];
       } else if (top_k_on_device(o.sampling, vocab)) {
         const int64_t k = o.sampling.top_k;
         next =
@@ -316,12 +341,18 @@ std::vector<GenerateResult> Model::generate_batch(
     std::vector<int32_t> chosen;
     engine::Runner::Candidates candidates;
     const bool top_k = top_k_on_device(o.sampling, vocab);
-    if (greedy_on_device(o.sampling))
+    if (greedy_on_device(o.sampling)) {
       chosen = greedy_step(*runner_, seqs, step, ids);
-    else if (top_k)
+    } else if (whole_row_on_device(o.sampling, vocab)) {
+      std::vector<int64_t> draws;
+      for (int64_t b : step)
+        draws.push_back(static_cast<int64_t>(samplers[static_cast<size_t>(b)].draw53()));
+      chosen = device_sample_step(*runner_, seqs, step, ids, draws, o.sampling);
+    } else if (top_k) {
       candidates = runner_->decode_top_k(seqs, step, ids, o.sampling.top_k);
-    else
+    } else {
       logits = runner_->decode(seqs, step, ids);
+    }
     live.clear();
     for (size_t n = 0; n < step.size(); ++n) {
       const size_t b = static_cast<size_t>(step[n]);

@@ -1262,6 +1262,28 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
   return r;
 }
 
+std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,
+                                           const std::vector<int32_t>& ids,
+                                           const std::vector<int64_t>& draws, float temperature,
+                                           float min_p) {
+  const Tensor logits = decode_step(seqs, slots, ids);
+  const int64_t N = logits.size(0);
+  if (static_cast<int64_t>(draws.size()) != N)
+    fail("[model] decode_sample: ", draws.size(), " draws for ", N, " sequences");
+  if (!argmax_ids_.view().defined() || argmax_ids_.view().size(0) < N)
+    argmax_ids_ = OwnedTensor(device_, DType::i32, {N});
+  if (!draws_.view().defined() || draws_.view().size(0) < N)
+    draws_ = OwnedTensor(device_, DType::i64, {N});
+  const Tensor out = argmax_ids_.view().slice(0, 0, N), d = draws_.view().slice(0, 0, N);
+  copy_bytes(d.data(), device_, draws.data(), Device::cpu(), draws.size() * 8, *ctx_);
+  sample_rows({.x = logits, .draws = d, .out = out, .temperature = temperature, .min_p = min_p},
+              *ctx_);
+  std::vector<int32_t> v(static_cast<size_t>(N));
+  copy_bytes(v.data(), Device::cpu(), out.data(), device_, v.size() * sizeof(int32_t), *ctx_);
+  ctx_->synchronize();
+  return v;
+}
+
 Tensor Runner::decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
                            const std::vector<int32_t>& ids) {
   const int64_t N = static_cast<int64_t>(ids.size());

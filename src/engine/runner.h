@@ -156,6 +156,13 @@ class Runner {
   };
   Candidates decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
                           const std::vector<int32_t>& ids, int64_t k);
+  // One decode step's draws on the device (the sample_rows op: temperature and min-p over the
+  // whole row, Sampler's rule): draws[n] is row n's 53-bit draw (Sampler::draw53). N ids come to
+  // the host; -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
+  std::vector<int32_t> decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,
+                                     const std::vector<int32_t>& ids,
+                                     const std::vector<int64_t>& draws, float temperature,
+                                     float min_p);
 
   // CUDA graphs for decode() (default on; no effect on the CPU).
   void set_cuda_graphs(bool on);
@@ -226,6 +233,7 @@ class Runner {
   OwnedTensor embed_, final_norm_, lm_head_;
   OwnedTensor argmax_ids_;            // [N] i32: decode_argmax's output, grown to the largest N
   OwnedTensor top_ids_, top_values_;  // [N, k] i32 / f32: decode_top_k's output, grown
+  OwnedTensor draws_;                 // [N] i64: decode_sample's draws, grown
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;

@@ -1,7 +1,8 @@
-// argmax, top_k: validation and dispatch.
+// argmax, top_k, sample_rows: validation and dispatch.
 #include "hybrid/ops/sampling.h"
 
 #include <climits>
+#include <cmath>
 
 #include "hybrid/core/registry.h"
 #include "ops/check.h"
@@ -41,6 +42,20 @@ void top_k(const TopK& a, Context& ctx) {
     c.inner_contiguous(t, name);
   c.no_overlap(a.ids, "ids");
   c.no_overlap(a.values, "values");
+  ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+void sample_rows(const SampleRows& a, Context& ctx) {
+  ops::Check c(SampleRows::op_name);
+  check_logits(c, a.x);
+  const int64_t N = a.x.size(0);
+  c.tensor(a.draws, "draws", {{"N", N}}, {DType::i64});
+  c.tensor(a.out, "out", {{"N", N}}, {DType::i32});
+  c.require(std::isfinite(a.temperature) && a.temperature > 0.0f,
+            "temperature must be positive, got ", a.temperature);
+  c.require(a.min_p >= 0.0f && a.min_p < 1.0f, "min_p must be in [0, 1), got ", a.min_p);
+  c.inner_contiguous(a.x, "x");
+  c.no_overlap(a.out, "out");
   ctx.registry().dispatch(a, c.device(), ctx);
 }
 

@@ -217,6 +217,106 @@ struct TopKPerfCase : Case {
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 4.0 + k * 8.0); }
 };
 
+// out[n] = Sampler's draw on row n (temperature, min-p) with u = draws[n] · 2^-53; -1 for a refused
+// row. Draws: row 0 gets 0 (the first kept id), row 1 gets 2^53 − 1 (the last kept id, or the
+// rounding fallback), the others random.
+struct SampleRowsCase : Case {
+  int64_t N, V;
+  DType dt;
+  std::vector<Row> rows;
+  float temperature, min_p;
+  bool strided;
+  SampleRowsCase(int64_t N, int64_t V, DType dt, std::vector<Row> rows, float temperature,
+                 float min_p, bool strided)
+      : N(N),
+        V(V),
+        dt(dt),
+        rows(std::move(rows)),
+        temperature(temperature),
+        min_p(min_p),
+        strided(strided) {}
+  std::string op() const override { return "sample_rows"; }
+  std::string params() const override {
+    return str("N=", N, ",V=", V, ",x=", dtype_name(dt), ",T=", temperature,
+               min_p > 0 ? str(",min_p=", min_p) : "", ",rows=", rows_name(rows),
+               strided ? ",strided" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    fill_rows(rng, s, N, V, dt, rows, strided);
+    Slot& d = s.input("draws", DType::i64, {N});
+    for (int64_t n = 0; n < N; ++n)
+      d.set(n, n == 0   ? 0.0
+               : n == 1 ? static_cast<double>((int64_t{1} << 53) - 1)
+                        : static_cast<double>(rng.next_u64() >> 11));
+    s.output("out", DType::i32, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    sample_rows({.x = v.at("x"),
+                 .draws = v.at("draws"),
+                 .out = v.at("out"),
+                 .temperature = temperature,
+                 .min_p = min_p},
+                ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    const double T = temperature, mp = min_p;  // as the op sees them (f32)
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<double> x(static_cast<size_t>(V));
+      double zmax = -std::numeric_limits<double>::infinity();
+      bool refused = false;
+      for (int64_t v = 0; v < V; ++v) {
+        x[v] = s["x"].get(n * V + v);
+        refused |= std::isnan(x[v]) || x[v] == std::numeric_limits<double>::infinity();
+        if (!std::isnan(x[v])) zmax = std::max(zmax, x[v]);
+      }
+      if (refused || zmax == -std::numeric_limits<double>::infinity()) {
+        e["out"].push_back(-1);
+        continue;
+      }
+      std::vector<double> w(static_cast<size_t>(V));
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double ev = std::exp((x[v] - zmax) / T);
+        w[v] = ev > 0 && ev >= mp ? ev : 0.0;
+        total += w[v];
+      }
+      const double u = s["draws"].get(n) * 0x1.0p-53;
+      double cumulative = 0;
+      int64_t pick = -1;
+      for (int64_t v = 0; v < V && pick < 0; ++v) {
+        if (!(w[v] > 0)) continue;
+        cumulative += w[v] / total;
+        if (u < cumulative) pick = v;
+      }
+      if (pick < 0)
+        for (int64_t v = V - 1; v >= 0 && pick < 0; --v)
+          if (w[v] > 0) pick = v;
+      e["out"].push_back(static_cast<double>(pick));
+    }
+  }
+};
+
+// Benchmark shape (perf only): a temperature-only sampled step at Qwen3-Next's vocab, N 1 and 64.
+struct SampleRowsPerfCase : Case {
+  int64_t N, V = 151936;
+  explicit SampleRowsPerfCase(int64_t N) : N(N) {}
+  std::string op() const override { return "sample_rows"; }
+  std::string params() const override { return str("N=", N, ",V=", V, ",x=f32,T=0.8,perf"); }
+  bool perf_only() const override { return true; }
+  void init(Rng&, Slots& s) override {
+    fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
+    Slot& d = s.input("draws", DType::i64, {N});
+    for (int64_t n = 0; n < N; ++n) d.set(n, static_cast<double>(n * 997 + 12345));
+    s.output("out", DType::i32, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    sample_rows({.x = v.at("x"), .draws = v.at("draws"), .out = v.at("out"), .temperature = 0.8f},
+                ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[sample_rows perf case] has no oracle"); }
+  double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 8.0 + 12.0); }
+};
+
 }  // namespace
 
 void add_sampling_cases(CaseList& cases) {
@@ -259,6 +359,23 @@ void add_sampling_cases(CaseList& cases) {
   topk(2, 64, 64, bf16, {R::plateau, R::plain}, false);
   topk(64, 512, 64, f32, {R::plain, R::plateau, R::neg_inf}, false);
   for (int64_t N : {1, 64}) cases.push_back(std::make_unique<TopKPerfCase>(N));
+
+  // sample_rows: Qwen3-Next's vocab over every row kind (the refused ones give -1), temperatures
+  // 0.3 / 0.8 / 1.5, min-p 0.05; bf16 strided and f16 rows; small vocabularies; 64 rows.
+  auto sample = [&](int64_t N, int64_t V, DType dt, std::vector<R> rows, float T, float min_p,
+                    bool strided) {
+    cases.push_back(std::make_unique<SampleRowsCase>(N, V, dt, std::move(rows), T, min_p, strided));
+  };
+  sample(9, 151936, f32,
+         {R::plain, R::tie, R::plain, R::neg_inf, R::all_neg, R::nan, R::pos_inf, R::plateau,
+          R::zeros},
+         0.8f, 0.0f, false);
+  sample(5, 151936, f32, {R::plain, R::plain, R::neg_inf, R::tie, R::plain}, 0.3f, 0.05f, false);
+  sample(4, 151936, bf16, {R::plain, R::plain, R::zeros, R::plateau}, 1.5f, 0.0f, true);
+  sample(6, 2049, f16, {R::plain, R::plain, R::neg_inf, R::last}, 1.0f, 0.0f, false);
+  sample(3, 1, f32, {R::plain}, 0.7f, 0.0f, false);
+  sample(64, 512, f32, {R::plain, R::plateau, R::neg_inf}, 0.9f, 0.02f, true);
+  for (int64_t N : {1, 64}) cases.push_back(std::make_unique<SampleRowsPerfCase>(N));
 }
 
 }  // namespace hybrid::test

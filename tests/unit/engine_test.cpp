@@ -317,6 +317,34 @@ TEST_P(EngineTest, DecodeTopKDrawsWhatTheWholeRowDraws) {
   }
 }
 
+// The device's whole-row draw (decode_sample) is Sampler's draw on decode()'s logits with the
+// same generator, at a temperature alone and with min-p.
+TEST_P(EngineTest, DecodeSampleDrawsWhatSamplerDraws) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  engine::Runner& runner = model->runner();
+  for (const SamplingParams sp : {SamplingParams{.temperature = 1.3f, .seed = 5},
+                                  SamplingParams{.temperature = 0.7f, .min_p = 0.1f, .seed = 6}}) {
+    TwinBatches twins(runner, V, 41);
+    Sampler host(sp), device(sp);
+    std::vector<int32_t> ids = {3, 5};
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> logits = runner.decode(twins.a, {0, 1}, ids);
+      std::vector<int64_t> draws;
+      for (int n = 0; n < 2; ++n) draws.push_back(static_cast<int64_t>(device.draw53()));
+      const std::vector<int32_t> chosen =
+          runner.decode_sample(twins.b, {0, 1}, ids, draws, sp.temperature, sp.min_p);
+      for (size_t n = 0; n < 2; ++n) {
+        const int32_t expected = host.sample(logits.data() + n * static_cast<size_t>(V), V);
+        EXPECT_EQ(chosen[n], expected) << "step " << step << " row " << n;
+        ids[n] = expected;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EngineTest,
                          ::testing::Values("qwen3_next_tiny.json", "qwen3_5_tiny.json",
                                            "qwen3_5_moe_vl_tiny.json", "mamba2_tiny.json",

@@ -89,3 +89,27 @@ TEST_F(ArgmaxFixture, TopKBadArgumentsNameTheProblem) {
   EXPECT_HYBRID_ERROR(top_k(a, ctx), "[top_k] x");
   EXPECT_EQ(ids, std::vector<int32_t>(3 * 6, 99)) << "a refused call writes nothing";
 }
+
+TEST_F(ArgmaxFixture, SampleRowsDrawsAndNamesBadArguments) {
+  // Row 0 at T 1: w = e^(x - 7) over ids 0..4 = {e^-6, 1, e^-4, 1, e^-7}; u = 0 takes id 0, u
+  // just under 1 the last kept id (4). Row 1: only id 4 is finite. Row 2 has a NaN: -1.
+  std::vector<int64_t> draws = {0, (int64_t{1} << 53) - 1, 0};
+  SampleRows a{.x = Tensor(x.data(), DType::f32, Device::cpu(), {3, 5}),
+               .draws = Tensor(draws.data(), DType::i64, Device::cpu(), {3}),
+               .out = Tensor(out.data(), DType::i32, Device::cpu(), {3}),
+               .temperature = 1.0f};
+  sample_rows(a, ctx);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 4, -1}));
+  a.min_p = 0.5f;  // keeps ids 1 and 3 of row 0
+  sample_rows(a, ctx);
+  EXPECT_EQ(out[0], 1);
+  SampleRows b = a;
+  b.temperature = 0.0f;
+  EXPECT_HYBRID_ERROR(sample_rows(b, ctx), "[sample_rows] temperature must be positive, got 0");
+  b = a;
+  b.min_p = 1.0f;
+  EXPECT_HYBRID_ERROR(sample_rows(b, ctx), "[sample_rows] min_p must be in [0, 1), got 1");
+  b = a;
+  b.draws = Tensor(out.data(), DType::i32, Device::cpu(), {3});
+  EXPECT_HYBRID_ERROR(sample_rows(b, ctx), "[sample_rows] draws");
+}

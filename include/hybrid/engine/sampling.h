@@ -78,6 +78,10 @@ class Sampler {
                                     std::span<const int32_t> history = {}) const;
 
   const SamplingParams& params() const { return params_; }
+  // The generator's next draw as the 53-bit integer r that sample() turns into u = r · 2^-53, for
+  // a caller that draws elsewhere (the engine's sample_rows op on the device). Advances the
+  // generator by one draw, as one sample() with temperature > 0 does.
+  uint64_t draw53() { return rng_.next() >> 11; }
 
  private:
   // The ids still in the running, ascending, with their weights w = exp((z − max z) / T) (greedy:

@@ -34,4 +34,23 @@ struct TopK {
 };
 void top_k(const TopK& args, Context& ctx);
 
+// One draw a row from softmax(x / temperature) over the whole row, restricted by min-p: Sampler
+// with temperature > 0 and no top-k, top-p or repetition penalty, the draw's uniform given.
+//   w_v = exp((x_v − max x) / temperature)            (f64; the max has w = 1)
+//   kept: w_v > 0 and w_v >= min_p                      (min_p = 0: every finite entry)
+//   out[n] = the first kept v, in ascending v, whose cumulative Σ_{kept t <= v} w_t / Σ_kept w
+//            exceeds u = draws[n] · 2^-53 (the last kept v if rounding leaves the sum under u)
+// -1 marks a row Sampler refuses (a NaN or +inf, or only -inf). The sums run in another order than
+// Sampler's (blocks, then their totals), so an id can differ from the host's only when u[n] lies
+// within rounding of a boundary between two ids.
+struct SampleRows {
+  static constexpr const char* op_name = "sample_rows";
+  Tensor x;                  // [N, V] f32 | bf16 | f16 (logits); rows may be strided
+  Tensor draws;              // [N] i64 in [0, 2^53): each row's draw (Sampler::draw53)
+  Tensor out;                // [N] i32
+  float temperature = 1.0f;  // > 0
+  float min_p = 0.0f;        // in [0, 1)
+};
+void sample_rows(const SampleRows& args, Context& ctx);
+
 }  // namespace hybrid
