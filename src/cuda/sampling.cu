@@ -162,7 +162,10 @@ __device__ __forceinline__ void load_keys(const T* row, int V, int first, int st
 template <class T>
 __global__ void __launch_bounds__(kTopThreads)
     top_k_kernel(const T* __restrict__ x, int64_t ldx, int V, int k, int32_t* __restrict__ ids,
-                 int64_t ld_ids, float* __restrict__ vals, int64_t ld_vals) {
+                 int64_t ld_ids, float* __restrict__ vals, int64_t ld_vals,
+                 const int* __restrict__ only_rows) {
+  // only_rows (top_k.cuda_filter's fallback): the rows whose candidates overflowed; others exit.
+  if (only_rows && !only_rows[blockIdx.x]) return;
   constexpr int kWarps = kTopThreads / 32;
   __shared__ uint32_t hist[256], warp_hist[kWarps][256];
   __shared__ unsigned long long keys[kTopMaxK];
@@ -505,7 +508,209 @@ void top_k_cuda(const TopK& a, Context& ctx) {
     top_k_kernel<T><<<static_cast<unsigned>(N), kTopThreads, 0, st>>>(
         a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)),
         static_cast<int>(a.ids.size(1)), a.ids.data_as<int32_t>(), a.ids.stride(0),
+        a.values.data_as<float>(), a.values.stride(0), nullptr);
+    HYBRID_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---- top_k.cuda_filter (prepared in session 12, not yet run on a GPU) -------------------------
+// Filter, then select, over argmax's chunks (64 a row at V = 151936), 4 launches and a memset:
+//   seg_max_kernel: grid N·chunks, 256 threads: each warp the largest key of 4 of the chunk's
+//     32 stretches of contiguous ids -> S = 32·chunks stretch maxima a row (2048 at 151936).
+//   tau_kernel: a block a row: τ0 = the k-th largest stretch maximum (radix select in shared
+//     memory; 0, taking everything, when k > S). Those k maxima are k distinct entries >= τ0,
+//     so every one of the row's top k has a key >= τ0.
+//   filter_kernel: grid N·chunks: the chunk's entries with key >= τ0 appended (warp-aggregated
+//     global atomics) to the row's candidate list, at most kFilterCap.
+//   select_kernel: a block a row: the candidates sorted (bitonic, descending composite key) and
+//     the first k written; a row with more than kFilterCap candidates (ties or -inf fill at the
+//     boundary) is marked, and top_k_kernel (above) then runs for the marked rows only.
+// Bytes: the row read twice (stretch maxima, filter), the candidates a few KB. For logits the
+// candidates number ~k + a few (k 40: ~45; k 1024: ~1.5K).
+constexpr int kFilterThreads = 256, kStretchesPerChunk = 32, kFilterCap = 4096;
+
+template <class T>
+__global__ void __launch_bounds__(kFilterThreads)
+    seg_max_kernel(const T* __restrict__ x, int64_t ldx, int V, int chunks, int per_chunk,
+                   uint32_t* __restrict__ seg_max) {
+  const int n = blockIdx.x / chunks, c = blockIdx.x % chunks;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int v0 = c * per_chunk, v1 = min(V, v0 + per_chunk);
+  const int len = max(0, v1 - v0);
+  const int per = (len + kStretchesPerChunk - 1) / kStretchesPerChunk;
+  const T* row = x + static_cast<int64_t>(n) * ldx;
+  constexpr int kPerWarp = kStretchesPerChunk / (kFilterThreads / 32);
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int sidx = warp * kPerWarp + j;
+    const int a = v0 + sidx * per, b = min(v1, a + per);
+    uint32_t m = 0;
+#pragma unroll 4
+    for (int v = a + lane; v < b; v += 32) m = max(m, rank_key(to_f32(row[v])));
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0)
+      seg_max[static_cast<int64_t>(n) * chunks * kStretchesPerChunk + c * kStretchesPerChunk +
+              sidx] = m;
+  }
+}
+
+// τ0 of each row: the k-th largest of its S stretch maxima (0 when k > S). Radix select over the
+// S <= 2048 keys in shared memory, 8 bits a pass.
+__global__ void __launch_bounds__(kFilterThreads)
+    tau_kernel(const uint32_t* __restrict__ seg_max, int S, int k, uint32_t* __restrict__ tau,
+               int* __restrict__ count) {
+  __shared__ uint32_t keys[kArgMaxChunks * kStretchesPerChunk], hist[256];
+  __shared__ uint32_t s_digit, s_above;
+  const int n = blockIdx.x, tid = threadIdx.x, lane = tid % 32;
+  if (tid == 0) count[n] = 0;
+  if (k > S) {
+    if (tid == 0) tau[n] = 0;
+    return;
+  }
+  for (int i = tid; i < S; i += kFilterThreads) keys[i] = seg_max[static_cast<int64_t>(n) * S + i];
+  uint32_t prefix = 0, mask = 0, need = static_cast<uint32_t>(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    hist[tid] = 0;  // kFilterThreads == 256 bins
+    __syncthreads();
+    for (int i = tid; i < S; i += kFilterThreads)
+      if ((keys[i] & mask) == prefix) atomicAdd(&hist[(keys[i] >> shift) & 255u], 1u);
+    __syncthreads();
+    if (tid < 32) {
+      uint32_t cnt[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum += cnt[j] = hist[255 - 8 * lane - j];
+      uint32_t incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t p = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += p;
+      }
+      const uint32_t before = incl - sum;
+      if (before < need && need <= incl) {
+        uint32_t acc = before;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (acc + cnt[j] >= need && acc < need) s_digit = 255u - 8u * lane - j, s_above = acc;
+          acc += cnt[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 255u << shift;
+    need -= s_above;
+    __syncthreads();
+  }
+  if (tid == 0) tau[n] = prefix;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kFilterThreads)
+    filter_kernel(const T* __restrict__ x, int64_t ldx, int V, int chunks, int per_chunk,
+                  const uint32_t* __restrict__ tau, int* __restrict__ count,
+                  unsigned long long* __restrict__ cand) {
+  const int n = blockIdx.x / chunks, c = blockIdx.x % chunks, lane = threadIdx.x % 32;
+  const int v0 = c * per_chunk, v1 = min(V, v0 + per_chunk);
+  const T* row = x + static_cast<int64_t>(n) * ldx;
+  const uint32_t t0 = tau[n];
+  for (int base = v0; base < v1; base += kFilterThreads * kTopBatch) {
+    uint32_t key[kTopBatch];
+    load_keys(row, v1, base + static_cast<int>(threadIdx.x), kFilterThreads, key);
+#pragma unroll
+    for (int u = 0; u < kTopBatch; ++u) {
+      const int v = base + u * kFilterThreads + static_cast<int>(threadIdx.x);
+      const bool take = v < v1 && key[u] >= t0;
+      const unsigned b = __ballot_sync(0xffffffffu, take);
+      if (!b) continue;
+      int first = 0;
+      if (lane == __ffs(b) - 1) first = atomicAdd(&count[n], __popc(b));
+      first = __shfl_sync(0xffffffffu, first, __ffs(b) - 1);
+      const int slot = first + __popc(b & ((1u << lane) - 1u));
+      if (take && slot < kFilterCap)
+        cand[static_cast<int64_t>(n) * kFilterCap + slot] = compose(key[u], v);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kTopThreads)
+    select_kernel(const T* __restrict__ x, int64_t ldx, int k, const int* __restrict__ count,
+                  const unsigned long long* __restrict__ cand, int* __restrict__ overflow,
+                  int32_t* __restrict__ ids, int64_t ld_ids, float* __restrict__ vals,
+                  int64_t ld_vals) {
+  __shared__ unsigned long long keys[kFilterCap];
+  const int n = blockIdx.x, tid = threadIdx.x;
+  const int m = count[n];
+  if (m > kFilterCap) {
+    if (tid == 0) overflow[n] = 1;
+    return;
+  }
+  if (tid == 0) overflow[n] = 0;
+  int P = 1;
+  while (P < m) P <<= 1;
+  for (int i = tid; i < P; i += kTopThreads)
+    keys[i] = i < m ? cand[static_cast<int64_t>(n) * kFilterCap + i] : 0ull;
+  __syncthreads();
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int i = tid; i < P; i += kTopThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const unsigned long long a = keys[i], b = keys[j];
+          if ((i & size) == 0 ? a < b : a > b) keys[i] = b, keys[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  const T* row = x + static_cast<int64_t>(n) * ldx;
+  for (int j = tid; j < k; j += kTopThreads) {
+    const int v = static_cast<int>(0xffffffffu - static_cast<uint32_t>(keys[j]));
+    ids[static_cast<int64_t>(n) * ld_ids + j] = v;
+    vals[static_cast<int64_t>(n) * ld_vals + j] = to_f32(row[v]);
+  }
+}
+
+Reason top_k_filter_supports(const TopK& a) {
+  if (env_is_zero("HYBRID_TOP_K_FILTER")) return std::string("HYBRID_TOP_K_FILTER=0");
+  return top_k_supports(a);
+}
+
+void top_k_filter_cuda(const TopK& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  if (N == 0) return;
+  const int V = static_cast<int>(a.x.size(1)), k = static_cast<int>(a.ids.size(1));
+  const int chunks =
+      std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk));
+  const int per_chunk = (V + chunks - 1) / chunks, S = chunks * kStretchesPerChunk;
+  // Workspace: candidates [N, cap] u64, stretch maxima [N, S] u32, τ0 [N], count [N], overflow [N].
+  const size_t bytes = static_cast<size_t>(N) * (kFilterCap * 8 + S * 4 + 12);
+  char* ws = static_cast<char*>(ctx.workspace(bytes));
+  auto* cand = reinterpret_cast<unsigned long long*>(ws);
+  auto* seg = reinterpret_cast<uint32_t*>(ws + N * kFilterCap * 8);
+  auto* tau = seg + N * S;
+  int* count = reinterpret_cast<int*>(tau + N);
+  int* overflow = count + N;
+  const cudaStream_t st = as_stream(ctx.stream());
+  dispatch_float(a.x.dtype(), TopK::op_name, [&](auto t) {
+    using T = decltype(t);
+    const T* x = a.x.data_as<const T>();
+    const int64_t ldx = a.x.stride(0);
+    const auto parts = static_cast<unsigned>(N * chunks);
+    seg_max_kernel<T><<<parts, kFilterThreads, 0, st>>>(x, ldx, V, chunks, per_chunk, seg);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    tau_kernel<<<static_cast<unsigned>(N), kFilterThreads, 0, st>>>(seg, S, k, tau, count);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    filter_kernel<T>
+        <<<parts, kFilterThreads, 0, st>>>(x, ldx, V, chunks, per_chunk, tau, count, cand);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    select_kernel<T><<<static_cast<unsigned>(N), kTopThreads, 0, st>>>(
+        x, ldx, k, count, cand, overflow, a.ids.data_as<int32_t>(), a.ids.stride(0),
         a.values.data_as<float>(), a.values.stride(0));
+    HYBRID_CUDA_CHECK_LAUNCH();
+    top_k_kernel<T><<<static_cast<unsigned>(N), kTopThreads, 0, st>>>(
+        x, ldx, V, k, a.ids.data_as<int32_t>(), a.ids.stride(0), a.values.data_as<float>(),
+        a.values.stride(0), overflow);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
 }
@@ -514,6 +719,7 @@ void top_k_cuda(const TopK& a, Context& ctx) {
 
 void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cuda", DeviceType::cuda, 10, nullptr, argmax_cuda);
+  r.add<TopK>("top_k.cuda_filter", DeviceType::cuda, 20, top_k_filter_supports, top_k_filter_cuda);
   r.add<TopK>("top_k.cuda", DeviceType::cuda, 10, top_k_supports, top_k_cuda);
   r.add<SampleRows>("sample_rows.cuda", DeviceType::cuda, 10, nullptr, sample_rows_cuda);
 }
