@@ -107,14 +107,24 @@ __global__ void argmax_final_kernel(const float* __restrict__ part_v,
   if (lane == 0) out[n * out_s0] = bad || bv == -INFINITY || bi == INT_MAX ? -1 : bi;
 }
 
+// A row of V entries in chunks of at least kArgMinPerChunk, at most kArgMaxChunks a row (64 at
+// 151936): argmax's and sample_rows' grid of N·chunks blocks.
+struct RowChunks {
+  int chunks, per_chunk;
+  int64_t parts;
+  RowChunks(int64_t N, int V)
+      : chunks(std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk))),
+        per_chunk((V + chunks - 1) / chunks),
+        parts(N * chunks) {}
+};
+
 void argmax_cuda(const Argmax& a, Context& ctx) {
   const int64_t N = a.x.size(0);
   const int V = static_cast<int>(a.x.size(1));
   if (N == 0) return;
-  const int chunks =
-      std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk));
-  const int per_chunk = (V + chunks - 1) / chunks;
-  const int64_t parts = N * chunks;
+  const RowChunks rc(N, V);
+  const int chunks = rc.chunks, per_chunk = rc.per_chunk;
+  const int64_t parts = rc.parts;
   char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 8));
   float* part_v = reinterpret_cast<float*>(ws);
   int* part_i = reinterpret_cast<int*>(ws + parts * 4);
@@ -466,10 +476,9 @@ void sample_rows_cuda(const SampleRows& a, Context& ctx) {
   const int64_t N = a.x.size(0);
   const int V = static_cast<int>(a.x.size(1));
   if (N == 0) return;
-  const int chunks =
-      std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk));
-  const int per_chunk = (V + chunks - 1) / chunks;
-  const int64_t parts = N * chunks;
+  const RowChunks rc(N, V);
+  const int chunks = rc.chunks, per_chunk = rc.per_chunk;
+  const int64_t parts = rc.parts;
   char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 16));
   double* part_sum = reinterpret_cast<double*>(ws);
   float* part_v = reinterpret_cast<float*>(ws + parts * 8);
