@@ -689,9 +689,8 @@ void top_k_filter_cuda(const TopK& a, Context& ctx) {
   const int64_t N = a.x.size(0);
   if (N == 0) return;
   const int V = static_cast<int>(a.x.size(1)), k = static_cast<int>(a.ids.size(1));
-  const int chunks =
-      std::min(kArgMaxChunks, std::max(1, (V + kArgMinPerChunk - 1) / kArgMinPerChunk));
-  const int per_chunk = (V + chunks - 1) / chunks, S = chunks * kStretchesPerChunk;
+  const RowChunks rc(N, V);
+  const int chunks = rc.chunks, per_chunk = rc.per_chunk, S = chunks * kStretchesPerChunk;
   // Workspace: candidates [N, cap] u64, stretch maxima [N, S] u32, τ0 [N], count [N], overflow [N].
   const size_t bytes = static_cast<size_t>(N) * (kFilterCap * 8 + S * 4 + 12);
   char* ws = static_cast<char*>(ctx.workspace(bytes));
@@ -705,7 +704,7 @@ void top_k_filter_cuda(const TopK& a, Context& ctx) {
     using T = decltype(t);
     const T* x = a.x.data_as<const T>();
     const int64_t ldx = a.x.stride(0);
-    const auto parts = static_cast<unsigned>(N * chunks);
+    const auto parts = static_cast<unsigned>(rc.parts);
     seg_max_kernel<T><<<parts, kFilterThreads, 0, st>>>(x, ldx, V, chunks, per_chunk, seg);
     HYBRID_CUDA_CHECK_LAUNCH();
     tau_kernel<<<static_cast<unsigned>(N), kFilterThreads, 0, st>>>(seg, S, k, tau, count);
