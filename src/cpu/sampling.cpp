@@ -1,4 +1,4 @@
-// CPU reference: argmax, top_k, sample_rows. One row per task.
+// CPU reference: argmax, top_k, sample_rows, repetition_penalty. One row per task.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -103,12 +103,27 @@ void sample_rows_cpu(const SampleRows& a, Context& ctx) {
   });
 }
 
+// x[n, id] = x > 0 ? x / penalty : x · penalty for the row's ids (f32, as Sampler).
+void repetition_penalty_cpu(const RepetitionPenalty& a, Context& ctx) {
+  float* x = a.x.data_as<float>();
+  parallel_for(a.x.size(0), ctx, [&](int64_t n) {
+    const int32_t cnt = a.counts.data_as<const int32_t>()[n * a.counts.stride(0)];
+    for (int32_t j = 0; j < cnt; ++j) {
+      const int32_t id = a.ids.data_as<const int32_t>()[n * a.ids.stride(0) + j];
+      float& v = x[n * a.x.stride(0) + id];
+      v = v > 0 ? v / a.penalty : v * a.penalty;
+    }
+  });
+}
+
 }  // namespace
 
 void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cpu", DeviceType::cpu, 0, nullptr, argmax_cpu);
   r.add<TopK>("top_k.cpu", DeviceType::cpu, 0, nullptr, top_k_cpu);
   r.add<SampleRows>("sample_rows.cpu", DeviceType::cpu, 0, nullptr, sample_rows_cpu);
+  r.add<RepetitionPenalty>("repetition_penalty.cpu", DeviceType::cpu, 0, nullptr,
+                           repetition_penalty_cpu);
 }
 
 }  // namespace hybrid::cpu

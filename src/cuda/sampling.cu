@@ -723,6 +723,33 @@ void top_k_filter_cuda(const TopK& a, Context& ctx) {
   });
 }
 
+// ---- repetition_penalty ---------------------------------------------------------------------
+// A block a row; thread j of the row's ids penalises x[n, ids[n, j]] (ids distinct: no two
+// threads touch one entry). Ids outside [0, V) are skipped, counts clamped to [0, H].
+__global__ void repetition_penalty_kernel(float* __restrict__ x, int64_t ldx, int V,
+                                          const int32_t* __restrict__ ids, int64_t ld_ids, int H,
+                                          const int32_t* __restrict__ counts, int64_t counts_s0,
+                                          float penalty) {
+  const int n = blockIdx.x;
+  const int cnt = min(max(counts[n * counts_s0], 0), H);
+  for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
+    const int id = ids[static_cast<int64_t>(n) * ld_ids + j];
+    if (id < 0 || id >= V) continue;
+    float& v = x[static_cast<int64_t>(n) * ldx + id];
+    v = v > 0 ? __fdiv_rn(v, penalty) : __fmul_rn(v, penalty);
+  }
+}
+
+void repetition_penalty_cuda(const RepetitionPenalty& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  if (N == 0 || a.ids.size(1) == 0) return;
+  repetition_penalty_kernel<<<static_cast<unsigned>(N), 256, 0, as_stream(ctx.stream())>>>(
+      a.x.data_as<float>(), a.x.stride(0), static_cast<int>(a.x.size(1)),
+      a.ids.data_as<const int32_t>(), a.ids.stride(0), static_cast<int>(a.ids.size(1)),
+      a.counts.data_as<const int32_t>(), a.counts.stride(0), a.penalty);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void register_sampling(Registry& r) {
@@ -730,6 +757,8 @@ void register_sampling(Registry& r) {
   r.add<TopK>("top_k.cuda_filter", DeviceType::cuda, 20, top_k_filter_supports, top_k_filter_cuda);
   r.add<TopK>("top_k.cuda", DeviceType::cuda, 10, top_k_supports, top_k_cuda);
   r.add<SampleRows>("sample_rows.cuda", DeviceType::cuda, 10, nullptr, sample_rows_cuda);
+  r.add<RepetitionPenalty>("repetition_penalty.cuda", DeviceType::cuda, 10, nullptr,
+                           repetition_penalty_cuda);
 }
 
 }  // namespace hybrid::cuda

@@ -24,19 +24,47 @@ int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-// Greedy sampling without a repetition penalty needs no logits on the host: the decode steps
-// choose on the device (Runner::decode_argmax), which saves each step the logits' download (608
-// KB of f32 at Qwen3-Next's vocab, through a pageable copy) and the host scan.
+// Greedy sampling needs no logits on the host: the decode steps choose on the device
+// (Runner::decode_argmax), which saves each step the logits' download (608 KB of f32 at
+// Qwen3-Next's vocab) and the host scan. A repetition penalty is applied there first (the
+// repetition_penalty op), as Sampler applies it before every other rule.
 bool greedy_on_device(const SamplingParams& s) {
-  return s.temperature == 0.0f && s.repetition_penalty == 1.0f;
+  return s.temperature == 0.0f;
+}
+
+// The distinct ids of one sequence's history (prompt + output) and the penalty, for the device's
+// repetition penalty (Sampler penalises each distinct id once).
+struct History {
+  float penalty;
+  std::vector<char> seen;
+  std::vector<int32_t> distinct;
+  History(float penalty, int64_t vocab, const std::vector<int32_t>& prompt)
+      : penalty(penalty), seen(penalty != 1.0f ? static_cast<size_t>(vocab) : 0, 0) {
+    for (const int32_t id : prompt) add(id);
+  }
+  void add(int32_t id) {
+    if (penalty == 1.0f || seen[static_cast<size_t>(id)]) return;
+    seen[static_cast<size_t>(id)] = 1;
+    distinct.push_back(id);
+  }
+};
+
+// The step's penalty for the rows of `slots` (histories indexed by slot).
+engine::Penalty step_penalty(const std::vector<History>& histories,
+                             const std::vector<int64_t>& slots) {
+  engine::Penalty p;
+  if (histories.empty() || histories.front().penalty == 1.0f) return p;
+  p.value = histories.front().penalty;
+  for (const int64_t b : slots) p.ids.push_back(histories[static_cast<size_t>(b)].distinct);
+  return p;
 }
 
 // One decode step's greedy ids; a row with a NaN or +inf, or only -inf, is an error naming the
 // slot (as Sampler refuses such logits).
 std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs,
-                                 const std::vector<int64_t>& slots,
-                                 const std::vector<int32_t>& ids) {
-  std::vector<int32_t> next = runner.decode_argmax(seqs, slots, ids);
+                                 const std::vector<int64_t>& slots, const std::vector<int32_t>& ids,
+                                 const engine::Penalty& penalty = {}) {
+  std::vector<int32_t> next = runner.decode_argmax(seqs, slots, ids, penalty);
   for (size_t n = 0; n < next.size(); ++n)
     if (next[n] < 0)
       fail("[sampling] logits of slot ", slots[n],
@@ -44,34 +72,34 @@ std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs
   return next;
 }
 
-// Sampled steps with a top-k of at most kDeviceTopK below the vocab, and no repetition penalty,
-// take the top_k op on the device: the host Sampler then draws from the k candidates in id order.
-// That is exactly its draw on the whole row: top-k runs first in its chain, the max it subtracts
-// is among the candidates, and the rest (temperature, top-p, min-p, the inverse CDF in id order)
-// reads only the kept ids (see TopK in hybrid/ops/sampling.h). A step then downloads N·k ids and
-// values instead of N rows of logits, and the host reads k values instead of the vocab.
+// Sampled steps with a top-k of at most kDeviceTopK below the vocab take the top_k op on the
+// device (after the repetition penalty, when there is one): the host Sampler then draws from the k
+// candidates in id order. That is exactly its draw on the whole row: top-k runs first in its chain,
+// the max it subtracts is among the candidates, and the rest (temperature, top-p, min-p, the
+// inverse CDF in id order) reads only the kept ids (see TopK in hybrid/ops/sampling.h). A step then
+// downloads N·k ids and values instead of N rows of logits, and the host reads k values instead of
+// the vocab.
 constexpr int64_t kDeviceTopK = 1024;  // top_k.cuda's largest k
 
 bool top_k_on_device(const SamplingParams& s, int64_t vocab) {
-  return s.temperature > 0.0f && s.top_k > 0 && s.top_k <= kDeviceTopK && s.top_k < vocab &&
-         s.repetition_penalty == 1.0f;
+  return s.temperature > 0.0f && s.top_k > 0 && s.top_k <= kDeviceTopK && s.top_k < vocab;
 }
 
-// Sampled steps over the whole row (no top-k, no top-p, no repetition penalty; min-p allowed) draw
-// on the device (the sample_rows op, Sampler's rule with the sampler's own next draw): the host
-// Sampler would otherwise take an exp of every logit, ~1.8 ms a token at Qwen3-Next's vocab.
+// Sampled steps over the whole row (no top-k, no top-p; min-p and the repetition penalty allowed)
+// draw on the device (the sample_rows op, Sampler's rule with the sampler's own next draw): the
+// host Sampler would otherwise take an exp of every logit, ~1.8 ms a token at Qwen3-Next's vocab.
 bool whole_row_on_device(const SamplingParams& s, int64_t vocab) {
-  return s.temperature > 0.0f && (s.top_k == 0 || s.top_k >= vocab) && s.top_p >= 1.0f &&
-         s.repetition_penalty == 1.0f;
+  return s.temperature > 0.0f && (s.top_k == 0 || s.top_k >= vocab) && s.top_p >= 1.0f;
 }
 
 // One decode step drawn on the device; a refused row is an error naming its slot.
 std::vector<int32_t> device_sample_step(engine::Runner& runner, engine::Sequences& seqs,
                                         const std::vector<int64_t>& slots,
                                         const std::vector<int32_t>& ids,
-                                        const std::vector<int64_t>& draws,
-                                        const SamplingParams& s) {
-  std::vector<int32_t> next = runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p);
+                                        const std::vector<int64_t>& draws, const SamplingParams& s,
+                                        const engine::Penalty& penalty) {
+  std::vector<int32_t> next =
+      runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p, penalty);
   for (size_t n = 0; n < next.size(); ++n)
     if (next[n] < 0)
       fail("[sampling] logits of slot ", slots[n],
@@ -222,6 +250,7 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
   r.prefill_seconds = seconds(t0, t1);
 
   std::vector<int32_t> history = prompt;
+  std::vector<History> distinct = {History(o.sampling.repetition_penalty, vocab, prompt)};
   const bool on_device = greedy_on_device(o.sampling);
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     int32_t next;
@@ -234,20 +263,24 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
       }
       ++r.decode_steps;
       if (on_device) {
-        next = greedy_step(*runner_, seq, {0}, {r.ids.back()})[0];
+        next = greedy_step(*runner_, seq, {0}, {r.ids.back()}, step_penalty(distinct, {0}))[0];
       } else if (whole_row_on_device(o.sampling, vocab)) {
         next = device_sample_step(*runner_, seq, {0}, {r.ids.back()},
-                                  {static_cast<int64_t>(sampler.draw53())}, o.sampling)[0];
+                                  {static_cast<int64_t>(sampler.draw53())}, o.sampling,
+                                  step_penalty(distinct, {0}))[0];
       } else if (top_k_on_device(o.sampling, vocab)) {
         const int64_t k = o.sampling.top_k;
-        next =
-            sample_candidates(sampler, runner_->decode_top_k(seq, {0}, {r.ids.back()}, k), 0, k, 0);
+        next = sample_candidates(
+            sampler,
+            runner_->decode_top_k(seq, {0}, {r.ids.back()}, k, step_penalty(distinct, {0})), 0, k,
+            0);
       } else {
         last = runner_->decode(seq, {0}, {r.ids.back()});
         next = sampler.sample(last.data(), vocab, history);
       }
     }
     history.push_back(next);
+    distinct[0].add(next);
     r.ids.push_back(next);
     if (o.on_token && !o.on_token(next)) break;
   }
@@ -293,6 +326,9 @@ std::vector<GenerateResult> Model::generate_batch(
   std::vector<GenerateResult> results(B);
   std::vector<Sampler> samplers;
   std::vector<std::vector<int32_t>> history(prompts.begin(), prompts.end());
+  std::vector<History> distinct;
+  for (size_t b = 0; b < B; ++b)
+    distinct.emplace_back(o.sampling.repetition_penalty, vocab, prompts[b]);
   for (size_t b = 0; b < B; ++b) {
     SamplingParams sp = o.sampling;
     sp.seed += b;
@@ -317,6 +353,7 @@ std::vector<GenerateResult> Model::generate_batch(
     r.prefill_seconds = seconds(t0, clock::now());
     const int32_t next = samplers[b].sample(last.data(), vocab, history[b]);
     history[b].push_back(next);
+    distinct[b].add(next);
     r.ids.push_back(next);
     const bool go_on = !on_token || on_token(b, next);
     if (go_on && static_cast<int64_t>(r.ids.size()) < o.max_new_tokens)
@@ -342,14 +379,16 @@ std::vector<GenerateResult> Model::generate_batch(
     engine::Runner::Candidates candidates;
     const bool top_k = top_k_on_device(o.sampling, vocab);
     if (greedy_on_device(o.sampling)) {
-      chosen = greedy_step(*runner_, seqs, step, ids);
+      chosen = greedy_step(*runner_, seqs, step, ids, step_penalty(distinct, step));
     } else if (whole_row_on_device(o.sampling, vocab)) {
       std::vector<int64_t> draws;
       for (int64_t b : step)
         draws.push_back(static_cast<int64_t>(samplers[static_cast<size_t>(b)].draw53()));
-      chosen = device_sample_step(*runner_, seqs, step, ids, draws, o.sampling);
+      chosen = device_sample_step(*runner_, seqs, step, ids, draws, o.sampling,
+                                  step_penalty(distinct, step));
     } else if (top_k) {
-      candidates = runner_->decode_top_k(seqs, step, ids, o.sampling.top_k);
+      candidates =
+          runner_->decode_top_k(seqs, step, ids, o.sampling.top_k, step_penalty(distinct, step));
     } else {
       logits = runner_->decode(seqs, step, ids);
     }
@@ -364,6 +403,7 @@ std::vector<GenerateResult> Model::generate_batch(
                   : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab,
                                        history[b]);
       history[b].push_back(next);
+      distinct[b].add(next);
       r.ids.push_back(next);
       const bool go_on = !on_token || on_token(b, next);
       if (go_on && static_cast<int64_t>(r.ids.size()) < o.max_new_tokens) live.push_back(step[n]);

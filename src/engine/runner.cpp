@@ -1229,8 +1229,10 @@ std::vector<float> Runner::decode(Sequences& seqs, const std::vector<int64_t>& s
 }
 
 std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
-                                           const std::vector<int32_t>& ids) {
+                                           const std::vector<int32_t>& ids,
+                                           const Penalty& penalty) {
   const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
   const int64_t N = logits.size(0);
   if (!argmax_ids_.view().defined() || argmax_ids_.view().size(0) < N)
     argmax_ids_ = OwnedTensor(device_, DType::i32, {N});
@@ -1242,9 +1244,37 @@ std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<in
   return v;
 }
 
+void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
+  if (penalty.value == 1.0f) return;
+  const int64_t N = logits.size(0);
+  if (static_cast<int64_t>(penalty.ids.size()) != N)
+    fail("[model] repetition penalty: ", penalty.ids.size(), " id lists for ", N, " sequences");
+  int64_t H = 1;
+  for (const std::vector<int32_t>& row : penalty.ids)
+    H = std::max<int64_t>(H, static_cast<int64_t>(row.size()));
+  std::vector<int32_t> ids(static_cast<size_t>(N * H), 0), counts(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<int32_t>& row = penalty.ids[static_cast<size_t>(n)];
+    std::copy(row.begin(), row.end(), ids.begin() + n * H);
+    counts[static_cast<size_t>(n)] = static_cast<int32_t>(row.size());
+  }
+  if (!penalty_ids_.view().defined() || penalty_ids_.view().numel() < N * H)
+    penalty_ids_ = OwnedTensor(device_, DType::i32, {N * H});
+  if (!penalty_counts_.view().defined() || penalty_counts_.view().numel() < N)
+    penalty_counts_ = OwnedTensor(device_, DType::i32, {N});
+  const Tensor d_ids = penalty_ids_.view().slice(0, 0, N * H).reshape({N, H});
+  const Tensor d_counts = penalty_counts_.view().slice(0, 0, N);
+  copy_bytes(d_ids.data(), device_, ids.data(), Device::cpu(), ids.size() * 4, *ctx_);
+  copy_bytes(d_counts.data(), device_, counts.data(), Device::cpu(), counts.size() * 4, *ctx_);
+  repetition_penalty({.x = logits, .ids = d_ids, .counts = d_counts, .penalty = penalty.value},
+                     *ctx_);
+}
+
 Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
-                                        const std::vector<int32_t>& ids, int64_t k) {
+                                        const std::vector<int32_t>& ids, int64_t k,
+                                        const Penalty& penalty) {
   const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
   const int64_t N = logits.size(0);
   if (!top_ids_.view().defined() || top_ids_.view().numel() < N * k) {
     top_ids_ = OwnedTensor(device_, DType::i32, {N * k});
@@ -1265,8 +1295,9 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
 std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,
                                            const std::vector<int32_t>& ids,
                                            const std::vector<int64_t>& draws, float temperature,
-                                           float min_p) {
+                                           float min_p, const Penalty& penalty) {
   const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
   const int64_t N = logits.size(0);
   if (static_cast<int64_t>(draws.size()) != N)
     fail("[model] decode_sample: ", draws.size(), " draws for ", N, " sequences");

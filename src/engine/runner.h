@@ -112,6 +112,14 @@ class Workspace {
   uint64_t generation_ = 0;
 };
 
+// Sampler's repetition penalty, applied to a decode step's logits on the device (the
+// repetition_penalty op) before Runner::decode_argmax / decode_top_k / decode_sample choose: row
+// n's distinct history ids (prompt + output) and the penalty. value 1: none.
+struct Penalty {
+  float value = 1.0f;
+  std::vector<std::vector<int32_t>> ids;
+};
+
 class Runner {
  public:
   // `progress` (optional) is called as the weights load: checkpoint bytes read so far, total.
@@ -146,7 +154,7 @@ class Runner {
   // decode(), then each row's greedy choice on the device (the argmax op): N ids instead of N
   // rows of logits through the host. -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
   std::vector<int32_t> decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
-                                     const std::vector<int32_t>& ids);
+                                     const std::vector<int32_t>& ids, const Penalty& penalty = {});
   // One decode step's k best candidates of each row (the top_k op on the logits, on the device):
   // ids and values [N, k] row-major, larger value first, the lower id first among equal values.
   // Only N·k ids and values come to the host. 1 <= k <= vocab.
@@ -155,14 +163,14 @@ class Runner {
     std::vector<float> values;
   };
   Candidates decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
-                          const std::vector<int32_t>& ids, int64_t k);
+                          const std::vector<int32_t>& ids, int64_t k, const Penalty& penalty = {});
   // One decode step's draws on the device (the sample_rows op: temperature and min-p over the
   // whole row, Sampler's rule): draws[n] is row n's 53-bit draw (Sampler::draw53). N ids come to
   // the host; -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
   std::vector<int32_t> decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,
                                      const std::vector<int32_t>& ids,
                                      const std::vector<int64_t>& draws, float temperature,
-                                     float min_p);
+                                     float min_p, const Penalty& penalty = {});
 
   // CUDA graphs for decode() (default on; no effect on the CPU).
   void set_cuda_graphs(bool on);
@@ -222,6 +230,8 @@ class Runner {
   Tensor decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
                      const std::vector<int32_t>& ids);
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
+  // The repetition penalty on a decode step's logits [N, vocab], in place (nothing when 1).
+  void penalise(const Tensor& logits, const Penalty& penalty);
 
   Config cfg_;
   Device device_;
@@ -234,6 +244,7 @@ class Runner {
   OwnedTensor argmax_ids_;            // [N] i32: decode_argmax's output, grown to the largest N
   OwnedTensor top_ids_, top_values_;  // [N, k] i32 / f32: decode_top_k's output, grown
   OwnedTensor draws_;                 // [N] i64: decode_sample's draws, grown
+  OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs, grown
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;

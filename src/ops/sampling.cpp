@@ -1,4 +1,4 @@
-// argmax, top_k, sample_rows: validation and dispatch.
+// argmax, top_k, sample_rows, repetition_penalty: validation and dispatch.
 #include "hybrid/ops/sampling.h"
 
 #include <climits>
@@ -57,6 +57,34 @@ void sample_rows(const SampleRows& a, Context& ctx) {
   c.inner_contiguous(a.x, "x");
   c.no_overlap(a.out, "out");
   ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+void repetition_penalty(const RepetitionPenalty& a, Context& ctx) {
+  ops::Check c(RepetitionPenalty::op_name);
+  c.rank(a.x, "x", {"N", "V"}, {DType::f32});
+  const int64_t N = a.x.size(0), V = a.x.size(1);
+  c.rank(a.ids, "ids", {"N", "H"}, {DType::i32});
+  const int64_t H = a.ids.size(1);
+  c.tensor(a.ids, "ids", {{"N", N}, {"H", H}}, {DType::i32});
+  c.tensor(a.counts, "counts", {{"N", N}}, {DType::i32});
+  c.require(std::isfinite(a.penalty) && a.penalty > 0.0f, "penalty must be positive, got ",
+            a.penalty);
+  c.inner_contiguous(a.x, "x");
+  c.inner_contiguous(a.ids, "ids");
+  c.no_overlap(a.x, "x");
+  const Device device = c.device();
+  // Host values are checked here (device ones cannot be read without a copy; the CUDA kernel
+  // skips ids outside [0, V) and clamps counts to [0, H]).
+  if (device.type == DeviceType::cpu)
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t cnt = a.counts.data_as<const int32_t>()[n * a.counts.stride(0)];
+      c.require(cnt >= 0 && cnt <= H, "counts[", n, "] = ", cnt, " outside [0, H=", H, "]");
+      for (int32_t j = 0; j < cnt; ++j) {
+        const int32_t id = a.ids.data_as<const int32_t>()[n * a.ids.stride(0) + j];
+        c.require(id >= 0 && id < V, "ids[", n, ", ", j, "] = ", id, " outside [0, V=", V, ")");
+      }
+    }
+  ctx.registry().dispatch(a, device, ctx);
 }
 
 }  // namespace hybrid

@@ -317,6 +317,50 @@ struct SampleRowsPerfCase : Case {
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 8.0 + 12.0); }
 };
 
+// x[n, id] = x > 0 ? x / penalty : x · penalty for the first counts[n] (distinct) ids of row n, in
+// place. Counts: row 0 none, row 1 all H, the others random; ids drawn without repeats.
+struct RepetitionPenaltyCase : Case {
+  int64_t N, V, H;
+  float penalty;
+  bool strided;
+  RepetitionPenaltyCase(int64_t N, int64_t V, int64_t H, float penalty, bool strided)
+      : N(N), V(V), H(H), penalty(penalty), strided(strided) {}
+  std::string op() const override { return "repetition_penalty"; }
+  std::string params() const override {
+    return str("N=", N, ",V=", V, ",H=", H, ",penalty=", penalty, strided ? ",strided" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    Slot& x = strided
+                  ? s.strided("x", Role::inout, DType::f32, {N, V}, {V + 3, 1}, 1, N * (V + 3) + 1)
+                  : s.inout("x", DType::f32, {N, V});
+    fill_uniform(x, rng, -8.0, 8.0);
+    Slot& ids = s.input("ids", DType::i32, {N, H});
+    Slot& counts = s.input("counts", DType::i32, {N});
+    for (int64_t n = 0; n < N; ++n) {
+      std::vector<int64_t> pool(static_cast<size_t>(V));
+      std::iota(pool.begin(), pool.end(), 0);
+      for (int64_t j = 0; j < H; ++j) {  // a partial Fisher-Yates: H distinct ids
+        std::swap(pool[j], pool[j + rng.randint(0, V - 1 - j)]);
+        ids.set(n * H + j, static_cast<double>(pool[j]));
+      }
+      counts.set(n, static_cast<double>(n == 0 ? 0 : n == 1 ? H : rng.randint(0, H)));
+    }
+  }
+  void run(const Views& v, Context& ctx) override {
+    repetition_penalty(
+        {.x = v.at("x"), .ids = v.at("ids"), .counts = v.at("counts"), .penalty = penalty}, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    std::vector<double> x = s["x"].values();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < static_cast<int64_t>(s["counts"].get(n)); ++j) {
+        double& v = x[n * V + static_cast<int64_t>(s["ids"].get(n * H + j))];
+        v = v > 0 ? static_cast<float>(v) / penalty : static_cast<float>(v) * penalty;
+      }
+    e["x"] = x;
+  }
+};
+
 }  // namespace
 
 void add_sampling_cases(CaseList& cases) {
@@ -376,6 +420,13 @@ void add_sampling_cases(CaseList& cases) {
   sample(3, 1, f32, {R::plain}, 0.7f, 0.0f, false);
   sample(64, 512, f32, {R::plain, R::plateau, R::neg_inf}, 0.9f, 0.02f, true);
   for (int64_t N : {1, 64}) cases.push_back(std::make_unique<SampleRowsPerfCase>(N));
+
+  // repetition_penalty: Qwen3-Next's vocab with 300 history ids (penalty 1.3 and 0.8, the second
+  // strided), every id of a small vocab, 64 rows.
+  cases.push_back(std::make_unique<RepetitionPenaltyCase>(4, 151936, 300, 1.3f, false));
+  cases.push_back(std::make_unique<RepetitionPenaltyCase>(3, 151936, 300, 0.8f, true));
+  cases.push_back(std::make_unique<RepetitionPenaltyCase>(3, 40, 40, 1.1f, false));
+  cases.push_back(std::make_unique<RepetitionPenaltyCase>(64, 512, 64, 1.5f, true));
 }
 
 }  // namespace hybrid::test

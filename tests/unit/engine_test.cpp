@@ -243,13 +243,13 @@ TEST_P(EngineTest, GreedyFollowsTheLogits) {
 // for the device-side choice it is compared with.
 struct TwinBatches {
   engine::Sequences a, b;
+  std::vector<std::vector<int32_t>> prompts;
   TwinBatches(engine::Runner& runner, int64_t V, uint32_t seed)
       : a(runner.new_sequences(2, 24)), b(runner.new_sequences(2, 24)) {
     for (int64_t slot : {0, 1}) {
-      const std::vector<int32_t> prompt =
-          random_ids(9 + 4 * slot, V, seed + static_cast<uint32_t>(slot));
-      runner.forward(a, slot, prompt, false);
-      runner.forward(b, slot, prompt, false);
+      prompts.push_back(random_ids(9 + 4 * slot, V, seed + static_cast<uint32_t>(slot)));
+      runner.forward(a, slot, prompts.back(), false);
+      runner.forward(b, slot, prompts.back(), false);
     }
   }
 };
@@ -340,6 +340,64 @@ TEST_P(EngineTest, DecodeSampleDrawsWhatSamplerDraws) {
         const int32_t expected = host.sample(logits.data() + n * static_cast<size_t>(V), V);
         EXPECT_EQ(chosen[n], expected) << "step " << step << " row " << n;
         ids[n] = expected;
+      }
+    }
+  }
+}
+
+// With a repetition penalty, each device path (argmax, top-k candidates, whole-row draw) after
+// the repetition_penalty op chooses what Sampler chooses on decode()'s logits with the history.
+TEST_P(EngineTest, DevicePenaltyChoosesWhatSamplerChooses) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size(), k = 6;
+  engine::Runner& runner = model->runner();
+  for (const SamplingParams sp :
+       {SamplingParams{.repetition_penalty = 1.8f},
+        SamplingParams{.temperature = 1.1f,
+        .top_k = static_cast<int>(k),
+        .repetition_penalty = 1.4f,
+        .seed = 8},
+        SamplingParams{.temperature = 0.9f, .repetition_penalty = 0.7f, .seed = 9}}) {
+    TwinBatches twins(runner, V, 51);
+    Sampler host(sp), device(sp);
+    std::vector<std::vector<int32_t>> history = twins.prompts;
+    std::vector<int32_t> ids = {3, 5};
+    for (int n = 0; n < 2; ++n) history[n].push_back(ids[n]);
+    for (int step = 0; step < 4; ++step) {
+      engine::Penalty pen{.value = sp.repetition_penalty};
+      for (int n = 0; n < 2; ++n) {
+        std::vector<int32_t> d = history[n];
+        std::sort(d.begin(), d.end());
+        d.erase(std::unique(d.begin(), d.end()), d.end());
+        pen.ids.push_back(d);
+      }
+      const std::vector<float> logits = runner.decode(twins.a, {0, 1}, ids);
+      std::vector<int32_t> chosen;
+      if (sp.temperature == 0.0f) {
+        chosen = runner.decode_argmax(twins.b, {0, 1}, ids, pen);
+      } else if (sp.top_k > 0) {
+        const engine::Runner::Candidates c = runner.decode_top_k(twins.b, {0, 1}, ids, k, pen);
+        for (int64_t n = 0; n < 2; ++n) {
+          std::vector<std::pair<int32_t, float>> cand;
+          for (int64_t j = 0; j < k; ++j) cand.emplace_back(c.ids[n * k + j], c.values[n * k + j]);
+          std::sort(cand.begin(), cand.end());
+          std::vector<float> z;
+          for (const auto& [id, v] : cand) z.push_back(v);
+          chosen.push_back(cand[static_cast<size_t>(device.sample(z.data(), k))].first);
+        }
+      } else {
+        const std::vector<int64_t> draws = {static_cast<int64_t>(device.draw53()),
+                                            static_cast<int64_t>(device.draw53())};
+        chosen = runner.decode_sample(twins.b, {0, 1}, ids, draws, sp.temperature, sp.min_p, pen);
+      }
+      for (size_t n = 0; n < 2; ++n) {
+        const int32_t expected =
+            host.sample(logits.data() + n * static_cast<size_t>(V), V, history[n]);
+        EXPECT_EQ(chosen[n], expected) << "step " << step << " row " << n;
+        ids[n] = expected;
+        history[n].push_back(expected);
       }
     }
   }

@@ -113,3 +113,29 @@ TEST_F(ArgmaxFixture, SampleRowsDrawsAndNamesBadArguments) {
   b.draws = Tensor(out.data(), DType::i32, Device::cpu(), {3});
   EXPECT_HYBRID_ERROR(sample_rows(b, ctx), "[sample_rows] draws");
 }
+
+TEST_F(ArgmaxFixture, RepetitionPenaltyNamesBadArguments) {
+  std::vector<int32_t> ids = {1, 4, 0, 0, 2, 9}, counts = {2, 1, 0};
+  RepetitionPenalty a{.x = Tensor(x.data(), DType::f32, Device::cpu(), {3, 5}),
+                      .ids = Tensor(ids.data(), DType::i32, Device::cpu(), {3, 2}),
+                      .counts = Tensor(counts.data(), DType::i32, Device::cpu(), {3}),
+                      .penalty = 2.0f};
+  repetition_penalty(a, ctx);
+  EXPECT_EQ(x[1], 3.5f);       // 7 / 2
+  EXPECT_EQ(x[4], 0.0f);       // 0 · 2
+  EXPECT_EQ(x[5], -INFINITY);  // row 1, id 0: -inf · 2
+  EXPECT_EQ(x[12], 5.0f);      // row 2: no ids
+  counts = {2, 2, 3};
+  EXPECT_HYBRID_ERROR(repetition_penalty(a, ctx),
+                      "[repetition_penalty] counts[2] = 3 outside [0, H=2]");
+  counts = {2, 1, 2};
+  EXPECT_HYBRID_ERROR(repetition_penalty(a, ctx),
+                      "[repetition_penalty] ids[2, 1] = 9 outside [0, V=5)");
+  counts = {2, 1, 1};
+  ids[4] = 5;
+  EXPECT_HYBRID_ERROR(repetition_penalty(a, ctx),
+                      "[repetition_penalty] ids[2, 0] = 5 outside [0, V=5)");
+  a.penalty = 0.0f;
+  EXPECT_HYBRID_ERROR(repetition_penalty(a, ctx),
+                      "[repetition_penalty] penalty must be positive, got 0");
+}

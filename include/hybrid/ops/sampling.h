@@ -53,4 +53,19 @@ struct SampleRows {
 };
 void sample_rows(const SampleRows& args, Context& ctx);
 
+// Sampler's repetition penalty where the logits are, in place (HF RepetitionPenaltyLogitsProcessor,
+// llama.cpp's penalties): for row n and each id of ids[n, 0:counts[n]],
+//   x[n, id] = x[n, id] > 0 ? x[n, id] / penalty : x[n, id] · penalty
+// The ids of a row must be distinct (each is penalised once, as Sampler does for a history with
+// repeats: the caller passes the distinct set). With the penalty applied, argmax, top_k and
+// sample_rows choose as Sampler does with that repetition_penalty.
+struct RepetitionPenalty {
+  static constexpr const char* op_name = "repetition_penalty";
+  Tensor x;              // [N, V] f32 logits, updated in place; rows may be strided
+  Tensor ids;            // [N, H] i32: row n's distinct ids in its first counts[n] entries
+  Tensor counts;         // [N] i32 in [0, H]
+  float penalty = 1.0f;  // > 0
+};
+void repetition_penalty(const RepetitionPenalty& args, Context& ctx);
+
 }  // namespace hybrid
