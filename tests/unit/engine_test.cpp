@@ -366,7 +366,7 @@ TEST_P(EngineTest, DevicePenaltyChoosesWhatSamplerChooses) {
     std::vector<int32_t> ids = {3, 5};
     for (int n = 0; n < 2; ++n) history[n].push_back(ids[n]);
     for (int step = 0; step < 4; ++step) {
-      engine::Penalty pen{.value = sp.repetition_penalty};
+      engine::Penalty pen{.value = sp.repetition_penalty, .ids = {}};
       for (int n = 0; n < 2; ++n) {
         std::vector<int32_t> d = history[n];
         std::sort(d.begin(), d.end());
