@@ -241,9 +241,10 @@ class Runner {
   DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
-  OwnedTensor argmax_ids_;            // [N] i32: decode_argmax's output, grown to the largest N
-  OwnedTensor top_ids_, top_values_;  // [N, k] i32 / f32: decode_top_k's output, grown
-  OwnedTensor draws_;                 // [N] i64: decode_sample's draws, grown
+  OwnedTensor gdn_q_unit_, gdn_k_unit_;  // [Hk, K] f32 1/K and 1/sqrt(K): gdn_prep_step's norms
+  OwnedTensor argmax_ids_;               // [N] i32: decode_argmax's output, grown to the largest N
+  OwnedTensor top_ids_, top_values_;     // [N, k] i32 / f32: decode_top_k's output, grown
+  OwnedTensor draws_;                    // [N] i64: decode_sample's draws, grown
   OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs, grown
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
