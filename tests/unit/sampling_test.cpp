@@ -365,6 +365,29 @@ TEST(SamplingSeed, DrawsArePinned) {
   EXPECT_EQ(got, (std::vector<int32_t>{0, 0, 1, 3, 4, 2, 2, 3, 2, 1, 1, 0, 2, 0, 2, 3}));
 }
 
+// draw53() is the draw sample() makes: a twin sampler that takes draw53() and walks the
+// candidates' inverse CDF in id order picks what sample() picks, draw after draw (the engine's
+// device paths rely on it: sample_rows gets the sampler's draw53()).
+TEST(SamplingSeed, Draw53IsTheDrawSampleUses) {
+  const std::vector<float> l = random_logits(500, 7, 3.0);
+  const SamplingParams p{.temperature = 0.9f, .top_k = 50, .min_p = 0.01f, .seed = 77};
+  Sampler a(p), b(p);
+  const auto kept = a.candidates(l.data(), l.size());
+  for (int i = 0; i < 200; ++i) {
+    const double u = static_cast<double>(b.draw53()) * 0x1.0p-53;
+    int32_t expected = kept.back().id;
+    double cumulative = 0;
+    for (const auto& c : kept) {
+      cumulative += c.prob;
+      if (u < cumulative) {
+        expected = c.id;
+        break;
+      }
+    }
+    EXPECT_EQ(a.sample(l.data(), l.size()), expected) << "draw " << i;
+  }
+}
+
 // ---- parameter and input errors -----------------------------------------------------------------
 
 TEST(SamplingErrors, Params) {
