@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   float m = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) m = fmaxf(m, l[i]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  m = warp_max(m);
   if (!p.sigmoid) {
     double sum = 0.0;
 #pragma unroll
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
       s[i] = i * 32 + lane < E ? expf(__fsub_rn(l[i], m)) : 0.0f;
       sum += s[i];
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
 #pragma unroll
     for (int i = 0; i < kPer; ++i) s[i] = __fmul_rn(s[i], inv);

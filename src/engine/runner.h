@@ -222,6 +222,8 @@ class Runner {
   Tensor decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
                      const std::vector<int32_t>& ids);
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
+  void download_into(void* host, const Tensor& t, size_t bytes);
+  Tensor grown(OwnedTensor& buf, DType dtype, int64_t n);
 
   Config cfg_;
   Device device_;
@@ -231,9 +233,10 @@ class Runner {
   DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
-  OwnedTensor argmax_ids_;            // [N] i32: decode_argmax's output, grown to the largest N
-  OwnedTensor top_ids_, top_values_;  // [N, k] i32 / f32: decode_top_k's output, grown
-  OwnedTensor draws_;                 // [N] i64: decode_sample's draws, grown
+  // Device buffers of the steps that choose on the device, grown to the largest use (grown()):
+  OwnedTensor chosen_ids_;            // [N] i32: decode_argmax's / decode_sample's ids
+  OwnedTensor top_ids_, top_values_;  // [N·k] i32 / f32: decode_top_k's candidates
+  OwnedTensor draws_;                 // [N] i64: decode_sample's draws
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;
