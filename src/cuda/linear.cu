@@ -180,13 +180,18 @@ void linear_fb_run(const Linear& a, Context& ctx) {
                   a.y.stride(0), T, in, out);
 }
 
+// The calls every variant hands on: nothing to write (T or out 0), or nothing to multiply (in 0:
+// y = bias or 0, which the fallback writes). Returns whether the call is done.
+bool linear_trivial(const Linear& a, Context& ctx) {
+  if (a.x.size(0) == 0 || a.weight.size(0) == 0) return true;
+  if (a.x.size(1) != 0) return false;
+  linear_fb_run(a, ctx);
+  return true;
+}
+
 void linear_lt_run(const Linear& a, Context& ctx) {
+  if (linear_trivial(a, ctx)) return;
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
-  if (T == 0 || out == 0) return;
-  if (in == 0) {  // y = bias or 0: the fallback writes it
-    linear_fb_run(a, ctx);
-    return;
-  }
   float beta = 0.0f;
   if (a.bias.defined()) {
     fill_bias_rows(ctx, a.bias.dtype(), a.bias.data(), a.y.dtype(), a.y.data(), a.y.stride(0), T,
@@ -301,12 +306,8 @@ Reason linear_gemv_supports(const Linear& a) {
 }
 
 void linear_gemv_run(const Linear& a, Context& ctx) {
+  if (linear_trivial(a, ctx)) return;
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
-  if (T == 0 || out == 0) return;
-  if (in == 0) {  // y = bias or 0: the fallback writes it
-    linear_fb_run(a, ctx);
-    return;
-  }
   const size_t smem = static_cast<size_t>(T * in) * 4;
   auto launch = [&](auto tw, auto tx, auto kt) {
     using Tw = decltype(tw);
@@ -386,12 +387,8 @@ Reason linear_split_supports(const Linear& a) {
 }
 
 void linear_split_run(const Linear& a, Context& ctx) {
+  if (linear_trivial(a, ctx)) return;
   const int64_t T = a.x.size(0), in = a.x.size(1), out = a.weight.size(0);
-  if (T == 0 || out == 0) return;
-  if (in == 0) {  // y = bias or 0: the fallback writes it
-    linear_fb_run(a, ctx);
-    return;
-  }
   const DType wt = DType::bf16;
   const size_t xs_b = align_up(static_cast<size_t>(2 * T * in) * 2, 256);
   const size_t y2_b = align_up(static_cast<size_t>(2 * T * out) * 4, 256);

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   float m = -INFINITY;
 #pragma unroll 1
   for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  m = warp_max(m);
   if (!p.sigmoid) {
     double sum = 0.0;
 #pragma unroll 1
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
       s[e] = expf(__fsub_rn(l[e], m));
       sum += s[e];
     }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
 #pragma unroll 1
     for (int e = lane; e < E; e += 32) s[e] = __fmul_rn(s[e], inv);

@@ -27,6 +27,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/warp.cuh"
 #include "hybrid/ops/sampling.h"
 
 namespace hybrid::cuda {
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kTopThreads)
         eq += v < hi && key[u] == tau;
       }
     }
-    for (int o = 16; o > 0; o >>= 1) eq += __shfl_xor_sync(0xffffffffu, eq, o);
+    eq = warp_sum(eq);
     if (lane == 0) s_warp_eq[warp] = eq;
     __syncthreads();
     uint32_t rank = 0;
@@ -337,8 +338,7 @@ __device__ __forceinline__ void row_max(const float* part_v, const int* part_i, 
     m = fmaxf(m, part_v[n * chunks + c]);
     bad |= part_i[n * chunks + c] < 0;
   }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  zmax = m;
+  zmax = m = warp_max(m);
   refused = __any_sync(0xffffffffu, bad) || m == -INFINITY;
 }
 
@@ -350,7 +350,7 @@ __device__ __forceinline__ double kept_weight(float x, float zmax, double temper
 
 // Block sum of a double (kArgThreads threads); every thread gets it.
 __device__ __forceinline__ double block_sum(double v, double* red /* [kArgThreads / 32] */) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = warp_sum(v);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __syncthreads();
   if (lane == 0) red[warp] = v;

@@ -3,7 +3,10 @@
 
 namespace hybrid::cuda {
 
-__device__ __forceinline__ float warp_sum(float v) {
+// Any type __shfl_xor_sync takes (float, double, 32-bit integers); one fixed order, so every lane
+// and every call gets the same bits.
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }

@@ -59,17 +59,21 @@ engine::Penalty step_penalty(const std::vector<History>& histories,
   return p;
 }
 
-// One decode step's greedy ids; a row with a NaN or +inf, or only -inf, is an error naming the
-// slot (as Sampler refuses such logits).
-std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs,
-                                 const std::vector<int64_t>& slots, const std::vector<int32_t>& ids,
-                                 const engine::Penalty& penalty = {}) {
-  std::vector<int32_t> next = runner.decode_argmax(seqs, slots, ids, penalty);
+// A device step's chosen ids; -1 (a row with a NaN or +inf, or only -inf) is an error naming the
+// slot, as Sampler refuses such logits.
+std::vector<int32_t> checked_choice(std::vector<int32_t> next, const std::vector<int64_t>& slots) {
   for (size_t n = 0; n < next.size(); ++n)
     if (next[n] < 0)
       fail("[sampling] logits of slot ", slots[n],
            ": a NaN or +inf, or only -inf (no token to choose)");
   return next;
+}
+
+// One decode step's greedy ids.
+std::vector<int32_t> greedy_step(engine::Runner& runner, engine::Sequences& seqs,
+                                 const std::vector<int64_t>& slots, const std::vector<int32_t>& ids,
+                                 const engine::Penalty& penalty = {}) {
+  return checked_choice(runner.decode_argmax(seqs, slots, ids, penalty), slots);
 }
 
 // Sampled steps with a top-k of at most kDeviceTopK below the vocab take the top_k op on the
@@ -92,19 +96,14 @@ bool whole_row_on_device(const SamplingParams& s, int64_t vocab) {
   return s.temperature > 0.0f && (s.top_k == 0 || s.top_k >= vocab) && s.top_p >= 1.0f;
 }
 
-// One decode step drawn on the device; a refused row is an error naming its slot.
+// One decode step drawn on the device.
 std::vector<int32_t> device_sample_step(engine::Runner& runner, engine::Sequences& seqs,
                                         const std::vector<int64_t>& slots,
                                         const std::vector<int32_t>& ids,
                                         const std::vector<int64_t>& draws, const SamplingParams& s,
                                         const engine::Penalty& penalty) {
-  std::vector<int32_t> next =
-      runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p, penalty);
-  for (size_t n = 0; n < next.size(); ++n)
-    if (next[n] < 0)
-      fail("[sampling] logits of slot ", slots[n],
-           ": a NaN or +inf, or only -inf (no token to choose)");
-  return next;
+  return checked_choice(
+      runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p, penalty), slots);
 }
 
 // Row n of a decode_top_k step drawn by `sampler`. A NaN or +inf among the candidates (they rank

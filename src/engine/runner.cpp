@@ -243,8 +243,7 @@ std::vector<float> Runner::download(const Tensor& t) {
     return v;
   }
   auto* host = static_cast<float*>(pinned_.reserve(n * sizeof(float)));
-  copy_bytes(host, Device::cpu(), t.data(), device_, n * sizeof(float), *ctx_);
-  ctx_->synchronize();
+  download_into(host, t, n * sizeof(float));
   return std::vector<float>(host, host + n);
 }
 
@@ -647,9 +646,8 @@ Tensor Workspace::take(DType dtype, const std::vector<int64_t>& shape) {
 }
 
 // Bytes of one forward: the step's integers, the residual stream h and its next buffer, xn, mix
-// [T, H], the largest
-// layer's scratch (mixer or FFN: each layer releases its scratch), the logits [rows, vocab], and
-// the alignment slack. Every count is in 4-byte elements.
+// [T, H], the largest layer's scratch (mixer or FFN: each layer releases its scratch), the logits
+// [rows, vocab], and the alignment slack. Every count is in 4-byte elements.
 size_t Runner::workspace_bytes(int64_t T, int64_t N, int64_t pages, int64_t rows) const {
   const Config& c = cfg_;
   int64_t per_token = 0;  // the largest layer's scratch per token
@@ -1267,19 +1265,28 @@ std::vector<float> Runner::decode(Sequences& seqs, const std::vector<int64_t>& s
   return download(decode_step(seqs, slots, ids));
 }
 
+// The first n elements of `buf` (dtype, 1-D), which grows to the largest n asked for.
+Tensor Runner::grown(OwnedTensor& buf, DType dtype, int64_t n) {
+  if (!buf.view().defined() || buf.view().numel() < n) buf = OwnedTensor(device_, dtype, {n});
+  return buf.view().slice(0, 0, n);
+}
+
+// A device tensor's bytes into host storage of `bytes`, then the stream drained.
+void Runner::download_into(void* host, const Tensor& t, size_t bytes) {
+  copy_bytes(host, Device::cpu(), t.data(), device_, bytes, *ctx_);
+  ctx_->synchronize();
+}
+
 std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
                                            const std::vector<int32_t>& ids,
                                            const Penalty& penalty) {
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
-  if (!argmax_ids_.view().defined() || argmax_ids_.view().size(0) < N)
-    argmax_ids_ = OwnedTensor(device_, DType::i32, {N});
-  const Tensor out = argmax_ids_.view().slice(0, 0, N);
+  const Tensor out = grown(chosen_ids_, DType::i32, N);
   argmax({.x = logits, .out = out}, *ctx_);
   std::vector<int32_t> v(static_cast<size_t>(N));
-  copy_bytes(v.data(), Device::cpu(), out.data(), device_, v.size() * sizeof(int32_t), *ctx_);
-  ctx_->synchronize();
+  download_into(v.data(), out, v.size() * sizeof(int32_t));
   return v;
 }
 
@@ -1297,12 +1304,8 @@ void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
     std::copy(row.begin(), row.end(), ids.begin() + n * H);
     counts[static_cast<size_t>(n)] = static_cast<int32_t>(row.size());
   }
-  if (!penalty_ids_.view().defined() || penalty_ids_.view().numel() < N * H)
-    penalty_ids_ = OwnedTensor(device_, DType::i32, {N * H});
-  if (!penalty_counts_.view().defined() || penalty_counts_.view().numel() < N)
-    penalty_counts_ = OwnedTensor(device_, DType::i32, {N});
-  const Tensor d_ids = penalty_ids_.view().slice(0, 0, N * H).reshape({N, H});
-  const Tensor d_counts = penalty_counts_.view().slice(0, 0, N);
+  const Tensor d_ids = grown(penalty_ids_, DType::i32, N * H).reshape({N, H});
+  const Tensor d_counts = grown(penalty_counts_, DType::i32, N);
   copy_bytes(d_ids.data(), device_, ids.data(), Device::cpu(), ids.size() * 4, *ctx_);
   copy_bytes(d_counts.data(), device_, counts.data(), Device::cpu(), counts.size() * 4, *ctx_);
   repetition_penalty({.x = logits, .ids = d_ids, .counts = d_counts, .penalty = penalty.value},
@@ -1315,19 +1318,13 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
-  if (!top_ids_.view().defined() || top_ids_.view().numel() < N * k) {
-    top_ids_ = OwnedTensor(device_, DType::i32, {N * k});
-    top_values_ = OwnedTensor(device_, DType::f32, {N * k});
-  }
-  const Tensor out_ids = top_ids_.view().slice(0, 0, N * k).reshape({N, k});
-  const Tensor out_values = top_values_.view().slice(0, 0, N * k).reshape({N, k});
+  const Tensor out_ids = grown(top_ids_, DType::i32, N * k).reshape({N, k});
+  const Tensor out_values = grown(top_values_, DType::f32, N * k).reshape({N, k});
   top_k({.x = logits, .ids = out_ids, .values = out_values}, *ctx_);
   Candidates r{std::vector<int32_t>(static_cast<size_t>(N * k)),
                std::vector<float>(static_cast<size_t>(N * k))};
   copy_bytes(r.ids.data(), Device::cpu(), out_ids.data(), device_, r.ids.size() * 4, *ctx_);
-  copy_bytes(r.values.data(), Device::cpu(), out_values.data(), device_, r.values.size() * 4,
-             *ctx_);
-  ctx_->synchronize();
+  download_into(r.values.data(), out_values, r.values.size() * 4);
   return r;
 }
 
@@ -1340,17 +1337,12 @@ std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<in
   const int64_t N = logits.size(0);
   if (static_cast<int64_t>(draws.size()) != N)
     fail("[model] decode_sample: ", draws.size(), " draws for ", N, " sequences");
-  if (!argmax_ids_.view().defined() || argmax_ids_.view().size(0) < N)
-    argmax_ids_ = OwnedTensor(device_, DType::i32, {N});
-  if (!draws_.view().defined() || draws_.view().size(0) < N)
-    draws_ = OwnedTensor(device_, DType::i64, {N});
-  const Tensor out = argmax_ids_.view().slice(0, 0, N), d = draws_.view().slice(0, 0, N);
+  const Tensor out = grown(chosen_ids_, DType::i32, N), d = grown(draws_, DType::i64, N);
   copy_bytes(d.data(), device_, draws.data(), Device::cpu(), draws.size() * 8, *ctx_);
   sample_rows({.x = logits, .draws = d, .out = out, .temperature = temperature, .min_p = min_p},
               *ctx_);
   std::vector<int32_t> v(static_cast<size_t>(N));
-  copy_bytes(v.data(), Device::cpu(), out.data(), device_, v.size() * sizeof(int32_t), *ctx_);
-  ctx_->synchronize();
+  download_into(v.data(), out, v.size() * sizeof(int32_t));
   return v;
 }
 

@@ -230,6 +230,8 @@ class Runner {
   Tensor decode_step(Sequences& seqs, const std::vector<int64_t>& slots,
                      const std::vector<int32_t>& ids);
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
+  void download_into(void* host, const Tensor& t, size_t bytes);
+  Tensor grown(OwnedTensor& buf, DType dtype, int64_t n);
   // The repetition penalty on a decode step's logits [N, vocab], in place (nothing when 1).
   void penalise(const Tensor& logits, const Penalty& penalty);
 
@@ -242,10 +244,11 @@ class Runner {
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
   OwnedTensor gdn_q_unit_, gdn_k_unit_;  // [Hk, K] f32 1/K and 1/sqrt(K): gdn_prep_step's norms
-  OwnedTensor argmax_ids_;               // [N] i32: decode_argmax's output, grown to the largest N
-  OwnedTensor top_ids_, top_values_;     // [N, k] i32 / f32: decode_top_k's output, grown
-  OwnedTensor draws_;                    // [N] i64: decode_sample's draws, grown
-  OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs, grown
+  // Device buffers of the steps that choose on the device, grown to the largest use (grown()):
+  OwnedTensor chosen_ids_;                    // [N] i32: decode_argmax's / decode_sample's ids
+  OwnedTensor top_ids_, top_values_;          // [N·k] i32 / f32: decode_top_k's candidates
+  OwnedTensor draws_;                         // [N] i64: decode_sample's draws
+  OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;
