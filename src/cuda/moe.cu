@@ -1,10 +1,10 @@
 // CUDA: moe_route (one fused kernel) and moe_experts (sorted per-expert GEMVs).
 //
-// moe_route.cuda: one warp per token, its logits, scores and keys in shared memory (a lane owns
-//   E / 32 of them, rolled loops: small code), group scores, topk_group rounds of a warp arg-max
-//   over the groups, top_k rounds of a warp arg-max over the lanes' best remaining keys (ties:
-//   lower id; only the winner's lane rescans), the chosen ids placed by rank (descending logit),
-//   then the weights (and the folded shared expert's column). E <= 1024. Bytes T·E·(logit size).
+// moe_route.cuda: one warp per token, its logits, scores and keys in registers (E / 32 a lane):
+//   group scores (through shared memory), topk_group rounds of a warp arg-max over the groups,
+//   top_k rounds of a warp arg-max over the lanes' best remaining keys (ties: lower id; only the
+//   winner's lane rescans), the chosen ids placed by rank (descending logit), then the weights
+//   (and the folded shared expert's column). E <= 1024. Bytes T·E·(logit size).
 // moe_experts.cuda: the (t, j) pairs are grouped by expert on the GPU, then per routed expert:
 //   1. moe_sort (one block): counts per expert, exclusive scan -> offsets, the ascending list of
 //      routed experts, and pair <-> sorted position maps (position order inside an expert is not
@@ -81,54 +81,54 @@ __device__ __forceinline__ int warp_argmax(float v, int e) {
   return e;
 }
 
-// Shared memory of one warp of moe_route_kernel, in 4-byte words: logits, scores and keys [3 · E],
-// group scores and flags [2 · n_group], chosen ids, logits and scores [3 · K], the scores in output
-// order [K].
+// Shared memory of one warp of moe_route_kernel, in 4-byte words: keys [E], group scores and flags
+// [2 · n_group], chosen ids, logits and scores [3 · K], the scores in output order [K].
 __host__ __device__ constexpr int route_smem_floats(int E, int n_group, int K) {
-  return 3 * E + 2 * n_group + 4 * K;
-}
-
-// row[e] -> dst[e] as f32 for the lane's experts e = lane + 32·i (`fill`: none past E). One dtype
-// switch, then loads a lane issues 4 at a time (a switch per element serialised them: session 12
-// run 3, 13.3 µs a token).
-template <class T>
-__device__ __forceinline__ void load_row(const T* row, int lane, int E, float* dst) {
-#pragma unroll 4
-  for (int e = lane; e < E; e += 32) dst[e] = to_f32(row[e]);
-}
-__device__ __forceinline__ void load_row(const void* base, DType t, int64_t offset, int lane, int E,
-                                         float* dst) {
-  switch (t) {
-    case DType::bf16:
-      load_row(static_cast<const __nv_bfloat16*>(base) + offset, lane, E, dst);
-      break;
-    case DType::f16:
-      load_row(static_cast<const __half*>(base) + offset, lane, E, dst);
-      break;
-    default:
-      load_row(static_cast<const float*>(base) + offset, lane, E, dst);
-      break;
-  }
+  return E + 2 * n_group + 4 * K;
 }
 
 // s = softmax(l) | sigmoid(l); c = s (+ bias); groups; top_k by c (by l without bias); order by
 // l descending (ties lower id); w = s[id] / (Σ s + 1e-20 when renormalize) · scaling.
 //
-// One warp per token. Lane `lane` owns experts e = lane + 32·i (i < ceil(E / 32) <= 32): their
-// l, s and key c in the warp's shared memory, a bit mask of the taken (chosen or ineligible) ones
-// in a register, and its own best remaining (key, id). A top-k round is one warp arg-max over the
-// lanes' bests; only the winner's lane rescans its keys. Every loop is rolled: session 12's
-// register form (kPer values a lane, every loop unrolled) was 4.5-7.5 K SASS instructions (72-120
-// KB), and after the L2 flush one warp spent ~12 µs fetching them at T 1.
+// One warp per token. Lane `lane` holds experts e = i·32 + lane, i < kPer (E <= 32·kPer), in
+// registers: l, s and the key c, a bit mask of the taken (chosen or ineligible) ones, and its own
+// best remaining (key, id). A top-k round is one warp arg-max over the lanes' bests; only the
+// winner's lane rescans its kPer keys, so a round costs ~one shuffle tree, not a pass over E.
+// Shared memory per warp (RouteSmem): the keys for the group scores, the group scores and flags,
+// and the chosen (id, l, s) in choice order.
+// v[i] = row[i·32 + lane] as f32 for i < kPer (`fill` past E). One dtype switch, then plain loads
+// that a lane issues together: with load_any's switch per element they went out one after another,
+// and session 12 run 3 measured the route at 13.3 µs a decode token, ~16 DRAM round trips.
+template <int kPer, class T>
+__device__ __forceinline__ void load_lane_row(const T* row, int lane, int E, float fill,
+                                              float (&v)[kPer]) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) v[i] = i * 32 + lane < E ? to_f32(row[i * 32 + lane]) : fill;
+}
+template <int kPer>
+__device__ __forceinline__ void load_lane_row(const void* base, DType t, int64_t offset, int lane,
+                                              int E, float fill, float (&v)[kPer]) {
+  switch (t) {
+    case DType::bf16:
+      load_lane_row<kPer>(static_cast<const __nv_bfloat16*>(base) + offset, lane, E, fill, v);
+      break;
+    case DType::f16:
+      load_lane_row<kPer>(static_cast<const __half*>(base) + offset, lane, E, fill, v);
+      break;
+    default:
+      load_lane_row<kPer>(static_cast<const float*>(base) + offset, lane, E, fill, v);
+      break;
+  }
+}
+
+template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const RouteParams p) {
   extern __shared__ float smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kRouteWarps + warp;
   const int E = p.E;
-  float* l = smem + static_cast<int64_t>(warp) * route_smem_floats(E, p.n_group, p.K);  // [E]
-  float* s = l + E;                                     // [E] scores
-  float* c = s + E;                                     // [E] selection keys
-  float* gsc = c + E;                                   // [n_group] group scores
+  float* cs = smem + static_cast<int64_t>(warp) * route_smem_floats(E, p.n_group, p.K);
+  float* gsc = cs + E;                                  // [n_group] group scores
   int* kept = reinterpret_cast<int*>(gsc + p.n_group);  // [n_group] 1 = group kept
   int* sel = kept + p.n_group;                          // [K] chosen ids, choice order
   float* sel_l = reinterpret_cast<float*>(sel + p.K);   // [K] their logits
@@ -136,42 +136,48 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   float* out_s = sel_s + p.K;                           // [K] their scores in output order
   if (t >= p.T) return;
 
-  load_row(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride, lane, E, l);
-  if (p.bias) load_row(p.bias, p.bt, 0, lane, E, c);  // c = bias for now
+  float l[kPer], s[kPer], c[kPer];
+  load_lane_row<kPer>(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride, lane, E, -INFINITY, l);
+  if (p.bias) load_lane_row<kPer>(p.bias, p.bt, 0, lane, E, 0.0f, c);  // c = bias for now
   float m = -INFINITY;
-#pragma unroll 1
-  for (int e = lane; e < E; e += 32) m = fmaxf(m, l[e]);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) m = fmaxf(m, l[i]);
   m = warp_max(m);
   if (!p.sigmoid) {
     double sum = 0.0;
-#pragma unroll 1
-    for (int e = lane; e < E; e += 32) {
-      s[e] = expf(__fsub_rn(l[e], m));
-      sum += s[e];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      s[i] = i * 32 + lane < E ? expf(__fsub_rn(l[i], m)) : 0.0f;
+      sum += s[i];
     }
     sum = warp_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
-#pragma unroll 1
-    for (int e = lane; e < E; e += 32) s[e] = __fmul_rn(s[e], inv);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = __fmul_rn(s[i], inv);
   } else {
-#pragma unroll 1
-    for (int e = lane; e < E; e += 32) s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l[e])));
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) s[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l[i])));
   }
-#pragma unroll 1
-  for (int e = lane; e < E; e += 32) c[e] = p.bias ? __fadd_rn(s[e], c[e]) : l[e];
-  uint32_t taken = 0;  // bit i: expert lane + 32·i chosen or ineligible
-  __syncwarp();
+  uint32_t taken = 0;  // bit i: expert i·32 + lane chosen, ineligible or past E
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    c[i] = p.bias ? __fadd_rn(s[i], c[i]) : l[i];
+    if (i * 32 + lane >= E) taken |= 1u << i;
+  }
 
   if (p.n_group > 1) {
-    // Group g = experts [g·per, (g + 1)·per): its score is the sum of its two best keys, where a
-    // group key is s (+ bias): without a bias the top-k key is l, but the groups rank by s.
+    // Group g = experts [g·per, (g + 1)·per): its score is the sum of its two best keys. The keys
+    // go through shared memory so that one lane scans a whole group.
+    // Group keys are s (+ bias): without a bias the top-k key is l, but the groups rank by s.
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (i * 32 + lane < E) cs[i * 32 + lane] = p.bias ? c[i] : s[i];
+    __syncwarp();
     const int per = E / p.n_group;
-#pragma unroll 1
     for (int g = lane; g < p.n_group; g += 32) {
       float top1 = -INFINITY, top2 = -INFINITY;
-#pragma unroll 1
       for (int e = g * per; e < (g + 1) * per; ++e) {
-        const float v = p.bias ? c[e] : s[e];
+        const float v = cs[e];
         if (v > top1) {
           top2 = top1;
           top1 = v;
@@ -183,53 +189,58 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
       kept[g] = 0;
     }
     __syncwarp();
-#pragma unroll 1
     for (int round = 0; round < p.topk_group; ++round) {
       float bv = 0.0f;
       int be = -1;
-#pragma unroll 1
       for (int g = lane; g < p.n_group; g += 32)
         if (!kept[g] && ranks_before(gsc[g], g, bv, be)) bv = gsc[g], be = g;
       const int win = warp_argmax(bv, be);
       if (lane == 0 && win >= 0) kept[win] = 1;
       __syncwarp();
     }
-#pragma unroll 1
-    for (int e = lane, i = 0; e < E; e += 32, ++i)
-      if (!kept[e / per]) taken |= 1u << i;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = i * 32 + lane;
+      if (e < E && !kept[e / per]) taken |= 1u << i;
+    }
   }
 
-  // This lane's best remaining (key, id).
-  float bv = 0.0f;
+  // This lane's best remaining (key, id) and the chosen one's l and s.
+  float bv = 0.0f, bl = 0.0f, bs = 0.0f;
   int be = -1;
   auto rescan = [&]() {
     bv = 0.0f;
     be = -1;
-#pragma unroll 1
-    for (int e = lane, i = 0; e < E; e += 32, ++i)
-      if (!((taken >> i) & 1u) && ranks_before(c[e], e, bv, be)) bv = c[e], be = e;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (!((taken >> i) & 1u) && ranks_before(c[i], i * 32 + lane, bv, be))
+        bv = c[i], be = i * 32 + lane, bl = l[i], bs = s[i];
   };
   rescan();
-#pragma unroll 1
   for (int j = 0; j < p.K; ++j) {
     const int win = warp_argmax(bv, be);
-    const int id = win >= 0 ? win : 0;  // no eligible expert left (NaN keys): expert 0
-    if (lane == id % 32) {
+    // No eligible expert left (NaN keys): expert 0, as the reference.
+    const int id = win >= 0 ? win : 0;
+    const int src = id % 32;
+    float wl = __shfl_sync(0xffffffffu, bl, src), ws = __shfl_sync(0xffffffffu, bs, src);
+    if (win < 0) {  // expert 0's l and s live in lane 0's slot 0
+      wl = __shfl_sync(0xffffffffu, l[0], 0);
+      ws = __shfl_sync(0xffffffffu, s[0], 0);
+    }
+    if (lane == src) {
       taken |= 1u << (id / 32);
       rescan();
     }
     if (lane == 0) {
       sel[j] = id;
-      sel_l[j] = l[id];
-      sel_s[j] = s[id];
+      sel_l[j] = wl;
+      sel_s[j] = ws;
     }
   }
   __syncwarp();
   // Output order: descending logit, then ascending id. Chosen j goes to its rank among the chosen.
-#pragma unroll 1
   for (int j = lane; j < p.K; j += 32) {
     int rank = 0;
-#pragma unroll 1
     for (int a = 0; a < p.K; ++a) rank += ranks_before(sel_l[a], sel[a], sel_l[j], sel[j]);
     p.ids[static_cast<int64_t>(t) * p.ids_s0 + rank * p.ids_s1] = sel[j];
     out_s[rank] = sel_s[j];
@@ -238,11 +249,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   float denom = 1.0f;
   if (p.renormalize) {
     float sum = 0.0f;  // Σ s in output order, the reference's order (every lane: no broadcast)
-#pragma unroll 1
     for (int r = 0; r < p.K; ++r) sum = __fadd_rn(sum, out_s[r]);
     denom = __fadd_rn(sum, 1e-20f);
   }
-#pragma unroll 1
   for (int r = lane; r < p.K; r += 32)
     store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + r * p.w_s1,
               __fmul_rn(__fdiv_rn(out_s[r], denom), p.scaling));
@@ -259,8 +268,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
 
 Reason moe_route_supports(const MoeRoute& a) {
   if (a.logits.size(1) > kRouteMaxE)
-    return str("E=", a.logits.size(1), " above ", kRouteMaxE,
-               " (a lane's taken experts are one 32-bit mask)");
+    return str("E=", a.logits.size(1), " above ", kRouteMaxE, " (registers: 32 a lane)");
   if (a.ids.dtype() != DType::i32) return std::string("ids must be i32");
   if (a.logits.size(0) > (int64_t{1} << 30)) return std::string("T above 2^30");
   return {};
@@ -295,8 +303,19 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
                 a.shared_gate.defined() ? a.shared_gate.stride(0) : 0};
   const size_t smem = static_cast<size_t>(kRouteWarps) * 4 * route_smem_floats(p.E, p.n_group, p.K);
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
-  if (smem > 48 * 1024) ensure_dynamic_smem(moe_route_kernel, smem);
-  moe_route_kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
+  auto launch = [&](auto kernel) {
+    if (smem > 48 * 1024) ensure_dynamic_smem(kernel, smem);
+    kernel<<<blocks, kRouteWarps * 32, smem, as_stream(ctx.stream())>>>(p);
+  };
+  // Experts per lane: the fewest registers that hold E.
+  if (E <= 128)
+    launch(moe_route_kernel<4>);
+  else if (E <= 256)
+    launch(moe_route_kernel<8>);
+  else if (E <= 512)
+    launch(moe_route_kernel<16>);
+  else
+    launch(moe_route_kernel<32>);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

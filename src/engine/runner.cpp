@@ -339,15 +339,6 @@ void Runner::load_weights(const Checkpoint& ckpt, const ModelSpec& spec, int64_t
   embed_ = matrix(qwen ? P + "embed_tokens.weight" : P + "embeddings.weight");
   final_norm_ = vec(qwen ? P + "norm.weight" : P + "norm_f.weight");
   tied_ = c.tie_word_embeddings;
-  if (c.gdn.num_v_heads > 0) {
-    // gdn_prep_step's norm weights for a decode step: RMSNorm · 1/K = L2 / sqrt(K) (q), RMSNorm ·
-    // 1/sqrt(K) = L2 (k).
-    const GdnConfig& g = c.gdn;
-    const auto n = static_cast<size_t>(g.num_k_heads * g.k_head_dim);
-    const auto K = static_cast<float>(g.k_head_dim);
-    gdn_q_unit_ = floats(std::vector<float>(n, 1.0f / K), {g.num_k_heads, g.k_head_dim});
-    gdn_k_unit_ = floats(std::vector<float>(n, 1.0f / std::sqrt(K)), {g.num_k_heads, g.k_head_dim});
-  }
   if (!tied_) lm_head_ = matrix(L.lm_head + ".weight");
 
   int64_t n_attn = 0;
@@ -811,8 +802,7 @@ void Runner::conv_silu(const LayerWeights& w, const Tensor& x, const Tensor& con
 // Gated DeltaNet (Qwen3NextGatedDeltaNet):
 //   [q|k|v], z = in_proj(x);  b, a = in_proj_ba(x)
 //   q|k|v = silu(causal_conv1d([q|k|v]))
-//   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)      (gdn_gates; in the step's kernel
-//                                                                  at decode: gdn_prep_step)
+//   β = sigmoid(b),  g = −exp(A_log) · softplus(a + dt_bias)      (gdn_gates, on the device)
 //   o = gated_delta_rule(L2(q), L2(k), v, g, β)   (scale 1/sqrt(K), state resumed from the pool)
 //   out = out_proj(rmsnorm_per_head(o) · w · silu(z))
 void Runner::gdn_layer(const LayerWeights& w, Sequences& seqs, size_t layer, const Tensor& x,
@@ -830,26 +820,14 @@ void Runner::gdn_layer(const LayerWeights& w, Sequences& seqs, size_t layer, con
   linear({.x = x, .weight = w.gdn_in, .y = ba_apart ? proj.slice(1, 0, C + Vd) : proj}, ctx);
   const Tensor ba = proj.slice(1, C + Vd, 2 * Hv);
   if (ba_apart) linear({.x = x, .weight = w.gdn_ba, .y = ba}, ctx);
-  // Prefill: the gates first (gdn_gates). A decode step takes them inside gdn_prep_step below.
-  // Session 13's one-off switch: HYBRID_GDN_DECODE_FUSED=0 keeps gdn_gates + gdn_recurrent at
-  // decode, for the same-run comparison (then the loser goes).
-  static const bool fused_off = [] {
-    const char* e = std::getenv("HYBRID_GDN_DECODE_FUSED");
-    return e && std::string(e) == "0";
-  }();
-  const bool fused_step = s.decode && !fused_off;
-  Tensor gt, bt;
-  if (!fused_step) {
-    gt = scratch(DType::f32, {T, Hv});
-    bt = scratch(DType::f32, {T, Hv});
-    gdn_gates({.a = ba.slice(1, Hv, Hv),
-               .b = ba.slice(1, 0, Hv),
-               .A_log = w.A_log,
-               .dt_bias = w.dt_bias,
-               .g = gt,
-               .beta = bt},
-              ctx);
-  }
+  const Tensor gt = scratch(DType::f32, {T, Hv}), bt = scratch(DType::f32, {T, Hv});
+  gdn_gates({.a = ba.slice(1, Hv, Hv),
+             .b = ba.slice(1, 0, Hv),
+             .A_log = w.A_log,
+             .dt_bias = w.dt_bias,
+             .g = gt,
+             .beta = bt},
+            ctx);
 
   const Tensor& conv_state = seqs.conv_state[layer];
   const Tensor& state = seqs.ssm_state[layer];
@@ -858,24 +836,7 @@ void Runner::gdn_layer(const LayerWeights& w, Sequences& seqs, size_t layer, con
   const Tensor q = heads(co, 0, Hk, K), k = heads(co, Hk * K, Hk, K),
                v = heads(co, 2 * Hk * K, Hv, V);
   const Tensor o = scratch(DType::f32, {T, Hv, V});
-  if (fused_step) {
-    // One token a sequence: seed 000's fused step (gates, the q / k norms and the recurrence in one
-    // kernel, one launch less than gdn_gates + gdn_recurrent). Its norms are RMSNorms with weights
-    // 1/K (q) and 1/sqrt(K) (k) and eps 1e-6 / K: exactly L2(q) / sqrt(K) and L2(k) with HF's
-    // x / sqrt(Σx² + 1e-6) (ops/gdn.h).
-    gdn_prep_step({.conv_out = co,
-                   .a = ba.slice(1, Hv, Hv),
-                   .b = ba.slice(1, 0, Hv),
-                   .A_log = w.A_log,
-                   .dt_bias = w.dt_bias,
-                   .q_norm_weight = gdn_q_unit_,
-                   .k_norm_weight = gdn_k_unit_,
-                   .state = state,
-                   .state_slots = s.slots,
-                   .y = o,
-                   .eps = 1e-6f / static_cast<float>(K)},
-                  ctx);
-  } else if (s.decode) {
+  if (s.decode) {
     gdn_recurrent({.q = q,
                    .k = k,
                    .v = v,

@@ -243,7 +243,6 @@ class Runner {
   DType kv_dtype_ = DType::f32;
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
-  OwnedTensor gdn_q_unit_, gdn_k_unit_;  // [Hk, K] f32 1/K and 1/sqrt(K): gdn_prep_step's norms
   // Device buffers of the steps that choose on the device, grown to the largest use (grown()):
   OwnedTensor chosen_ids_;                    // [N] i32: decode_argmax's / decode_sample's ids
   OwnedTensor top_ids_, top_values_;          // [N·k] i32 / f32: decode_top_k's candidates
