@@ -266,6 +266,139 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
   }
 }
 
+// ---- moe_route.cuda_block: one block per token, one expert per thread -------------------------
+//
+// The warp kernel above walks a token's top-k as k serial rounds of a 5-step shuffle arg-max plus a
+// rescan of the winner lane's E / 32 keys: ~2000 dependent instructions for E 512, k 10, at ~7
+// cycles each (session 13 run 1's ncu: 7.2 cycles an issued instruction, one warp), ~9 µs of a
+// decode step's 12.5. Here the block holds expert e = threadIdx.x (E <= 1024, 32·ceil(E/32)
+// threads) and the rounds are split over the warps:
+//   1. max and Σ exp over the block (f32 max by the order-preserving key, Σ in f64 as above),
+//   2. each warp picks its own top-k by k rounds of two redux ops (max key, then min id among the
+//      lanes holding it): lists [warps][k], in rank order,
+//   3. warp 0 merges the lists (lane w holds list w's head; the same two redux ops a round),
+//   4. output order (l descending, ids ascending on ties) and the weights as in the warp kernel.
+// Keys: rank_key of c (l without a bias, s + bias with one): larger first, -0 = +0, NaN above +inf
+// (as top_k); 0 is no key (a taken lane or one past E). supports(): n_group <= 1, k <= 32.
+
+constexpr int kRouteBlockMaxK = 32;
+
+// The order-preserving key: larger ranks first; -0 as +0; NaN above everything; never 0.
+__device__ __forceinline__ uint32_t route_key(float x) {
+  if (isnan(x)) return UINT32_MAX;
+  const uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float route_key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// The lane with the largest key (ties: the lowest id); every lane gets its id, -1 if all keys are 0.
+__device__ __forceinline__ int warp_top_key(uint32_t key, int id, uint32_t& best) {
+  best = __reduce_max_sync(0xffffffffu, key);
+  if (best == 0) return -1;
+  return static_cast<int>(
+      __reduce_min_sync(0xffffffffu, key == best ? static_cast<uint32_t>(id) : UINT32_MAX));
+}
+
+__global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
+  __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
+  __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
+  __shared__ int list_id[32][kRouteBlockMaxK];
+  __shared__ int sel[kRouteBlockMaxK];       // [K] chosen ids, choice order
+  __shared__ float out_s[kRouteBlockMaxK];   // [K] their scores in output order
+  __shared__ uint32_t red_max[32];
+  __shared__ double red_sum[32];
+  const int t = blockIdx.x, e = threadIdx.x, lane = e % 32, warp = e / 32;
+  const int warps = blockDim.x / 32, E = p.E, K = p.K;
+  const bool live = e < E;
+
+  const float l = live ? load_any(p.logits, p.lt, static_cast<int64_t>(t) * p.l_stride + e) : 0.0f;
+  const float bias = live && p.bias ? load_any(p.bias, p.bt, e) : 0.0f;
+  float s;
+  if (!p.sigmoid) {
+    // m = max l over the block (by key: one redux a warp); s = exp(l − m) / Σ exp (f64 sum).
+    // NaN logits are left out of the max (as fmaxf in the warp kernel).
+    uint32_t mk = __reduce_max_sync(0xffffffffu, live && !isnan(l) ? route_key(l) : 0u);
+    if (lane == 0) red_max[warp] = mk;
+    __syncthreads();
+    mk = 0;
+    for (int w = 0; w < warps; ++w) mk = max(mk, red_max[w]);
+    const float m = route_key_value(mk);
+    const float x = live ? expf(__fsub_rn(l, m)) : 0.0f;
+    const double part = warp_sum(static_cast<double>(x));
+    if (lane == 0) red_sum[warp] = part;
+    __syncthreads();
+    double sum = 0.0;
+    for (int w = 0; w < warps; ++w) sum += red_sum[w];
+    s = __fmul_rn(x, static_cast<float>(1.0 / sum));
+  } else {
+    s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-l)));
+  }
+  if (live) l_of[e] = l, s_of[e] = s;
+
+  // 2. This warp's top-k: each round takes the largest remaining key (the lowest id on ties).
+  uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
+  for (int j = 0; j < K; ++j) {
+    uint32_t best;
+    const int win = warp_top_key(key, e, best);
+    if (lane == 0) list_key[warp][j] = best, list_id[warp][j] = win;
+    if (e == win) key = 0;
+  }
+  __syncthreads();
+
+  // 3. Warp 0 merges the warps' lists: lane w holds list w's head (key, id) and its next entry.
+  if (warp == 0) {
+    int pos = 0;
+    uint32_t head = 0, next = 0;
+    int head_id = -1, next_id = -1;
+    if (lane < warps) {
+      head = list_key[lane][0], head_id = list_id[lane][0];
+      if (K > 1) next = list_key[lane][1], next_id = list_id[lane][1];
+    }
+    for (int j = 0; j < K; ++j) {
+      uint32_t best;
+      const int win = warp_top_key(head, head_id, best);
+      if (lane == 0) sel[j] = win >= 0 ? win : 0;  // fewer than K keys cannot happen (K <= E)
+      if (head_id == win && win >= 0) {
+        head = next, head_id = next_id;
+        ++pos;
+        next = pos + 1 < K ? list_key[lane][pos + 1] : 0u;
+        next_id = pos + 1 < K ? list_id[lane][pos + 1] : -1;
+      }
+    }
+    __syncwarp();
+    // 4. Output order: descending logit, then ascending id; chosen j goes to its rank.
+    if (lane < K) {
+      const int id = sel[lane];
+      const float lj = l_of[id];
+      int rank = 0;
+      for (int a = 0; a < K; ++a) rank += ranks_before(l_of[sel[a]], sel[a], lj, id);
+      p.ids[static_cast<int64_t>(t) * p.ids_s0 + rank * p.ids_s1] = id;
+      out_s[rank] = s_of[id];
+    }
+    __syncwarp();
+    float denom = 1.0f;
+    if (p.renormalize) {
+      float sum = 0.0f;  // Σ s in output order, the reference's order
+      for (int r = 0; r < K; ++r) sum = __fadd_rn(sum, out_s[r]);
+      denom = __fadd_rn(sum, 1e-20f);
+    }
+    if (lane < K)
+      store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + lane * p.w_s1,
+                __fmul_rn(__fdiv_rn(out_s[lane], denom), p.scaling));
+    if (p.shared_expert && lane == 0) {  // the shared expert folded in as column K, id E
+      float g = 1.0f;
+      if (p.shared_gate) {
+        const float z = load_any(p.shared_gate, p.sgt, static_cast<int64_t>(t) * p.sg_stride);
+        g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+      }
+      p.ids[static_cast<int64_t>(t) * p.ids_s0 + K * p.ids_s1] = E;
+      store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + K * p.w_s1, g);
+    }
+  }
+}
+
 Reason moe_route_supports(const MoeRoute& a) {
   if (a.logits.size(1) > kRouteMaxE)
     return str("E=", a.logits.size(1), " above ", kRouteMaxE, " (registers: 32 a lane)");
@@ -274,10 +407,9 @@ Reason moe_route_supports(const MoeRoute& a) {
   return {};
 }
 
-void moe_route_run(const MoeRoute& a, Context& ctx) {
+RouteParams route_params(const MoeRoute& a) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
-  if (T == 0) return;
-  RouteParams p{a.logits.data(),
+  return {a.logits.data(),
                 a.logits.dtype(),
                 a.logits.stride(0),
                 a.bias.defined() ? a.bias.data() : nullptr,
@@ -301,6 +433,12 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
                 a.shared_gate.defined() ? a.shared_gate.data() : nullptr,
                 a.shared_gate.defined() ? a.shared_gate.dtype() : DType::f32,
                 a.shared_gate.defined() ? a.shared_gate.stride(0) : 0};
+}
+
+void moe_route_run(const MoeRoute& a, Context& ctx) {
+  const int64_t T = a.logits.size(0), E = a.logits.size(1);
+  if (T == 0) return;
+  const RouteParams p = route_params(a);
   const size_t smem = static_cast<size_t>(kRouteWarps) * 4 * route_smem_floats(p.E, p.n_group, p.K);
   const auto blocks = static_cast<unsigned>((T + kRouteWarps - 1) / kRouteWarps);
   auto launch = [&](auto kernel) {
@@ -316,6 +454,22 @@ void moe_route_run(const MoeRoute& a, Context& ctx) {
     launch(moe_route_kernel<16>);
   else
     launch(moe_route_kernel<32>);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+Reason moe_route_block_supports(const MoeRoute& a) {
+  if (env_is_zero("HYBRID_MOE_ROUTE_BLOCK")) return std::string("HYBRID_MOE_ROUTE_BLOCK=0");
+  if (a.n_group > 1) return std::string("n_group > 1 (groups: the warp kernel)");
+  if (a.top_k > kRouteBlockMaxK) return str("k=", a.top_k, " above ", kRouteBlockMaxK);
+  return moe_route_supports(a);
+}
+
+void moe_route_block_run(const MoeRoute& a, Context& ctx) {
+  const int64_t T = a.logits.size(0), E = a.logits.size(1);
+  if (T == 0) return;
+  const auto threads = static_cast<unsigned>((E + 31) / 32 * 32);
+  moe_route_block_kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(
+      route_params(a));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -2444,6 +2598,8 @@ void moe_experts_q_tc_run(const MoeExpertsQ& a, Context& ctx) {
 }  // namespace
 
 void register_moe(Registry& r) {
+  r.add<MoeRoute>("moe_route.cuda_block", DeviceType::cuda, 10, moe_route_block_supports,
+                  moe_route_block_run);
   r.add<MoeRoute>("moe_route.cuda", DeviceType::cuda, 0, moe_route_supports, moe_route_run);
   r.add<MoeExperts>("moe_experts.cuda_v6", DeviceType::cuda, 30, moe_experts_v6_supports,
                     moe_experts_v6_run);
