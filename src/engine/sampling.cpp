@@ -182,9 +182,14 @@ void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> 
 
   // Top-p over the top-k distribution renormalised (HF, vLLM, llama.cpp all renormalise first):
   // walking ids from the most probable, keep an id while the mass before it is < p · Σw. The first
-  // id always stays. The sorted prefix is grown lazily: the nucleus is usually a few ids of a vocab
-  // of 150k, and partial_sort over the first c ids costs n log c. It sorts positions into
-  // kept.ids (so w stays reachable), then the kept positions go back to id order.
+  // id always stays. The nucleus is usually a few ids of a vocab of 150k, so the sorted prefix is
+  // grown lazily (partial_sort over the first c ids costs n log c): 64, then 1024. A nucleus past
+  // that (a flat distribution: high temperature, an untrained model) is found by selection
+  // instead: nth_element halves the range that holds the cut, the upper half's mass decides which
+  // half, and the last 1024 positions are sorted and walked. (That mass is summed per half, not
+  // id by id in sorted order: the same sum rounded differently, ~1e-16 relative, which moves the
+  // cut only when p · Σw lies that close to a prefix sum.) Session 13 measured 44 ms a token on
+  // the random-weight model's 152k rows with the lazy sort alone; this is O(n).
   if (params_.top_p < 1.0f) {
     double total = 0;
     for (const double w : kept.w) total += w;
@@ -196,35 +201,56 @@ void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> 
     auto before_pos = [](const Kept::ZPos& a, const Kept::ZPos& b) {
       return a.z > b.z || (a.z == b.z && a.pos < b.pos);
     };
-    size_t sorted = std::min<size_t>(n, 64), keep_n = n, scanned = 0;
+    auto at = [&pos](size_t i) { return pos.begin() + static_cast<std::ptrdiff_t>(i); };
+    constexpr size_t kWalk = 1024;  // positions sorted and walked one by one at the end
+    // The cut lies in [lo, hi): pos[0, lo) are the lo most probable ids, in order when lo <= 1024,
+    // and `before` is their mass.
+    size_t lo = 0, hi = n, keep_n = n;
     double before = 0;
-    for (;;) {
-      if (sorted == n)
-        std::sort(pos.begin() + static_cast<std::ptrdiff_t>(scanned), pos.end(), before_pos);
-      else
-        std::partial_sort(pos.begin() + static_cast<std::ptrdiff_t>(scanned),
-                          pos.begin() + static_cast<std::ptrdiff_t>(sorted), pos.end(), before_pos);
-      bool cut = false;
-      for (; scanned < sorted; ++scanned) {
+    bool cut = false;
+    auto walk = [&](size_t end) {  // pos[lo, end) in order: advance lo until the mass reaches p
+      for (; lo < end; ++lo) {
         if (before >= threshold) {
-          keep_n = scanned;
+          keep_n = lo;
           cut = true;
-          break;
+          return;
         }
-        before += kept.w[pos[scanned].pos];
+        before += kept.w[pos[lo].pos];
       }
+    };
+    for (size_t sorted : {std::min<size_t>(n, 64), std::min(n, kWalk)}) {
+      std::partial_sort(at(lo), at(sorted), at(n), before_pos);
+      walk(sorted);
       if (cut || sorted == n) break;
-      // A wide nucleus (a flat distribution: high temperature, an untrained model) sorts the rest
-      // at once: partial_sort is a heap sort, ~3x std::sort's time over the whole row, and each
-      // growth step re-reads the unsorted tail (44 ms a token on 152k ids before, session 13).
-      sorted = sorted * 4 >= n / 8 ? n : sorted * 4;
     }
-    pos.resize(keep_n);
-    std::sort(pos.begin(), pos.end(),
-              [](const Kept::ZPos& a, const Kept::ZPos& b) { return a.pos < b.pos; });
-    for (size_t j = 0; j < keep_n; ++j) {  // pos[j].pos >= j: each move reads ahead of writes
-      kept.ids[j] = kept.ids[pos[j].pos];
-      kept.w[j] = kept.w[pos[j].pos];
+    if (!cut && lo < n) {
+      while (hi - lo > kWalk) {
+        const size_t mid = lo + (hi - lo) / 2;
+        std::nth_element(at(lo), at(mid), at(hi), before_pos);
+        double upper = 0;  // the mass of pos[lo, mid): the ids ranked lo .. mid - 1
+        for (size_t i = lo; i < mid; ++i) upper += kept.w[pos[i].pos];
+        if (before + upper >= threshold) {
+          hi = mid;  // the cut is at or before mid
+        } else {
+          before += upper;
+          lo = mid;
+        }
+      }
+      std::sort(at(lo), at(hi), before_pos);
+      walk(hi);
+      if (!cut) keep_n = hi;
+    }
+    // Back to id order: mark the kept positions, then compact ids and w in place (O(n), where a
+    // sort of the kept positions would cost n log n on a wide nucleus).
+    std::vector<uint8_t>& mark = kept.mark;
+    mark.assign(n, 0);
+    for (size_t j = 0; j < keep_n; ++j) mark[static_cast<size_t>(pos[j].pos)] = 1;
+    size_t m = 0;
+    for (size_t j = 0; j < n; ++j) {
+      if (!mark[j]) continue;
+      kept.ids[m] = kept.ids[j];
+      kept.w[m] = kept.w[j];
+      ++m;
     }
     kept.ids.resize(keep_n);
     kept.w.resize(keep_n);
