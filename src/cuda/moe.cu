@@ -272,14 +272,16 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
 // rescan of the winner lane's E / 32 keys: ~2000 dependent instructions for E 512, k 10, at ~7
 // cycles each (session 13 run 1's ncu: 7.2 cycles an issued instruction, one warp), ~9 µs of a
 // decode step's 12.5. Here the block holds expert e = threadIdx.x (E <= 1024, 32·ceil(E/32)
-// threads) and the rounds are split over the warps:
+// threads) and nothing is serial in k:
 //   1. max and Σ exp over the block (f32 max by the order-preserving key, Σ in f64 as above),
-//   2. each warp picks its own top-k by k rounds of two redux ops (max key, then min id among the
-//      lanes holding it): lists [warps][k], in rank order,
-//   3. warp 0 merges the lists (lane w holds list w's head; the same two redux ops a round),
+//   2. each warp's top-k by rank: a lane's rank among its warp's 32 keys (32 shuffles); the
+//      lanes of rank < k write the warp's list [warps][k],
+//   3. each of the warps·k candidates counts the candidates ranked before it; rank < k is chosen,
 //   4. output order (l descending, ids ascending on ties) and the weights as in the warp kernel.
-// Keys: rank_key of c (l without a bias, s + bias with one): larger first, -0 = +0, NaN above +inf
-// (as top_k); 0 is no key (a taken lane or one past E). supports(): n_group <= 1, k <= 32.
+// Keys: route_key of c (l without a bias, s + bias with one): larger first, then the lower id; -0
+// = +0, NaN above +inf (as top_k); 0 is no key (a lane past E). supports(): n_group <= 1, k <= 32.
+// (Session 13's first form, k rounds of two redux ops a warp and a merge of the lists by warp 0,
+// lost or repeated ids when one list gave up most of the k: run 3's E 7 / k 7 case.)
 
 constexpr int kRouteBlockMaxK = 32;
 // Tokens above which the warp kernel is faster: session 13 run 2 measured T 1 at 7.4 µs here
@@ -295,14 +297,6 @@ __device__ __forceinline__ uint32_t route_key(float x) {
 }
 __device__ __forceinline__ float route_key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
-// The lane with the largest key (ties: the lowest id); every lane gets its id, -1 if all keys are 0.
-__device__ __forceinline__ int warp_top_key(uint32_t key, int id, uint32_t& best) {
-  best = __reduce_max_sync(0xffffffffu, key);
-  if (best == 0) return -1;
-  return static_cast<int>(
-      __reduce_min_sync(0xffffffffu, key == best ? static_cast<uint32_t>(id) : UINT32_MAX));
 }
 
 __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
@@ -341,37 +335,38 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   }
   if (live) l_of[e] = l, s_of[e] = s;
 
-  // 2. This warp's top-k: each round takes the largest remaining key (the lowest id on ties).
-  uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
-  for (int j = 0; j < K; ++j) {
-    uint32_t best;
-    const int win = warp_top_key(key, e, best);
-    if (lane == 0) list_key[warp][j] = best, list_id[warp][j] = win;
-    if (e == win) key = 0;
+  // 2. This warp's top-k by rank: a lane's rank among the warp's 32 keys (larger key first, then
+  // the lower id), by 32 shuffles; the lanes of rank < K write list[warp][rank]. Entries past the
+  // warp's live lanes stay key 0 (none).
+  const uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
+  if (lane < K) list_key[warp][lane] = 0u;
+  __syncwarp();
+  int rank_w = 0;
+#pragma unroll 8
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t other = __shfl_sync(0xffffffffu, key, i);
+    rank_w += other > key || (other == key && i < lane);
+  }
+  if (key != 0u && rank_w < K) list_key[warp][rank_w] = key, list_id[warp][rank_w] = e;
+  __syncthreads();
+
+  // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
+  // before it; those of rank < K are the chosen, sel[rank] (choice order = key order).
+  const int cands = warps * K;
+  for (int c = threadIdx.x; c < cands; c += blockDim.x) {
+    const uint32_t ck = list_key[c / K][c % K];
+    if (ck == 0u) continue;
+    const int cid = list_id[c / K][c % K];
+    int rank = 0;
+    for (int o = 0; o < cands; ++o) {
+      const uint32_t ok = list_key[o / K][o % K];
+      rank += ok > ck || (ok == ck && ok != 0u && list_id[o / K][o % K] < cid);
+    }
+    if (rank < K) sel[rank] = cid;
   }
   __syncthreads();
 
-  // 3. Warp 0 merges the warps' lists: lane w holds list w's head (key, id) and its next entry.
   if (warp == 0) {
-    int pos = 0;
-    uint32_t head = 0, next = 0;
-    int head_id = -1, next_id = -1;
-    if (lane < warps) {
-      head = list_key[lane][0], head_id = list_id[lane][0];
-      if (K > 1) next = list_key[lane][1], next_id = list_id[lane][1];
-    }
-    for (int j = 0; j < K; ++j) {
-      uint32_t best;
-      const int win = warp_top_key(head, head_id, best);
-      if (lane == 0) sel[j] = win >= 0 ? win : 0;  // fewer than K keys cannot happen (K <= E)
-      if (head_id == win && win >= 0) {
-        head = next, head_id = next_id;
-        ++pos;
-        next = pos + 1 < K ? list_key[lane][pos + 1] : 0u;
-        next_id = pos + 1 < K ? list_id[lane][pos + 1] : -1;
-      }
-    }
-    __syncwarp();
     // 4. Output order: descending logit, then ascending id; chosen j goes to its rank.
     if (lane < K) {
       const int id = sel[lane];
