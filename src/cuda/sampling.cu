@@ -522,7 +522,7 @@ void top_k_cuda(const TopK& a, Context& ctx) {
   });
 }
 
-// ---- top_k.cuda_filter (prepared in session 12, not yet run on a GPU) -------------------------
+// ---- top_k.cuda_filter -----------------------------------------------------------------------
 // Filter, then select, over argmax's chunks (64 a row at V = 151936), 4 launches and a memset:
 //   seg_max_kernel: grid N·chunks, 256 threads: each warp the largest key of 4 of the chunk's
 //     32 stretches of contiguous ids -> S = 32·chunks stretch maxima a row (2048 at 151936).
