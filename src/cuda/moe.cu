@@ -303,8 +303,8 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
   __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
   __shared__ int list_id[32][kRouteBlockMaxK];
-  __shared__ int sel[kRouteBlockMaxK];       // [K] chosen ids, choice order
-  __shared__ float out_s[kRouteBlockMaxK];   // [K] their scores in output order
+  __shared__ int sel[kRouteBlockMaxK];      // [K] chosen ids, choice order
+  __shared__ float out_s[kRouteBlockMaxK];  // [K] their scores in output order
   __shared__ uint32_t red_max[32];
   __shared__ double red_sum[32];
   const int t = blockIdx.x, e = threadIdx.x, lane = e % 32, warp = e / 32;
@@ -416,29 +416,29 @@ Reason moe_route_supports(const MoeRoute& a) {
 RouteParams route_params(const MoeRoute& a) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   return {a.logits.data(),
-                a.logits.dtype(),
-                a.logits.stride(0),
-                a.bias.defined() ? a.bias.data() : nullptr,
-                a.bias.defined() ? a.bias.dtype() : DType::f32,
-                a.ids.data_as<int32_t>(),
-                a.ids.stride(0),
-                a.ids.stride(1),
-                a.weights.data(),
-                a.weights.dtype(),
-                a.weights.stride(0),
-                a.weights.stride(1),
-                static_cast<int>(T),
-                static_cast<int>(E),
-                static_cast<int>(a.top_k),
-                static_cast<int>(a.n_group),
-                static_cast<int>(a.topk_group),
-                a.score == MoeScore::sigmoid,
-                a.renormalize,
-                a.scaling,
-                a.shared_expert,
-                a.shared_gate.defined() ? a.shared_gate.data() : nullptr,
-                a.shared_gate.defined() ? a.shared_gate.dtype() : DType::f32,
-                a.shared_gate.defined() ? a.shared_gate.stride(0) : 0};
+          a.logits.dtype(),
+          a.logits.stride(0),
+          a.bias.defined() ? a.bias.data() : nullptr,
+          a.bias.defined() ? a.bias.dtype() : DType::f32,
+          a.ids.data_as<int32_t>(),
+          a.ids.stride(0),
+          a.ids.stride(1),
+          a.weights.data(),
+          a.weights.dtype(),
+          a.weights.stride(0),
+          a.weights.stride(1),
+          static_cast<int>(T),
+          static_cast<int>(E),
+          static_cast<int>(a.top_k),
+          static_cast<int>(a.n_group),
+          static_cast<int>(a.topk_group),
+          a.score == MoeScore::sigmoid,
+          a.renormalize,
+          a.scaling,
+          a.shared_expert,
+          a.shared_gate.defined() ? a.shared_gate.data() : nullptr,
+          a.shared_gate.defined() ? a.shared_gate.dtype() : DType::f32,
+          a.shared_gate.defined() ? a.shared_gate.stride(0) : 0};
 }
 
 void moe_route_run(const MoeRoute& a, Context& ctx) {

@@ -96,8 +96,8 @@ class Sampler {
       float z;
       int32_t pos;  // into ids / w
     };
-    std::vector<ZPos> order;       // top-p: (z, position) pairs by probability
-    std::vector<uint8_t> mark;      // top-p: the kept positions
+    std::vector<ZPos> order;    // top-p: (z, position) pairs by probability
+    std::vector<uint8_t> mark;  // top-p: the kept positions
   };
   void keep(const float* logits, int64_t vocab, std::span<const int32_t> history, Kept& kept) const;
 
