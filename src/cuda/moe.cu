@@ -121,6 +121,31 @@ __device__ __forceinline__ void load_lane_row(const void* base, DType t, int64_t
   }
 }
 
+// The weights of token t from the chosen scores in output order, out_s [K] in shared memory
+// (renormalised as the reference: Σ in output order + 1e-20, then / denom · scaling), and the
+// folded shared expert's column K (id E, weight sigmoid(shared_gate[t]) or 1). One warp.
+__device__ __forceinline__ void route_write_weights(const RouteParams& p, int t, int lane,
+                                                    const float* out_s) {
+  float denom = 1.0f;
+  if (p.renormalize) {
+    float sum = 0.0f;  // every lane sums (no broadcast)
+    for (int r = 0; r < p.K; ++r) sum = __fadd_rn(sum, out_s[r]);
+    denom = __fadd_rn(sum, 1e-20f);
+  }
+  for (int r = lane; r < p.K; r += 32)
+    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + r * p.w_s1,
+              __fmul_rn(__fdiv_rn(out_s[r], denom), p.scaling));
+  if (p.shared_expert && lane == 0) {
+    float g = 1.0f;
+    if (p.shared_gate) {
+      const float z = load_any(p.shared_gate, p.sgt, static_cast<int64_t>(t) * p.sg_stride);
+      g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+    }
+    p.ids[static_cast<int64_t>(t) * p.ids_s0 + p.K * p.ids_s1] = p.E;
+    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + p.K * p.w_s1, g);
+  }
+}
+
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const RouteParams p) {
   extern __shared__ float smem[];
@@ -246,24 +271,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
     out_s[rank] = sel_s[j];
   }
   __syncwarp();
-  float denom = 1.0f;
-  if (p.renormalize) {
-    float sum = 0.0f;  // Σ s in output order, the reference's order (every lane: no broadcast)
-    for (int r = 0; r < p.K; ++r) sum = __fadd_rn(sum, out_s[r]);
-    denom = __fadd_rn(sum, 1e-20f);
-  }
-  for (int r = lane; r < p.K; r += 32)
-    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + r * p.w_s1,
-              __fmul_rn(__fdiv_rn(out_s[r], denom), p.scaling));
-  if (p.shared_expert && lane == 0) {  // the shared expert folded in as column K, id E
-    float g = 1.0f;
-    if (p.shared_gate) {
-      const float z = load_any(p.shared_gate, p.sgt, static_cast<int64_t>(t) * p.sg_stride);
-      g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-    }
-    p.ids[static_cast<int64_t>(t) * p.ids_s0 + p.K * p.ids_s1] = E;
-    store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + p.K * p.w_s1, g);
-  }
+  route_write_weights(p, t, lane, out_s);
 }
 
 // ---- moe_route.cuda_block: one block per token, one expert per thread -------------------------
@@ -384,24 +392,7 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
       out_s[rank] = s_of[id];
     }
     __syncwarp();
-    float denom = 1.0f;
-    if (p.renormalize) {
-      float sum = 0.0f;  // Σ s in output order, the reference's order
-      for (int r = 0; r < K; ++r) sum = __fadd_rn(sum, out_s[r]);
-      denom = __fadd_rn(sum, 1e-20f);
-    }
-    if (lane < K)
-      store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + lane * p.w_s1,
-                __fmul_rn(__fdiv_rn(out_s[lane], denom), p.scaling));
-    if (p.shared_expert && lane == 0) {  // the shared expert folded in as column K, id E
-      float g = 1.0f;
-      if (p.shared_gate) {
-        const float z = load_any(p.shared_gate, p.sgt, static_cast<int64_t>(t) * p.sg_stride);
-        g = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-      }
-      p.ids[static_cast<int64_t>(t) * p.ids_s0 + K * p.ids_s1] = E;
-      store_any(p.weights, p.wt, static_cast<int64_t>(t) * p.w_s0 + K * p.w_s1, g);
-    }
+    route_write_weights(p, t, lane, out_s);
   }
 }
 

@@ -157,6 +157,37 @@ __device__ __forceinline__ unsigned long long compose(uint32_t key, int v) {
   return (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(v));
 }
 
+// One radix-select step, run by warp 0 over a 256-bin histogram: the digit d whose bin holds the
+// `need`-th largest key (1-based) among the keys counted, `above` = the keys in larger bins, and
+// `count` = the bin's size. Lane l takes the bins 255 − 8l − j (j < 8), so the lanes scan the
+// digits in descending order; the one lane whose run of bins holds the rank writes the results.
+__device__ __forceinline__ void radix_pick_digit(const uint32_t* hist, int lane, uint32_t need,
+                                                 uint32_t& digit, uint32_t& above,
+                                                 uint32_t& count) {
+  uint32_t c[8], sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum += c[j] = hist[255 - 8 * lane - j];
+  uint32_t incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  const uint32_t before = incl - sum;
+  if (before < need && need <= incl) {
+    uint32_t acc = before;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (acc + c[j] >= need && acc < need) {
+        digit = 255u - 8u * lane - j;
+        above = acc;
+        count = c[j];
+      }
+      acc += c[j];
+    }
+  }
+}
+
 // kBatch keys of a thread, ids base + u·stride + lane_or_tid (u < kBatch), loaded together (one
 // round trip instead of kBatch: run 4 measured 288 µs a row with one load per loop iteration).
 constexpr int kTopBatch = 8;
@@ -209,31 +240,7 @@ __global__ void __launch_bounds__(kTopThreads)
       hist[tid] = sum;
     }
     __syncthreads();
-    if (warp == 0) {
-      // Lane l holds digits 255 − 8l − j (j < 8): lanes in descending digit order.
-      uint32_t c[8], sum = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum += c[j] = hist[255 - 8 * lane - j];
-      uint32_t incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-      }
-      const uint32_t before = incl - sum;
-      if (before < need && need <= incl) {
-        uint32_t acc = before;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (acc + c[j] >= need && acc < need) {
-            s_digit = 255u - 8u * lane - j;
-            s_above = acc;
-            s_count = c[j];
-          }
-          acc += c[j];
-        }
-      }
-    }
+    if (warp == 0) radix_pick_digit(hist, lane, need, s_digit, s_above, s_count);
     __syncthreads();
     prefix |= s_digit << shift;
     mask |= 255u << shift;
@@ -569,7 +576,7 @@ __global__ void __launch_bounds__(kFilterThreads)
     tau_kernel(const uint32_t* __restrict__ seg_max, int S, int k, uint32_t* __restrict__ tau,
                int* __restrict__ count) {
   __shared__ uint32_t keys[kArgMaxChunks * kStretchesPerChunk], hist[256];
-  __shared__ uint32_t s_digit, s_above;
+  __shared__ uint32_t s_digit, s_above, s_count;
   const int n = blockIdx.x, tid = threadIdx.x, lane = tid % 32;
   if (tid == 0) count[n] = 0;
   if (k > S) {
@@ -584,26 +591,7 @@ __global__ void __launch_bounds__(kFilterThreads)
     for (int i = tid; i < S; i += kFilterThreads)
       if ((keys[i] & mask) == prefix) atomicAdd(&hist[(keys[i] >> shift) & 255u], 1u);
     __syncthreads();
-    if (tid < 32) {
-      uint32_t cnt[8], sum = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) sum += cnt[j] = hist[255 - 8 * lane - j];
-      uint32_t incl = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t p = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += p;
-      }
-      const uint32_t before = incl - sum;
-      if (before < need && need <= incl) {
-        uint32_t acc = before;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (acc + cnt[j] >= need && acc < need) s_digit = 255u - 8u * lane - j, s_above = acc;
-          acc += cnt[j];
-        }
-      }
-    }
+    if (tid < 32) radix_pick_digit(hist, lane, need, s_digit, s_above, s_count);
     __syncthreads();
     prefix |= s_digit << shift;
     mask |= 255u << shift;
