@@ -188,6 +188,23 @@ __device__ __forceinline__ void radix_pick_digit(const uint32_t* hist, int lane,
   }
 }
 
+// Bitonic sort of keys[0, P) in shared memory, descending, by a block of kTopThreads threads (P a
+// power of two; the caller pads with 0, which sorts last). Ends with a barrier when P > 1.
+__device__ __forceinline__ void bitonic_sort_desc(unsigned long long* keys, int P, int tid) {
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      for (int i = tid; i < P; i += kTopThreads) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const unsigned long long a = keys[i], b = keys[j];
+          if ((i & size) == 0 ? a < b : a > b) keys[i] = b, keys[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // kBatch keys of a thread, ids base + u·stride + lane_or_tid (u < kBatch), loaded together (one
 // round trip instead of kBatch: run 4 measured 288 µs a row with one load per loop iteration).
 constexpr int kTopBatch = 8;
@@ -307,18 +324,7 @@ __global__ void __launch_bounds__(kTopThreads)
   __syncthreads();
   for (int i = k + tid; i < P; i += kTopThreads) keys[i] = 0;
   __syncthreads();
-  for (int size = 2; size <= P; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = tid; i < P; i += kTopThreads) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const unsigned long long a = keys[i], b = keys[j];
-          if ((i & size) == 0 ? a < b : a > b) keys[i] = b, keys[j] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  bitonic_sort_desc(keys, P, tid);
   for (int j = tid; j < k; j += kTopThreads) {
     const int v = static_cast<int>(0xffffffffu - static_cast<uint32_t>(keys[j]));
     ids[static_cast<int64_t>(blockIdx.x) * ld_ids + j] = v;
@@ -648,18 +654,7 @@ __global__ void __launch_bounds__(kTopThreads)
   for (int i = tid; i < P; i += kTopThreads)
     keys[i] = i < m ? cand[static_cast<int64_t>(n) * kFilterCap + i] : 0ull;
   __syncthreads();
-  for (int size = 2; size <= P; size <<= 1) {
-    for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = tid; i < P; i += kTopThreads) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const unsigned long long a = keys[i], b = keys[j];
-          if ((i & size) == 0 ? a < b : a > b) keys[i] = b, keys[j] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  bitonic_sort_desc(keys, P, tid);
   const T* row = x + static_cast<int64_t>(n) * ldx;
   for (int j = tid; j < k; j += kTopThreads) {
     const int v = static_cast<int>(0xffffffffu - static_cast<uint32_t>(keys[j]));
