@@ -29,8 +29,8 @@ namespace {
 thread_local std::string last_error;
 
 DType parse_dtype(const std::string& s) {
-  for (DType t :
-       {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::u32})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
+                  DType::u32, DType::f64})
     if (s == dtype_name(t)) return t;
   fail("[c_api] unknown dtype '", s, "'");
 }

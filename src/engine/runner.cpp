@@ -1289,6 +1289,36 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
   return r;
 }
 
+Runner::Nucleus Runner::decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
+                                     const std::vector<int32_t>& ids, int64_t k, float temperature,
+                                     const Penalty& penalty) {
+  const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
+  const int64_t N = logits.size(0);
+  const Tensor out_ids = grown(top_ids_, DType::i32, N * k).reshape({N, k});
+  const Tensor out_values = grown(top_values_, DType::f32, N * k).reshape({N, k});
+  const Tensor mass = grown(masses_, DType::f64, N);
+  top_k({.x = logits, .ids = out_ids, .values = out_values}, *ctx_);
+  softmax_mass({.x = logits, .out = mass, .temperature = temperature}, *ctx_);
+  Nucleus r{{std::vector<int32_t>(static_cast<size_t>(N * k)),
+             std::vector<float>(static_cast<size_t>(N * k))},
+            std::vector<double>(static_cast<size_t>(N))};
+  copy_bytes(r.top.ids.data(), Device::cpu(), out_ids.data(), device_, r.top.ids.size() * 4, *ctx_);
+  copy_bytes(r.top.values.data(), Device::cpu(), out_values.data(), device_,
+             r.top.values.size() * 4, *ctx_);
+  download_into(r.mass.data(), mass, r.mass.size() * 8);
+  nucleus_logits_ = logits;
+  return r;
+}
+
+std::vector<float> Runner::logits_row(int64_t n) {
+  if (!nucleus_logits_.defined() || n < 0 || n >= nucleus_logits_.size(0))
+    fail("[model] logits_row: no row ", n, " of a decode_top_p step");
+  std::vector<float> row(static_cast<size_t>(nucleus_logits_.size(1)));
+  download_into(row.data(), nucleus_logits_.slice(0, n, 1), row.size() * 4);
+  return row;
+}
+
 std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,
                                            const std::vector<int32_t>& ids,
                                            const std::vector<int64_t>& draws, float temperature,
