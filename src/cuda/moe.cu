@@ -307,6 +307,7 @@ __device__ __forceinline__ float route_key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+template <bool kRounds>
 __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
   __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
   __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
@@ -346,16 +347,29 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   // 2. This warp's top-k by rank: a lane's rank among the warp's 32 keys (larger key first, then
   // the lower id), by 32 shuffles; the lanes of rank < K write list[warp][rank]. Entries past the
   // warp's live lanes stay key 0 (none).
-  const uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
-  if (lane < K) list_key[warp][lane] = 0u;
-  __syncwarp();
-  int rank_w = 0;
+  // kRounds (session 14's check, HYBRID_MOE_ROUTE_ROUNDS=1): the list by K rounds of two redux
+  // ops instead, the first form's phase (7.4 µs at T 1 with its merge, which lost or repeated ids):
+  // whether its rounds or its merge were wrong, and what the rounds cost beside the rank.
+  uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
+  if constexpr (kRounds) {
+    for (int j = 0; j < K; ++j) {
+      const uint32_t best = __reduce_max_sync(0xffffffffu, key);
+      const uint32_t win = __reduce_min_sync(
+          0xffffffffu, key == best && best != 0u ? static_cast<uint32_t>(e) : UINT32_MAX);
+      if (lane == 0) list_key[warp][j] = best, list_id[warp][j] = static_cast<int>(win);
+      if (static_cast<uint32_t>(e) == win) key = 0u;
+    }
+  } else {
+    if (lane < K) list_key[warp][lane] = 0u;
+    __syncwarp();
+    int rank_w = 0;
 #pragma unroll 8
-  for (int i = 0; i < 32; ++i) {
-    const uint32_t other = __shfl_sync(0xffffffffu, key, i);
-    rank_w += other > key || (other == key && i < lane);
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t other = __shfl_sync(0xffffffffu, key, i);
+      rank_w += other > key || (other == key && i < lane);
+    }
+    if (key != 0u && rank_w < K) list_key[warp][rank_w] = key, list_id[warp][rank_w] = e;
   }
-  if (key != 0u && rank_w < K) list_key[warp][rank_w] = key, list_id[warp][rank_w] = e;
   __syncthreads();
 
   // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
@@ -467,7 +481,10 @@ void moe_route_block_run(const MoeRoute& a, Context& ctx) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   if (T == 0) return;
   const auto threads = static_cast<unsigned>((E + 31) / 32 * 32);
-  moe_route_block_kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(
+  static const bool rounds = env_on("HYBRID_MOE_ROUTE_ROUNDS");
+  (rounds ? moe_route_block_kernel<true>
+          : moe_route_block_kernel<
+                false>)<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(
       route_params(a));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
