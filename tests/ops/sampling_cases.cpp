@@ -360,6 +360,24 @@ struct SoftmaxMassCase : Case {
   }
 };
 
+struct SoftmaxMassPerfCase : Case {
+  int64_t N, V = 151936;
+  explicit SoftmaxMassPerfCase(int64_t N) : N(N) {}
+  std::string op() const override { return "softmax_mass"; }
+  std::string params() const override { return str("N=", N, ",V=", V, ",x=f32,T=0.8,perf"); }
+  bool perf_only() const override { return true; }
+  void init(Rng&, Slots& s) override {
+    fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
+    s.output("out", DType::f64, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    softmax_mass({.x = v.at("x"), .out = v.at("out"), .temperature = 0.8f}, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[softmax_mass perf case] has no oracle"); }
+  // The row read twice (chunk maxima, then the sums; the second from L2).
+  double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 8.0 + 8.0); }
+};
+
 // x[n, id] = x > 0 ? x / penalty : x · penalty for the first counts[n] (distinct) ids of row n, in
 // place. Counts: row 0 none, row 1 all H, the others random; ids drawn without repeats.
 struct RepetitionPenaltyCase : Case {
@@ -478,6 +496,7 @@ void add_sampling_cases(CaseList& cases) {
   mass(6, 2049, f16, {R::plain, R::neg_inf}, 1.0f, false);
   mass(3, 1, f32, {R::plain}, 0.7f, false);
   mass(64, 512, f32, {R::plain, R::plateau, R::neg_inf}, 0.9f, true);
+  for (int64_t N : {1, 64}) cases.push_back(std::make_unique<SoftmaxMassPerfCase>(N));
 
   // repetition_penalty: Qwen3-Next's vocab with 300 history ids (penalty 1.3 and 0.8, the second
   // strided), every id of a small vocab, 64 rows.
