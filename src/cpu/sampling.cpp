@@ -58,6 +58,18 @@ void top_k_cpu(const TopK& a, Context& ctx) {
   });
 }
 
+// The max of x[row, row + V) into zmax; false for a row Sampler refuses (a NaN or +inf, or only
+// -inf).
+bool row_max(const Tensor& x, int64_t row, int64_t V, float& zmax) {
+  zmax = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) {
+    const float e = load_f32(x, row + v);
+    if (std::isnan(e) || e == INFINITY) return false;
+    zmax = std::max(zmax, e);
+  }
+  return zmax != -INFINITY;
+}
+
 // Sampler's draw on the whole row (temperature, min-p), with its arithmetic: w in f64, sums in
 // ascending v, the inverse CDF over w / Σw. -1 for a NaN or +inf, or only -inf.
 void sample_rows_cpu(const SampleRows& a, Context& ctx) {
@@ -66,16 +78,8 @@ void sample_rows_cpu(const SampleRows& a, Context& ctx) {
   parallel_for(a.x.size(0), ctx, [&](int64_t n) {
     const int64_t row = n * a.x.stride(0);
     int32_t& out = a.out.data_as<int32_t>()[n * a.out.stride(0)];
-    float zmax = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) {
-      const float x = load_f32(a.x, row + v);
-      if (std::isnan(x) || x == INFINITY) {
-        out = -1;
-        return;
-      }
-      zmax = std::max(zmax, x);
-    }
-    if (zmax == -INFINITY) {
+    float zmax;
+    if (!row_max(a.x, row, V, zmax)) {
       out = -1;
       return;
     }
@@ -111,16 +115,8 @@ void softmax_mass_cpu(const SoftmaxMass& a, Context& ctx) {
   parallel_for(a.x.size(0), ctx, [&](int64_t n) {
     const int64_t row = n * a.x.stride(0);
     double& out = a.out.data_as<double>()[n * a.out.stride(0)];
-    float zmax = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) {
-      const float x = load_f32(a.x, row + v);
-      if (std::isnan(x) || x == INFINITY) {
-        out = std::nan("");
-        return;
-      }
-      zmax = std::max(zmax, x);
-    }
-    if (zmax == -INFINITY) {
+    float zmax;
+    if (!row_max(a.x, row, V, zmax)) {
       out = std::nan("");
       return;
     }

@@ -486,32 +486,46 @@ __global__ void __launch_bounds__(kArgThreads)
   if (threadIdx.x == 0) out[n * out_s0] = s_first != INT_MAX ? s_first : s_last;
 }
 
+// The workspace of sample_rows and softmax_mass: per (row, chunk) part the chunk's Σw (f64), max
+// and its id (-1: the chunk saw a NaN / +inf).
+struct ChunkSums {
+  RowChunks rc;
+  double* part_sum;
+  float* part_v;
+  int* part_i;
+};
+
+// argmax_partial_kernel then sample_sum_kernel over x (dtype T): each chunk's max, then its Σw of
+// the weights kept at (temperature, min_p), into the context's workspace.
+template <class T>
+ChunkSums chunk_sums(const Tensor& x, double temperature, double min_p, Context& ctx) {
+  const RowChunks rc(x.size(0), static_cast<int>(x.size(1)));
+  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(rc.parts) * 16));
+  const ChunkSums cs{rc, reinterpret_cast<double*>(ws), reinterpret_cast<float*>(ws + rc.parts * 8),
+                     reinterpret_cast<int*>(ws + rc.parts * 12)};
+  const cudaStream_t st = as_stream(ctx.stream());
+  const int V = static_cast<int>(x.size(1));
+  argmax_partial_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cs.part_v, cs.part_i);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  sample_sum_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cs.part_v, cs.part_i,
+      temperature, min_p, cs.part_sum);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  return cs;
+}
+
 void sample_rows_cuda(const SampleRows& a, Context& ctx) {
   const int64_t N = a.x.size(0);
-  const int V = static_cast<int>(a.x.size(1));
   if (N == 0) return;
-  const RowChunks rc(N, V);
-  const int chunks = rc.chunks, per_chunk = rc.per_chunk;
-  const int64_t parts = rc.parts;
-  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 16));
-  double* part_sum = reinterpret_cast<double*>(ws);
-  float* part_v = reinterpret_cast<float*>(ws + parts * 8);
-  int* part_i = reinterpret_cast<int*>(ws + parts * 12);
-  const cudaStream_t st = as_stream(ctx.stream());
   const double temperature = a.temperature, min_p = a.min_p;
   dispatch_float(a.x.dtype(), SampleRows::op_name, [&](auto t) {
     using T = decltype(t);
-    const T* x = a.x.data_as<const T>();
-    argmax_partial_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i);
-    HYBRID_CUDA_CHECK_LAUNCH();
-    sample_sum_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i, temperature, min_p, part_sum);
-    HYBRID_CUDA_CHECK_LAUNCH();
-    sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i, part_sum,
-        a.draws.data_as<const int64_t>(), a.draws.stride(0), temperature, min_p,
-        a.out.data_as<int32_t>(), a.out.stride(0));
+    const ChunkSums cs = chunk_sums<T>(a.x, temperature, min_p, ctx);
+    sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, as_stream(ctx.stream())>>>(
+        a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)), cs.rc.chunks,
+        cs.rc.per_chunk, cs.part_v, cs.part_i, cs.part_sum, a.draws.data_as<const int64_t>(),
+        a.draws.stride(0), temperature, min_p, a.out.data_as<int32_t>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
   });
 }
@@ -535,29 +549,14 @@ __global__ void mass_total_kernel(const float* __restrict__ part_v, const int* _
 
 void softmax_mass_cuda(const SoftmaxMass& a, Context& ctx) {
   const int64_t N = a.x.size(0);
-  const int V = static_cast<int>(a.x.size(1));
   if (N == 0) return;
-  const RowChunks rc(N, V);
-  const int chunks = rc.chunks, per_chunk = rc.per_chunk;
-  const int64_t parts = rc.parts;
-  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 16));
-  double* part_sum = reinterpret_cast<double*>(ws);
-  float* part_v = reinterpret_cast<float*>(ws + parts * 8);
-  int* part_i = reinterpret_cast<int*>(ws + parts * 12);
-  const cudaStream_t st = as_stream(ctx.stream());
   dispatch_float(a.x.dtype(), SoftmaxMass::op_name, [&](auto t) {
     using T = decltype(t);
-    const T* x = a.x.data_as<const T>();
-    argmax_partial_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i);
-    HYBRID_CUDA_CHECK_LAUNCH();
-    sample_sum_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, part_v, part_i, a.temperature, 0.0, part_sum);
+    const ChunkSums cs = chunk_sums<T>(a.x, a.temperature, 0.0, ctx);
+    mass_total_kernel<<<static_cast<unsigned>(N), 32, 0, as_stream(ctx.stream())>>>(
+        cs.part_v, cs.part_i, cs.part_sum, cs.rc.chunks, a.out.data_as<double>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
   });
-  mass_total_kernel<<<static_cast<unsigned>(N), 32, 0, st>>>(
-      part_v, part_i, part_sum, chunks, a.out.data_as<double>(), a.out.stride(0));
-  HYBRID_CUDA_CHECK_LAUNCH();
 }
 
 Reason top_k_supports(const TopK& a) {

@@ -1273,11 +1273,8 @@ void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
                      *ctx_);
 }
 
-Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
-                                        const std::vector<int32_t>& ids, int64_t k,
-                                        const Penalty& penalty) {
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+// The top_k op's k best of each row of `logits`, downloaded (the stream drained).
+Runner::Candidates Runner::candidates_of(const Tensor& logits, int64_t k) {
   const int64_t N = logits.size(0);
   const Tensor out_ids = grown(top_ids_, DType::i32, N * k).reshape({N, k});
   const Tensor out_values = grown(top_values_, DType::f32, N * k).reshape({N, k});
@@ -1289,24 +1286,24 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
   return r;
 }
 
+Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
+                                        const std::vector<int32_t>& ids, int64_t k,
+                                        const Penalty& penalty) {
+  const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
+  return candidates_of(logits, k);
+}
+
 Runner::Nucleus Runner::decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
                                      const std::vector<int32_t>& ids, int64_t k, float temperature,
                                      const Penalty& penalty) {
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
-  const Tensor out_ids = grown(top_ids_, DType::i32, N * k).reshape({N, k});
-  const Tensor out_values = grown(top_values_, DType::f32, N * k).reshape({N, k});
   const Tensor mass = grown(masses_, DType::f64, N);
-  top_k({.x = logits, .ids = out_ids, .values = out_values}, *ctx_);
   softmax_mass({.x = logits, .out = mass, .temperature = temperature}, *ctx_);
-  Nucleus r{{std::vector<int32_t>(static_cast<size_t>(N * k)),
-             std::vector<float>(static_cast<size_t>(N * k))},
-            std::vector<double>(static_cast<size_t>(N))};
-  copy_bytes(r.top.ids.data(), Device::cpu(), out_ids.data(), device_, r.top.ids.size() * 4, *ctx_);
-  copy_bytes(r.top.values.data(), Device::cpu(), out_values.data(), device_,
-             r.top.values.size() * 4, *ctx_);
-  download_into(r.mass.data(), mass, r.mass.size() * 8);
+  Nucleus r{candidates_of(logits, k), std::vector<double>(static_cast<size_t>(N))};
+  download_into(r.mass.data(), mass, r.mass.size() * 8);  // (computed before the candidates)
   nucleus_logits_ = logits;
   return r;
 }

@@ -245,6 +245,7 @@ class Runner {
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
   void download_into(void* host, const Tensor& t, size_t bytes);
   Tensor grown(OwnedTensor& buf, DType dtype, int64_t n);
+  Candidates candidates_of(const Tensor& logits, int64_t k);  // the top_k op's, downloaded
   // The repetition penalty on a decode step's logits [N, vocab], in place (nothing when 1).
   void penalise(const Tensor& logits, const Penalty& penalty);
 
