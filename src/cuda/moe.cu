@@ -307,7 +307,7 @@ __device__ __forceinline__ float route_key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-template <bool kRounds>
+template <bool kRounds, bool kMerge>
 __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
   __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
   __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   // 2. This warp's top-k by rank: a lane's rank among the warp's 32 keys (larger key first, then
   // the lower id), by 32 shuffles; the lanes of rank < K write list[warp][rank]. Entries past the
   // warp's live lanes stay key 0 (none).
-  // kRounds (session 14's check, HYBRID_MOE_ROUTE_ROUNDS=1): the list by K rounds of two redux
+  // kRounds (session 14's check, HYBRID_MOE_ROUTE_ROUNDS=1 or 2): the list by K rounds of two redux
   // ops instead, the first form's phase (7.4 µs at T 1 with its merge, which lost or repeated ids):
   // whether its rounds or its merge were wrong, and what the rounds cost beside the rank.
   uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
@@ -372,26 +372,52 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   }
   __syncthreads();
 
-  // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
-  // before it, list by list: a list is in rank order, so its count ends at its first entry that
-  // does not rank before c (about K + warps reads, no division in the loop: session 13 run 4's
-  // scan of every candidate with c / K, c % K per read took T 1 to 22.9 µs). Those of rank < K
-  // are the chosen, sel[rank] (choice order = key order).
-  const int cands = warps * K;
-  for (int c = threadIdx.x; c < cands; c += blockDim.x) {
-    const int cw = c / K, cj = c - cw * K;
-    const uint32_t ck = list_key[cw][cj];
-    if (ck == 0u) continue;
-    const int cid = list_id[cw][cj];
-    int rank = 0;
-    for (int w = 0; w < warps && rank < K; ++w) {
+  // 3. The block's top-k. kMerge (HYBRID_MOE_ROUTE_ROUNDS=2, session 14's check): warp 0 merges
+  // the lists, lane w holding list w's head, K rounds of two redux ops, the winner lane reading
+  // its next entry (no prefetch, the loop not unrolled: the first form prefetched the entry after
+  // the head, and nvcc 13.0.88 compiled the remainder copy of its unrolled loop to read entry
+  // pos + 2 where the unrolled body read pos + 1, per cuobjdump; k 7 runs 3 rounds in that copy,
+  // which is how run 3's E 7 / k 7 case lost its last id).
+  if constexpr (kMerge) {
+    if (warp == 0) {
+      int pos = 0;
+      uint32_t head = lane < warps ? list_key[lane][0] : 0u;
+      int head_id = lane < warps ? list_id[lane][0] : -1;
+#pragma unroll 1
       for (int j = 0; j < K; ++j) {
-        const uint32_t ok = list_key[w][j];
-        if (!(ok > ck || (ok == ck && ok != 0u && list_id[w][j] < cid))) break;
-        ++rank;
+        const uint32_t best = __reduce_max_sync(0xffffffffu, head);
+        const uint32_t win = __reduce_min_sync(
+            0xffffffffu, head == best && best != 0u ? static_cast<uint32_t>(head_id) : UINT32_MAX);
+        if (lane == 0) sel[j] = best != 0u ? static_cast<int>(win) : 0;
+        if (best != 0u && head == best && static_cast<uint32_t>(head_id) == win) {
+          ++pos;
+          head = pos < K ? list_key[lane][pos] : 0u;
+          head_id = pos < K ? list_id[lane][pos] : -1;
+        }
       }
     }
-    if (rank < K) sel[rank] = cid;
+  } else {
+    // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
+    // before it, list by list: a list is in rank order, so its count ends at its first entry that
+    // does not rank before c (about K + warps reads, no division in the loop: session 13 run 4's
+    // scan of every candidate with c / K, c % K per read took T 1 to 22.9 µs). Those of rank < K
+    // are the chosen, sel[rank] (choice order = key order).
+    const int cands = warps * K;
+    for (int c = threadIdx.x; c < cands; c += blockDim.x) {
+      const int cw = c / K, cj = c - cw * K;
+      const uint32_t ck = list_key[cw][cj];
+      if (ck == 0u) continue;
+      const int cid = list_id[cw][cj];
+      int rank = 0;
+      for (int w = 0; w < warps && rank < K; ++w) {
+        for (int j = 0; j < K; ++j) {
+          const uint32_t ok = list_key[w][j];
+          if (!(ok > ck || (ok == ck && ok != 0u && list_id[w][j] < cid))) break;
+          ++rank;
+        }
+      }
+      if (rank < K) sel[rank] = cid;
+    }
   }
   __syncthreads();
 
@@ -481,11 +507,16 @@ void moe_route_block_run(const MoeRoute& a, Context& ctx) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   if (T == 0) return;
   const auto threads = static_cast<unsigned>((E + 31) / 32 * 32);
-  static const bool rounds = env_on("HYBRID_MOE_ROUTE_ROUNDS");
-  (rounds ? moe_route_block_kernel<true>
-          : moe_route_block_kernel<
-                false>)<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(
-      route_params(a));
+  // Session 14's check of the first form's phases: 1 = redux rounds, then the rank count; 2 =
+  // redux rounds, then warp 0's merge.
+  static const int rounds = [] {
+    const char* v = std::getenv("HYBRID_MOE_ROUTE_ROUNDS");
+    return v ? std::atoi(v) : 0;
+  }();
+  const auto kernel = rounds == 2   ? moe_route_block_kernel<true, true>
+                      : rounds == 1 ? moe_route_block_kernel<true, false>
+                                    : moe_route_block_kernel<false, false>;
+  kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(route_params(a));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
