@@ -14,6 +14,7 @@
 #include "hybrid/ops/gdn.h"
 #include "hybrid/ops/gdn_chunk.h"
 #include "hybrid/ops/norm.h"
+#include "hybrid/ops/sampling.h"
 #include "hybrid/ops/ssm.h"
 
 using nlohmann::json;
@@ -105,6 +106,30 @@ const std::map<std::string, Binding>& bindings() {
          AttnDecode a;
          F(q), F(k_cache), F(v_cache), F(page_table), F(seq_lens), F(out), F(window), F(scale);
          attn_decode(a, ctx);
+       }},
+      {"argmax",
+       [](const json& j, Context& ctx) {
+         Argmax a;
+         F(x), F(out);
+         argmax(a, ctx);
+       }},
+      {"top_k",
+       [](const json& j, Context& ctx) {
+         TopK a;
+         F(x), F(ids), F(values);
+         top_k(a, ctx);
+       }},
+      {"sample_rows",
+       [](const json& j, Context& ctx) {
+         SampleRows a;
+         F(x), F(draws), F(out), F(temperature), F(min_p);
+         sample_rows(a, ctx);
+       }},
+      {"softmax_mass",
+       [](const json& j, Context& ctx) {
+         SoftmaxMass a;
+         F(x), F(out), F(temperature);
+         softmax_mass(a, ctx);
        }},
       {"attn_prefill",
        [](const json& j, Context& ctx) {
