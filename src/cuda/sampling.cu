@@ -120,6 +120,20 @@ struct RowChunks {
         parts(N * chunks) {}
 };
 
+// The per-(row, chunk) partials in the context's workspace: each chunk's max and its id (-1: the
+// chunk saw a NaN / +inf), then (with_sums) each chunk's Σw in f64, 8-byte aligned after them.
+struct ChunkParts {
+  float* v;
+  int* i;
+  double* sum;
+};
+ChunkParts chunk_parts(const RowChunks& rc, bool with_sums, Context& ctx) {
+  char* ws =
+      static_cast<char*>(ctx.workspace(static_cast<size_t>(rc.parts) * (with_sums ? 16 : 8)));
+  return {reinterpret_cast<float*>(ws), reinterpret_cast<int*>(ws + rc.parts * 4),
+          with_sums ? reinterpret_cast<double*>(ws + rc.parts * 8) : nullptr};
+}
+
 void argmax_cuda(const Argmax& a, Context& ctx) {
   const int64_t N = a.x.size(0);
   const int V = static_cast<int>(a.x.size(1));
@@ -127,18 +141,16 @@ void argmax_cuda(const Argmax& a, Context& ctx) {
   const RowChunks rc(N, V);
   const int chunks = rc.chunks, per_chunk = rc.per_chunk;
   const int64_t parts = rc.parts;
-  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(parts) * 8));
-  float* part_v = reinterpret_cast<float*>(ws);
-  int* part_i = reinterpret_cast<int*>(ws + parts * 4);
+  const ChunkParts cp = chunk_parts(rc, false, ctx);
   const cudaStream_t st = as_stream(ctx.stream());
   dispatch_float(a.x.dtype(), Argmax::op_name, [&](auto t) {
     using T = decltype(t);
     argmax_partial_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        a.x.data_as<const T>(), a.x.stride(0), V, chunks, per_chunk, part_v, part_i);
+        a.x.data_as<const T>(), a.x.stride(0), V, chunks, per_chunk, cp.v, cp.i);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
   argmax_final_kernel<<<static_cast<unsigned>(N), 32, 0, st>>>(
-      part_v, part_i, chunks, a.out.data_as<int32_t>(), a.out.stride(0));
+      cp.v, cp.i, chunks, a.out.data_as<int32_t>(), a.out.stride(0));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -168,12 +180,7 @@ __device__ __forceinline__ void radix_pick_digit(const uint32_t* hist, int lane,
   uint32_t c[8], sum = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) sum += c[j] = hist[255 - 8 * lane - j];
-  uint32_t incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
-  }
+  const uint32_t incl = warp_inclusive_scan(sum, lane);
   const uint32_t before = incl - sum;
   if (before < need && need <= incl) {
     uint32_t acc = before;
@@ -463,11 +470,7 @@ __global__ void __launch_bounds__(kArgThreads)
   for (int v = a; v < b; ++v) mine += kept_weight(to_f32(row[v]), zmax, temperature, min_p);
   // Exclusive scan of the stretches' sums over the block (warp scan, then the warps' totals).
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  double incl = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double p = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += p;
-  }
+  const double incl = warp_inclusive_scan(mine, lane);
   if (lane == 31) red[warp] = incl;
   __syncthreads();
   double running = s_before + incl - mine;
@@ -486,33 +489,22 @@ __global__ void __launch_bounds__(kArgThreads)
   if (threadIdx.x == 0) out[n * out_s0] = s_first != INT_MAX ? s_first : s_last;
 }
 
-// The workspace of sample_rows and softmax_mass: per (row, chunk) part the chunk's Σw (f64), max
-// and its id (-1: the chunk saw a NaN / +inf).
-struct ChunkSums {
-  RowChunks rc;
-  double* part_sum;
-  float* part_v;
-  int* part_i;
-};
-
 // argmax_partial_kernel then sample_sum_kernel over x (dtype T): each chunk's max, then its Σw of
-// the weights kept at (temperature, min_p), into the context's workspace.
+// the weights kept at (temperature, min_p), into chunk_parts' partials (with the sums).
 template <class T>
-ChunkSums chunk_sums(const Tensor& x, double temperature, double min_p, Context& ctx) {
-  const RowChunks rc(x.size(0), static_cast<int>(x.size(1)));
-  char* ws = static_cast<char*>(ctx.workspace(static_cast<size_t>(rc.parts) * 16));
-  const ChunkSums cs{rc, reinterpret_cast<double*>(ws), reinterpret_cast<float*>(ws + rc.parts * 8),
-                     reinterpret_cast<int*>(ws + rc.parts * 12)};
+ChunkParts chunk_sums(const Tensor& x, const RowChunks& rc, double temperature, double min_p,
+                      Context& ctx) {
+  const ChunkParts cp = chunk_parts(rc, true, ctx);
   const cudaStream_t st = as_stream(ctx.stream());
   const int V = static_cast<int>(x.size(1));
   argmax_partial_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
-      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cs.part_v, cs.part_i);
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cp.v, cp.i);
   HYBRID_CUDA_CHECK_LAUNCH();
   sample_sum_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
-      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cs.part_v, cs.part_i,
-      temperature, min_p, cs.part_sum);
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cp.v, cp.i, temperature, min_p,
+      cp.sum);
   HYBRID_CUDA_CHECK_LAUNCH();
-  return cs;
+  return cp;
 }
 
 void sample_rows_cuda(const SampleRows& a, Context& ctx) {
@@ -521,11 +513,12 @@ void sample_rows_cuda(const SampleRows& a, Context& ctx) {
   const double temperature = a.temperature, min_p = a.min_p;
   dispatch_float(a.x.dtype(), SampleRows::op_name, [&](auto t) {
     using T = decltype(t);
-    const ChunkSums cs = chunk_sums<T>(a.x, temperature, min_p, ctx);
+    const RowChunks rc(N, static_cast<int>(a.x.size(1)));
+    const ChunkParts cp = chunk_sums<T>(a.x, rc, temperature, min_p, ctx);
     sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, as_stream(ctx.stream())>>>(
-        a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)), cs.rc.chunks,
-        cs.rc.per_chunk, cs.part_v, cs.part_i, cs.part_sum, a.draws.data_as<const int64_t>(),
-        a.draws.stride(0), temperature, min_p, a.out.data_as<int32_t>(), a.out.stride(0));
+        a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)), rc.chunks,
+        rc.per_chunk, cp.v, cp.i, cp.sum, a.draws.data_as<const int64_t>(), a.draws.stride(0),
+        temperature, min_p, a.out.data_as<int32_t>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
   });
 }
@@ -552,9 +545,10 @@ void softmax_mass_cuda(const SoftmaxMass& a, Context& ctx) {
   if (N == 0) return;
   dispatch_float(a.x.dtype(), SoftmaxMass::op_name, [&](auto t) {
     using T = decltype(t);
-    const ChunkSums cs = chunk_sums<T>(a.x, a.temperature, 0.0, ctx);
+    const RowChunks rc(N, static_cast<int>(a.x.size(1)));
+    const ChunkParts cp = chunk_sums<T>(a.x, rc, a.temperature, 0.0, ctx);
     mass_total_kernel<<<static_cast<unsigned>(N), 32, 0, as_stream(ctx.stream())>>>(
-        cs.part_v, cs.part_i, cs.part_sum, cs.rc.chunks, a.out.data_as<double>(), a.out.stride(0));
+        cp.v, cp.i, cp.sum, rc.chunks, a.out.data_as<double>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,4 +1,4 @@
-// Warp-wide reductions (all 32 lanes take part and all receive the result).
+// Warp-wide reductions and scans (all 32 lanes take part).
 #pragma once
 
 namespace hybrid::cuda {
@@ -13,6 +13,17 @@ __device__ __forceinline__ T warp_sum(T v) {
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Inclusive prefix sum over the lanes: lane l gets v of lanes 0..l added in one fixed order.
+template <class T>
+__device__ __forceinline__ T warp_inclusive_scan(T v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += n;
+  }
   return v;
 }
 

@@ -1238,9 +1238,18 @@ void Runner::download_into(void* host, const Tensor& t, size_t bytes) {
   ctx_->synchronize();
 }
 
+namespace {
+// Before the step runs (a bad argument must not advance the sequences): one id list a sequence.
+void check_penalty(const Penalty& penalty, size_t N) {
+  if (penalty.value != 1.0f && penalty.ids.size() != N)
+    fail("[model] repetition penalty: ", penalty.ids.size(), " id lists for ", N, " sequences");
+}
+}  // namespace
+
 std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
                                            const std::vector<int32_t>& ids,
                                            const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
@@ -1254,8 +1263,6 @@ std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<in
 void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
   if (penalty.value == 1.0f) return;
   const int64_t N = logits.size(0);
-  if (static_cast<int64_t>(penalty.ids.size()) != N)
-    fail("[model] repetition penalty: ", penalty.ids.size(), " id lists for ", N, " sequences");
   int64_t H = 1;
   for (const std::vector<int32_t>& row : penalty.ids)
     H = std::max<int64_t>(H, static_cast<int64_t>(row.size()));
@@ -1289,6 +1296,7 @@ Runner::Candidates Runner::candidates_of(const Tensor& logits, int64_t k) {
 Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
                                         const std::vector<int32_t>& ids, int64_t k,
                                         const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   return candidates_of(logits, k);
@@ -1297,6 +1305,7 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
 Runner::Nucleus Runner::decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
                                      const std::vector<int32_t>& ids, int64_t k, float temperature,
                                      const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
@@ -1320,11 +1329,12 @@ std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<in
                                            const std::vector<int32_t>& ids,
                                            const std::vector<int64_t>& draws, float temperature,
                                            float min_p, const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
+  if (draws.size() != ids.size())
+    fail("[model] decode_sample: ", draws.size(), " draws for ", ids.size(), " sequences");
   const Tensor logits = decode_step(seqs, slots, ids);
   penalise(logits, penalty);
   const int64_t N = logits.size(0);
-  if (static_cast<int64_t>(draws.size()) != N)
-    fail("[model] decode_sample: ", draws.size(), " draws for ", N, " sequences");
   const Tensor out = grown(chosen_ids_, DType::i32, N), d = grown(draws_, DType::i64, N);
   copy_bytes(d.data(), device_, draws.data(), Device::cpu(), draws.size() * 8, *ctx_);
   sample_rows({.x = logits, .draws = d, .out = out, .temperature = temperature, .min_p = min_p},

@@ -642,6 +642,25 @@ TEST(EngineErrors, IdsOutOfRangeNameThePosition) {
   EXPECT_HYBRID_ERROR(model->generate_greedy({}, 2), "prompt is empty");
 }
 
+// A device step's own arguments (draws, the penalty's id lists) are checked before the step runs:
+// the error names them and the sequences do not advance.
+TEST(EngineErrors, DeviceStepArgumentsAreCheckedBeforeTheStep) {
+  TempDir dir;
+  write_model(dir.path, "mamba2_tiny.json");
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  engine::Runner& runner = model->runner();
+  engine::Sequences seqs = runner.new_sequences(2, 8);
+  for (int64_t slot : {0, 1}) runner.forward(seqs, slot, {1, 2}, false);
+  EXPECT_HYBRID_ERROR(runner.decode_sample(seqs, {0, 1}, {3, 4}, {7}, 1.0f, 0.0f),
+                      "[model] decode_sample: 1 draws for 2 sequences");
+  const engine::Penalty one_list{.value = 1.2f, .ids = {{3}}};
+  EXPECT_HYBRID_ERROR(runner.decode_argmax(seqs, {0, 1}, {3, 4}, one_list),
+                      "[model] repetition penalty: 1 id lists for 2 sequences");
+  EXPECT_HYBRID_ERROR(runner.decode_top_k(seqs, {0, 1}, {3, 4}, 2, one_list),
+                      "[model] repetition penalty: 1 id lists for 2 sequences");
+  EXPECT_EQ(seqs.length, (std::vector<int64_t>{2, 2}));
+}
+
 // prefill_chunk 0 means the device's default piece (512 on the CPU); a negative one is an error
 // that names it, in generate_greedy, generate and generate_batch alike.
 TEST(Engine, PrefillChunkZeroIsTheDevicesDefault) {
