@@ -280,16 +280,24 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
 // rescan of the winner lane's E / 32 keys: ~2000 dependent instructions for E 512, k 10, at ~7
 // cycles each (session 13 run 1's ncu: 7.2 cycles an issued instruction, one warp), ~9 µs of a
 // decode step's 12.5. Here the block holds expert e = threadIdx.x (E <= 1024, 32·ceil(E/32)
-// threads) and nothing is serial in k:
+// threads) and each phase is a few redux ops:
 //   1. max and Σ exp over the block (f32 max by the order-preserving key, Σ in f64 as above),
-//   2. each warp's top-k by rank: a lane's rank among its warp's 32 keys (32 shuffles); the
-//      lanes of rank < k write the warp's list [warps][k],
-//   3. each of the warps·k candidates counts the candidates ranked before it; rank < k is chosen,
+//   2. each warp's top-k list [warps][k] by k rounds of two redux ops (the max key, then the
+//      lowest id holding it; the winner lane drops out),
+//   3. warp 0 merges the lists: lane w holds list w's head, k rounds of the same two redux ops,
+//      the winner lane reading its list's next entry,
 //   4. output order (l descending, ids ascending on ties) and the weights as in the warp kernel.
+// Session 14 run 1: T 1 7.62 µs (the rank form below 10.34, the warp kernel 12.38), engine tg32
+// 1979 t/s against 1918 (rank) and 1827 (rounds with the rank merge).
+// The rank form (HYBRID_MOE_ROUTE_RANK=1, kept to time and test beside it): 2. a lane's rank among
+// its warp's 32 keys (32 shuffles), 3. each of the warps·k candidates counts the candidates ranked
+// before it; rank < k is chosen.
 // Keys: route_key of c (l without a bias, s + bias with one): larger first, then the lower id; -0
 // = +0, NaN above +inf (as top_k); 0 is no key (a lane past E). supports(): n_group <= 1, k <= 32.
-// (Session 13's first form, k rounds of two redux ops a warp and a merge of the lists by warp 0,
-// lost or repeated ids when one list gave up most of the k: run 3's E 7 / k 7 case.)
+// Session 13's first merge prefetched the entry after the head in an unrolled loop; nvcc 13.0.88
+// compiled that loop's remainder copy to read entry pos + 2 (cuobjdump), which lost or repeated
+// ids on the E 7 / k 7 case. The merge below reads the next entry only when its lane wins, in a
+// loop that is not unrolled (session 14 run 1: every case passes, racecheck and memcheck clean).
 
 constexpr int kRouteBlockMaxK = 32;
 // Tokens above which the warp kernel is faster: session 13 run 2 measured T 1 at 7.4 µs here
@@ -307,7 +315,7 @@ __device__ __forceinline__ float route_key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-template <bool kRounds, bool kMerge>
+template <bool kRank>
 __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
   __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
   __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
@@ -344,14 +352,12 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   }
   if (live) l_of[e] = l, s_of[e] = s;
 
-  // 2. This warp's top-k by rank: a lane's rank among the warp's 32 keys (larger key first, then
-  // the lower id), by 32 shuffles; the lanes of rank < K write list[warp][rank]. Entries past the
-  // warp's live lanes stay key 0 (none).
-  // kRounds (session 14's check, HYBRID_MOE_ROUTE_ROUNDS=1 or 2): the list by K rounds of two redux
-  // ops instead, the first form's phase (7.4 µs at T 1 with its merge, which lost or repeated ids):
-  // whether its rounds or its merge were wrong, and what the rounds cost beside the rank.
+  // 2. This warp's top-k list: K rounds of the max key and the lowest id holding it (a lane past
+  // the warp's live lanes has key 0, none; a round with no key left writes key 0). kRank: a lane's
+  // rank among the warp's 32 keys (larger key first, then the lower id) by 32 shuffles; the lanes
+  // of rank < K write list[warp][rank], the other entries stay key 0.
   uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
-  if constexpr (kRounds) {
+  if constexpr (!kRank) {
     for (int j = 0; j < K; ++j) {
       const uint32_t best = __reduce_max_sync(0xffffffffu, key);
       const uint32_t win = __reduce_min_sync(
@@ -372,13 +378,10 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   }
   __syncthreads();
 
-  // 3. The block's top-k. kMerge (HYBRID_MOE_ROUTE_ROUNDS=2, session 14's check): warp 0 merges
-  // the lists, lane w holding list w's head, K rounds of two redux ops, the winner lane reading
-  // its next entry (no prefetch, the loop not unrolled: the first form prefetched the entry after
-  // the head, and nvcc 13.0.88 compiled the remainder copy of its unrolled loop to read entry
-  // pos + 2 where the unrolled body read pos + 1, per cuobjdump; k 7 runs 3 rounds in that copy,
-  // which is how run 3's E 7 / k 7 case lost its last id).
-  if constexpr (kMerge) {
+  // 3. The block's top-k: warp 0 merges the lists, lane w holding list w's head, K rounds of two
+  // redux ops, the winner lane reading its next entry (no prefetch, the loop not unrolled: see
+  // above).
+  if constexpr (!kRank) {
     if (warp == 0) {
       int pos = 0;
       uint32_t head = lane < warps ? list_key[lane][0] : 0u;
@@ -507,15 +510,12 @@ void moe_route_block_run(const MoeRoute& a, Context& ctx) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   if (T == 0) return;
   const auto threads = static_cast<unsigned>((E + 31) / 32 * 32);
-  // Session 14's check of the first form's phases: 1 = redux rounds, then the rank count; 2 =
-  // redux rounds, then warp 0's merge.
-  static const int rounds = [] {
-    const char* v = std::getenv("HYBRID_MOE_ROUTE_ROUNDS");
-    return v ? std::atoi(v) : 0;
+  // HYBRID_MOE_ROUTE_RANK=1: the rank form (to test and time it beside the merge).
+  static const bool rank = [] {
+    const char* v = std::getenv("HYBRID_MOE_ROUTE_RANK");
+    return v && std::string(v) == "1";
   }();
-  const auto kernel = rounds == 2   ? moe_route_block_kernel<true, true>
-                      : rounds == 1 ? moe_route_block_kernel<true, false>
-                                    : moe_route_block_kernel<false, false>;
+  const auto kernel = rank ? moe_route_block_kernel<true> : moe_route_block_kernel<false>;
   kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(route_params(a));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
