@@ -398,13 +398,74 @@ def attn_prefill(hy, _):
     report(rows, f"attn_prefill, Hq {Hq} / Hkv {Hkv}, D {D}, bf16, one sequence vs torch SDPA")
 
 
+def sampling(hy, _):
+    """The sampling ops on a decode step's logits (Qwen3-Next's vocab, f32) against what torch-based
+    engines run for them: torch.argmax (greedy), torch.topk (vLLM's top-k path), the row's
+    softmax mass in f64, and vLLM's whole-row draw (softmax, then argmax of p / Exp(1) noise)."""
+    V = 151936
+    rows = []
+    for N in (1, 64):
+        g = torch.Generator(device="cuda").manual_seed(N)
+        x = torch.rand(N, V, device="cuda", generator=g) * 16 - 8
+        out = torch.empty(N, device="cuda", dtype=torch.int32)
+
+        def run_hybrid():
+            hy.run("argmax", x=x, out=out)
+
+        t_h = time_graph(run_hybrid)
+        t_p = time_graph(lambda: torch.argmax(x, dim=-1))
+        same = (out.long() == torch.argmax(x, dim=-1)).float().mean().item()
+        rows.append((f"argmax N {N}", f"{t_h:.4f}", f"{t_p:.4f}", f"{t_p / t_h:.2f}",
+                     f"ids equal {same:.2f}", "torch.argmax"))
+        for k in (40, 1024):
+            ids = torch.empty(N, k, device="cuda", dtype=torch.int32)
+            vals = torch.empty(N, k, device="cuda", dtype=torch.float32)
+
+            def run_hybrid_topk():
+                hy.run("top_k", x=x, ids=ids, values=vals)
+
+            t_h = time_graph(run_hybrid_topk)
+            t_p = time_graph(lambda: torch.topk(x, k, dim=-1))
+            ref = torch.topk(x, k, dim=-1)
+            same = (vals == ref.values).float().mean().item()
+            rows.append((f"top_k N {N} k {k}", f"{t_h:.4f}", f"{t_p:.4f}", f"{t_p / t_h:.2f}",
+                         f"values equal {same:.2f}", "torch.topk"))
+        mass = torch.empty(N, device="cuda", dtype=torch.float64)
+
+        def run_hybrid_mass():
+            hy.run("softmax_mass", x=x, out=mass, temperature=0.8)
+
+        def run_torch_mass():
+            return torch.exp((x - x.amax(-1, keepdim=True)) / 0.8).sum(-1, dtype=torch.float64)
+
+        t_h = time_graph(run_hybrid_mass)
+        t_p = time_graph(run_torch_mass)
+        rows.append((f"softmax_mass N {N}", f"{t_h:.4f}", f"{t_p:.4f}", f"{t_p / t_h:.2f}",
+                     f"{rel_err(mass, run_torch_mass()):.1e}", "torch exp-sum (f32 exp, f64 sum)"))
+        draws = torch.randint(0, 1 << 53, (N,), device="cuda", dtype=torch.int64, generator=g)
+
+        def run_hybrid_draw():
+            hy.run("sample_rows", x=x, draws=draws, out=out, temperature=0.8)
+
+        def run_vllm_draw():
+            probs = torch.softmax(x / 0.8, dim=-1)
+            q = torch.empty_like(probs).exponential_()
+            return probs.div_(q).argmax(dim=-1)
+
+        t_h = time_graph(run_hybrid_draw)
+        t_p = time_graph(run_vllm_draw)
+        rows.append((f"sample_rows N {N}", f"{t_h:.4f}", f"{t_p:.4f}", f"{t_p / t_h:.2f}", "-",
+                     "vLLM's draw: softmax, p / Exp(1), argmax"))
+    report(rows, "sampling ops on [N, 151936] f32 logits vs torch")
+
+
 def main():
     global FLUSH, FLUSH_BY_WRITE, DECODE_BATCHES
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default="build-cuda/libhybrid_c.so")
     p.add_argument("--only", default="gdn_decode,gdn_prefill",
                    help="comma-separated: gdn_decode, gdn_prefill, attn_decode, attn_prefill, "
-                        "ssm_prefill, ssm_decode")
+                        "ssm_prefill, ssm_decode, sampling")
     p.add_argument("--mamba-src", default=None,
                    help="source folder of state-spaces/mamba (for ssm_prefill / ssm_decode)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
@@ -434,7 +495,8 @@ def main():
             print(f"mamba_ssm's Triton kernels not importable ({e}): Mamba-2 comparisons skipped")
     print(f"# compare_peers on {torch.cuda.get_device_name()}, torch {torch.__version__}, L2 flush by {args.flush}")
     runs = {"gdn_decode": gdn_decode, "gdn_prefill": gdn_prefill, "attn_decode": attn_decode,
-            "attn_prefill": attn_prefill, "ssm_prefill": ssm_prefill, "ssm_decode": ssm_decode}
+            "attn_prefill": attn_prefill, "ssm_prefill": ssm_prefill, "ssm_decode": ssm_decode,
+            "sampling": sampling}
     for name in args.only.split(","):
         if name not in runs:
             raise SystemExit(f"--only: unknown comparison '{name}' (known: {', '.join(runs)})")

@@ -15,7 +15,7 @@ import torch
 
 _DTYPES = {
     torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int32: "i32",
-    torch.int64: "i64", torch.uint8: "u8",
+    torch.int64: "i64", torch.uint8: "u8", torch.float64: "f64",
 }
 
 

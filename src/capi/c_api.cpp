@@ -14,6 +14,7 @@
 #include "hybrid/ops/gdn.h"
 #include "hybrid/ops/gdn_chunk.h"
 #include "hybrid/ops/norm.h"
+#include "hybrid/ops/sampling.h"
 #include "hybrid/ops/ssm.h"
 
 using nlohmann::json;
@@ -29,8 +30,8 @@ namespace {
 thread_local std::string last_error;
 
 DType parse_dtype(const std::string& s) {
-  for (DType t :
-       {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::u32})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8,
+                  DType::u32, DType::f64})
     if (s == dtype_name(t)) return t;
   fail("[c_api] unknown dtype '", s, "'");
 }
@@ -105,6 +106,30 @@ const std::map<std::string, Binding>& bindings() {
          AttnDecode a;
          F(q), F(k_cache), F(v_cache), F(page_table), F(seq_lens), F(out), F(window), F(scale);
          attn_decode(a, ctx);
+       }},
+      {"argmax",
+       [](const json& j, Context& ctx) {
+         Argmax a;
+         F(x), F(out);
+         argmax(a, ctx);
+       }},
+      {"top_k",
+       [](const json& j, Context& ctx) {
+         TopK a;
+         F(x), F(ids), F(values);
+         top_k(a, ctx);
+       }},
+      {"sample_rows",
+       [](const json& j, Context& ctx) {
+         SampleRows a;
+         F(x), F(draws), F(out), F(temperature), F(min_p);
+         sample_rows(a, ctx);
+       }},
+      {"softmax_mass",
+       [](const json& j, Context& ctx) {
+         SoftmaxMass a;
+         F(x), F(out), F(temperature);
+         softmax_mass(a, ctx);
        }},
       {"attn_prefill",
        [](const json& j, Context& ctx) {

@@ -69,6 +69,8 @@ double load_element(const void* base, DType t, int64_t i) {
       return static_cast<const uint8_t*>(base)[i];
     case DType::u32:
       return static_cast<const uint32_t*>(base)[i];
+    case DType::f64:
+      return static_cast<const double*>(base)[i];
   }
   fail("[dtype] unknown dtype ", static_cast<int>(t));
 }
@@ -95,6 +97,9 @@ void store_element(void* base, DType t, int64_t i, double value) {
       return;
     case DType::u32:
       static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(value);
+      return;
+    case DType::f64:
+      static_cast<double*>(base)[i] = value;
       return;
   }
   fail("[dtype] unknown dtype ", static_cast<int>(t));

@@ -1,4 +1,4 @@
-// CPU reference: argmax, top_k, sample_rows, repetition_penalty. One row per task.
+// CPU reference: argmax, top_k, sample_rows, softmax_mass, repetition_penalty. One row per task.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -58,6 +58,18 @@ void top_k_cpu(const TopK& a, Context& ctx) {
   });
 }
 
+// The max of x[row, row + V) into zmax; false for a row Sampler refuses (a NaN or +inf, or only
+// -inf).
+bool row_max(const Tensor& x, int64_t row, int64_t V, float& zmax) {
+  zmax = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) {
+    const float e = load_f32(x, row + v);
+    if (std::isnan(e) || e == INFINITY) return false;
+    zmax = std::max(zmax, e);
+  }
+  return zmax != -INFINITY;
+}
+
 // Sampler's draw on the whole row (temperature, min-p), with its arithmetic: w in f64, sums in
 // ascending v, the inverse CDF over w / Σw. -1 for a NaN or +inf, or only -inf.
 void sample_rows_cpu(const SampleRows& a, Context& ctx) {
@@ -66,16 +78,8 @@ void sample_rows_cpu(const SampleRows& a, Context& ctx) {
   parallel_for(a.x.size(0), ctx, [&](int64_t n) {
     const int64_t row = n * a.x.stride(0);
     int32_t& out = a.out.data_as<int32_t>()[n * a.out.stride(0)];
-    float zmax = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) {
-      const float x = load_f32(a.x, row + v);
-      if (std::isnan(x) || x == INFINITY) {
-        out = -1;
-        return;
-      }
-      zmax = std::max(zmax, x);
-    }
-    if (zmax == -INFINITY) {
+    float zmax;
+    if (!row_max(a.x, row, V, zmax)) {
       out = -1;
       return;
     }
@@ -103,6 +107,26 @@ void sample_rows_cpu(const SampleRows& a, Context& ctx) {
   });
 }
 
+// out[n] = Σ_v exp((x_v − max x) / T) in f64, in id order (Sampler's weights and sum); NaN for a
+// row with a NaN or +inf, or only -inf.
+void softmax_mass_cpu(const SoftmaxMass& a, Context& ctx) {
+  const int64_t V = a.x.size(1);
+  const double temperature = a.temperature;
+  parallel_for(a.x.size(0), ctx, [&](int64_t n) {
+    const int64_t row = n * a.x.stride(0);
+    double& out = a.out.data_as<double>()[n * a.out.stride(0)];
+    float zmax;
+    if (!row_max(a.x, row, V, zmax)) {
+      out = std::nan("");
+      return;
+    }
+    double total = 0;
+    for (int64_t v = 0; v < V; ++v)
+      total += std::exp((static_cast<double>(load_f32(a.x, row + v)) - zmax) / temperature);
+    out = total;
+  });
+}
+
 // x[n, id] = x > 0 ? x / penalty : x · penalty for the row's ids (f32, as Sampler).
 void repetition_penalty_cpu(const RepetitionPenalty& a, Context& ctx) {
   float* x = a.x.data_as<float>();
@@ -122,6 +146,7 @@ void register_sampling(Registry& r) {
   r.add<Argmax>("argmax.cpu", DeviceType::cpu, 0, nullptr, argmax_cpu);
   r.add<TopK>("top_k.cpu", DeviceType::cpu, 0, nullptr, top_k_cpu);
   r.add<SampleRows>("sample_rows.cpu", DeviceType::cpu, 0, nullptr, sample_rows_cpu);
+  r.add<SoftmaxMass>("softmax_mass.cpu", DeviceType::cpu, 0, nullptr, softmax_mass_cpu);
   r.add<RepetitionPenalty>("repetition_penalty.cpu", DeviceType::cpu, 0, nullptr,
                            repetition_penalty_cpu);
 }

@@ -1677,6 +1677,9 @@ __global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5)
   const int n = blockIdx.y, hk = hv / (p.Hv / p.Hk);
   const int t0 = kPrep ? n : p.cu_seqlens[n], t1 = kPrep ? n + 1 : p.cu_seqlens[n + 1];
   const int slot = p.slots[n];
+  // Loaded beside the slot (one round trip for both): read after the padding check, it cost a
+  // round trip of its own before the state's loads.
+  const bool from_pool = !p.has_initial || p.has_initial[n] != 0;
   X* const out = static_cast<X*>(p.out);
   const int64_t sp_head = (int64_t)p.V * 128;  // states_per_token [T, Hv, V, 128] row strides
   if (slot < 0) {  // padding: zero outputs (and per-token states); the pool is not touched
@@ -1716,7 +1719,7 @@ __global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5)
                   (int64_t)v0 * p.st_row + 4 * lane;
   const int rs = static_cast<int>(p.st_row);  // row stride in elements (check_layout: < 2^31)
   float s[kTileRows][4];
-  if (!p.has_initial || p.has_initial[n] != 0) {
+  if (from_pool) {
 #pragma unroll
     for (int r = 0; r < kTileRows; ++r) tile_load4(pool + r * rs, s[r]);
   } else {

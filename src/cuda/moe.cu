@@ -280,16 +280,24 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(const Route
 // rescan of the winner lane's E / 32 keys: ~2000 dependent instructions for E 512, k 10, at ~7
 // cycles each (session 13 run 1's ncu: 7.2 cycles an issued instruction, one warp), ~9 µs of a
 // decode step's 12.5. Here the block holds expert e = threadIdx.x (E <= 1024, 32·ceil(E/32)
-// threads) and nothing is serial in k:
+// threads) and each phase is a few redux ops:
 //   1. max and Σ exp over the block (f32 max by the order-preserving key, Σ in f64 as above),
-//   2. each warp's top-k by rank: a lane's rank among its warp's 32 keys (32 shuffles); the
-//      lanes of rank < k write the warp's list [warps][k],
-//   3. each of the warps·k candidates counts the candidates ranked before it; rank < k is chosen,
+//   2. each warp's top-k list [warps][k] by k rounds of two redux ops (the max key, then the
+//      lowest id holding it; the winner lane drops out),
+//   3. warp 0 merges the lists: lane w holds list w's head, k rounds of the same two redux ops,
+//      the winner lane reading its list's next entry,
 //   4. output order (l descending, ids ascending on ties) and the weights as in the warp kernel.
+// Session 14 run 1: T 1 7.62 µs (the rank form below 10.34, the warp kernel 12.38), engine tg32
+// 1979 t/s against 1918 (rank) and 1827 (rounds with the rank merge).
+// The rank form (HYBRID_MOE_ROUTE_RANK=1, kept to time and test beside it): 2. a lane's rank among
+// its warp's 32 keys (32 shuffles), 3. each of the warps·k candidates counts the candidates ranked
+// before it; rank < k is chosen.
 // Keys: route_key of c (l without a bias, s + bias with one): larger first, then the lower id; -0
 // = +0, NaN above +inf (as top_k); 0 is no key (a lane past E). supports(): n_group <= 1, k <= 32.
-// (Session 13's first form, k rounds of two redux ops a warp and a merge of the lists by warp 0,
-// lost or repeated ids when one list gave up most of the k: run 3's E 7 / k 7 case.)
+// Session 13's first merge prefetched the entry after the head in an unrolled loop; nvcc 13.0.88
+// compiled that loop's remainder copy to read entry pos + 2 (cuobjdump), which lost or repeated
+// ids on the E 7 / k 7 case. The merge below reads the next entry only when its lane wins, in a
+// loop that is not unrolled (session 14 run 1: every case passes, racecheck and memcheck clean).
 
 constexpr int kRouteBlockMaxK = 32;
 // Tokens above which the warp kernel is faster: session 13 run 2 measured T 1 at 7.4 µs here
@@ -307,6 +315,7 @@ __device__ __forceinline__ float route_key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+template <bool kRank>
 __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams p) {
   __shared__ float l_of[kRouteMaxE], s_of[kRouteMaxE];  // [E] each expert's logit and score
   __shared__ uint32_t list_key[32][kRouteBlockMaxK];    // [warps, K] each warp's top-k, rank order
@@ -343,41 +352,75 @@ __global__ void __launch_bounds__(1024) moe_route_block_kernel(const RouteParams
   }
   if (live) l_of[e] = l, s_of[e] = s;
 
-  // 2. This warp's top-k by rank: a lane's rank among the warp's 32 keys (larger key first, then
-  // the lower id), by 32 shuffles; the lanes of rank < K write list[warp][rank]. Entries past the
-  // warp's live lanes stay key 0 (none).
-  const uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
-  if (lane < K) list_key[warp][lane] = 0u;
-  __syncwarp();
-  int rank_w = 0;
+  // 2. This warp's top-k list: K rounds of the max key and the lowest id holding it (a lane past
+  // the warp's live lanes has key 0, none; a round with no key left writes key 0). kRank: a lane's
+  // rank among the warp's 32 keys (larger key first, then the lower id) by 32 shuffles; the lanes
+  // of rank < K write list[warp][rank], the other entries stay key 0.
+  uint32_t key = live ? route_key(p.bias ? __fadd_rn(s, bias) : l) : 0u;
+  if constexpr (!kRank) {
+    for (int j = 0; j < K; ++j) {
+      const uint32_t best = __reduce_max_sync(0xffffffffu, key);
+      const uint32_t win = __reduce_min_sync(
+          0xffffffffu, key == best && best != 0u ? static_cast<uint32_t>(e) : UINT32_MAX);
+      if (lane == 0) list_key[warp][j] = best, list_id[warp][j] = static_cast<int>(win);
+      if (static_cast<uint32_t>(e) == win) key = 0u;
+    }
+  } else {
+    if (lane < K) list_key[warp][lane] = 0u;
+    __syncwarp();
+    int rank_w = 0;
 #pragma unroll 8
-  for (int i = 0; i < 32; ++i) {
-    const uint32_t other = __shfl_sync(0xffffffffu, key, i);
-    rank_w += other > key || (other == key && i < lane);
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t other = __shfl_sync(0xffffffffu, key, i);
+      rank_w += other > key || (other == key && i < lane);
+    }
+    if (key != 0u && rank_w < K) list_key[warp][rank_w] = key, list_id[warp][rank_w] = e;
   }
-  if (key != 0u && rank_w < K) list_key[warp][rank_w] = key, list_id[warp][rank_w] = e;
   __syncthreads();
 
-  // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
-  // before it, list by list: a list is in rank order, so its count ends at its first entry that
-  // does not rank before c (about K + warps reads, no division in the loop: session 13 run 4's
-  // scan of every candidate with c / K, c % K per read took T 1 to 22.9 µs). Those of rank < K
-  // are the chosen, sel[rank] (choice order = key order).
-  const int cands = warps * K;
-  for (int c = threadIdx.x; c < cands; c += blockDim.x) {
-    const int cw = c / K, cj = c - cw * K;
-    const uint32_t ck = list_key[cw][cj];
-    if (ck == 0u) continue;
-    const int cid = list_id[cw][cj];
-    int rank = 0;
-    for (int w = 0; w < warps && rank < K; ++w) {
+  // 3. The block's top-k: warp 0 merges the lists, lane w holding list w's head, K rounds of two
+  // redux ops, the winner lane reading its next entry (no prefetch, the loop not unrolled: see
+  // above).
+  if constexpr (!kRank) {
+    if (warp == 0) {
+      int pos = 0;
+      uint32_t head = lane < warps ? list_key[lane][0] : 0u;
+      int head_id = lane < warps ? list_id[lane][0] : -1;
+#pragma unroll 1
       for (int j = 0; j < K; ++j) {
-        const uint32_t ok = list_key[w][j];
-        if (!(ok > ck || (ok == ck && ok != 0u && list_id[w][j] < cid))) break;
-        ++rank;
+        const uint32_t best = __reduce_max_sync(0xffffffffu, head);
+        const uint32_t win = __reduce_min_sync(
+            0xffffffffu, head == best && best != 0u ? static_cast<uint32_t>(head_id) : UINT32_MAX);
+        if (lane == 0) sel[j] = best != 0u ? static_cast<int>(win) : 0;
+        if (best != 0u && head == best && static_cast<uint32_t>(head_id) == win) {
+          ++pos;
+          head = pos < K ? list_key[lane][pos] : 0u;
+          head_id = pos < K ? list_id[lane][pos] : -1;
+        }
       }
     }
-    if (rank < K) sel[rank] = cid;
+  } else {
+    // 3. The block's top-k: candidate c = (warp c / K, entry c % K) counts the candidates that rank
+    // before it, list by list: a list is in rank order, so its count ends at its first entry that
+    // does not rank before c (about K + warps reads, no division in the loop: session 13 run 4's
+    // scan of every candidate with c / K, c % K per read took T 1 to 22.9 µs). Those of rank < K
+    // are the chosen, sel[rank] (choice order = key order).
+    const int cands = warps * K;
+    for (int c = threadIdx.x; c < cands; c += blockDim.x) {
+      const int cw = c / K, cj = c - cw * K;
+      const uint32_t ck = list_key[cw][cj];
+      if (ck == 0u) continue;
+      const int cid = list_id[cw][cj];
+      int rank = 0;
+      for (int w = 0; w < warps && rank < K; ++w) {
+        for (int j = 0; j < K; ++j) {
+          const uint32_t ok = list_key[w][j];
+          if (!(ok > ck || (ok == ck && ok != 0u && list_id[w][j] < cid))) break;
+          ++rank;
+        }
+      }
+      if (rank < K) sel[rank] = cid;
+    }
   }
   __syncthreads();
 
@@ -467,8 +510,13 @@ void moe_route_block_run(const MoeRoute& a, Context& ctx) {
   const int64_t T = a.logits.size(0), E = a.logits.size(1);
   if (T == 0) return;
   const auto threads = static_cast<unsigned>((E + 31) / 32 * 32);
-  moe_route_block_kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(
-      route_params(a));
+  // HYBRID_MOE_ROUTE_RANK=1: the rank form (to test and time it beside the merge).
+  static const bool rank = [] {
+    const char* v = std::getenv("HYBRID_MOE_ROUTE_RANK");
+    return v && std::string(v) == "1";
+  }();
+  const auto kernel = rank ? moe_route_block_kernel<true> : moe_route_block_kernel<false>;
+  kernel<<<static_cast<unsigned>(T), threads, 0, as_stream(ctx.stream())>>>(route_params(a));
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
-// CUDA: argmax, top_k and sample_rows (each described above its kernels). argmax takes two
-// launches (a row of logits is 151936 entries: one block a row would read 608 KB on one SM).
+// CUDA: argmax, top_k, sample_rows, softmax_mass and repetition_penalty (each described above its
+// kernels). argmax takes two launches (a row of logits is 151936 entries: one block a row would
+// read 608 KB on one SM).
 //   argmax_partial_kernel: grid N·chunks, 256 threads; block (n, c) scans entries
 //     [c·per_chunk, (c + 1)·per_chunk) of row n (coalesced, each thread in ascending v), keeping
 //     (max, lowest v) and whether it saw a NaN or +inf; two warp reductions; writes the pair, or
@@ -488,29 +489,66 @@ __global__ void __launch_bounds__(kArgThreads)
   if (threadIdx.x == 0) out[n * out_s0] = s_first != INT_MAX ? s_first : s_last;
 }
 
-void sample_rows_cuda(const SampleRows& a, Context& ctx) {
-  const int64_t N = a.x.size(0);
-  const int V = static_cast<int>(a.x.size(1));
-  if (N == 0) return;
-  const RowChunks rc(N, V);
-  const int chunks = rc.chunks, per_chunk = rc.per_chunk;
-  const int64_t parts = rc.parts;
+// argmax_partial_kernel then sample_sum_kernel over x (dtype T): each chunk's max, then its Σw of
+// the weights kept at (temperature, min_p), into chunk_parts' partials (with the sums).
+template <class T>
+ChunkParts chunk_sums(const Tensor& x, const RowChunks& rc, double temperature, double min_p,
+                      Context& ctx) {
   const ChunkParts cp = chunk_parts(rc, true, ctx);
   const cudaStream_t st = as_stream(ctx.stream());
+  const int V = static_cast<int>(x.size(1));
+  argmax_partial_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cp.v, cp.i);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  sample_sum_kernel<T><<<static_cast<unsigned>(rc.parts), kArgThreads, 0, st>>>(
+      x.data_as<const T>(), x.stride(0), V, rc.chunks, rc.per_chunk, cp.v, cp.i, temperature, min_p,
+      cp.sum);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  return cp;
+}
+
+void sample_rows_cuda(const SampleRows& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  if (N == 0) return;
   const double temperature = a.temperature, min_p = a.min_p;
   dispatch_float(a.x.dtype(), SampleRows::op_name, [&](auto t) {
     using T = decltype(t);
-    const T* x = a.x.data_as<const T>();
-    argmax_partial_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, cp.v, cp.i);
+    const RowChunks rc(N, static_cast<int>(a.x.size(1)));
+    const ChunkParts cp = chunk_sums<T>(a.x, rc, temperature, min_p, ctx);
+    sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, as_stream(ctx.stream())>>>(
+        a.x.data_as<const T>(), a.x.stride(0), static_cast<int>(a.x.size(1)), rc.chunks,
+        rc.per_chunk, cp.v, cp.i, cp.sum, a.draws.data_as<const int64_t>(), a.draws.stride(0),
+        temperature, min_p, a.out.data_as<int32_t>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
-    sample_sum_kernel<T><<<static_cast<unsigned>(parts), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, cp.v, cp.i, temperature, min_p, cp.sum);
-    HYBRID_CUDA_CHECK_LAUNCH();
-    sample_pick_kernel<T><<<static_cast<unsigned>(N), kArgThreads, 0, st>>>(
-        x, a.x.stride(0), V, chunks, per_chunk, cp.v, cp.i, cp.sum,
-        a.draws.data_as<const int64_t>(), a.draws.stride(0), temperature, min_p,
-        a.out.data_as<int32_t>(), a.out.stride(0));
+  });
+}
+
+// ---- softmax_mass -----------------------------------------------------------------------------
+// sample_rows' first two launches (chunk maxima; each chunk's Σw in f64 with min_p 0, so every
+// w > 0 counts), then mass_total_kernel: one warp a row adds the chunk sums in chunk order (lane 0:
+// a fixed order, so the result does not depend on the launch) and writes NaN for a refused row.
+__global__ void mass_total_kernel(const float* __restrict__ part_v, const int* __restrict__ part_i,
+                                  const double* __restrict__ part_sum, int chunks,
+                                  double* __restrict__ out, int64_t out_s0) {
+  const int n = blockIdx.x;
+  float zmax;
+  bool refused;
+  row_max(part_v, part_i, chunks, n, zmax, refused);
+  if (threadIdx.x != 0) return;
+  double total = 0;
+  for (int c = 0; c < chunks; ++c) total += part_sum[static_cast<int64_t>(n) * chunks + c];
+  out[n * out_s0] = refused ? nan("") : total;
+}
+
+void softmax_mass_cuda(const SoftmaxMass& a, Context& ctx) {
+  const int64_t N = a.x.size(0);
+  if (N == 0) return;
+  dispatch_float(a.x.dtype(), SoftmaxMass::op_name, [&](auto t) {
+    using T = decltype(t);
+    const RowChunks rc(N, static_cast<int>(a.x.size(1)));
+    const ChunkParts cp = chunk_sums<T>(a.x, rc, a.temperature, 0.0, ctx);
+    mass_total_kernel<<<static_cast<unsigned>(N), 32, 0, as_stream(ctx.stream())>>>(
+        cp.v, cp.i, cp.sum, rc.chunks, a.out.data_as<double>(), a.out.stride(0));
     HYBRID_CUDA_CHECK_LAUNCH();
   });
 }
@@ -740,6 +778,7 @@ void register_sampling(Registry& r) {
   r.add<TopK>("top_k.cuda_filter", DeviceType::cuda, 20, top_k_filter_supports, top_k_filter_cuda);
   r.add<TopK>("top_k.cuda", DeviceType::cuda, 10, top_k_supports, top_k_cuda);
   r.add<SampleRows>("sample_rows.cuda", DeviceType::cuda, 10, nullptr, sample_rows_cuda);
+  r.add<SoftmaxMass>("softmax_mass.cuda", DeviceType::cuda, 10, nullptr, softmax_mass_cuda);
   r.add<RepetitionPenalty>("repetition_penalty.cuda", DeviceType::cuda, 10, nullptr,
                            repetition_penalty_cuda);
 }

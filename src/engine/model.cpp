@@ -106,20 +106,53 @@ std::vector<int32_t> device_sample_step(engine::Runner& runner, engine::Sequence
       runner.decode_sample(seqs, slots, ids, draws, s.temperature, s.min_p, penalty), slots);
 }
 
-// Row n of a decode_top_k step drawn by `sampler`. A NaN or +inf among the candidates (they rank
-// first) is an error naming the slot and the id, as Sampler would refuse the whole row.
-int32_t sample_candidates(Sampler& sampler, const engine::Runner::Candidates& c, size_t n,
-                          int64_t k, int64_t slot) {
+// Row n of a decode_top_k / decode_top_p step's candidates in id order (ids are distinct). A NaN
+// or +inf among them (they rank first) is an error naming the slot and the id, as Sampler would
+// refuse the whole row.
+struct IdOrderRow {
+  std::vector<int32_t> ids;
+  std::vector<float> z;
+};
+IdOrderRow id_order_row(const engine::Runner::Candidates& c, size_t n, int64_t k, int64_t slot) {
   std::vector<std::pair<int32_t, float>> row(static_cast<size_t>(k));
   for (size_t j = 0; j < row.size(); ++j) {
     row[j] = {c.ids[n * row.size() + j], c.values[n * row.size() + j]};
     if (std::isnan(row[j].second) || row[j].second == std::numeric_limits<float>::infinity())
       fail("[sampling] logits of slot ", slot, ": ", row[j].second, " at id ", row[j].first);
   }
-  std::sort(row.begin(), row.end());  // id order (ids are distinct)
-  std::vector<float> z(row.size());
-  for (size_t j = 0; j < row.size(); ++j) z[j] = row[j].second;
-  return row[static_cast<size_t>(sampler.sample(z.data(), k))].first;
+  std::sort(row.begin(), row.end());
+  IdOrderRow r;
+  for (const auto& [id, z] : row) r.ids.push_back(id), r.z.push_back(z);
+  return r;
+}
+
+// Row n of a decode_top_k step drawn by `sampler` from its k candidates.
+int32_t sample_candidates(Sampler& sampler, const engine::Runner::Candidates& c, size_t n,
+                          int64_t k, int64_t slot) {
+  const IdOrderRow row = id_order_row(c, n, k, slot);
+  return row.ids[static_cast<size_t>(sampler.sample(row.z.data(), k))];
+}
+
+// Sampled steps with a top-p and no top-k below the vocab take the top_k op's best
+// min(kDeviceTopK, vocab) candidates and the softmax_mass op's row mass (Runner::decode_top_p):
+// Sampler::sample_nucleus decides a row from them when its nucleus lies within the candidates
+// (sample()'s draw on the whole row, up to the rounding of the mass's sum), and a row whose nucleus
+// reaches past them comes down whole (Runner::logits_row) for Sampler. A peaked row (a trained
+// model's) then downloads 1024 candidates instead of 608 KB, and the host reads 1024 values.
+bool top_p_on_device(const SamplingParams& s, int64_t vocab) {
+  return s.temperature > 0.0f && s.top_p < 1.0f && (s.top_k == 0 || s.top_k >= vocab);
+}
+
+int32_t sample_nucleus_row(Sampler& sampler, engine::Runner& runner,
+                           const engine::Runner::Nucleus& nu, size_t n, int64_t k, int64_t slot,
+                           int64_t vocab) {
+  const IdOrderRow row = id_order_row(nu.top, n, k, slot);
+  if (!(nu.mass[n] >= 1.0))  // NaN: no NaN / +inf among the candidates, so only -inf entries
+    fail("[sampling] logits of slot ", slot, ": only -inf (no token to choose)");
+  const int64_t j = sampler.sample_nucleus(row.z.data(), k, nu.mass[n]);
+  if (j >= 0) return row.ids[static_cast<size_t>(j)];
+  const std::vector<float> full = runner.logits_row(static_cast<int64_t>(n));
+  return sampler.sample(full.data(), vocab);  // the penalty was applied on the device
 }
 
 // eos_token_id of one JSON object (int, list of ints or null) appended to `ids`.
@@ -273,6 +306,13 @@ GenerateResult Model::generate(const std::vector<int32_t>& prompt, const Generat
             sampler,
             runner_->decode_top_k(seq, {0}, {r.ids.back()}, k, step_penalty(distinct, {0})), 0, k,
             0);
+      } else if (top_p_on_device(o.sampling, vocab)) {
+        const int64_t k = std::min(kDeviceTopK, vocab);
+        next = sample_nucleus_row(
+            sampler, *runner_,
+            runner_->decode_top_p(seq, {0}, {r.ids.back()}, k, o.sampling.temperature,
+                                  step_penalty(distinct, {0})),
+            0, k, 0, vocab);
       } else {
         last = runner_->decode(seq, {0}, {r.ids.back()});
         next = sampler.sample(last.data(), vocab, history);
@@ -376,7 +416,10 @@ std::vector<GenerateResult> Model::generate_batch(
     std::vector<float> logits;
     std::vector<int32_t> chosen;
     engine::Runner::Candidates candidates;
+    engine::Runner::Nucleus nucleus;
     const bool top_k = top_k_on_device(o.sampling, vocab);
+    const bool top_p = !top_k && top_p_on_device(o.sampling, vocab);
+    const int64_t nucleus_k = std::min(kDeviceTopK, vocab);
     if (greedy_on_device(o.sampling)) {
       chosen = greedy_step(*runner_, seqs, step, ids, step_penalty(distinct, step));
     } else if (whole_row_on_device(o.sampling, vocab)) {
@@ -388,6 +431,9 @@ std::vector<GenerateResult> Model::generate_batch(
     } else if (top_k) {
       candidates =
           runner_->decode_top_k(seqs, step, ids, o.sampling.top_k, step_penalty(distinct, step));
+    } else if (top_p) {
+      nucleus = runner_->decode_top_p(seqs, step, ids, nucleus_k, o.sampling.temperature,
+                                      step_penalty(distinct, step));
     } else {
       logits = runner_->decode(seqs, step, ids);
     }
@@ -399,6 +445,7 @@ std::vector<GenerateResult> Model::generate_batch(
       const int32_t next =
           !chosen.empty() ? chosen[n]
           : top_k         ? sample_candidates(samplers[b], candidates, n, o.sampling.top_k, step[n])
+          : top_p ? sample_nucleus_row(samplers[b], *runner_, nucleus, n, nucleus_k, step[n], vocab)
                   : samplers[b].sample(logits.data() + n * static_cast<size_t>(vocab), vocab,
                                        history[b]);
       history[b].push_back(next);

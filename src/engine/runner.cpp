@@ -1280,12 +1280,8 @@ void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
                      *ctx_);
 }
 
-Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
-                                        const std::vector<int32_t>& ids, int64_t k,
-                                        const Penalty& penalty) {
-  check_penalty(penalty, ids.size());
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+// The top_k op's k best of each row of `logits`, downloaded (the stream drained).
+Runner::Candidates Runner::candidates_of(const Tensor& logits, int64_t k) {
   const int64_t N = logits.size(0);
   const Tensor out_ids = grown(top_ids_, DType::i32, N * k).reshape({N, k});
   const Tensor out_values = grown(top_values_, DType::f32, N * k).reshape({N, k});
@@ -1295,6 +1291,38 @@ Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64
   copy_bytes(r.ids.data(), Device::cpu(), out_ids.data(), device_, r.ids.size() * 4, *ctx_);
   download_into(r.values.data(), out_values, r.values.size() * 4);
   return r;
+}
+
+Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
+                                        const std::vector<int32_t>& ids, int64_t k,
+                                        const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
+  const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
+  return candidates_of(logits, k);
+}
+
+Runner::Nucleus Runner::decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
+                                     const std::vector<int32_t>& ids, int64_t k, float temperature,
+                                     const Penalty& penalty) {
+  check_penalty(penalty, ids.size());
+  const Tensor logits = decode_step(seqs, slots, ids);
+  penalise(logits, penalty);
+  const int64_t N = logits.size(0);
+  const Tensor mass = grown(masses_, DType::f64, N);
+  softmax_mass({.x = logits, .out = mass, .temperature = temperature}, *ctx_);
+  Nucleus r{candidates_of(logits, k), std::vector<double>(static_cast<size_t>(N))};
+  download_into(r.mass.data(), mass, r.mass.size() * 8);  // (computed before the candidates)
+  nucleus_logits_ = logits;
+  return r;
+}
+
+std::vector<float> Runner::logits_row(int64_t n) {
+  if (!nucleus_logits_.defined() || n < 0 || n >= nucleus_logits_.size(0))
+    fail("[model] logits_row: no row ", n, " of a decode_top_p step");
+  std::vector<float> row(static_cast<size_t>(nucleus_logits_.size(1)));
+  download_into(row.data(), nucleus_logits_.slice(0, n, 1), row.size() * 4);
+  return row;
 }
 
 std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<int64_t>& slots,

@@ -164,6 +164,19 @@ class Runner {
   };
   Candidates decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
                           const std::vector<int32_t>& ids, int64_t k, const Penalty& penalty = {});
+  // One top-p decode step's evidence on the device: each row's k best candidates (the top_k op,
+  // as decode_top_k) and its softmax mass at `temperature` (the softmax_mass op), after the
+  // repetition penalty. Sampler::sample_nucleus decides a row from them when its nucleus lies
+  // within the k; otherwise logits_row(n) downloads that row of this step's (penalised) logits,
+  // which stay on the device until the next forward.
+  struct Nucleus {
+    Candidates top;
+    std::vector<double> mass;  // [N]
+  };
+  Nucleus decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
+                       const std::vector<int32_t>& ids, int64_t k, float temperature,
+                       const Penalty& penalty = {});
+  std::vector<float> logits_row(int64_t n);
   // One decode step's draws on the device (the sample_rows op: temperature and min-p over the
   // whole row, Sampler's rule): draws[n] is row n's 53-bit draw (Sampler::draw53). N ids come to
   // the host; -1 marks a row Sampler refuses (a NaN or +inf, or only -inf).
@@ -232,6 +245,7 @@ class Runner {
   std::vector<float> download(const Tensor& t);  // contiguous f32 tensor -> host
   void download_into(void* host, const Tensor& t, size_t bytes);
   Tensor grown(OwnedTensor& buf, DType dtype, int64_t n);
+  Candidates candidates_of(const Tensor& logits, int64_t k);  // the top_k op's, downloaded
   // The repetition penalty on a decode step's logits [N, vocab], in place (nothing when 1).
   void penalise(const Tensor& logits, const Penalty& penalty);
 
@@ -244,9 +258,11 @@ class Runner {
   std::unique_ptr<Context> ctx_;
   OwnedTensor embed_, final_norm_, lm_head_;
   // Device buffers of the steps that choose on the device, grown to the largest use (grown()):
-  OwnedTensor chosen_ids_;                    // [N] i32: decode_argmax's / decode_sample's ids
-  OwnedTensor top_ids_, top_values_;          // [N·k] i32 / f32: decode_top_k's candidates
-  OwnedTensor draws_;                         // [N] i64: decode_sample's draws
+  OwnedTensor chosen_ids_;            // [N] i32: decode_argmax's / decode_sample's ids
+  OwnedTensor top_ids_, top_values_;  // [N·k] i32 / f32: decode_top_k's candidates
+  OwnedTensor draws_;                 // [N] i64: decode_sample's draws
+  OwnedTensor masses_;                // [N] f64: decode_top_p's row masses
+  Tensor nucleus_logits_;  // decode_top_p's logits (workspace; valid until the next forward)
   OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {

@@ -77,8 +77,9 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 // Then the kept ids in ascending order with w = exp((z − max z) / T): the most probable id has
 // w = 1, probabilities are w / Σw. Each step is one pass over the vocab or over the ids still in
 // the running; the buffers of `kept` are reused from call to call (sample() keeps one).
-void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> history,
-                   Kept& kept) const {
+void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> history, Kept& kept,
+                   double row_mass) const {
+  kept.short_of_nucleus = false;
   if (logits == nullptr) fail("[sampling] logits: null pointer");
   if (vocab < 1 || vocab > std::numeric_limits<int32_t>::max())
     fail("[sampling] vocab: expected in [1, 2^31), got ", vocab);
@@ -191,8 +192,11 @@ void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> 
   // cut only when p · Σw lies that close to a prefix sum.) Session 13 measured 44 ms a token on
   // the random-weight model's 152k rows with the lazy sort alone; this is O(n).
   if (params_.top_p < 1.0f) {
+    // The mass top-p measures against: the kept weights' sum, or the caller's row_mass when these
+    // ids are only the most probable ones of a longer row (sample_nucleus).
     double total = 0;
     for (const double w : kept.w) total += w;
+    if (row_mass > 0) total = row_mass;
     const double threshold = static_cast<double>(params_.top_p) * total;
     // (z, position) pairs: positions ascend with the ids, so they break ties as the ids do.
     std::vector<Kept::ZPos>& pos = kept.order;
@@ -240,6 +244,8 @@ void Sampler::keep(const float* logits, int64_t vocab, std::span<const int32_t> 
       walk(hi);
       if (!cut) keep_n = hi;
     }
+    // Every id walked and the mass still short of p · row_mass: the nucleus reaches past them.
+    kept.short_of_nucleus = row_mass > 0 && !cut && lo == n && before < threshold;
     // Back to id order: mark the kept positions, then compact ids and w in place (O(n), where a
     // sort of the kept positions would cost n log n on a wide nucleus).
     std::vector<uint8_t>& mark = kept.mark;
@@ -288,11 +294,26 @@ std::vector<Sampler::Candidate> Sampler::candidates(const float* logits, int64_t
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, std::span<const int32_t> history) {
   keep(logits, vocab, history, scratch_);
-  const Kept& kept = scratch_;
-  if (params_.temperature == 0.0f) return kept.ids.front();
-  // Inverse CDF over the kept ids in ascending id order: the first id whose cumulative
-  // probability (w / Σw, as candidates() gives it) exceeds u. Rounding can leave the last sum a
-  // hair under 1: u beyond it is the last id's.
+  if (params_.temperature == 0.0f) return scratch_.ids.front();
+  return draw(scratch_);
+}
+
+int64_t Sampler::sample_nucleus(const float* z, int64_t n, double row_mass) {
+  if (params_.temperature == 0.0f || params_.top_p >= 1.0f)
+    fail("[sampling] sample_nucleus: needs temperature > 0 and top_p < 1, got temperature ",
+         params_.temperature, ", top_p ", params_.top_p);
+  if (!(std::isfinite(row_mass) && row_mass >= 1.0))
+    fail("[sampling] sample_nucleus: row_mass must be finite and >= 1 (the max has weight 1), got ",
+         row_mass);
+  keep(z, n, {}, scratch_, row_mass);
+  if (scratch_.short_of_nucleus) return -1;
+  return draw(scratch_);
+}
+
+// Inverse CDF over the kept ids in ascending id order: the first id whose cumulative probability
+// (w / Σw, as candidates() gives it) exceeds u. Rounding can leave the last sum a hair under 1: u
+// beyond it is the last id's. One draw of the generator.
+int32_t Sampler::draw(const Kept& kept) {
   double total = 0;
   for (const double w : kept.w) total += w;
   const double u = rng_.uniform();

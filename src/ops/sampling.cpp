@@ -1,4 +1,4 @@
-// argmax, top_k, sample_rows, repetition_penalty: validation and dispatch.
+// argmax, top_k, sample_rows, softmax_mass, repetition_penalty: validation and dispatch.
 #include "hybrid/ops/sampling.h"
 
 #include <climits>
@@ -54,6 +54,17 @@ void sample_rows(const SampleRows& a, Context& ctx) {
   c.require(std::isfinite(a.temperature) && a.temperature > 0.0f,
             "temperature must be positive, got ", a.temperature);
   c.require(a.min_p >= 0.0f && a.min_p < 1.0f, "min_p must be in [0, 1), got ", a.min_p);
+  c.inner_contiguous(a.x, "x");
+  c.no_overlap(a.out, "out");
+  ctx.registry().dispatch(a, c.device(), ctx);
+}
+
+void softmax_mass(const SoftmaxMass& a, Context& ctx) {
+  ops::Check c(SoftmaxMass::op_name);
+  check_logits(c, a.x);
+  c.tensor(a.out, "out", {{"N", a.x.size(0)}}, {DType::f64});
+  c.require(std::isfinite(a.temperature) && a.temperature > 0.0f,
+            "temperature must be positive, got ", a.temperature);
   c.inner_contiguous(a.x, "x");
   c.no_overlap(a.out, "out");
   ctx.registry().dispatch(a, c.device(), ctx);

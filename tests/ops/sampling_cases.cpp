@@ -1,5 +1,5 @@
-// Cases: argmax, top_k. Oracle in f64 (the values are exact in f64, so the oracle's choice is the
-// op's).
+// Cases: argmax, top_k, sample_rows, softmax_mass, repetition_penalty. Oracle in f64 (the values
+// are exact in f64, so the oracle's choice is the op's).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -317,6 +317,67 @@ struct SampleRowsPerfCase : Case {
   double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 8.0 + 12.0); }
 };
 
+// out[n] = Σ_v exp((x_v − max x) / T) in f64; NaN for a row with a NaN / +inf, or only -inf.
+struct SoftmaxMassCase : Case {
+  int64_t N, V;
+  DType dt;
+  std::vector<Row> rows;
+  float temperature;
+  bool strided;
+  SoftmaxMassCase(int64_t N, int64_t V, DType dt, std::vector<Row> rows, float temperature,
+                  bool strided)
+      : N(N), V(V), dt(dt), rows(std::move(rows)), temperature(temperature), strided(strided) {}
+  std::string op() const override { return "softmax_mass"; }
+  std::string params() const override {
+    return str("N=", N, ",V=", V, ",x=", dtype_name(dt), ",T=", temperature,
+               ",rows=", rows_name(rows), strided ? ",strided" : "");
+  }
+  void init(Rng& rng, Slots& s) override {
+    fill_rows(rng, s, N, V, dt, rows, strided);
+    s.output("out", DType::f64, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    softmax_mass({.x = v.at("x"), .out = v.at("out"), .temperature = temperature}, ctx);
+  }
+  void oracle(const Slots& s, Expected& e) override {
+    const double T = temperature, inf = std::numeric_limits<double>::infinity();
+    for (int64_t n = 0; n < N; ++n) {
+      double zmax = -inf;
+      bool refused = false;
+      for (int64_t v = 0; v < V; ++v) {
+        const double x = s["x"].get(n * V + v);
+        refused |= std::isnan(x) || x == inf;
+        if (!std::isnan(x)) zmax = std::max(zmax, x);
+      }
+      if (refused || zmax == -inf) {
+        e["out"].push_back(std::nan(""));
+        continue;
+      }
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) total += std::exp((s["x"].get(n * V + v) - zmax) / T);
+      e["out"].push_back(total);
+    }
+  }
+};
+
+struct SoftmaxMassPerfCase : Case {
+  int64_t N, V = 151936;
+  explicit SoftmaxMassPerfCase(int64_t N) : N(N) {}
+  std::string op() const override { return "softmax_mass"; }
+  std::string params() const override { return str("N=", N, ",V=", V, ",x=f32,T=0.8,perf"); }
+  bool perf_only() const override { return true; }
+  void init(Rng&, Slots& s) override {
+    fill_uniform_fast(s.input("x", DType::f32, {N, V}), 5, -8.0, 8.0);
+    s.output("out", DType::f64, {N});
+  }
+  void run(const Views& v, Context& ctx) override {
+    softmax_mass({.x = v.at("x"), .out = v.at("out"), .temperature = 0.8f}, ctx);
+  }
+  void oracle(const Slots&, Expected&) override { fail("[softmax_mass perf case] has no oracle"); }
+  // The row read twice (chunk maxima, then the sums; the second from L2).
+  double bytes(const Slots&) const override { return static_cast<double>(N) * (V * 8.0 + 8.0); }
+};
+
 // x[n, id] = x > 0 ? x / penalty : x · penalty for the first counts[n] (distinct) ids of row n, in
 // place. Counts: row 0 none, row 1 all H, the others random; ids drawn without repeats.
 struct RepetitionPenaltyCase : Case {
@@ -420,6 +481,22 @@ void add_sampling_cases(CaseList& cases) {
   sample(3, 1, f32, {R::plain}, 0.7f, 0.0f, false);
   sample(64, 512, f32, {R::plain, R::plateau, R::neg_inf}, 0.9f, 0.02f, true);
   for (int64_t N : {1, 64}) cases.push_back(std::make_unique<SampleRowsPerfCase>(N));
+
+  // softmax_mass: Qwen3-Next's vocab over every row kind (the refused ones give NaN), temperatures
+  // 0.3 / 0.8 / 1.5; bf16 strided and f16 rows; a one-entry vocab; 64 rows.
+  auto mass = [&](int64_t N, int64_t V, DType dt, std::vector<R> rows, float T, bool strided) {
+    cases.push_back(std::make_unique<SoftmaxMassCase>(N, V, dt, std::move(rows), T, strided));
+  };
+  mass(9, 151936, f32,
+       {R::plain, R::tie, R::plain, R::neg_inf, R::all_neg, R::nan, R::pos_inf, R::plateau,
+        R::zeros},
+       0.8f, false);
+  mass(3, 151936, f32, {R::plain, R::neg_inf, R::tie}, 0.3f, false);
+  mass(4, 151936, bf16, {R::plain, R::zeros, R::plateau, R::last}, 1.5f, true);
+  mass(6, 2049, f16, {R::plain, R::neg_inf}, 1.0f, false);
+  mass(3, 1, f32, {R::plain}, 0.7f, false);
+  mass(64, 512, f32, {R::plain, R::plateau, R::neg_inf}, 0.9f, true);
+  for (int64_t N : {1, 64}) cases.push_back(std::make_unique<SoftmaxMassPerfCase>(N));
 
   // repetition_penalty: Qwen3-Next's vocab with 300 history ids (penalty 1.3 and 0.8, the second
   // strided), every id of a small vocab, 64 rows.

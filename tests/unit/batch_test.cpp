@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "hybrid/core/device.h"
 #include "hybrid/core/error.h"
 #include "hybrid/engine/model.h"
+#include "hybrid/engine/sampling.h"
 #include "test_files.h"
 
 using namespace hybrid;
@@ -270,6 +272,69 @@ TEST(CudaGraph, ReplayedDecodeEqualsEagerDecode) {
     model->set_cuda_graphs(false);
     EXPECT_EQ(model->generate(p, o).ids, on);
   }
+}
+
+// On CUDA: a top-p step through the device (Runner::decode_top_p: the top_k op's candidates and
+// the softmax_mass op's row mass) draws what Sampler draws on that step's logits row
+// (Runner::logits_row): through Sampler::sample_nucleus when the nucleus lies within the
+// candidates, else on the row; the candidates are the row's k best and the mass its softmax mass.
+// Both outcomes happen (k 1, 4 and 1024; T 200 flattens the tiny model's peaked rows).
+TEST(CudaSampling, DecodeTopPDrawsWhatSamplerDraws) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto model = Model::load((models_dir() / "qwen3_5_moe").string(), Device::cuda(0));
+  engine::Runner& r = model->runner();
+  const int64_t V = model->vocab_size();
+  const std::vector<int32_t> p = golden_prompt("qwen3_5_moe");
+  int decided = 0, whole_rows = 0;
+  for (const SamplingParams sp :
+       {SamplingParams{.temperature = 1.3f, .top_p = 0.95f, .seed = 5},
+        SamplingParams{.temperature = 200.0f, .top_p = 0.9f, .seed = 7}}) {
+    for (const int64_t k : {int64_t{1}, int64_t{4}, std::min<int64_t>(1024, V)}) {
+      engine::Sequences seqs = r.new_sequences(2, 64);
+      std::vector<int32_t> ids;
+      for (int64_t b = 0; b < 2; ++b) {
+        const std::vector<float> l = r.forward(seqs, b, slice(p, 0, 20 + 5 * b), false);
+        ids.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+      }
+      Sampler host(sp), device(sp);
+      for (int step = 0; step < 4; ++step) {
+        const engine::Runner::Nucleus nu = r.decode_top_p(seqs, {0, 1}, ids, k, sp.temperature);
+        for (size_t n = 0; n < 2; ++n) {
+          const std::vector<float> row = r.logits_row(static_cast<int64_t>(n));
+          const int32_t expected = host.sample(row.data(), V);
+          // The candidates are the row's k best (value desc, id asc); the mass is its Σw.
+          std::vector<int32_t> order(static_cast<size_t>(V));
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int32_t x, int32_t y) { return row[x] > row[y]; });
+          double mass = 0;
+          for (float v : row) mass += std::exp((double{v} - row[order[0]]) / sp.temperature);
+          EXPECT_NEAR(nu.mass[n], mass, 1e-12 * mass);
+          std::vector<std::pair<int32_t, float>> cand;
+          for (int64_t j = 0; j < k; ++j) {
+            EXPECT_EQ(nu.top.ids[n * k + j], order[j]) << "step " << step << " rank " << j;
+            cand.emplace_back(nu.top.ids[n * k + j], nu.top.values[n * k + j]);
+          }
+          std::sort(cand.begin(), cand.end());
+          std::vector<float> z;
+          for (const auto& [id, v] : cand) z.push_back(v);
+          const int64_t j = device.sample_nucleus(z.data(), k, nu.mass[n]);
+          int32_t got;
+          if (j >= 0) {
+            ++decided;
+            got = cand[static_cast<size_t>(j)].first;
+          } else {
+            ++whole_rows;
+            got = device.sample(row.data(), V);
+          }
+          EXPECT_EQ(got, expected) << "step " << step << " row " << n << " k " << k;
+          ids[n] = expected;
+        }
+      }
+    }
+  }
+  EXPECT_GT(decided, 0);
+  EXPECT_GT(whole_rows, 0);
 }
 
 }  // namespace

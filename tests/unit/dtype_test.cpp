@@ -161,3 +161,16 @@ TEST(DType, LoadStoreElement) {
   store_element(u, DType::u32, 0, 4000000000.0);
   EXPECT_EQ(load_element(u, DType::u32, 0), 4000000000.0);
 }
+
+// f64 (softmax_mass's output): 8 bytes, named "f64", not a compute float type, and elements
+// stored and loaded without rounding.
+TEST(DTypeF64, StoresAndLoadsExactly) {
+  EXPECT_EQ(dtype_size(DType::f64), 8u);
+  EXPECT_EQ(dtype_name(DType::f64), "f64");
+  EXPECT_FALSE(dtype_is_float(DType::f64));
+  double v[2] = {0, 0};
+  const double x = 1.0 + std::ldexp(1.0, -50);  // not representable in f32
+  store_element(v, DType::f64, 1, x);
+  EXPECT_EQ(v[1], x);
+  EXPECT_EQ(load_element(v, DType::f64, 1), x);
+}

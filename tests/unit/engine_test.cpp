@@ -317,6 +317,59 @@ TEST_P(EngineTest, DecodeTopKDrawsWhatTheWholeRowDraws) {
   }
 }
 
+// A top-p step on the device (decode_top_p: k candidates and the row's mass) draws what Sampler
+// draws on decode()'s logits: through Sampler::sample_nucleus when the nucleus lies within the k,
+// else through logits_row, which must equal decode()'s row. Both happen (k 1, 3 and V; the tiny
+// models' rows are peaked, so T 200 flattens one setting's).
+TEST_P(EngineTest, DecodeTopPDrawsWhatSamplerDraws) {
+  TempDir dir;
+  write_model(dir.path, GetParam());
+  auto model = Model::load(dir.path.string(), Device::cpu());
+  const int64_t V = model->vocab_size();
+  engine::Runner& runner = model->runner();
+  int decided = 0, whole_rows = 0;
+  for (const SamplingParams sp :
+       {SamplingParams{.temperature = 1.3f, .top_p = 0.95f, .seed = 5},
+        SamplingParams{.temperature = 200.0f, .top_p = 0.9f, .seed = 7},
+        SamplingParams{.temperature = 0.5f, .top_p = 0.3f, .min_p = 0.05f, .seed = 6}}) {
+    for (const int64_t k : {int64_t{1}, int64_t{3}, V}) {
+      TwinBatches twins(runner, V, 43);
+      Sampler host(sp), device(sp);
+      std::vector<int32_t> ids = {3, 5};
+      for (int step = 0; step < 4; ++step) {
+        const std::vector<float> logits = runner.decode(twins.a, {0, 1}, ids);
+        const engine::Runner::Nucleus nu =
+            runner.decode_top_p(twins.b, {0, 1}, ids, k, sp.temperature);
+        for (size_t n = 0; n < 2; ++n) {
+          const float* row = logits.data() + n * static_cast<size_t>(V);
+          const int32_t expected = host.sample(row, V);
+          std::vector<std::pair<int32_t, float>> cand;
+          for (int64_t j = 0; j < k; ++j)
+            cand.emplace_back(nu.top.ids[n * k + j], nu.top.values[n * k + j]);
+          std::sort(cand.begin(), cand.end());
+          std::vector<float> z;
+          for (const auto& [id, v] : cand) z.push_back(v);
+          const int64_t j = device.sample_nucleus(z.data(), k, nu.mass[n]);
+          int32_t got;
+          if (j >= 0) {
+            ++decided;
+            got = cand[static_cast<size_t>(j)].first;
+          } else {
+            ++whole_rows;
+            const std::vector<float> full = runner.logits_row(static_cast<int64_t>(n));
+            EXPECT_EQ(full, std::vector<float>(row, row + V));
+            got = device.sample(full.data(), V);
+          }
+          EXPECT_EQ(got, expected) << "step " << step << " row " << n << " k " << k;
+          ids[n] = expected;
+        }
+      }
+    }
+  }
+  EXPECT_GT(decided, 0);
+  EXPECT_GT(whole_rows, 0);
+}
+
 // The device's whole-row draw (decode_sample) is Sampler's draw on decode()'s logits with the
 // same generator, at a temperature alone and with min-p.
 TEST_P(EngineTest, DecodeSampleDrawsWhatSamplerDraws) {

@@ -1,6 +1,6 @@
-// Bad input to argmax and top_k: each error names the op, the argument and what was wrong; a valid
-// call picks the first maximum (argmax, with -1 for rows Sampler refuses) or the k largest in
-// order.
+// Bad input to the sampling ops (argmax, top_k, sample_rows, softmax_mass, repetition_penalty):
+// each error names the op, the argument and what was wrong; valid calls give Sampler's choice
+// (argmax: the first maximum, -1 for rows Sampler refuses; top_k: the k largest in order).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,6 +88,31 @@ TEST_F(ArgmaxFixture, TopKBadArgumentsNameTheProblem) {
   a.x = Tensor(x.data(), DType::i32, Device::cpu(), {3, 5});
   EXPECT_HYBRID_ERROR(top_k(a, ctx), "[top_k] x");
   EXPECT_EQ(ids, std::vector<int32_t>(3 * 6, 99)) << "a refused call writes nothing";
+}
+
+TEST_F(ArgmaxFixture, SoftmaxMassSumsAndNamesBadArguments) {
+  // Row 0 at T 1: Σ e^(x - 7) = e^-6 + 1 + e^-4 + 1 + e^-7; at T 2 the exponents halve. Row 1:
+  // only id 4 is finite (mass 1). Row 2 has a NaN: NaN.
+  std::vector<double> mass(3, -1.0);
+  SoftmaxMass a{.x = Tensor(x.data(), DType::f32, Device::cpu(), {3, 5}),
+                .out = Tensor(mass.data(), DType::f64, Device::cpu(), {3}),
+                .temperature = 1.0f};
+  softmax_mass(a, ctx);
+  EXPECT_DOUBLE_EQ(mass[0], std::exp(-6.0) + 1 + std::exp(-4.0) + 1 + std::exp(-7.0));
+  EXPECT_DOUBLE_EQ(mass[1], 1.0);
+  EXPECT_TRUE(std::isnan(mass[2]));
+  a.temperature = 2.0f;
+  softmax_mass(a, ctx);
+  EXPECT_DOUBLE_EQ(mass[0], std::exp(-3.0) + 1 + std::exp(-2.0) + 1 + std::exp(-3.5));
+  SoftmaxMass b = a;
+  b.temperature = -1.0f;
+  EXPECT_HYBRID_ERROR(softmax_mass(b, ctx), "[softmax_mass] temperature must be positive, got -1");
+  b = a;
+  b.out = Tensor(out.data(), DType::i32, Device::cpu(), {3});
+  EXPECT_HYBRID_ERROR(softmax_mass(b, ctx), "[softmax_mass] out");
+  b = a;
+  b.out = Tensor(mass.data(), DType::f64, Device::cpu(), {2});
+  EXPECT_HYBRID_ERROR(softmax_mass(b, ctx), "[softmax_mass] out");
 }
 
 TEST_F(ArgmaxFixture, SampleRowsDrawsAndNamesBadArguments) {

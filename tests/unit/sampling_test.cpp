@@ -310,6 +310,60 @@ TEST(SamplingDistribution, KeptSetsMatchAFullSort) {
   }
 }
 
+// sample_nucleus on the row's n most probable ids and the row's mass draws what sample() draws on
+// the whole row, or returns -1 without a draw when the nucleus reaches past the n ids (the caller
+// then samples the row: the generators stay in step). Both outcomes must occur.
+TEST(SamplingDistribution, SampleNucleusDrawsWhatSampleDraws) {
+  struct Setting {
+    float temperature, top_p, min_p;
+  };
+  const Setting settings[] = {{0.7f, 0.5f, 0}, {1, 0.9f, 0}, {1.5f, 0.99f, 0}, {1, 0.95f, 0.02f}};
+  int decided = 0, short_of_it = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const std::vector<float> l = random_logits(3001, seed, 2.0 + seed);
+    for (const Setting& st : settings) {
+      for (const int64_t n : {int64_t{64}, int64_t{400}}) {
+        // The n largest (value desc, id asc), back in id order; the mass in id order.
+        std::vector<int32_t> order(l.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(),
+                  [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+        std::vector<int32_t> top(order.begin(), order.begin() + n);
+        std::sort(top.begin(), top.end());
+        std::vector<float> z;
+        for (int32_t id : top) z.push_back(l[id]);
+        const double zmax = l[order[0]];
+        double mass = 0;
+        for (float v : l) mass += std::exp((static_cast<double>(v) - zmax) / st.temperature);
+        const SamplingParams p{
+            .temperature = st.temperature, .top_p = st.top_p, .min_p = st.min_p, .seed = seed};
+        Sampler whole(p), part(p);
+        for (int draw = 0; draw < 50; ++draw) {
+          const int32_t want = whole.sample(l.data(), static_cast<int64_t>(l.size()));
+          const int64_t j = part.sample_nucleus(z.data(), n, mass);
+          if (j < 0) {
+            ++short_of_it;
+            EXPECT_EQ(part.sample(l.data(), static_cast<int64_t>(l.size())), want);
+          } else {
+            ++decided;
+            EXPECT_EQ(top[static_cast<size_t>(j)], want)
+                << "seed " << seed << " T " << st.temperature << " p " << st.top_p << " n " << n;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(decided, 0);
+  EXPECT_GT(short_of_it, 0);
+  Sampler greedy({});
+  const std::vector<float> z = {1, 2};
+  EXPECT_HYBRID_ERROR(greedy.sample_nucleus(z.data(), 2, 2.0),
+                      "[sampling] sample_nucleus: needs temperature > 0 and top_p < 1");
+  Sampler nucleus({.temperature = 1, .top_p = 0.5f});
+  EXPECT_HYBRID_ERROR(nucleus.sample_nucleus(z.data(), 2, 0.5),
+                      "[sampling] sample_nucleus: row_mass must be finite and >= 1");
+}
+
 // ---- repetition penalty -----------------------------------------------------------------------
 
 TEST(SamplingPenalty, DividesPositiveMultipliesNegativeOncePerId) {

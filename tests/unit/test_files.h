@@ -72,6 +72,8 @@ inline const char* file_dtype(DType t) {
       return "U8";
     case DType::u32:
       return "U32";
+    case DType::f64:
+      return "F64";
   }
   return "?";
 }

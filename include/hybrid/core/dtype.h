@@ -12,7 +12,9 @@
 
 namespace hybrid {
 
-enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, u32 };
+// f64 serves host-precision results of a few ops (softmax_mass); no op computes in it, no
+// checkpoint tensor loads as it (safetensors' F64 is refused).
+enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, u32, f64 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -30,6 +32,8 @@ constexpr size_t dtype_size(DType t) {
       return 1;
     case DType::u32:
       return 4;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }
@@ -50,6 +54,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "u8";
     case DType::u32:
       return "u32";
+    case DType::f64:
+      return "f64";
   }
   return "?";
 }

@@ -77,6 +77,16 @@ class Sampler {
   std::vector<Candidate> candidates(const float* logits, int64_t vocab,
                                     std::span<const int32_t> history = {}) const;
 
+  // sample() for a top-p step whose row is known only by its most probable ids: z[0, n) are the
+  // n largest logits of the row in id order (the top_k op's candidates, so the row's max is among
+  // them), already penalised, and row_mass is Σ over the whole row of exp((z − max z) / T) (the
+  // softmax_mass op). When the nucleus (the top-p cut against row_mass) lies within these n, the
+  // result is the index in z of sample()'s draw on the whole row (the same filters, then one draw
+  // of the generator). When their mass stays below top_p · row_mass, the nucleus reaches past
+  // them: -1, the generator untouched (the caller samples the whole row). Needs temperature > 0
+  // and top_p < 1; a top-k, if any, must be at least n (it would cut the row before top-p).
+  int64_t sample_nucleus(const float* z, int64_t n, double row_mass);
+
   const SamplingParams& params() const { return params_; }
   // The generator's next draw as the 53-bit integer r that sample() turns into u = r · 2^-53, for
   // a caller that draws elsewhere (the engine's sample_rows op on the device). Advances the
@@ -96,10 +106,14 @@ class Sampler {
       float z;
       int32_t pos;  // into ids / w
     };
-    std::vector<ZPos> order;    // top-p: (z, position) pairs by probability
-    std::vector<uint8_t> mark;  // top-p: the kept positions
+    std::vector<ZPos> order;        // top-p: (z, position) pairs by probability
+    std::vector<uint8_t> mark;      // top-p: the kept positions
+    bool short_of_nucleus = false;  // keep() with a row_mass: the nucleus reaches past these ids
   };
-  void keep(const float* logits, int64_t vocab, std::span<const int32_t> history, Kept& kept) const;
+  // row_mass > 0: top-p measures against it instead of the kept weights' sum (sample_nucleus).
+  void keep(const float* logits, int64_t vocab, std::span<const int32_t> history, Kept& kept,
+            double row_mass = 0) const;
+  int32_t draw(const Kept& kept);
 
   SamplingParams params_;
   Xoshiro256 rng_;

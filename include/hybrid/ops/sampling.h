@@ -53,6 +53,20 @@ struct SampleRows {
 };
 void sample_rows(const SampleRows& args, Context& ctx);
 
+// The mass that top-p measures against: Sampler's weights summed over each row, in f64,
+//   out[n] = Σ_v exp((x_v − max x) / temperature)      (the max has weight 1; -inf entries add 0)
+// NaN marks a row Sampler refuses (a NaN or +inf, or only -inf). With the top_k op's candidates it
+// decides a top-p step on the device's side of the copy (docs/ENGINE.md): the nucleus is the
+// shortest most-probable prefix whose mass reaches top_p · out[n]. The sum runs in another order
+// than Sampler's (blocks, then their totals): equal to it within rounding (~1e-15 relative).
+struct SoftmaxMass {
+  static constexpr const char* op_name = "softmax_mass";
+  Tensor x;                  // [N, V] f32 | bf16 | f16 (logits); rows may be strided
+  Tensor out;                // [N] f64
+  float temperature = 1.0f;  // > 0
+};
+void softmax_mass(const SoftmaxMass& args, Context& ctx);
+
 // Sampler's repetition penalty where the logits are, in place (HF RepetitionPenaltyLogitsProcessor,
 // llama.cpp's penalties): for row n and each id of ids[n, 0:counts[n]],
 //   x[n, id] = x[n, id] > 0 ? x[n, id] / penalty : x[n, id] · penalty
