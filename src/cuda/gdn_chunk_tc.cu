@@ -2057,6 +2057,14 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed
     why = "pipeline: N = " + std::to_string(p.N) + " (one sequence only)";
     return bounds;
   }
+  // The 32-row spine must leave room beside it: at most one block per SM (Hv 64 at 1 x 8192:
+  // 256 blocks, two per SM, left stages 1 and 3 no room and took 0.880 ms against v7's 0.791).
+  if (int64_t{p.Hv} * (kD / 32) > sm_count()) {
+    why = "pipeline: Hv·4 = " + std::to_string(int64_t{p.Hv} * (kD / 32)) +
+          " spine blocks of 32 rows would not leave room on " + std::to_string(sm_count()) +
+          " SMs";
+    return bounds;
+  }
   if (segments > 1) {
     why = "pipeline: the split spine runs (" + std::to_string(segments) + " segments)";
     return bounds;
