@@ -2047,9 +2047,12 @@ int env_int(const char* name, int fallback) {
 }
 
 // Chunk bounds of the pieces (bounds[0] = 0 < .. < bounds[pieces] = p.max_chunks), or fewer than
-// two pieces with the reason in why. M = HYBRID_GDN_CHUNK_PIPE_CHUNKS (default 16) chunks a piece,
+// two pieces with the reason in why. M = HYBRID_GDN_CHUNK_PIPE_CHUNKS (default 32) chunks a piece,
 // the first and the last M / 2 (the parts of stages 1 and 3 that nothing hides), at most
-// kMaxPieces (M grows for long sequences).
+// kMaxPieces (M grows for long sequences). Session 14 run 3, 1 x 8192 / 32768 / 131072 (Hv 32):
+// M 8 550 / 1799 / 6497 µs, 16 494 / 1801 / 6517, 24 476 / 1748 / 6530, 32 465 / 1699 / 6499
+// (v7: 521 / 2085 / 8279): each boundary costs the spine a drain and a ramp, so fewer pieces win
+// until the exposed first stage 1 and last stage 3 grow.
 std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed,
                            std::string& why) {
   std::vector<int> bounds;
@@ -2078,7 +2081,7 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed
     return bounds;
   }
   const int total = p.max_chunks;
-  int m = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 16));
+  int m = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 32));
   m = std::max(m, (total + kMaxPieces - 3) / (kMaxPieces - 2));
   if (total < 2 * m) {
     why = "pipeline: " + std::to_string(total) + " chunks, fewer than two pieces of " +
@@ -2388,6 +2391,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // leaving room for stage 1 and 3 blocks beside it), or HYBRID_GDN_CHUNK_PIPE_SPINE=16 (16-row
   // slices, ring of 2: two blocks per SM, room for one stage-1 block) or =16r3 (v7's spine at
   // 1 x 8192: 16-row slices, ring of 3, which fill the shared memory of the SMs they are on).
+  // Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs at 1 x 8192 / 32768 / 131072,
+  // 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880.
   static const std::string pipe_spine = [] {
     const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
     return std::string(v ? v : "32");
@@ -2516,6 +2521,10 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
     wu_stream = ps.wu;
     out_stream = ps.out;
+    // The spine's pieces at the device's highest priority, so that the block scheduler gives them
+    // the SMs before the stage-1 / stage-3 blocks waiting beside them (graphs keep it: runtime.cu
+    // instantiates with node priorities). HYBRID_GDN_CHUNK_PIPE_PRIORITY=0 launches them plainly:
+    // session 14 run 3, 1 x 8192 605 µs against 494 (pieces of 16).
     static const bool prioritised = env_int("HYBRID_GDN_CHUNK_PIPE_PRIORITY", 1) != 0;
     spine_priority = prioritised ? ps.greatest_priority : 0;
     auto piece_grid = [&](int i) {

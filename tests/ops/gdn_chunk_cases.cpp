@@ -495,14 +495,15 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.every = 64;
     add(cases, c);
   }
-  // The CUDA pipelined prefill (`cuda_tc_v9`: one sequence whose heads fill the GPU without the
-  // split spine, Hv >= 12, in pieces of 16 chunks, the first and the last of 8; on the GPU the
-  // cases also run with HYBRID_GDN_CHUNK_PIPE_CHUNKS=4): 2100 tokens at Hv 16 (GVA 4, bf16
-  // inputs) from the pool, checkpoints every 320 tokens across piece ends (3 pieces: chunks
-  // 0-7, 8-23, 24-32); 2050 tokens at Hv 12 from zeros into a bf16 pool, the last chunk 2 tokens.
+  // The CUDA pipelined prefill (`cuda_tc_v9`: one sequence whose heads leave room beside the
+  // spine without the split spine, 12 <= Hv <= 33, in pieces of 32 chunks, the first and the last
+  // of 16; on the GPU the cases also run with HYBRID_GDN_CHUNK_PIPE_CHUNKS=4, device-quick's
+  // fallbacks): 4200 tokens at Hv 16 (GVA 4, bf16 inputs) from the pool, checkpoints every 320
+  // tokens across piece ends (3 pieces: chunks 0-15, 16-47, 48-65); 2050 tokens at Hv 12 from
+  // zeros into a bf16 pool, the last chunk 2 tokens (one piece by default: v7's path).
   {
     Config c;
-    c.lens = {2100};
+    c.lens = {4200};
     c.slots = {1};
     c.has_init = {1};
     c.pool_rows = 2;
