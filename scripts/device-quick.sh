@@ -66,6 +66,8 @@ if section fallbacks; then
   # cuDNN 9.19 its NaN-tail case fails: attention_cudnn.cu), fa2b under fa2c, GDN / SSM decode
   # warp2 under the tile kernels, and linear_q v6 and v5 on every shape they take (the older layers:
   # fallbacks_old).
+  test_one gdn_chunk_pipe4 60 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4 gdn_chunk_prefill
+  test_one gdn_chunk_v7 60 HYBRID_GDN_CHUNK_PIPE=0 gdn_chunk_prefill
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill

@@ -38,6 +38,8 @@ struct Params {
   int every = 0;  // checkpoint interval, 0 = none
   int N = 0, T = 0, Hk = 0, Hv = 0, K = 0, V = 0, ratio = 1;
   int max_chunks = 0;  // T/64 + N: a bound on Σ_n ceil(len_n / 64)
+  int chunk_base = 0;  // global chunk of block x = 0 in the tensor-core stages 1 and 3 (a piece
+                       // of the pipelined prefill, gdn_chunk_tc.cu; 0 otherwise)
   float scale = 1.0f;
   bool l2norm = false;
   // Workspace (written by the kernels, never read by the host).

@@ -25,10 +25,15 @@
 // critical path (2 barriers per chunk, its loads prefetched one chunk ahead).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cuda/dtype.cuh"
 #include "cuda/gdn_chunk.cuh"
@@ -159,6 +164,12 @@ struct SpineSplit {
   float* start = nullptr;  // [S, Hv, V, K] start state of each segment (s >= 1)
   float* b = nullptr;      // [S, Hv, V, K] B_s
   float* m = nullptr;      // [S, Hv, K, K] M_s
+  // Piece of the pipelined prefill (N = 1, no split; piece_end > 0): chunks [piece_begin,
+  // min(nch, piece_end)) of the sequence, from the pool (piece_begin = 0) or from carry, to carry
+  // when chunks remain after the piece, else to the pool. A piece that starts at or past the
+  // sequence's last chunk does nothing (the piece that held that chunk wrote the pool).
+  int piece_begin = 0, piece_end = 0;
+  float* carry = nullptr;  // [Hv, V, K] f32 state between pieces
 };
 
 // Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
@@ -253,8 +264,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int bos = p.cu[n], len = p.cu[n + 1] - bos;
   const int nch = (len + kC - 1) / kC;
-  const int cs_begin = split ? seg * sp.seg_chunks : 0;
-  const int cs_end = split ? min(nch, cs_begin + sp.seg_chunks) : nch;
+  const bool piece = !split && sp.piece_end > 0;
+  const int cs_begin = split ? seg * sp.seg_chunks : piece ? sp.piece_begin : 0;
+  const int cs_end = split ? min(nch, cs_begin + sp.seg_chunks) : piece ? min(nch, sp.piece_end) : nch;
+  if (piece && cs_begin > 0 && cs_begin >= nch) return;
   const int slot = p.slots[n * p.slots_s];
   // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
   if (slot < 0) {
@@ -296,6 +309,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
           x = trans && v0 + v == d ? 1.0f : 0.0f;
         else if (seg > 0)
           x = sp.start[seg * seg_stride + head + (int64_t)(v0 + v) * kD + d];
+        else if (piece && cs_begin > 0)
+          x = sp.carry[head + (int64_t)(v0 + v) * kD + d];
         else
           x = from_pool ? to_f32(pool[(int64_t)(v0 + v) * p.st_row + d]) : 0.0f;
         s[mt][nt][r] = x;
@@ -656,14 +671,18 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   // CL: paired with the last arrive. Every copy into a block is one of its own chunks, which it
   // waited for; this wait also keeps every block of the cluster resident until all are done.
   if constexpr (CL) cluster_wait();
-  // End state: the pool (no split, or the last segment), else start[1] (segment 0 in pass 1),
-  // B_s or M_s (pass 1); the middle segments of pass 3 end where start[s + 1] already is.
+  // End state: the pool (no split, or the last segment, or the last piece), else start[1]
+  // (segment 0 in pass 1), B_s or M_s (pass 1), the carry (a piece before the last); the middle
+  // segments of pass 3 end where start[s + 1] already is.
   float* to = nullptr;
   if (local)
     to = (trans ? sp.m : sp.b) + seg * seg_stride + head;
   else if (split && seg == 0 && sp.segments > 1)
     to = sp.start + seg_stride + head;
-  const bool to_pool = !split || seg == sp.segments - 1;
+  else if (sp.piece_end > 0 && sp.seg_chunks == 0 &&
+           sp.piece_end < (p.cu[1] - p.cu[0] + kC - 1) / kC)  // a piece (n = 0) before the last
+    to = sp.carry + head;
+  const bool to_pool = split ? seg == sp.segments - 1 : !to;
   if (!to && !to_pool) return;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -756,7 +775,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   bf16* Tb = reinterpret_cast<bf16*>(Af);               // [64][72]   T diag(βe^γ), after T
   bf16* Tu = Tb + kC * kTP;                             // [64][72]   T diag(β), after T
   constexpr int ld = kC + 1;
-  const int c = blockIdx.x;
+  const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
   if (p.slots[n * p.slots_s] < 0) return;
@@ -1103,7 +1122,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   float* beg = gl + kC;                                              // [64] β e^γ
   bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
   bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
-  const int c = blockIdx.x;
+  const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
   if (p.slots[n * p.slots_s] < 0) return;
@@ -1565,7 +1584,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
   bf16* Vs = Hs;                                         // [64][136]  V_new [j][v], after h
   float* gam = reinterpret_cast<float*>(Hs + kD * kWP);  // [64]
-  const int c = blockIdx.x;
+  const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
   const int s0 = (c - p.first_chunk[n]) * kC, t0 = p.cu[n] + s0;
@@ -1921,6 +1940,7 @@ class StageTimer {
     if (on_)
       for (auto& e : events_) cudaEventDestroy(e);
   }
+  bool on() const { return on_; }
   // Event i (0: before the index kernel, 1: before stage 1, 2: before the spine, 3: before stage
   // 3, 4: after it).
   void mark(int i) {
@@ -1960,8 +1980,123 @@ struct TcOptions {
   bool wu_v7 = false;          // with wu_v5: wu_tc5_kernel's kV7 path (`cuda_tc_v7`)
   bool out_v5 = false;         // stage 3 with 16-byte q loads / out stores (`cuda_tc_v5`)
   bool out_v7 = false;         // with out_v5 and 16-byte q rows: output_tc_kernel's kV7 path
+  bool pipeline = false;       // stages 1 and 3 beside the spine, piece by piece (`cuda_tc_v9`;
+                               // pipe_plan says where)
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
+
+// ---- the pipelined prefill (`cuda_tc_v9`) ------------------------------------------------------
+//
+// Stages 1 and 3 need the whole GPU for 183 and 115 µs at 1 x 8192 (session 6's stage timer),
+// while the spine, 128 dependent chunk steps of ~2.3 µs, leaves most of every SM's issue slots
+// idle. Cut the sequence's chunks into pieces; stage 1 of piece i runs on a side stream ahead of
+// the spine, the spine's piece i (one launch, state carried in f32 between pieces) waits for it,
+// and stage 3 of piece i runs on a second side stream once the spine's piece i is done:
+//   side 1:  wu(0) wu(1) wu(2) ...
+//   main:         spine(0) spine(1) spine(2) ...
+//   side 2:                 out(0)   out(1)  ...
+// so only wu(0), the spine and the last out are on the critical path. Fork and join by events
+// (graph-capturable: the side streams join the capture through the fork event and end joined).
+// N = 1 without the split spine or the fused output only (pieces are chunk ranges of the one
+// sequence, whose length the host knows); elsewhere cuda_tc_v9 runs as cuda_tc_v7.
+constexpr int kMaxPieces = 32;
+
+// The side streams and events of the pipeline, per device, created on first use. The mutex is
+// held while a call enqueues its pieces, so calls from two host threads cannot interleave their
+// event records.
+struct PipeSync {
+  std::mutex mu;
+  cudaStream_t wu = nullptr, out = nullptr;
+  cudaEvent_t fork = nullptr, out_done = nullptr;
+  cudaEvent_t wu_done[kMaxPieces] = {}, spine_done[kMaxPieces] = {};
+  int greatest_priority = 0;  // the device's highest stream priority (the spine's, when asked)
+};
+
+PipeSync& pipe_sync() {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<PipeSync>> per_device;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto& ps = per_device[dev];
+  if (!ps) {
+    auto made = std::make_unique<PipeSync>();
+    int least = 0, greatest = 0;
+    HYBRID_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    made->greatest_priority = greatest;
+    HYBRID_CUDA_CHECK(cudaStreamCreateWithPriority(&made->wu, cudaStreamNonBlocking, least));
+    HYBRID_CUDA_CHECK(cudaStreamCreateWithPriority(&made->out, cudaStreamNonBlocking, least));
+    auto event = [](cudaEvent_t& e) {
+      HYBRID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    };
+    event(made->fork);
+    event(made->out_done);
+    for (int i = 0; i < kMaxPieces; ++i) event(made->wu_done[i]), event(made->spine_done[i]);
+    ps = std::move(made);
+  }
+  return *ps;
+}
+
+// An integer environment variable, or `fallback` when unset or not a number.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return *end == '\0' ? static_cast<int>(x) : fallback;
+}
+
+// Chunk bounds of the pieces (bounds[0] = 0 < .. < bounds[pieces] = p.max_chunks), or fewer than
+// two pieces with the reason in why. M = HYBRID_GDN_CHUNK_PIPE_CHUNKS (default 32) chunks a piece,
+// the first and the last M / 2 (the parts of stages 1 and 3 that nothing hides), at most
+// kMaxPieces (M grows for long sequences). Session 14 run 3, 1 x 8192 / 32768 / 131072 (Hv 32):
+// M 8 550 / 1799 / 6497 µs, 16 494 / 1801 / 6517, 24 476 / 1748 / 6530, 32 465 / 1699 / 6499
+// (v7: 521 / 2085 / 8279): each boundary costs the spine a drain and a ramp, so fewer pieces win
+// until the exposed first stage 1 and last stage 3 grow.
+std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed,
+                           std::string& why) {
+  std::vector<int> bounds;
+  if (p.N != 1) {
+    why = "pipeline: N = " + std::to_string(p.N) + " (one sequence only)";
+    return bounds;
+  }
+  // The 32-row spine must leave room beside it: at most one block per SM (Hv 64 at 1 x 8192:
+  // 256 blocks, two per SM, left stages 1 and 3 no room and took 0.880 ms against v7's 0.791).
+  if (int64_t{p.Hv} * (kD / 32) > sm_count()) {
+    why = "pipeline: Hv·4 = " + std::to_string(int64_t{p.Hv} * (kD / 32)) +
+          " spine blocks of 32 rows would not leave room on " + std::to_string(sm_count()) +
+          " SMs";
+    return bounds;
+  }
+  if (segments > 1) {
+    why = "pipeline: the split spine runs (" + std::to_string(segments) + " segments)";
+    return bounds;
+  }
+  if (fused) {
+    why = "pipeline: the fused-output spine runs";
+    return bounds;
+  }
+  if (timed) {
+    why = "pipeline: off under HYBRID_GDN_CHUNK_STAGES=1 (the stage timer times serial stages)";
+    return bounds;
+  }
+  const int total = p.max_chunks;
+  int m = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 32));
+  m = std::max(m, (total + kMaxPieces - 3) / (kMaxPieces - 2));
+  if (total < 2 * m) {
+    why = "pipeline: " + std::to_string(total) + " chunks, fewer than two pieces of " +
+          std::to_string(m);
+    return bounds;
+  }
+  bounds.push_back(0);
+  int c = m / 2;
+  while (c < total - m / 2) {
+    bounds.push_back(c);
+    c += m;
+  }
+  bounds.push_back(total);
+  return bounds;
+}
 
 // The 16-byte row loads of wu_tc5_kernel / output_tc_kernel (kVecIn): bf16 inputs whose rows of k,
 // v (and q when with_q) start 16-byte aligned (base pointers and element strides multiples of 8).
@@ -2104,8 +2239,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const bool fused = opt.fused_output;
   const size_t qn_bytes =
       fused ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
+  StageTimer timer(ctx);
+  std::string no_pipe;
+  const std::vector<int> pieces =
+      opt.pipeline ? pipe_plan(p, S, fused, timer.on(), no_pipe) : std::vector<int>{};
+  const bool pipelined = pieces.size() > 2;
+  // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
+  const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
   plan_workspace(p, sizeof(bf16), fused ? 0 : sizeof(bf16), ctx, sizeof(bf16),
-                 qn_bytes + (S > 1 ? 3 * seg_bytes : 0));
+                 qn_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
   if (fused) p.qn = p.extra;
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
@@ -2120,11 +2262,14 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
             "[gdn_chunk_prefill] cuda_tc_v3: spine ring of 2 (32-row spine slices: " +
                 std::to_string(int64_t{p.N} * p.Hv * (kD / 16)) +
                 " blocks of 16 rows would not fit two per SM; the deep ring needs 16-row slices)");
-  StageTimer timer(ctx);
   timer.mark(0);
   launch_chunk_index(p, ctx);
   timer.mark(1);
-  const dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
+  dim3 grid_chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.Hv));
+  // Where stages 1 and 3 and the spine launch (the pipeline moves stages 1 and 3 to its side
+  // streams and sets p.chunk_base, grid_chunks.x and the spine's piece per launch).
+  cudaStream_t wu_stream = as_stream(ctx.stream()), out_stream = wu_stream;
+  int spine_priority = 0;  // 0: the launch's default; else cudaLaunchAttributePriority
   // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
   // SM (70 and 68 KiB), the spine two.
   auto wu = [&](auto tin) {
@@ -2151,13 +2296,16 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     ensure_dynamic_smem(kern, smem);
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
-    kern<<<grid_chunks, 128, smem, as_stream(ctx.stream())>>>(p);
+    kern<<<grid_chunks, 128, smem, wu_stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
-  if (a.q.dtype() == DType::bf16)
-    wu(__nv_bfloat16{});
-  else
-    wu(float{});
+  auto run_wu = [&] {
+    if (a.q.dtype() == DType::bf16)
+      wu(__nv_bfloat16{});
+    else
+      wu(float{});
+  };
+  if (!pipelined) run_wu();
   timer.mark(2);
   SpineSplit sp;
   if (S > 1) {
@@ -2178,6 +2326,20 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
+      if (CZ == 0 && spine_priority != 0) {  // a piece of the pipeline, ahead of stages 1 and 3's blocks
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(128);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = as_stream(ctx.stream());
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributePriority;
+        attr[0].val.priority = spine_priority;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+        return;
+      }
       if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
@@ -2225,8 +2387,28 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   using i16 = std::integral_constant<int, 16>;
   using i3 = std::integral_constant<int, 3>;
   std::string spine_note;  // the cluster size chosen, for the stage timer's line
+  // The pipeline's spine: 32-row slices with the ring of 2 (one block per SM at 1 x 8192, Hv 32,
+  // leaving room for stage 1 and 3 blocks beside it), or HYBRID_GDN_CHUNK_PIPE_SPINE=16 (16-row
+  // slices, ring of 2: two blocks per SM, room for one stage-1 block) or =16r3 (v7's spine at
+  // 1 x 8192: 16-row slices, ring of 3, which fill the shared memory of the SMs they are on).
+  // Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs at 1 x 8192 / 32768 / 131072,
+  // 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880.
+  static const std::string pipe_spine = [] {
+    const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
+    return std::string(v ? v : "32");
+  }();
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
+    if (pipelined) {
+      if (pipe_spine == "16")
+        spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
+      else if (pipe_spine == "16r3")
+        spine(ts, i16{}, i3{}, i0{}, NoOut{});
+      else
+        spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{},
+              NoOut{});
+      return;
+    }
     if (fused) {  // cuda_tc_v4_fused: the cluster spine with the output (its supports() checked
                   // that clusters of 8 or 4 are possible)
       std::string why;
@@ -2278,11 +2460,12 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     else
       spine(ts, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
   };
-  if (a.state.dtype() == DType::bf16)
-    with_slice(bf16{});
-  else
-    with_slice(float{});
-  timer.mark(3);
+  auto run_spine = [&] {
+    if (a.state.dtype() == DType::bf16)
+      with_slice(bf16{});
+    else
+      with_slice(float{});
+  };
   auto output = [&](auto tin, auto tout) {
     using In = decltype(tin);
     using Out = decltype(tout);
@@ -2302,7 +2485,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     ensure_dynamic_smem(kern, kOutSmem);
     HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
-    kern<<<grid_chunks, 128, kOutSmem, as_stream(ctx.stream())>>>(p);
+    kern<<<grid_chunks, 128, kOutSmem, out_stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   auto with_out = [&](auto tin) {
@@ -2311,12 +2494,65 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     else
       output(tin, float{});
   };
-  if (fused)  // the spine wrote the output (stage 3 shows 0 us)
-    ;
-  else if (a.q.dtype() == DType::bf16)
-    with_out(__nv_bfloat16{});
-  else
-    with_out(float{});
+  auto run_out = [&] {
+    if (fused)  // the spine wrote the output (stage 3 shows 0 us)
+      return;
+    if (a.q.dtype() == DType::bf16)
+      with_out(__nv_bfloat16{});
+    else
+      with_out(float{});
+  };
+  if (!pipelined) {
+    run_spine();
+    timer.mark(3);
+    run_out();
+  } else {
+    // Stage 1 of every piece on side stream 1; the spine's pieces on the caller's stream, each
+    // after its piece's stage 1; stage 3 of a piece on side stream 2 after its spine piece; the
+    // caller's stream then waits for side stream 2's last (side stream 1's last is before the
+    // last spine piece).
+    PipeSync& ps = pipe_sync();
+    std::lock_guard<std::mutex> lock(ps.mu);
+    const cudaStream_t main = as_stream(ctx.stream());
+    const int n_pieces = static_cast<int>(pieces.size()) - 1;
+    sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + qn_bytes);
+    HYBRID_CUDA_CHECK(cudaEventRecord(ps.fork, main));
+    HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.wu, ps.fork, 0));
+    HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
+    wu_stream = ps.wu;
+    out_stream = ps.out;
+    // The spine's pieces at the device's highest priority, so that the block scheduler gives them
+    // the SMs before the stage-1 / stage-3 blocks waiting beside them (graphs keep it: runtime.cu
+    // instantiates with node priorities). HYBRID_GDN_CHUNK_PIPE_PRIORITY=0 launches them plainly:
+    // session 14 run 3, 1 x 8192 605 µs against 494 (pieces of 16).
+    static const bool prioritised = env_int("HYBRID_GDN_CHUNK_PIPE_PRIORITY", 1) != 0;
+    spine_priority = prioritised ? ps.greatest_priority : 0;
+    auto piece_grid = [&](int i) {
+      p.chunk_base = pieces[i];
+      grid_chunks.x = static_cast<unsigned>(pieces[i + 1] - pieces[i]);
+    };
+    for (int i = 0; i < n_pieces; ++i) {
+      piece_grid(i);
+      run_wu();
+      HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
+    }
+    for (int i = 0; i < n_pieces; ++i) {
+      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[i], 0));
+      sp.piece_begin = pieces[i];
+      sp.piece_end = pieces[i + 1];
+      run_spine();
+      HYBRID_CUDA_CHECK(cudaEventRecord(ps.spine_done[i], main));
+      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.spine_done[i], 0));
+      piece_grid(i);
+      run_out();
+    }
+    HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
+    HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
+                                 " pieces, spine " + pipe_spine +
+                                 (spine_priority != 0 ? " (priority)" : ""));
+  }
+  if (opt.pipeline && !pipelined) ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
   timer.mark(4);
   timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
                                 : fused                         ? "cuda_tc_v4_fused"
@@ -2368,7 +2604,7 @@ Reason fused_spine_refusal(const GdnChunkPrefill& a) {
 // cases with the v5 stage 1 (wu_tc5_kernel) and, without the fused spine, the v5 stage 3
 // (output_tc_kernel's 16-byte paths). `cuda_tc_v7` (v7): the same with wu_tc5_kernel's and
 // output_tc_kernel's kV7 paths.
-void tc_v5_run(const GdnChunkPrefill& a, Context& ctx, bool v7) {
+void tc_v5_run(const GdnChunkPrefill& a, Context& ctx, bool v7, bool pipeline = false) {
   TcOptions opt;
   opt.deep_ring = true;
   opt.fast_inverse = true;
@@ -2379,7 +2615,16 @@ void tc_v5_run(const GdnChunkPrefill& a, Context& ctx, bool v7) {
   opt.out_v7 = v7;
   const Reason not_fused = fused_spine_refusal(a);
   opt.fused_output = !not_fused;
-  const std::string variant = v7 ? "cuda_tc_v7" : "cuda_tc_v5";
+  if (pipeline) {  // cuda_tc_v9: the pipeline where its plan has pieces, else v7
+    opt.pipeline = true;
+    const Params p = make_params(a);
+    bool narrow = false;
+    int G = 0;
+    std::string why;
+    const int S = spine_plan(p, sm_count(), narrow, G, why);
+    if (pipe_plan(p, S, false, false, why).size() > 2) opt.fused_output = false;
+  }
+  const std::string variant = pipeline ? "cuda_tc_v9" : v7 ? "cuda_tc_v7" : "cuda_tc_v5";
   if (not_fused)
     ctx.log(LogLevel::debug,
             "[gdn_chunk_prefill] " + variant + ": cluster spine and stage 3 (" + *not_fused + ")");
@@ -2392,6 +2637,16 @@ void tc_v5_cuda(const GdnChunkPrefill& a, Context& ctx) {
 }
 void tc_v7_cuda(const GdnChunkPrefill& a, Context& ctx) {
   tc_v5_run(a, ctx, true);
+}
+void tc_v9_cuda(const GdnChunkPrefill& a, Context& ctx) {
+  tc_v5_run(a, ctx, true, true);
+}
+// HYBRID_GDN_CHUNK_PIPE=0 refuses every call (to test and time cuda_tc_v7 beside it).
+Reason tc_v9_supports(const GdnChunkPrefill& a) {
+  if (Reason r = tc_supports(a)) return r;
+  static const bool off = env_is_zero("HYBRID_GDN_CHUNK_PIPE");
+  if (off) return std::string("v9: turned off by HYBRID_GDN_CHUNK_PIPE=0");
+  return std::nullopt;
 }
 // HYBRID_GDN_CHUNK_V7=0 refuses every call (to test and time cuda_tc_v5 beside it).
 Reason tc_v7_supports(const GdnChunkPrefill& a) {
@@ -2442,6 +2697,10 @@ void register_gdn_chunk_tc(Registry& r) {
   // HYBRID_GDN_CHUNK_V7=0 falls back to cuda_tc_v5.
   r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v7", DeviceType::cuda, 70,
                          gdn_chunk::tc_v7_supports, gdn_chunk::tc_v7_cuda);
+  // cuda_tc_v7 with stages 1 and 3 beside the spine, piece by piece on two side streams, where
+  // the plan allows it (one sequence, no split spine); HYBRID_GDN_CHUNK_PIPE=0 falls back to v7.
+  r.add<GdnChunkPrefill>("gdn_chunk_prefill.cuda_tc_v9", DeviceType::cuda, 90,
+                         gdn_chunk::tc_v9_supports, gdn_chunk::tc_v9_cuda);
 }
 
 }  // namespace hybrid::cuda

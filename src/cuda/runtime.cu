@@ -143,7 +143,11 @@ void* graph_capture_end(void* stream) {
   cudaGraph_t graph = nullptr;
   HYBRID_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  // Node priorities as launched (cudaLaunchAttributePriority): without this flag a graph runs
+  // every kernel at its launch stream's priority, and the pipelined GDN prefill's spine pieces
+  // lose the SMs to the stage-1 / stage-3 blocks beside them (session 14 run 2: 1 x 8192 0.606 ms
+  // in hybrid-ops' graph against 0.496 in torch's, which instantiates with this flag).
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   HYBRID_CUDA_CHECK(e);
   return exec;

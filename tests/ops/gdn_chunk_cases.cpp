@@ -495,6 +495,32 @@ void add_gdn_chunk_cases(CaseList& cases) {
     c.every = 64;
     add(cases, c);
   }
+  // The CUDA pipelined prefill (`cuda_tc_v9`: one sequence whose heads leave room beside the
+  // spine without the split spine, 12 <= Hv <= 33, in pieces of 32 chunks, the first and the last
+  // of 16; on the GPU the cases also run with HYBRID_GDN_CHUNK_PIPE_CHUNKS=4, device-quick's
+  // fallbacks): 4200 tokens at Hv 16 (GVA 4, bf16 inputs) from the pool, checkpoints every 320
+  // tokens across piece ends (3 pieces: chunks 0-15, 16-47, 48-65); 2050 tokens at Hv 12 from
+  // zeros into a bf16 pool, the last chunk 2 tokens (one piece by default: v7's path).
+  {
+    Config c;
+    c.lens = {4200};
+    c.slots = {1};
+    c.has_init = {1};
+    c.pool_rows = 2;
+    c.Hk = 4, c.Hv = 16, c.K = 128, c.V = 128;
+    c.act = DType::bf16;
+    c.every = 320;
+    add(cases, c);
+    c.lens = {2050};
+    c.slots = {0};
+    c.has_init = {0};
+    c.pool_rows = 1;
+    c.Hk = 12, c.Hv = 12;
+    c.act = DType::f32;
+    c.pool = DType::bf16;
+    c.every = 0;
+    add(cases, c);
+  }
   // The CUDA tensor-core spine's deep ring (`cuda_tc_v3`: W, U, γ two chunks ahead, K̂ one,
   // taken with 16-row slices, i.e. N·Hv·8 blocks that fit two per SM): sequences of 2 to 10
   // chunks (the ring of 3 wraps several times), lengths not multiples of 64, an empty sequence
