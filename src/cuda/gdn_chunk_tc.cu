@@ -266,7 +266,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const int nch = (len + kC - 1) / kC;
   const bool piece = !split && sp.piece_end > 0;
   const int cs_begin = split ? seg * sp.seg_chunks : piece ? sp.piece_begin : 0;
-  const int cs_end = split ? min(nch, cs_begin + sp.seg_chunks) : piece ? min(nch, sp.piece_end) : nch;
+  const int cs_end = split   ? min(nch, cs_begin + sp.seg_chunks)
+                     : piece ? min(nch, sp.piece_end)
+                             : nch;
   if (piece && cs_begin > 0 && cs_begin >= nch) return;
   const int slot = p.slots[n * p.slots_s];
   // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
@@ -2064,8 +2066,7 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed
   // 256 blocks, two per SM, left stages 1 and 3 no room and took 0.880 ms against v7's 0.791).
   if (int64_t{p.Hv} * (kD / 32) > sm_count()) {
     why = "pipeline: Hv·4 = " + std::to_string(int64_t{p.Hv} * (kD / 32)) +
-          " spine blocks of 32 rows would not leave room on " + std::to_string(sm_count()) +
-          " SMs";
+          " spine blocks of 32 rows would not leave room on " + std::to_string(sm_count()) + " SMs";
     return bounds;
   }
   if (segments > 1) {
@@ -2326,7 +2327,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
-      if (CZ == 0 && spine_priority != 0) {  // a piece of the pipeline, ahead of stages 1 and 3's blocks
+      if (CZ == 0 &&
+          spine_priority != 0) {  // a piece of the pipeline, ahead of stages 1 and 3's blocks
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
         cfg.blockDim = dim3(128);
@@ -2552,7 +2554,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                  " pieces, spine " + pipe_spine +
                                  (spine_priority != 0 ? " (priority)" : ""));
   }
-  if (opt.pipeline && !pipelined) ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
+  if (opt.pipeline && !pipelined)
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
   timer.mark(4);
   timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
                                 : fused                         ? "cuda_tc_v4_fused"
