@@ -2327,35 +2327,31 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                            cudaSharedmemCarveoutMaxShared));
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
-      if (CZ == 0 &&
-          spine_priority != 0) {  // a piece of the pipeline, ahead of stages 1 and 3's blocks
+      // cudaLaunchKernelEx with the attributes in attr[0, na).
+      cudaLaunchAttribute attr[1];
+      int na = 0;
+      auto launch_ex = [&] {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
         cfg.blockDim = dim3(128);
         cfg.dynamicSmemBytes = smem;
         cfg.stream = as_stream(ctx.stream());
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributePriority;
-        attr[0].val.priority = spine_priority;
         cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cfg.numAttrs = na;
         HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+      };
+      if (CZ == 0 && spine_priority != 0) {  // a pipeline piece, ahead of the stage blocks
+        attr[na].id = cudaLaunchAttributePriority;
+        attr[na++].val.priority = spine_priority;
+        launch_ex();
         return;
       }
       if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(128);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = as_stream(ctx.stream());
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = CZ;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = 1;
+        attr[na].val.clusterDim.y = 1;
+        attr[na++].val.clusterDim.z = CZ;
+        launch_ex();
       } else {
         kern<<<grid, 128, smem, as_stream(ctx.stream())>>>(p, run);
         HYBRID_CUDA_CHECK_LAUNCH();
