@@ -1238,20 +1238,10 @@ void Runner::download_into(void* host, const Tensor& t, size_t bytes) {
   ctx_->synchronize();
 }
 
-namespace {
-// Before the step runs (a bad argument must not advance the sequences): one id list a sequence.
-void check_penalty(const Penalty& penalty, size_t N) {
-  if (penalty.value != 1.0f && penalty.ids.size() != N)
-    fail("[model] repetition penalty: ", penalty.ids.size(), " id lists for ", N, " sequences");
-}
-}  // namespace
-
 std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<int64_t>& slots,
                                            const std::vector<int32_t>& ids,
                                            const Penalty& penalty) {
-  check_penalty(penalty, ids.size());
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+  const Tensor logits = penalised_step(seqs, slots, ids, penalty);
   const int64_t N = logits.size(0);
   const Tensor out = grown(chosen_ids_, DType::i32, N);
   argmax({.x = logits, .out = out}, *ctx_);
@@ -1260,24 +1250,31 @@ std::vector<int32_t> Runner::decode_argmax(Sequences& seqs, const std::vector<in
   return v;
 }
 
-void Runner::penalise(const Tensor& logits, const Penalty& penalty) {
-  if (penalty.value == 1.0f) return;
+Tensor Runner::penalised_step(Sequences& seqs, const std::vector<int64_t>& slots,
+                              const std::vector<int32_t>& ids, const Penalty& penalty) {
+  // Checked before the step runs: a bad argument must not advance the sequences.
+  if (penalty.value != 1.0f && penalty.ids.size() != ids.size())
+    fail("[model] repetition penalty: ", penalty.ids.size(), " id lists for ", ids.size(),
+         " sequences");
+  const Tensor logits = decode_step(seqs, slots, ids);
+  if (penalty.value == 1.0f) return logits;
   const int64_t N = logits.size(0);
   int64_t H = 1;
   for (const std::vector<int32_t>& row : penalty.ids)
     H = std::max<int64_t>(H, static_cast<int64_t>(row.size()));
-  std::vector<int32_t> ids(static_cast<size_t>(N * H), 0), counts(static_cast<size_t>(N));
+  std::vector<int32_t> seen(static_cast<size_t>(N * H), 0), counts(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
     const std::vector<int32_t>& row = penalty.ids[static_cast<size_t>(n)];
-    std::copy(row.begin(), row.end(), ids.begin() + n * H);
+    std::copy(row.begin(), row.end(), seen.begin() + n * H);
     counts[static_cast<size_t>(n)] = static_cast<int32_t>(row.size());
   }
   const Tensor d_ids = grown(penalty_ids_, DType::i32, N * H).reshape({N, H});
   const Tensor d_counts = grown(penalty_counts_, DType::i32, N);
-  copy_bytes(d_ids.data(), device_, ids.data(), Device::cpu(), ids.size() * 4, *ctx_);
+  copy_bytes(d_ids.data(), device_, seen.data(), Device::cpu(), seen.size() * 4, *ctx_);
   copy_bytes(d_counts.data(), device_, counts.data(), Device::cpu(), counts.size() * 4, *ctx_);
   repetition_penalty({.x = logits, .ids = d_ids, .counts = d_counts, .penalty = penalty.value},
                      *ctx_);
+  return logits;
 }
 
 // The top_k op's k best of each row of `logits`, downloaded (the stream drained).
@@ -1296,18 +1293,14 @@ Runner::Candidates Runner::candidates_of(const Tensor& logits, int64_t k) {
 Runner::Candidates Runner::decode_top_k(Sequences& seqs, const std::vector<int64_t>& slots,
                                         const std::vector<int32_t>& ids, int64_t k,
                                         const Penalty& penalty) {
-  check_penalty(penalty, ids.size());
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+  const Tensor logits = penalised_step(seqs, slots, ids, penalty);
   return candidates_of(logits, k);
 }
 
 Runner::Nucleus Runner::decode_top_p(Sequences& seqs, const std::vector<int64_t>& slots,
                                      const std::vector<int32_t>& ids, int64_t k, float temperature,
                                      const Penalty& penalty) {
-  check_penalty(penalty, ids.size());
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+  const Tensor logits = penalised_step(seqs, slots, ids, penalty);
   const int64_t N = logits.size(0);
   const Tensor mass = grown(masses_, DType::f64, N);
   softmax_mass({.x = logits, .out = mass, .temperature = temperature}, *ctx_);
@@ -1329,11 +1322,9 @@ std::vector<int32_t> Runner::decode_sample(Sequences& seqs, const std::vector<in
                                            const std::vector<int32_t>& ids,
                                            const std::vector<int64_t>& draws, float temperature,
                                            float min_p, const Penalty& penalty) {
-  check_penalty(penalty, ids.size());
   if (draws.size() != ids.size())
     fail("[model] decode_sample: ", draws.size(), " draws for ", ids.size(), " sequences");
-  const Tensor logits = decode_step(seqs, slots, ids);
-  penalise(logits, penalty);
+  const Tensor logits = penalised_step(seqs, slots, ids, penalty);
   const int64_t N = logits.size(0);
   const Tensor out = grown(chosen_ids_, DType::i32, N), d = grown(draws_, DType::i64, N);
   copy_bytes(d.data(), device_, draws.data(), Device::cpu(), draws.size() * 8, *ctx_);

@@ -246,8 +246,10 @@ class Runner {
   void download_into(void* host, const Tensor& t, size_t bytes);
   Tensor grown(OwnedTensor& buf, DType dtype, int64_t n);
   Candidates candidates_of(const Tensor& logits, int64_t k);  // the top_k op's, downloaded
-  // The repetition penalty on a decode step's logits [N, vocab], in place (nothing when 1).
-  void penalise(const Tensor& logits, const Penalty& penalty);
+  // decode_step's logits with the repetition penalty applied in place (nothing when 1); the
+  // penalty's id lists are checked before the step runs.
+  Tensor penalised_step(Sequences& seqs, const std::vector<int64_t>& slots,
+                        const std::vector<int32_t>& ids, const Penalty& penalty);
 
   Config cfg_;
   Device device_;
@@ -263,7 +265,7 @@ class Runner {
   OwnedTensor draws_;                 // [N] i64: decode_sample's draws
   OwnedTensor masses_;                // [N] f64: decode_top_p's row masses
   Tensor nucleus_logits_;  // decode_top_p's logits (workspace; valid until the next forward)
-  OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalise()'s inputs
+  OwnedTensor penalty_ids_, penalty_counts_;  // [N·H] / [N] i32: penalised_step()'s inputs
   // download()'s page-locked host buffer on CUDA, grown to the largest download.
   struct PinnedHost {
     void* ptr = nullptr;
