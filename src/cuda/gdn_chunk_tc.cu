@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -1987,6 +1988,22 @@ struct TcOptions {
   std::string name;            // the variant's name for the stage timer (empty: from the flags)
 };
 
+// ensure_dynamic_smem, and the largest shared-memory carveout (set once per kernel and device:
+// the attribute stays). Every tensor-core kernel here asks for it: stages 1 and 3 fit three or
+// four blocks per SM, the spine two, and the pipeline runs them side by side.
+template <class Kernel>
+void prepare_kernel(Kernel* kern, size_t smem) {
+  ensure_dynamic_smem(kern, smem);
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int dev = 0;
+  HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({reinterpret_cast<const void*>(kern), dev}).second) return;
+  HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+}
+
 // ---- the pipelined prefill (`cuda_tc_v9`) ------------------------------------------------------
 //
 // Stages 1 and 3 need the whole GPU for 183 and 115 µs at 1 x 8192 (session 6's stage timer),
@@ -1999,8 +2016,9 @@ struct TcOptions {
 //   side 2:                 out(0)   out(1)  ...
 // so only wu(0), the spine and the last out are on the critical path. Fork and join by events
 // (graph-capturable: the side streams join the capture through the fork event and end joined).
-// N = 1 without the split spine or the fused output only (pieces are chunk ranges of the one
-// sequence, whose length the host knows); elsewhere cuda_tc_v9 runs as cuda_tc_v7.
+// N = 1 without the split spine only (pieces are chunk ranges of the one sequence, whose length
+// the host knows; the fused-output spine gives way to it); elsewhere cuda_tc_v9 runs as
+// cuda_tc_v7.
 constexpr int kMaxPieces = 32;
 
 // The side streams and events of the pipeline, per device, created on first use. The mutex is
@@ -2055,8 +2073,7 @@ int env_int(const char* name, int fallback) {
 // M 8 550 / 1799 / 6497 µs, 16 494 / 1801 / 6517, 24 476 / 1748 / 6530, 32 465 / 1699 / 6499
 // (v7: 521 / 2085 / 8279): each boundary costs the spine a drain and a ramp, so fewer pieces win
 // until the exposed first stage 1 and last stage 3 grow.
-std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed,
-                           std::string& why) {
+std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::string& why) {
   std::vector<int> bounds;
   if (p.N != 1) {
     why = "pipeline: N = " + std::to_string(p.N) + " (one sequence only)";
@@ -2073,16 +2090,13 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool fused, bool timed
     why = "pipeline: the split spine runs (" + std::to_string(segments) + " segments)";
     return bounds;
   }
-  if (fused) {
-    why = "pipeline: the fused-output spine runs";
-    return bounds;
-  }
   if (timed) {
     why = "pipeline: off under HYBRID_GDN_CHUNK_STAGES=1 (the stage timer times serial stages)";
     return bounds;
   }
   const int total = p.max_chunks;
-  int m = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 32));
+  static const int chunks = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 32));
+  int m = chunks;
   m = std::max(m, (total + kMaxPieces - 3) / (kMaxPieces - 2));
   if (total < 2 * m) {
     why = "pipeline: " + std::to_string(total) + " chunks, fewer than two pieces of " +
@@ -2236,15 +2250,16 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   std::string no_split;
   const int S = spine_plan(p, sms, narrow, G, no_split);
   const size_t seg_bytes = static_cast<size_t>(S) * p.Hv * kD * kD * sizeof(float);
-  // Fused output: no h (0 bytes), Q̂ [T, Hk, K] bf16 at the start of p.extra.
-  const bool fused = opt.fused_output;
-  const size_t qn_bytes =
-      fused ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
   StageTimer timer(ctx);
   std::string no_pipe;
   const std::vector<int> pieces =
-      opt.pipeline ? pipe_plan(p, S, fused, timer.on(), no_pipe) : std::vector<int>{};
+      opt.pipeline ? pipe_plan(p, S, timer.on(), no_pipe) : std::vector<int>{};
   const bool pipelined = pieces.size() > 2;
+  // Fused output (not with the pipeline, which runs stage 3 beside the spine): no h (0 bytes),
+  // Q̂ [T, Hk, K] bf16 at the start of p.extra.
+  const bool fused = opt.fused_output && !pipelined;
+  const size_t qn_bytes =
+      fused ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
   // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
   const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
   plan_workspace(p, sizeof(bf16), fused ? 0 : sizeof(bf16), ctx, sizeof(bf16),
@@ -2271,8 +2286,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // streams and sets p.chunk_base, grid_chunks.x and the spine's piece per launch).
   cudaStream_t wu_stream = as_stream(ctx.stream()), out_stream = wu_stream;
   int spine_priority = 0;  // 0: the launch's default; else cudaLaunchAttributePriority
-  // Every kernel asks for the largest shared-memory carveout: stages 1 and 3 fit three blocks per
-  // SM (70 and 68 KiB), the spine two.
+  // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
     auto* kern = fused              ? wu_tc_kernel<In, true, true>
@@ -2294,9 +2308,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
           }
         }
     }
-    ensure_dynamic_smem(kern, smem);
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+    prepare_kernel(kern, smem);
     kern<<<grid_chunks, 128, smem, wu_stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -2322,9 +2334,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     using Out = decltype(to);
     constexpr int smem = spine_smem<SL, NW, CZ, !std::is_same_v<Out, NoOut>>();
     auto* kern = spine_tc_kernel<decltype(ts), SL, NW, CZ, Out>;
-    ensure_dynamic_smem(kern, smem);
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+    prepare_kernel(kern, smem);
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
       // cudaLaunchKernelEx with the attributes in attr[0, na).
@@ -2480,9 +2490,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       } else if (vout)
         kern = output_tc_kernel<In, Out, false, true>;
     }
-    ensure_dynamic_smem(kern, kOutSmem);
-    HYBRID_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+    prepare_kernel(kern, kOutSmem);
     kern<<<grid_chunks, 128, kOutSmem, out_stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
   };
@@ -2614,15 +2622,7 @@ void tc_v5_run(const GdnChunkPrefill& a, Context& ctx, bool v7, bool pipeline = 
   opt.out_v7 = v7;
   const Reason not_fused = fused_spine_refusal(a);
   opt.fused_output = !not_fused;
-  if (pipeline) {  // cuda_tc_v9: the pipeline where its plan has pieces, else v7
-    opt.pipeline = true;
-    const Params p = make_params(a);
-    bool narrow = false;
-    int G = 0;
-    std::string why;
-    const int S = spine_plan(p, sm_count(), narrow, G, why);
-    if (pipe_plan(p, S, false, false, why).size() > 2) opt.fused_output = false;
-  }
+  opt.pipeline = pipeline;  // cuda_tc_v9: the pipeline where its plan has pieces, else v7
   const std::string variant = pipeline ? "cuda_tc_v9" : v7 ? "cuda_tc_v7" : "cuda_tc_v5";
   if (not_fused)
     ctx.log(LogLevel::debug,
