@@ -34,6 +34,21 @@ __device__ __forceinline__ __half from_f32<__half>(float v) {
   return __float2half_rn(v);
 }
 
+// The raw bits of p[i] of a float tensor whose dtype is known only at run time (f32: 32 bits; bf16
+// / f16: 16 bits), by two predicated loads and no branch, so that several go out back to back;
+// float_of_raw converts them once all are in flight. load_any below converts inside its dtype
+// branch, so each call waits for its own data before the next call's load can be issued: in the
+// decode tile kernels' SASS, 8-20 parameter loads in a row became as many round trips.
+__device__ __forceinline__ uint32_t raw_any(const void* p, DType t, int64_t i) {
+  return t == DType::f32 ? static_cast<const uint32_t*>(p)[i]
+                         : uint32_t{static_cast<const unsigned short*>(p)[i]};
+}
+__device__ __forceinline__ float float_of_raw(DType t, uint32_t r) {
+  if (t == DType::bf16) return __uint_as_float(r << 16);
+  if (t == DType::f16) return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
+  return __uint_as_float(r);
+}
+
 // p[i] of a float tensor whose dtype is known only at run time (a uniform branch per warp).
 __device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
   if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);

@@ -122,18 +122,13 @@ struct Scalars {
   }
 };
 
-// The raw bits of element (i, j) of a Scalars (f32: 32 bits; bf16 / f16: 16 bits), loaded without
-// a branch on the dtype (two predicated loads), so that it can be put in flight beside other loads
-// and converted later by scalar_of_raw.
+// The raw bits of element (i, j) of a Scalars, put in flight beside other loads and converted
+// later by scalar_of_raw (raw_any / float_of_raw in dtype.cuh).
 __device__ __forceinline__ uint32_t raw_at(const Scalars& s, int64_t i, int64_t j = 0) {
-  const int64_t e = i * s.s0 + j * s.s1;
-  return s.dtype == DType::f32 ? static_cast<const uint32_t*>(s.p)[e]
-                               : uint32_t{static_cast<const unsigned short*>(s.p)[e]};
+  return raw_any(s.p, s.dtype, i * s.s0 + j * s.s1);
 }
 __device__ __forceinline__ float scalar_of_raw(const Scalars& s, uint32_t r) {
-  if (s.dtype == DType::bf16) return __uint_as_float(r << 16);
-  if (s.dtype == DType::f16) return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
-  return __uint_as_float(r);
+  return float_of_raw(s.dtype, r);
 }
 
 struct GdnParams {
@@ -1729,15 +1724,25 @@ __global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5)
   for (int t = t0; t < t1; ++t) {
     float q[4], k[4], v_mine, alpha, beta;
     if constexpr (kPrep) {
+      // Every load of the token's row, norm weights, gates and head parameters is issued before
+      // any is converted (raw_at): through Scalars::at, whose dtype branch converts inside, the
+      // 12 parameter loads were 12 round trips one after the other.
       const X* const row = static_cast<const X*>(p.q) + t * p.q_t;  // conv_out row t
       float xq[4], xk[4];
       vload<4>(row + hk * 128 + 4 * lane, xq);
       vload<4>(row + (p.Hk + hk) * 128 + 4 * lane, xk);
-      v_mine = to_f32(row[2 * p.Hk * 128 + hv * p.V + v0 + my_row]);
+      const X xv = row[2 * p.Hk * 128 + hv * p.V + v0 + my_row];
+      uint32_t wq[4], wk[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        wq[c] = raw_at(p.q_norm, hk, 4 * lane + c), wk[c] = raw_at(p.k_norm, hk, 4 * lane + c);
+      const uint32_t a_bits = raw_at(p.a_raw, t, hv), b_bits = raw_at(p.b_raw, t, hv);
+      const uint32_t dt_bias_bits = raw_at(p.dt_bias, hv), A_log_bits = raw_at(p.A_log, hv);
+      v_mine = to_f32(xv);
       float qq = 0.0f, kk = 0.0f;
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        q[c] = p.q_norm.at(hk, 4 * lane + c), k[c] = p.k_norm.at(hk, 4 * lane + c);
+        q[c] = scalar_of_raw(p.q_norm, wq[c]), k[c] = scalar_of_raw(p.k_norm, wk[c]);
         qq += xq[c] * xq[c], kk += xk[c] * xk[c];
         q[c] *= xq[c], k[c] *= xk[c];
       }
@@ -1746,10 +1751,10 @@ __global__ void __launch_bounds__(kTileWarps * 32, kPrep ? 7 : 5)
       const float kr = rsqrtf(warp_sum(kk) * inv_k + p.eps);
 #pragma unroll
       for (int c = 0; c < 4; ++c) q[c] *= qr, k[c] *= kr;
-      const float x = p.a_raw.at(t, hv) + p.dt_bias.at(hv);
+      const float x = scalar_of_raw(p.a_raw, a_bits) + scalar_of_raw(p.dt_bias, dt_bias_bits);
       const float softplus = x > 20.0f ? x : log1pf(__expf(x));
-      alpha = __expf(-__expf(p.A_log.at(hv)) * softplus);
-      beta = __frcp_rn(1.0f + __expf(-p.b_raw.at(t, hv)));
+      alpha = __expf(-__expf(scalar_of_raw(p.A_log, A_log_bits)) * softplus);
+      beta = __frcp_rn(1.0f + __expf(-scalar_of_raw(p.b_raw, b_bits)));
     } else {
       if (t > t0) fetch(t);  // token t0's came before the state
       const X* const eq = reinterpret_cast<const X*>(&nq);

@@ -255,6 +255,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 
   constexpr int kZ = kD / SL;  // V slices per head
   const bool split = sp.seg_chunks > 0;
+  // A pipeline piece after the first is launched programmatically (HYBRID_GDN_CHUNK_PIPE_PDL):
+  // its blocks are placed while the piece before finishes its last chunks, and wait here for its
+  // completion (the carry) before reading anything; elsewhere this returns at once.
+  if (!split && sp.piece_end > 0) grid_dependency_wait();
   const int n = split ? 0 : blockIdx.x, seg = split ? sp.seg_base + blockIdx.x : 0;
   const int hv = blockIdx.y, hk = hv / p.ratio;
   // Kind of run: full (h, V_new, checkpoints; seg 0 or pass 3), or pass 1's B_s / M_s.
@@ -430,6 +434,8 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const int c_first = p.first_chunk[n];
   for (int cs = cs_begin; cs < cs_end; ++cs) {
     const int j = cs - cs_begin, bk = j & 1, bw = NW == 2 ? bk : j % NW;
+    // Two chunks before the piece's end, the next piece's blocks may be placed (they wait above).
+    if (piece && cs == max(cs_begin, cs_end - 2)) grid_dependents_launch();
     const int c = c_first + cs, t0 = bos + cs * kC, L = min(kC, len - cs * kC);
     // FO: A fragments of Q̂ rows 16·warp.. (zeros past L), issued now, first used after V_new.
     [[maybe_unused]] uint32_t qa[FO ? kD / 16 : 1][4];
@@ -2104,11 +2110,7 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::strin
     return bounds;
   }
   bounds.push_back(0);
-  int c = m / 2;
-  while (c < total - m / 2) {
-    bounds.push_back(c);
-    c += m;
-  }
+  for (int c = m / 2; c < total - m / 2; c += m) bounds.push_back(c);
   bounds.push_back(total);
   return bounds;
 }
@@ -2285,7 +2287,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // Where stages 1 and 3 and the spine launch (the pipeline moves stages 1 and 3 to its side
   // streams and sets p.chunk_base, grid_chunks.x and the spine's piece per launch).
   cudaStream_t wu_stream = as_stream(ctx.stream()), out_stream = wu_stream;
-  int spine_priority = 0;  // 0: the launch's default; else cudaLaunchAttributePriority
+  int spine_priority = 0;           // 0: the launch's default; else cudaLaunchAttributePriority
+  bool spine_programmatic = false;  // a pipeline piece after the first (unless _PIPE_PDL=0)
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
@@ -2338,7 +2341,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
       // cudaLaunchKernelEx with the attributes in attr[0, na).
-      cudaLaunchAttribute attr[1];
+      cudaLaunchAttribute attr[2];
       int na = 0;
       auto launch_ex = [&] {
         cudaLaunchConfig_t cfg = {};
@@ -2350,9 +2353,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         cfg.numAttrs = na;
         HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
       };
-      if (CZ == 0 && spine_priority != 0) {  // a pipeline piece, ahead of the stage blocks
-        attr[na].id = cudaLaunchAttributePriority;
-        attr[na++].val.priority = spine_priority;
+      if (CZ == 0 && (spine_priority != 0 || spine_programmatic)) {  // a pipeline piece
+        if (spine_priority != 0) {                                   // ahead of the stage blocks
+          attr[na].id = cudaLaunchAttributePriority;
+          attr[na++].val.priority = spine_priority;
+        }
+        if (spine_programmatic) {  // placed while the piece before ends (it waits in the kernel)
+          attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          attr[na++].val.programmaticStreamSerializationAllowed = 1;
+        }
         launch_ex();
         return;
       }
@@ -2542,10 +2551,17 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       run_wu();
       HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
     }
+    // The pieces after the first launched programmatically, so that their blocks are placed and
+    // waiting (griddepcontrol.wait) when the piece before ends; HYBRID_GDN_CHUNK_PIPE_PDL=0
+    // launches them plainly. Session 15 run 2: 1 x 8192 / 32768 / 131072 463 / 1693-1703 /
+    // 6659-6696 µs against 468 / 1709 / 6758-6791 (1-1.5%; the first / last piece sizes 8 did not
+    // help).
+    static const bool programmatic = env_int("HYBRID_GDN_CHUNK_PIPE_PDL", 1) != 0;
     for (int i = 0; i < n_pieces; ++i) {
       HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[i], 0));
       sp.piece_begin = pieces[i];
       sp.piece_end = pieces[i + 1];
+      spine_programmatic = programmatic && i > 0;
       run_spine();
       HYBRID_CUDA_CHECK(cudaEventRecord(ps.spine_done[i], main));
       HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.spine_done[i], 0));
@@ -2556,7 +2572,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
                                  " pieces, spine " + pipe_spine +
-                                 (spine_priority != 0 ? " (priority)" : ""));
+                                 (spine_priority != 0 ? " (priority)" : "") +
+                                 (programmatic ? " (programmatic)" : ""));
   }
   if (opt.pipeline && !pipelined)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);

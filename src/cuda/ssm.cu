@@ -1032,16 +1032,36 @@ __global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const R
   float s[kSsmTileRows][4];
 #pragma unroll
   for (int r = 0; r < kSsmTileRows; ++r) tile_load4(pool + r * rs, s[r]);
+  // Every input of the tile is loaded as raw bits (raw_any) before any is converted: through
+  // load_any, whose dtype branch converts inside, its ~20 loads were as many round trips in a row.
   const int g = in.group(h);
-  float Bv[4], Cv[4], x[kSsmTileRows];
+  const int row = (lane >> 4 & 1) * 4 + (lane >> 3 & 1) * 2 + (lane >> 2 & 1);  // y row written
   const int64_t bo = b * in.B.s0 + g * in.B.s1 + 4 * lane,
-                co = b * in.C.s0 + g * in.C.s1 + 4 * lane;
+                co = b * in.C.s0 + g * in.C.s1 + 4 * lane, xo = b * in.x.s0 + h * in.x.s1 + p0;
+  uint32_t rB[4], rC[4], rx[kSsmTileRows];
 #pragma unroll
   for (int c = 0; c < 4; ++c)
-    Bv[c] = load_any(in.B.p, in.B.dt, bo + c), Cv[c] = load_any(in.C.p, in.C.dt, co + c);
+    rB[c] = raw_any(in.B.p, in.B.dt, bo + c), rC[c] = raw_any(in.C.p, in.C.dt, co + c);
 #pragma unroll
-  for (int r = 0; r < kSsmTileRows; ++r) x[r] = in.x_at(b, h, p0 + r);
-  const float dtp = in.dt_eff(b, h), dA = expf(dtp * in.A(h)), D_h = in.D_skip(h);
+  for (int r = 0; r < kSsmTileRows; ++r) rx[r] = raw_any(in.x.p, in.x.dt, xo + r);
+  const uint32_t r_dt = raw_any(in.dt.p, in.dt.dt, b * in.dt.s0 + h);
+  const uint32_t r_bias =
+      in.dt_bias.p ? raw_any(in.dt_bias.p, in.dt_bias.dt, h * in.dt_bias.s0) : 0u;
+  const uint32_t r_A = raw_any(in.A_log.p, in.A_log.dt, h * in.A_log.s0);
+  const uint32_t r_D = in.D.p ? raw_any(in.D.p, in.D.dt, h * in.D.s0) : 0u;
+  const uint32_t r_z = in.z.p ? raw_any(in.z.p, in.z.dt, b * in.z.s0 + h * in.z.s1 + p0 + row) : 0u;
+  const uint32_t r_xrow = raw_any(in.x.p, in.x.dt, xo + row);
+  float Bv[4], Cv[4], x[kSsmTileRows];
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    Bv[c] = float_of_raw(in.B.dt, rB[c]), Cv[c] = float_of_raw(in.C.dt, rC[c]);
+#pragma unroll
+  for (int r = 0; r < kSsmTileRows; ++r) x[r] = float_of_raw(in.x.dt, rx[r]);
+  float dt_biased = float_of_raw(in.dt.dt, r_dt);
+  if (in.dt_bias.p) dt_biased += float_of_raw(in.dt_bias.dt, r_bias);
+  const float dtp = in.dt_finish(dt_biased);
+  const float dA = expf(dtp * -expf(float_of_raw(in.A_log.dt, r_A)));
+  const float D_h = in.D.p ? float_of_raw(in.D.dt, r_D) : 0.0f;
   float acc[kSsmTileRows];
 #pragma unroll
   for (int r = 0; r < kSsmTileRows; ++r) {
@@ -1056,8 +1076,8 @@ __global__ void __launch_bounds__(kSsmTileWarps * 32, 7) ssm_tile_kernel(const R
   }
   const float total = tile_halving_sum<16>(acc, lane);
   if ((lane & 3) == 0) {
-    const int row = (lane >> 4 & 1) * 4 + (lane >> 3 & 1) * 2 + (lane >> 2 & 1);
-    in.store_y(b, h, p0 + row, in.finish(total, D_h, in.x_at(b, h, p0 + row), b, h, p0 + row));
+    const float zv = in.z.p ? float_of_raw(in.z.dt, r_z) : 0.0f;
+    in.store_y(b, h, p0 + row, in.gate(total + D_h * float_of_raw(in.x.dt, r_xrow), zv));
   }
 #pragma unroll
   for (int r = 0; r < kSsmTileRows; ++r) tile_store4(pool + r * rs, s[r]);

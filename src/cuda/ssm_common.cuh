@@ -52,6 +52,10 @@ struct SsmIn {
   __device__ __forceinline__ float dt_eff(int64_t t, int h) const {
     float v = load_any(dt.p, dt.dt, t * dt.s0 + h);
     if (dt_bias.p) v += load_any(dt_bias.p, dt_bias.dt, h * dt_bias.s0);
+    return dt_finish(v);
+  }
+  // dt_eff after the bias: softplus and the clamp.
+  __device__ __forceinline__ float dt_finish(float v) const {
     if (softplus) v = v > 20.0f ? v : log1pf(expf(v));
     return fminf(fmaxf(v, dt_min), dt_max);
   }
@@ -61,12 +65,11 @@ struct SsmIn {
   // (acc + D·x) · silu(z)
   __device__ __forceinline__ float finish(float acc, float D_h, float xv, int64_t t, int h,
                                           int p) const {
-    float v = acc + D_h * xv;
-    if (z.p) {
-      const float zv = load_any(z.p, z.dt, t * z.s0 + h * z.s1 + p);
-      v *= zv / (1.0f + expf(-zv));
-    }
-    return v;
+    return gate(acc + D_h * xv, z.p ? load_any(z.p, z.dt, t * z.s0 + h * z.s1 + p) : 0.0f);
+  }
+  // v · silu(zv) when there is a z, else v.
+  __device__ __forceinline__ float gate(float v, float zv) const {
+    return z.p ? v * (zv / (1.0f + expf(-zv))) : v;
   }
   __device__ __forceinline__ void store_y(int64_t t, int h, int p, float v) const {
     store_any(const_cast<void*>(y.p), y.dt, t * y.s0 + h * y.s1 + p, v);
