@@ -298,13 +298,22 @@ __global__ void __launch_bounds__(kThreads) conv_update_vec_kernel(ConvParams p)
   constexpr int V = 8, K = 3;
   const int64_t c0 = (int64_t{blockIdx.x} * kThreads + threadIdx.x) * V;
   if (c0 >= p.C) return;
-  float w[V][K + 1], bias[V];
+  // The 32 weights and 8 biases as raw bits first, all in flight before any is converted:
+  // through vec::load_any, whose dtype branch converts inside, they were 40 round trips in a row.
+  uint32_t w_bits[V][K + 1], bias_bits[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) {
 #pragma unroll
     for (int j = 0; j <= K; ++j)
-      w[v][j] = vec::load_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code);
-    bias[v] = p.bias ? vec::load_any(p.bias, c0 + v, p.bias_code) : 0.0f;
+      w_bits[v][j] = vec::raw_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code);
+    bias_bits[v] = p.bias ? vec::raw_any(p.bias, c0 + v, p.bias_code) : 0u;
+  }
+  float w[V][K + 1], bias[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j <= K; ++j) w[v][j] = vec::float_of_raw(p.weight_code, w_bits[v][j]);
+    bias[v] = p.bias ? vec::float_of_raw(p.bias_code, bias_bits[v]) : 0.0f;
   }
   for (int k = 0; k < kUpdSeqs; ++k) {
     const int64_t i = int64_t{blockIdx.y} * kUpdSeqs + k;

@@ -67,6 +67,17 @@ __device__ __forceinline__ float load_any(const void* p, int64_t i, int code) {
   return __half2float(static_cast<const __half*>(p)[i]);
 }
 
+// raw_any / float_of_raw (dtype.cuh) by dtype code: loads that go out together, converted after.
+__device__ __forceinline__ DType dtype_of_code(int code) {
+  return code == 0 ? DType::f32 : code == 1 ? DType::bf16 : DType::f16;
+}
+__device__ __forceinline__ uint32_t raw_any(const void* p, int64_t i, int code) {
+  return hybrid::cuda::raw_any(p, dtype_of_code(code), i);
+}
+__device__ __forceinline__ float float_of_raw(int code, uint32_t r) {
+  return hybrid::cuda::float_of_raw(dtype_of_code(code), r);
+}
+
 __device__ __forceinline__ void store_any(void* p, int64_t i, int code, float v) {
   if (code == 0)
     static_cast<float*>(p)[i] = v;

@@ -1601,10 +1601,13 @@ __global__ void gdn_gates_kernel(Scalars a, Scalars b, Scalars A_log, Scalars dt
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / Hv;
     const int hv = static_cast<int>(i % Hv);
-    const float x = a.at(t, hv) + dt_bias.at(hv);
+    // The four loads in flight together (raw_at), converted after.
+    const uint32_t a_bits = raw_at(a, t, hv), dt_bias_bits = raw_at(dt_bias, hv);
+    const uint32_t A_log_bits = raw_at(A_log, hv), b_bits = raw_at(b, t, hv);
+    const float x = scalar_of_raw(a, a_bits) + scalar_of_raw(dt_bias, dt_bias_bits);
     const float softplus = x > 20.0f ? x : log1pf(expf(x));
-    g[t * g_t + hv] = -expf(A_log.at(hv)) * softplus;
-    beta[t * beta_t + hv] = 1.0f / (1.0f + expf(-b.at(t, hv)));
+    g[t * g_t + hv] = -expf(scalar_of_raw(A_log, A_log_bits)) * softplus;
+    beta[t * beta_t + hv] = 1.0f / (1.0f + expf(-scalar_of_raw(b, b_bits)));
   }
 }
 
