@@ -28,6 +28,7 @@
 #include "hybrid/core/error.h"
 #include "hybrid/engine/model.h"
 #include "hybrid/engine/sampling.h"
+#include "nucleus_draw.h"
 #include "test_files.h"
 
 using namespace hybrid;
@@ -310,19 +311,11 @@ TEST(CudaSampling, DecodeTopPDrawsWhatSamplerDraws) {
           double mass = 0;
           for (float v : row) mass += std::exp((double{v} - row[order[0]]) / sp.temperature);
           EXPECT_NEAR(nu.mass[n], mass, 1e-12 * mass);
-          std::vector<std::pair<int32_t, float>> cand;
-          for (int64_t j = 0; j < k; ++j) {
+          for (int64_t j = 0; j < k; ++j)
             EXPECT_EQ(nu.top.ids[n * k + j], order[j]) << "step " << step << " rank " << j;
-            cand.emplace_back(nu.top.ids[n * k + j], nu.top.values[n * k + j]);
-          }
-          std::sort(cand.begin(), cand.end());
-          std::vector<float> z;
-          for (const auto& [id, v] : cand) z.push_back(v);
-          const int64_t j = device.sample_nucleus(z.data(), k, nu.mass[n]);
-          int32_t got;
-          if (j >= 0) {
+          int32_t got = test::draw_in_nucleus(device, nu, n, k);
+          if (got >= 0) {
             ++decided;
-            got = cand[static_cast<size_t>(j)].first;
           } else {
             ++whole_rows;
             got = device.sample(row.data(), V);

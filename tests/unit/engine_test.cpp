@@ -24,6 +24,7 @@
 #include "hybrid/model/model.h"
 #include "hybrid/model/safetensors.h"
 #include "hybrid/ops/quant.h"
+#include "nucleus_draw.h"
 #include "test_files.h"
 
 using namespace hybrid;
@@ -343,17 +344,9 @@ TEST_P(EngineTest, DecodeTopPDrawsWhatSamplerDraws) {
         for (size_t n = 0; n < 2; ++n) {
           const float* row = logits.data() + n * static_cast<size_t>(V);
           const int32_t expected = host.sample(row, V);
-          std::vector<std::pair<int32_t, float>> cand;
-          for (int64_t j = 0; j < k; ++j)
-            cand.emplace_back(nu.top.ids[n * k + j], nu.top.values[n * k + j]);
-          std::sort(cand.begin(), cand.end());
-          std::vector<float> z;
-          for (const auto& [id, v] : cand) z.push_back(v);
-          const int64_t j = device.sample_nucleus(z.data(), k, nu.mass[n]);
-          int32_t got;
-          if (j >= 0) {
+          int32_t got = test::draw_in_nucleus(device, nu, n, k);
+          if (got >= 0) {
             ++decided;
-            got = cand[static_cast<size_t>(j)].first;
           } else {
             ++whole_rows;
             const std::vector<float> full = runner.logits_row(static_cast<int64_t>(n));
