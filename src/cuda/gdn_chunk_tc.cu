@@ -40,6 +40,7 @@
 #include "cuda/gdn_chunk.cuh"
 #include "cuda/kernels.h"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace hybrid::cuda {
 
@@ -707,6 +708,351 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       }
 }
 
+// ---- the warpgroup spine (`spine_ws_kernel`, sm_90a; the pipeline's spine)
+// -----------------------
+//
+// The chunk step on wgmma. Block (n, hv, 64-row V slice), two warpgroups. Warpgroup 0 (the
+// consumer) holds S [64 v, 128 k] in f32 wgmma accumulators (warp w: V rows v0 + 16w..+15) and
+// computes the step transposed, so that S and V_new never leave its registers:
+//   Sa = bf16(S), the A operand as it stands (two accumulator n-tiles = one k16 A fragment);
+//   h[c] = Sa                                (stmatrix into the staging area);
+//   Pᵀ [64 v, 64 i] = Sa · Wᵀ                (8 x wgmma m64n64k16; W [i][d] is the K-major B);
+//   V_newᵀ = Uᵀ − Pᵀ, columns i >= L zero    (Uᵀ fragments by ldmatrix.trans of U [i][v]);
+//   V_new rows                               (stmatrix.trans into the staging area);
+//   S ← e^{γ_L} S + (V_newᵀ ⊙ e^{γ_L−γ_i}) · K̂ (4 x wgmma m64n128k16; K̂ [i][d] the MN-major B).
+// 12 wgmma a chunk where spine_tc_kernel's warps issue 128 mma.sync and 68 ldmatrix each. The
+// consumer touches no global memory inside the loop: warpgroup 1 (the producer) copies W, K̂, U, γ
+// (cp.async, two chunks ahead: a ring of 3) and stores h and V_new from the double-buffered
+// staging area. mbarriers (use k of a barrier waits for phase parity k & 1):
+//   full[b]   (128 producer arrivals): buffer b's copies have landed (cp.async.wait_group, then
+//             fence.proxy.async, then the arrive);
+//   empty[b]  (128 consumer arrivals): the consumer is done with buffer b (after its S update);
+//   staged[s] (128 consumer arrivals): staging s holds chunk j's h and V_new rows (s = j % 2);
+//   freed[s]  (128 producer arrivals): the producer has stored staging s.
+// Shared memory (no swizzle; wgmma.cuh's core-matrix layouts), a ring buffer:
+//   W  [64 i][128 d] K-major:  piece (i, d/8) at (i/8)·2048 + (d/8)·128 + (i%8)·16 (sbo 2048, lbo
+//   128) K̂  [64 i][128 d] MN-major: piece (i, d/8) at (d/8)·1024 + (i/8)·128 + (i%8)·16 (sbo 1024,
+//   lbo 128) U  [64 i][64 + 8 v] row-major; γ [64] f32;
+// then the two staging buffers (h [64 v][136], V_new [64 i][72], bf16) and the 10 mbarriers:
+// 180 048 bytes, one block per SM (64 blocks at Hv 32: the pipeline's stage blocks take the other
+// SMs). The bf16 rounding points are spine_tc_kernel's (S before W·Sᵀ and into h, V_new·e before
+// the S update); the decays are exp2_approx of γ·log2 e. Unsplit runs only: a pipeline piece
+// (sp.piece_begin / piece_end / carry, as in spine_tc_kernel) or every chunk of each sequence.
+// Session 16 (docs/PERFORMANCE.md): 1 x 8192 / 32768 / 131072 415 / 1568 / 5817 µs in the
+// pipeline against the 32-row spine's 463 / 1685 / 6447.
+constexpr int kWgRows = 64;                                       // V rows per block
+constexpr int kWgTile = kC * kD * 2;                              // W or K̂ tile bytes (16 KiB)
+constexpr int kWgULd = kWgRows + 8;                               // U tile row (bf16)
+constexpr int kWgStage = 2 * kWgTile + kC * kWgULd * 2 + kC * 4;  // W, K̂, U, γ: 42 240 bytes
+constexpr int kWsRing = 3;
+constexpr int kWsHLd = kD + 8, kWsVLd = kWgRows + 8;  // staging rows (bf16): h [64 v], V_new [64 i]
+constexpr int kWsStaging = kWgRows * kWsHLd * 2 + kC * kWsVLd * 2;  // 26 624 bytes a buffer
+constexpr int kWsSmem = kWsRing * kWgStage + 2 * kWsStaging + (2 * kWsRing + 4) * 8;
+static_assert(kWgStage % 128 == 0, "stages 128-byte aligned");
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+template <class St>
+__global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const SpineSplit sp) {
+  constexpr int NW = kWsRing;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int tid = threadIdx.x;
+  const bool producer = tid >= 128;
+  const int ct = tid % 128, warp = ct / 32, lane = ct % 32, q = lane % 4;
+  grid_dependency_wait();  // a piece after the first: the carry (see spine_tc_kernel)
+  const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio, v0 = blockIdx.z * kWgRows;
+  const int bos = p.cu[n], len = p.cu[n + 1] - bos;
+  const int nch = (len + kC - 1) / kC;
+  const bool piece = sp.piece_end > 0;  // a pipeline piece, else the whole sequence
+  const int cs_begin = piece ? sp.piece_begin : 0, cs_end = piece ? min(nch, sp.piece_end) : nch;
+  if (cs_begin > 0 && cs_begin >= nch) return;
+  const int slot = p.slots[n * p.slots_s];
+  if (slot < 0) {  // padding: zero the checkpoint rows that end in this piece; the pool untouched
+    if (p.every > 0)
+      for (int j = 0; j < len / p.every; ++j) {
+        const int end = (j + 1) * p.every;
+        if (end <= cs_begin * kC || end > cs_end * kC) continue;
+        for (int e = tid; e < kWgRows * kD; e += blockDim.x)
+          p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
+                 (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
+      }
+    return;
+  }
+  unsigned char* stg0 = smem_raw + NW * kWgStage;  // staging s at stg0 + s·kWsStaging
+  uint64_t* full = reinterpret_cast<uint64_t*>(stg0 + 2 * kWsStaging);
+  uint64_t* empty = full + NW;
+  uint64_t* staged = empty + NW;
+  uint64_t* freed = staged + 2;
+  if (tid == 0) {
+    for (int b = 0; b < NW; ++b) mbar_init(full + b, 128), mbar_init(empty + b, 128);
+    for (int s = 0; s < 2; ++s) mbar_init(staged + s, 128), mbar_init(freed + s, 128);
+  }
+  __syncthreads();
+  const int64_t tv_stride = (int64_t)p.Hv * kD, tk_stride = (int64_t)p.Hk * kD;
+  const int64_t head = (int64_t)hv * kD * kD;
+  const int t_first = bos + cs_begin * kC, runs = cs_end - cs_begin;
+
+  if (producer) {
+    // Copy pieces of thread ct, fixed for the run: W and K̂ rows rw + 8k (16-byte piece pw of the
+    // row), U rows ru + 16k (piece pu), γ row ct (ct < 64). Source pointers at the run's first
+    // chunk; chunk j adds j·64 rows. A full chunk copies without clamps; the last, partial one
+    // clamps its sources to row L − 1 and zero-fills rows >= L.
+    const int rw = ct / 16, pw = ct % 16, ru = ct / 8, pu = ct % 8;
+    const bf16* w_src =
+        static_cast<const bf16*>(p.w) + ((int64_t)(t_first + rw) * p.Hv + hv) * kD + 8 * pw;
+    const bf16* k_src =
+        static_cast<const bf16*>(p.kn) + ((int64_t)(t_first + rw) * p.Hk + hk) * kD + 8 * pw;
+    const bf16* u_src =
+        static_cast<const bf16*>(p.u) + (int64_t)(t_first + ru) * tv_stride + hv * kD + v0 + 8 * pu;
+    const float* g_src = p.gamma + (int64_t)(t_first + min(ct, kC - 1)) * p.Hv + hv;
+    const uint32_t w_dst = rw * 16 + pw * 128, k_dst = kWgTile + rw * 16 + pw * 1024;
+    const uint32_t u_dst = 2 * kWgTile + (ru * kWgULd + 8 * pu) * 2,
+                   g_dst = 2 * kWgTile + kC * kWgULd * 2 + ct * 4;
+    auto copy_chunk = [&](int j) {
+      const int cs = cs_begin + j, L = min(kC, len - cs * kC), dc = j * kC;
+      unsigned char* st = smem_raw + (j % NW) * kWgStage;
+      const bf16* wc = w_src + dc * tv_stride;
+      const bf16* kc = k_src + dc * tk_stride;
+      const bf16* uc = u_src + dc * tv_stride;
+      if (L == kC) {
+#pragma unroll
+        for (int k = 0; k < kC / 8; ++k) {
+          cp_async16(st + w_dst + k * 2048, wc + k * 8 * tv_stride, 16);
+          cp_async16(st + k_dst + k * 128, kc + k * 8 * tk_stride, 16);
+        }
+#pragma unroll
+        for (int k = 0; k < kC / 16; ++k)
+          cp_async16(st + u_dst + k * 16 * kWgULd * 2, uc + k * 16 * tv_stride, 16);
+        if (ct < kC) cp_async4(st + g_dst, g_src + dc * p.Hv, 4);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kC / 8; ++k) {
+          const int i = rw + 8 * k, dr = min(i, L - 1) - rw, bytes = i < L ? 16 : 0;
+          cp_async16(st + w_dst + k * 2048, wc + dr * tv_stride, bytes);
+          cp_async16(st + k_dst + k * 128, kc + dr * tk_stride, bytes);
+        }
+#pragma unroll
+        for (int k = 0; k < kC / 16; ++k) {
+          const int i = ru + 16 * k;
+          cp_async16(st + u_dst + k * 16 * kWgULd * 2, uc + (min(i, L - 1) - ru) * tv_stride,
+                     i < L ? 16 : 0);
+        }
+        if (ct < kC)
+          cp_async4(st + g_dst, g_src + (dc + min(ct, L - 1) - ct) * p.Hv, ct < L ? 4 : 0);
+      }
+    };
+    // Chunk j's copies are commit group j. Announce chunk j + 1 once its group has landed.
+    auto announce = [&](int j) {
+      wgmma::fence_async_smem();
+      mbar_arrive(full + j % NW);
+    };
+#pragma unroll
+    for (int k = 0; k < NW - 1; ++k) {
+      if (k < runs) copy_chunk(k);
+      cp_commit();
+    }
+    cp_wait<NW - 2>();
+    if (runs > 0) announce(0);
+    const int c_first = p.first_chunk[n];
+    const int64_t h_chunk = (int64_t)p.Hv * kD * kD;
+    // Output pieces: h [64 v][128] of chunk c is 16 KB contiguous (piece ct + 128k: row / 16,
+    // 16-byte column % 16); V_new rows t0 + (ct + 128k) / 8, piece (ct % 8) of the 128-byte slice.
+    bf16* h_out = static_cast<bf16*>(p.h) + (int64_t)(c_first + cs_begin) * h_chunk + head +
+                  (int64_t)v0 * kD + 8 * ct;
+    bf16* v_out = static_cast<bf16*>(p.vnew) + (int64_t)(t_first + ct / 8) * tv_stride + hv * kD +
+                  v0 + 8 * (ct % 8);
+    for (int j = 0; j < runs; ++j) {
+      if (j + NW - 1 < runs) {
+        if (j >= 1) mbar_wait(empty + (j - 1) % NW, ((j - 1) / NW) & 1);  // chunk j − 1 is done
+        copy_chunk(j + NW - 1);
+      }
+      cp_commit();
+      if (j + 1 < runs) {
+        cp_wait<NW - 2>();  // group j + 1 (chunk j + 1) has landed
+        announce(j + 1);
+      }
+      // Chunk j's outputs.
+      const int s = j % 2, L = min(kC, len - (cs_begin + j) * kC);
+      mbar_wait(staged + s, (j / 2) & 1);
+      const bf16* hs = reinterpret_cast<const bf16*>(stg0 + s * kWsStaging);
+      const bf16* vs = hs + kWgRows * kWsHLd;
+      bf16* hc = h_out + (int64_t)j * h_chunk;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int pc = ct + 128 * k;
+        *reinterpret_cast<uint4*>(hc + 1024 * k) =
+            *reinterpret_cast<const uint4*>(hs + (pc / 16) * kWsHLd + 8 * (pc % 16));
+      }
+      bf16* vc = v_out + (int64_t)j * kC * tv_stride;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = ct / 8 + 16 * k;
+        if (i < L)
+          *reinterpret_cast<uint4*>(vc + 16 * k * tv_stride) =
+              *reinterpret_cast<const uint4*>(vs + i * kWsVLd + 8 * (ct % 8));
+      }
+      mbar_arrive(freed + s);
+    }
+    return;
+  }
+
+  // ---- consumer: warpgroup 0 ----
+  St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
+  const bool from_pool = !p.has_init || p.has_init[n * p.has_init_s] != 0;
+  const int rv = 16 * warp + lane / 4;  // this thread's rows rv, rv + 8 of the slice
+  float s[64];                          // s[4j + e]: S[v0 + rv + 8·(e / 2)][8j + 2q + e % 2]
+  {
+    const bool from_carry = cs_begin > 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int v = v0 + rv + 8 * hi, d = 8 * j + 2 * q;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (from_carry)
+          x = *reinterpret_cast<const float2*>(sp.carry + head + (int64_t)v * kD + d);
+        else if (from_pool)
+          x = make_float2(to_f32(pool[(int64_t)v * p.st_row + d]),
+                          to_f32(pool[(int64_t)v * p.st_row + d + 1]));
+        s[4 * j + 2 * hi] = x.x;
+        s[4 * j + 2 * hi + 1] = x.y;
+      }
+  }
+  // Staging addresses (buffer 0; + s·kWsStaging): stmatrix rows of this warp's h rows 16w..;
+  // V_new [i][64 v] columns 16w.. by stmatrix.trans.
+  bf16* h_st = reinterpret_cast<bf16*>(stg0) +
+               (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * kWsHLd + 8 * (lane >> 4);
+  bf16* v_st = reinterpret_cast<bf16*>(stg0) + kWgRows * kWsHLd +
+               (8 * (lane >> 4) + (lane & 7)) * kWsVLd + 16 * warp + 8 * ((lane >> 3) & 1);
+  const uint32_t ut_off =
+      2 * kWgTile +
+      ((8 * (lane >> 4) + (lane & 7)) * kWgULd + 16 * warp + 8 * ((lane >> 3) & 1)) * 2;
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kStgElems = kWsStaging / 2;
+
+  auto step = [&](auto full_chunk, int j, const unsigned char* st) {
+    constexpr bool kFull = decltype(full_chunk)::value;
+    const int L = kFull ? kC : min(kC, len - (cs_begin + j) * kC), so = (j % 2) * kStgElems;
+    const float* gs = reinterpret_cast<const float*>(st + 2 * kWgTile + kC * kWgULd * 2);
+    uint32_t sa[8][4];
+#pragma unroll
+    for (int kt = 0; kt < 8; ++kt) {
+      sa[kt][0] = pack_bf162(s[8 * kt], s[8 * kt + 1]);
+      sa[kt][1] = pack_bf162(s[8 * kt + 2], s[8 * kt + 3]);
+      sa[kt][2] = pack_bf162(s[8 * kt + 4], s[8 * kt + 5]);
+      sa[kt][3] = pack_bf162(s[8 * kt + 6], s[8 * kt + 7]);
+    }
+    float pt[32];
+    wgmma::fence_operand(sa);
+    wgmma::fence();
+#pragma unroll
+    for (int kt = 0; kt < 8; ++kt)
+      wgmma::mma_m64n64k16_rs<0>(pt, sa[kt], wgmma::desc(st + kt * 256, 128, 2048), kt > 0);
+    wgmma::commit();
+    if (j >= 2)
+      mbar_wait(freed + j % 2, ((j - 2) / 2) & 1);  // staging j % 2 stored by the producer
+#pragma unroll
+    for (int kt = 0; kt < 8; ++kt) stmatrix_x4(h_st + so + 16 * kt, sa[kt]);
+    uint32_t ut[16];
+#pragma unroll
+    for (int jj = 0; jj < 8; jj += 2) {
+      uint32_t r4[4];
+      ldmatrix_x4_trans(r4, st + ut_off + 8 * jj * kWgULd * 2);
+      ut[2 * jj] = r4[0], ut[2 * jj + 1] = r4[1], ut[2 * jj + 2] = r4[2], ut[2 * jj + 3] = r4[3];
+    }
+    const float gl = gs[L - 1] * kLog2e;
+    float ecol[16];
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const float2 gg = *reinterpret_cast<const float2*>(gs + 8 * jj + 2 * q);
+      ecol[2 * jj] = exp2_approx(fmaf(gg.x, -kLog2e, gl));
+      ecol[2 * jj + 1] = exp2_approx(fmaf(gg.y, -kLog2e, gl));
+      if (!kFull) {
+        if (8 * jj + 2 * q >= L) ecol[2 * jj] = 0.0f;
+        if (8 * jj + 2 * q + 1 >= L) ecol[2 * jj + 1] = 0.0f;
+      }
+    }
+    const float decay = exp2_approx(gl);
+    wgmma::wait<0>();
+    wgmma::fence_operand(pt);
+#pragma unroll
+    for (int r = 0; r < 64; ++r) s[r] *= decay;
+    uint32_t va[4][4], vt[16];
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const float2 uu = __bfloat1622float2(*reinterpret_cast<const bf162*>(&ut[2 * jj + hi]));
+        float a0 = uu.x - pt[4 * jj + 2 * hi], a1 = uu.y - pt[4 * jj + 2 * hi + 1];
+        if (!kFull) {
+          if (8 * jj + 2 * q >= L) a0 = 0.0f;
+          if (8 * jj + 2 * q + 1 >= L) a1 = 0.0f;
+        }
+        vt[2 * jj + hi] = pack_bf162(a0, a1);
+        va[jj / 2][2 * (jj % 2) + hi] = pack_bf162(a0 * ecol[2 * jj], a1 * ecol[2 * jj + 1]);
+      }
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(va);
+    wgmma::fence();
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma::mma_m64n128k16_rs<1>(s, va[kt], wgmma::desc(st + kWgTile + kt * 256, 128, 1024), true);
+    wgmma::commit();
+#pragma unroll
+    for (int jj = 0; jj < 8; jj += 2) {
+      const uint32_t r4[4] = {vt[2 * jj], vt[2 * jj + 1], vt[2 * jj + 2], vt[2 * jj + 3]};
+      stmatrix_x4_trans(v_st + so + 8 * jj * kWsVLd, r4);
+    }
+    mbar_arrive(staged + j % 2);  // releases this thread's staging writes to the producer
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+  };
+
+  for (int j = 0; j < runs; ++j) {
+    const int cs = cs_begin + j;
+    if (cs == max(cs_begin, cs_end - 2)) grid_dependents_launch();  // the next piece may place
+    mbar_wait(full + j % NW, (j / NW) & 1);
+    wgmma::fence_async_smem();
+    const unsigned char* st = smem_raw + (j % NW) * kWgStage;
+    const int L = min(kC, len - cs * kC);
+    if (L == kC)
+      step(std::true_type{}, j, st);
+    else
+      step(std::false_type{}, j, st);
+    mbar_arrive(empty + j % NW);  // every read of buffer j % NW is done (the S update waited)
+    const int end = cs * kC + L;
+    if (p.every > 0 && end % p.every == 0) {
+      float* ck = p.ckpt + (p.first_ckpt[n] + end / p.every - 1) * p.ck_row + hv * p.ck_head;
+#pragma unroll
+      for (int jj = 0; jj < 16; ++jj)
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+          *reinterpret_cast<float2*>(ck + (int64_t)(v0 + rv + 8 * hi) * p.ck_v + 8 * jj + 2 * q) =
+              make_float2(s[4 * jj + 2 * hi], s[4 * jj + 2 * hi + 1]);
+    }
+  }
+  const bool to_carry = piece && sp.piece_end < nch;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int v = v0 + rv + 8 * hi, d = 8 * j + 2 * q;
+      if (to_carry) {
+        *reinterpret_cast<float2*>(sp.carry + head + (int64_t)v * kD + d) =
+            make_float2(s[4 * j + 2 * hi], s[4 * j + 2 * hi + 1]);
+      } else {
+        pool[(int64_t)v * p.st_row + d] = from_f32<St>(s[4 * j + 2 * hi]);
+        pool[(int64_t)v * p.st_row + d + 1] = from_f32<St>(s[4 * j + 2 * hi + 1]);
+      }
+    }
+#else
+  __trap();  // built without sm_90a code: wg_spine_available() is false, the host never launches it
+#endif
+}
+
 // Pass 2 of the split spine: start[s + 1] = start[s]·M_s + B_s for s = 1..S−2, in f32. Block
 // (hv, 32 rows of V), 256 threads: thread (r = tid / 8) owns row r, columns tid % 8 + 8j.
 __global__ void __launch_bounds__(256) segment_combine_kernel(const Params p, const SpineSplit sp) {
@@ -1101,14 +1447,6 @@ __device__ __forceinline__ float half_warp_sum(float x) {
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
-}
-
-// 2^x by the MUFU alone (ex2.approx.ftz: exp2f without its denormal-range fix-up; x <= 0 here,
-// results below 2^-126 flush to 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
@@ -2010,6 +2348,60 @@ void prepare_kernel(Kernel* kern, size_t smem) {
                                          cudaSharedmemCarveoutMaxShared));
 }
 
+// One spine launch (`threads` a block): plain, or by cudaLaunchKernelEx with the pipeline
+// piece's attributes (priority != 0: ahead of the stage blocks; programmatic: placed while the
+// piece before ends, waiting in the kernel) or clusters of (1, 1, cluster_z) slice blocks.
+template <class Kernel>
+void launch_spine(Kernel* kern, dim3 grid, int smem, cudaStream_t stream, int priority,
+                  bool programmatic, int cluster_z, const Params& p, const SpineSplit& run,
+                  int threads = 128) {
+  if (priority == 0 && !programmatic && cluster_z == 0) {
+    kern<<<grid, threads, smem, stream>>>(p, run);
+    HYBRID_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  cudaLaunchAttribute attr[3];
+  int na = 0;
+  if (priority != 0) {
+    attr[na].id = cudaLaunchAttributePriority;
+    attr[na++].val.priority = priority;
+  }
+  if (programmatic) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_z > 0) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = 1;
+    attr[na++].val.clusterDim.z = static_cast<unsigned>(cluster_z);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
+}
+
+// Whether spine_ws_kernel can run here: built with sm_90a code, on a compute capability 9.0 GPU.
+bool wg_spine_available() {
+#if defined(HYBRID_CUDA_SM90A)
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
+    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 // ---- the pipelined prefill (`cuda_tc_v9`) ------------------------------------------------------
 //
 // Stages 1 and 3 need the whole GPU for 183 and 115 µs at 1 x 8192 (session 6's stage timer),
@@ -2340,41 +2732,8 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     prepare_kernel(kern, smem);
     auto launch = [&](unsigned x, unsigned z, const SpineSplit& run) {
       const dim3 grid(x, static_cast<unsigned>(p.Hv), z);
-      // cudaLaunchKernelEx with the attributes in attr[0, na).
-      cudaLaunchAttribute attr[2];
-      int na = 0;
-      auto launch_ex = [&] {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(128);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = as_stream(ctx.stream());
-        cfg.attrs = attr;
-        cfg.numAttrs = na;
-        HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
-      };
-      if (CZ == 0 && (spine_priority != 0 || spine_programmatic)) {  // a pipeline piece
-        if (spine_priority != 0) {                                   // ahead of the stage blocks
-          attr[na].id = cudaLaunchAttributePriority;
-          attr[na++].val.priority = spine_priority;
-        }
-        if (spine_programmatic) {  // placed while the piece before ends (it waits in the kernel)
-          attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attr[na++].val.programmaticStreamSerializationAllowed = 1;
-        }
-        launch_ex();
-        return;
-      }
-      if constexpr (CZ > 0) {  // clusters of CZ slice blocks of one (run, head)
-        attr[na].id = cudaLaunchAttributeClusterDimension;
-        attr[na].val.clusterDim.x = 1;
-        attr[na].val.clusterDim.y = 1;
-        attr[na++].val.clusterDim.z = CZ;
-        launch_ex();
-      } else {
-        kern<<<grid, 128, smem, as_stream(ctx.stream())>>>(p, run);
-        HYBRID_CUDA_CHECK_LAUNCH();
-      }
+      launch_spine(kern, grid, smem, as_stream(ctx.stream()), CZ == 0 ? spine_priority : 0,
+                   CZ == 0 && spine_programmatic, CZ, p, run);
     };
     if (S == 1) {
       launch(static_cast<unsigned>(p.N), kD / SL, sp);
@@ -2404,18 +2763,34 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   using i16 = std::integral_constant<int, 16>;
   using i3 = std::integral_constant<int, 3>;
   std::string spine_note;  // the cluster size chosen, for the stage timer's line
-  // The pipeline's spine: 32-row slices with the ring of 2 (one block per SM at 1 x 8192, Hv 32,
-  // leaving room for stage 1 and 3 blocks beside it), or HYBRID_GDN_CHUNK_PIPE_SPINE=16 (16-row
-  // slices, ring of 2: two blocks per SM, room for one stage-1 block) or =16r3 (v7's spine at
-  // 1 x 8192: 16-row slices, ring of 3, which fill the shared memory of the SMs they are on).
-  // Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs at 1 x 8192 / 32768 / 131072,
-  // 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880.
+  // The pipeline's spine: the warpgroup spine (spine_ws_kernel) where it can run (sm_90a builds on
+  // an sm_90 GPU: wg_spine_available()), else, or with HYBRID_GDN_CHUNK_PIPE_SPINE=32, 32-row
+  // slices with the ring of 2 (one block per SM at 1 x 8192, Hv 32, leaving room for stage 1 and
+  // 3 blocks beside it); =16 (16-row slices, ring of 2: two blocks per SM, room for one stage-1
+  // block) or =16r3 (v7's spine at 1 x 8192: 16-row slices, ring of 3, which fill the shared
+  // memory of the SMs they are on). Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs
+  // at 1 x 8192 / 32768 / 131072, 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880; session 16 run 5
+  // (pieces of 32): ws 415 / 1568 / 5817, 32-row 463 / 1685 / 6447.
   static const std::string pipe_spine = [] {
     const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
-    return std::string(v ? v : "32");
+    return std::string(v ? v : "ws");
   }();
+  // HYBRID_GDN_CHUNK_WS_SPINE=1: the warpgroup spine for every unsplit spine outside the pipeline
+  // too (the v7 path: batches, and the stage timer, which times it alone).
+  static const bool ws_everywhere = env_int("HYBRID_GDN_CHUNK_WS_SPINE", 0) == 1;
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
+    const bool ws = wg_spine_available() &&
+                    (pipelined ? pipe_spine == "ws" : ws_everywhere && S == 1 && !fused);
+    if (ws) {
+      spine_note = ", warpgroup spine";
+      auto* kern = spine_ws_kernel<St>;
+      prepare_kernel(kern, kWsSmem);
+      launch_spine(
+          kern, dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kWgRows),
+          kWsSmem, as_stream(ctx.stream()), spine_priority, spine_programmatic, 0, p, sp, 256);
+      return;
+    }
     if (pipelined) {
       if (pipe_spine == "16")
         spine(ts, i16{}, std::integral_constant<int, 2>{}, i0{}, NoOut{});
@@ -2571,7 +2946,10 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
-                                 " pieces, spine " + pipe_spine +
+                                 " pieces, spine " +
+                                 (pipe_spine == "ws" && !wg_spine_available()
+                                      ? std::string("32 (the warpgroup spine needs sm_90a)")
+                                      : pipe_spine) +
                                  (spine_priority != 0 ? " (priority)" : "") +
                                  (programmatic ? " (programmatic)" : ""));
   }

@@ -7,8 +7,10 @@
 //                               thread's newest groups are pending; a __syncthreads() publishes.
 //   ldmatrix_x4[_trans](r, p)   four 8×8 b16 matrices from shared memory; lanes 8m..8m+7 give the
 //                               row addresses of matrix m (.trans: each matrix transposed).
+//   stmatrix_x4[_trans](p, r)   the inverse: four 8×8 b16 matrices to shared memory (sm_90).
 //   mma_bf16 / mma_f16 / mma16  c[4] += a[4]·b[2]: m16n8k16, f32 accumulate (PTX fragment layout).
 //   pack_bf16 / pack_f16 / pack2  two floats as one 16-bit-pair fragment register.
+//   exp2_approx(x)              2^x by ex2.approx.ftz (the MUFU alone).
 //   grid_dependents_launch()    programmatic dependent launch (sm_90): lets the next kernel of the
 //   grid_dependency_wait()      stream, launched with the programmatic-serialization attribute,
 //                               start early; its wait returns once this grid has completed and its
@@ -81,6 +83,21 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_u32(p)));
 }
 
+// Four 8×8 b16 matrices to shared memory (sm_90): register m holds matrix m's fragment (row
+// lane/4, columns 2·(lane%4), +1); lanes 8m..8m+7 give the row addresses of matrix m (.trans: each
+// matrix stored transposed, so the fragment's columns become the stored rows).
+__device__ __forceinline__ void stmatrix_x4(void* p, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4_trans(void* p, const uint32_t (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+}
+
 // c[4] += a[4] · (b0, b1): m16n8k16, bf16 inputs, f32 accumulate.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
@@ -111,6 +128,15 @@ __device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uin
     mma_f16(c, a, b0, b1);
   else
     mma_bf16(c, a, b0, b1);
+}
+
+// 2^x by the MUFU alone (ex2.approx.ftz: exp2f without its denormal-range fix-up, relative error
+// ~2^-22; results below 2^-126 flush to 0). The decay factors of the chunked scans, e^{a − b} with
+// a <= b, as exp2_approx((a − b)·log2 e).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Two floats as one bf16x2 fragment register (lo in the low half), round to nearest even.

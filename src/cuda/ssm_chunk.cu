@@ -1242,11 +1242,6 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
 //     rows are the block's rows i) instead of global memory.
 // Rounding as v3 except the decays on off-diagonal tiles (product of two f32 exps instead of one;
 // relative difference ~1e-7, far below the bf16 rounding of the masked C·Bᵀ operand).
-__device__ __forceinline__ float ex2_approx(float v) {  // 2^v, ftz (MUFU.EX2 alone)
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(v));
-  return r;
-}
 
 template <int N>
 __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
@@ -1385,8 +1380,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
       // s ← s·exp(cs_i − cs_j)·dt'_j for j ≤ i (j0 = i0): warp w's rows reach n8 blocks < 2w + 2.
       const float ca = ia < L ? cs_s[ia] : 0.0f, cb_ = ib < L ? cs_s[ib] : 0.0f;
       const float csR2 = csR * kLog2e;
-      const float fa = ia < L ? ex2_approx(ca - csR2) : 0.0f;
-      const float fb = ib < L ? ex2_approx(cb_ - csR2) : 0.0f;
+      const float fa = ia < L ? exp2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? exp2_approx(cb_ - csR2) : 0.0f;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         acc[nb][0] *= fa, acc[nb][1] *= fa;
@@ -1399,10 +1394,10 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
           const int jj = nb * 8 + jl;  // column of element 0 within the tile (j = i0 + jj)
           const float2 cj = *reinterpret_cast<const float2*>(cs_s + j0 + jj);
           const float2 dj = *reinterpret_cast<const float2*>(w_s + j0 + jj);
-          s[nb][0] = jj <= ra ? s[nb][0] * ex2_approx(ca - cj.x) * dj.x : 0.0f;
-          s[nb][1] = jj + 1 <= ra ? s[nb][1] * ex2_approx(ca - cj.y) * dj.y : 0.0f;
-          s[nb][2] = jj <= ra + 8 ? s[nb][2] * ex2_approx(cb_ - cj.x) * dj.x : 0.0f;
-          s[nb][3] = jj + 1 <= ra + 8 ? s[nb][3] * ex2_approx(cb_ - cj.y) * dj.y : 0.0f;
+          s[nb][0] = jj <= ra ? s[nb][0] * exp2_approx(ca - cj.x) * dj.x : 0.0f;
+          s[nb][1] = jj + 1 <= ra ? s[nb][1] * exp2_approx(ca - cj.y) * dj.y : 0.0f;
+          s[nb][2] = jj <= ra + 8 ? s[nb][2] * exp2_approx(cb_ - cj.x) * dj.x : 0.0f;
+          s[nb][3] = jj + 1 <= ra + 8 ? s[nb][3] * exp2_approx(cb_ - cj.y) * dj.y : 0.0f;
         } else {
           s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
         }

@@ -1,0 +1,117 @@
+// Hopper warpgroup MMA (wgmma, sm_90a) building blocks, PTX inline. One warpgroup = 4 warps of
+// consecutive ranks (128 threads); every wgmma instruction is issued by all 128 together.
+//
+//   desc(smem, lbo, sbo)     shared-memory matrix descriptor, no swizzle ("interleave" layout).
+//                            The operand is made of 8 x 8 core matrices of 16-byte rows, each
+//                            core matrix 128 contiguous bytes:
+//                              K-major  (each M / N row's K elements contiguous): element
+//                                (mn = 8i + r, k = 8j + t) at i·sbo + j·lbo + 16r + 2t;
+//                              MN-major (each K row's M / N elements contiguous): element
+//                                (mn = 8i + t, k = 8j + r) at i·sbo + j·lbo + 16r + 2t.
+//                            So sbo steps along M / N and lbo along K in both. A k16 step is two
+//                            core matrices along K: the next step's descriptor is at + 2·lbo.
+//   fence()                  wgmma.fence: orders this thread's register writes (accumulators, A
+//                            fragments) before the wgmma instructions that read them.
+//   fence_async_smem()       fence.proxy.async.shared::cta: this thread's ordinary shared-memory
+//                            writes (st.shared, cp.async) become visible to wgmma's async proxy;
+//                            then a barrier, then the wgmma.
+//   commit() / wait<N>()     close the group of wgmmas issued since the last commit / wait until at
+//                            most N groups are pending (their accumulators are then readable and
+//                            their register A operands may be overwritten).
+//   mma_m64nNk16_rs<kTransB>(d, a, b, accumulate)
+//                            d (+)= A·B, bf16 operands, f32 accumulators (accumulate = false:
+//                            d = A·B). A [64 m][16 k] from registers: warp w of the group holds
+//                            rows 16w..16w+15 as the m16n8k16 A fragment (a0: row g, k 2q..2q+1;
+//                            a1: row g + 8; a2, a3: the same at k + 8; g = lane / 4, q = lane % 4).
+//                            B [16 k][N n] by descriptor, K-major (kTransB = 0) or MN-major (1).
+//                            d[4j + e] is row 16w + g + 8·(e / 2), column 8j + 2q + e % 2 (the
+//                            m16n8 accumulator layout of n-tile j).
+//   fence_operand(x)         an empty asm that reads and writes x: placed around fence / wait so
+//                            that the compiler moves no ordinary use of an accumulator or A
+//                            register across them (the asm statements keep their order).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/mma.cuh"
+
+namespace hybrid::cuda::wgmma {
+
+__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((smem_u32(smem) & 0x3FFFFu) >> 4) |
+         static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16 |
+         static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32;
+}
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void fence_operand(float (&x)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+template <int R>
+__device__ __forceinline__ void fence_operand(uint32_t (&x)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(x[i])::"memory");
+}
+template <int R, int C>
+__device__ __forceinline__ void fence_operand(uint32_t (&x)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) fence_operand(x[i]);
+}
+
+template <int kTransB>
+__device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                                 bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %38, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB),
+        "r"(static_cast<int>(accumulate)));
+}
+
+template <int kTransB>
+__device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                  uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %70, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, %69;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB),
+        "r"(static_cast<int>(accumulate)));
+}
+
+}  // namespace hybrid::cuda::wgmma
