@@ -102,6 +102,30 @@ __device__ __forceinline__ int64_t seq_end(const ConvParams& p, int i) {
   return p.cu_seqlens ? p.cu_seqlens[i + 1] : p.T;
 }
 
+// The V channels' weights w[v][j] (j <= k, zero above) and biases from channel c0, loaded as raw
+// bits first so that all of them are in flight before any is converted: through vec::load_any,
+// whose dtype branch converts inside, they were one round trip each (40 in a row at V 8, K 3).
+// float_of_raw of 0 bits is 0 in every dtype.
+template <int V, int KMAX>
+__device__ __forceinline__ void load_conv_weights(const ConvParams& p, int64_t c0, int k,
+                                                  float (&w)[V][KMAX + 1], float (&bias)[V]) {
+  uint32_t w_bits[V][KMAX + 1], bias_bits[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j <= KMAX; ++j)
+      w_bits[v][j] =
+          j <= k ? vec::raw_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code) : 0u;
+    bias_bits[v] = p.bias ? vec::raw_any(p.bias, c0 + v, p.bias_code) : 0u;
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j <= KMAX; ++j) w[v][j] = vec::float_of_raw(p.weight_code, w_bits[v][j]);
+    bias[v] = vec::float_of_raw(p.bias_code, bias_bits[v]);
+  }
+}
+
 // Kernel 1 of conv1d_causal: out rows of tokens [chunk·kChunk, +kChunk), channels [c0, c0 + V).
 template <class Tx, class To, int V, int KMAX>
 __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
@@ -112,14 +136,7 @@ __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
   const int K = p.K;
 
   float w[V][KMAX + 1], bias[V];  // weights of the V channels: w[v][j], j <= K
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-#pragma unroll
-    for (int j = 0; j <= KMAX; ++j)
-      w[v][j] =
-          j <= K ? vec::load_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code) : 0.0f;
-    bias[v] = p.bias ? vec::load_any(p.bias, c0 + v, p.bias_code) : 0.0f;
-  }
+  load_conv_weights<V, KMAX>(p, c0, K, w, bias);
 
   // The sequence of t_first: the smallest i with cu[i+1] > t_first.
   int i = 0;
@@ -162,12 +179,13 @@ __global__ void __launch_bounds__(kThreads) conv_causal_kernel(ConvParams p) {
       vec::Raw<Tx, V> r;
       if (in_x) vec::load(x + (in_x ? src : 0) * p.x_stride + c0, r);
       const int64_t so = int64_t{slot} * p.state_s0 + K + (src - begin);  // state entry K+src-begin
+      uint32_t s_bits[V];  // raw first: the V loads in flight together (see load_conv_weights)
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const float sv =
-            in_state ? vec::load_any(p.state, so + (c0 + v) * p.state_s1, p.state_code) : 0.0f;
-        win[j][v] = in_x ? to_f32(r.elem()[v]) : sv;
-      }
+      for (int v = 0; v < V; ++v)
+        s_bits[v] = in_state ? vec::raw_any(p.state, so + (c0 + v) * p.state_s1, p.state_code) : 0u;
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        win[j][v] = in_x ? to_f32(r.elem()[v]) : vec::float_of_raw(p.state_code, s_bits[v]);
     }
 
     // kBatch tokens at a time: their loads are all issued before the math (loads in flight).
@@ -298,23 +316,8 @@ __global__ void __launch_bounds__(kThreads) conv_update_vec_kernel(ConvParams p)
   constexpr int V = 8, K = 3;
   const int64_t c0 = (int64_t{blockIdx.x} * kThreads + threadIdx.x) * V;
   if (c0 >= p.C) return;
-  // The 32 weights and 8 biases as raw bits first, all in flight before any is converted:
-  // through vec::load_any, whose dtype branch converts inside, they were 40 round trips in a row.
-  uint32_t w_bits[V][K + 1], bias_bits[V];
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-#pragma unroll
-    for (int j = 0; j <= K; ++j)
-      w_bits[v][j] = vec::raw_any(p.weight, (c0 + v) * p.weight_stride + j, p.weight_code);
-    bias_bits[v] = p.bias ? vec::raw_any(p.bias, c0 + v, p.bias_code) : 0u;
-  }
-  float w[V][K + 1], bias[V];
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-#pragma unroll
-    for (int j = 0; j <= K; ++j) w[v][j] = vec::float_of_raw(p.weight_code, w_bits[v][j]);
-    bias[v] = p.bias ? vec::float_of_raw(p.bias_code, bias_bits[v]) : 0.0f;
-  }
+  float w[V][K + 1], bias[V];  // the 32 weights and 8 biases, loaded together
+  load_conv_weights<V, K>(p, c0, K, w, bias);
   for (int k = 0; k < kUpdSeqs; ++k) {
     const int64_t i = int64_t{blockIdx.y} * kUpdSeqs + k;
     if (i >= p.N) return;

@@ -2775,13 +2775,20 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
     return std::string(v ? v : "ws");
   }();
-  // HYBRID_GDN_CHUNK_WS_SPINE=1: the warpgroup spine for every unsplit spine outside the pipeline
-  // too (the v7 path: batches, and the stage timer, which times it alone).
-  static const bool ws_everywhere = env_int("HYBRID_GDN_CHUNK_WS_SPINE", 0) == 1;
+  // Outside the pipeline (the v7 path: batches, Hv 64, short sequences, the stage timer) the
+  // warpgroup spine runs an unsplit, unfused spine when its N·Hv·2 blocks fill at least half the
+  // SMs. Session 16 runs 8-9: 8 x 4096 (512 blocks) 1661 µs against 1852 with the default spine
+  // there, 1 x 8192 at Hv 64 (128 blocks) 746 against 795. Fewer blocks (Hv 32, one sequence too
+  // short for the pipeline: 64) keep the mma.sync spines, whose 16- and 32-row slices give 2-4x
+  // the blocks (not measured with ws). HYBRID_GDN_CHUNK_WS_SPINE=1 takes it for every unsplit
+  // spine (and so times it alone under the stage timer), =0 for none.
+  static const int ws_outside = env_int("HYBRID_GDN_CHUNK_WS_SPINE", -1);
+  const bool ws_fills = 2 * int64_t{p.N} * p.Hv * (kD / kWgRows) >= sm_count();
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
-    const bool ws = wg_spine_available() &&
-                    (pipelined ? pipe_spine == "ws" : ws_everywhere && S == 1 && !fused);
+    const bool ws_here = ws_outside == 1 || (ws_outside != 0 && ws_fills);
+    const bool ws =
+        wg_spine_available() && (pipelined ? pipe_spine == "ws" : ws_here && S == 1 && !fused);
     if (ws) {
       spine_note = ", warpgroup spine";
       auto* kern = spine_ws_kernel<St>;
