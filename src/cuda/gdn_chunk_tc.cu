@@ -176,6 +176,21 @@ struct SpineSplit {
   float* carry = nullptr;  // [Hv, V, K] f32 state between pieces
 };
 
+// A padding sequence's spine block (slot < 0): zero the checkpoint rows v0..v0+rows−1 of head hv
+// whose checkpoints end in chunks [cs_begin, cs_end) of sequence n (len tokens); the pool is
+// untouched. Every thread of the block takes part.
+__device__ void zero_padding_checkpoints(const Params& p, int n, int hv, int v0, int rows, int len,
+                                         int cs_begin, int cs_end) {
+  if (p.every <= 0) return;
+  for (int j = 0; j < len / p.every; ++j) {
+    const int end = (j + 1) * p.every;
+    if (end <= cs_begin * kC || end > cs_end * kC) continue;
+    for (int e = threadIdx.x; e < rows * kD; e += blockDim.x)
+      p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head + (int64_t)(v0 + e / kD) * p.ck_v +
+             e % kD] = 0.0f;
+  }
+}
+
 // Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
 // (K̂ always has 2): Ws [NW][64][136], Ks [2][64][136], Us [NW][64][SL + 8], Sb [SL][136],
 // VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
@@ -281,14 +296,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   const int slot = p.slots[n * p.slots_s];
   // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
   if (slot < 0) {
-    if (p.every > 0 && !local)
-      for (int j = 0; j < len / p.every; ++j) {
-        const int end = (j + 1) * p.every;
-        if (end <= cs_begin * kC || end > cs_end * kC) continue;
-        for (int e = tid; e < SL * kD; e += blockDim.x)
-          p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
-                 (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
-      }
+    if (!local) zero_padding_checkpoints(p, n, hv, v0, SL, len, cs_begin, cs_end);
     if constexpr (FO) {  // its output rows of this slice and segment are zeros too
       if (!local) {
         Out* out = static_cast<Out*>(p.out);
@@ -710,8 +718,7 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
       }
 }
 
-// ---- the warpgroup spine (`spine_ws_kernel`, sm_90a; the pipeline's spine)
-// -----------------------
+// ---- the warpgroup spine (`spine_ws_kernel`, sm_90a; the pipeline's spine) ----
 //
 // The chunk step on wgmma. Block (n, hv, 64-row V slice), two warpgroups. Warpgroup 0 (the
 // consumer) holds S [64 v, 128 k] in f32 wgmma accumulators (warp w: V rows v0 + 16w..+15) and
@@ -731,10 +738,12 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 //   empty[b]  (128 consumer arrivals): the consumer is done with buffer b (after its S update);
 //   staged[s] (128 consumer arrivals): staging s holds chunk j's h and V_new rows (s = j % 2);
 //   freed[s]  (128 producer arrivals): the producer has stored staging s.
-// Shared memory (no swizzle; wgmma.cuh's core-matrix layouts), a ring buffer:
-//   W  [64 i][128 d] K-major:  piece (i, d/8) at (i/8)·2048 + (d/8)·128 + (i%8)·16 (sbo 2048, lbo
-//   128) K̂  [64 i][128 d] MN-major: piece (i, d/8) at (d/8)·1024 + (i/8)·128 + (i%8)·16 (sbo 1024,
-//   lbo 128) U  [64 i][64 + 8 v] row-major; γ [64] f32;
+// Shared memory (no swizzle; wgmma.cuh's core-matrix layouts), a ring buffer of:
+//   W [64 i][128 d], K-major: piece (i, d/8) at (i/8)·2048 + (d/8)·128 + (i%8)·16; sbo 2048,
+//     lbo 128;
+//   K̂ [64 i][128 d], MN-major: piece (i, d/8) at (d/8)·1024 + (i/8)·128 + (i%8)·16; sbo 1024,
+//     lbo 128;
+//   U [64 i][64 + 8 v] row-major; γ [64] f32;
 // then the two staging buffers (h [64 v][136], V_new [64 i][72], bf16) and the 10 mbarriers:
 // 180 048 bytes, one block per SM (64 blocks at Hv 32: the pipeline's stage blocks take the other
 // SMs). The bf16 rounding points are spine_tc_kernel's (S before W·Sᵀ and into h, V_new·e before
@@ -773,14 +782,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   if (cs_begin > 0 && cs_begin >= nch) return;
   const int slot = p.slots[n * p.slots_s];
   if (slot < 0) {  // padding: zero the checkpoint rows that end in this piece; the pool untouched
-    if (p.every > 0)
-      for (int j = 0; j < len / p.every; ++j) {
-        const int end = (j + 1) * p.every;
-        if (end <= cs_begin * kC || end > cs_end * kC) continue;
-        for (int e = tid; e < kWgRows * kD; e += blockDim.x)
-          p.ckpt[(p.first_ckpt[n] + j) * p.ck_row + hv * p.ck_head +
-                 (int64_t)(v0 + e / kD) * p.ck_v + e % kD] = 0.0f;
-      }
+    zero_padding_checkpoints(p, n, hv, v0, kWgRows, len, cs_begin, cs_end);
     return;
   }
   unsigned char* stg0 = smem_raw + NW * kWgStage;  // staging s at stg0 + s·kWsStaging
@@ -2388,17 +2390,11 @@ void launch_spine(Kernel* kern, dim3 grid, int smem, cudaStream_t stream, int pr
   HYBRID_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p, run));
 }
 
-// Whether spine_ws_kernel can run here: built with sm_90a code, on a compute capability 9.0 GPU.
+// Whether spine_ws_kernel can run on the current device: built with sm_90a code, on a compute
+// capability 9 GPU (9.0 is the only one; device_info() caches it per device).
 bool wg_spine_available() {
 #if defined(HYBRID_CUDA_SM90A)
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    HYBRID_CUDA_CHECK(cudaGetDevice(&dev));
-    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    HYBRID_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major == 9 && minor == 0;
-  }();
-  return ok;
+  return device_info().major == 9;
 #else
   return false;
 #endif
