@@ -733,8 +733,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 // consumer touches no global memory inside the loop: warpgroup 1 (the producer) copies W, K̂, U, γ
 // (cp.async, two chunks ahead: a ring of 3) and stores h and V_new from the double-buffered
 // staging area. mbarriers (use k of a barrier waits for phase parity k & 1):
-//   full[b]   (128 producer arrivals): buffer b's copies have landed (cp.async.wait_group, then
-//             fence.proxy.async, then the arrive);
+//   full[b]   (128 producer arrivals): buffer b's copies have landed (each producer thread's
+//             cp.async.mbarrier.arrive; the consumer's fence.proxy.async after its wait hands them
+//             to wgmma);
 //   empty[b]  (128 consumer arrivals): the consumer is done with buffer b (after its S update);
 //   staged[s] (128 consumer arrivals): staging s holds chunk j's h and V_new rows (s = j % 2);
 //   freed[s]  (128 producer arrivals): the producer has stored staging s.
@@ -763,6 +764,13 @@ static_assert(kWgStage % 128 == 0, "stages 128-byte aligned");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// This thread's cp.async copies issued so far arrive on `bar` once they have all landed: one
+// arrival, counted in the barrier's init count (.noinc), in place of a wait_group.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+               : "memory");
 }
 
 template <class St>
@@ -848,18 +856,11 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
           cp_async4(st + g_dst, g_src + (dc + min(ct, L - 1) - ct) * p.Hv, ct < L ? 4 : 0);
       }
     };
-    // Chunk j's copies are commit group j. Announce chunk j + 1 once its group has landed.
-    auto announce = [&](int j) {
-      wgmma::fence_async_smem();
-      mbar_arrive(full + j % NW);
-    };
+    // Chunk j's copies arrive on full[j % NW] when they land (cp.async.mbarrier.arrive), so the
+    // producer never waits on its own copies: it only waits for a buffer to be free.
 #pragma unroll
-    for (int k = 0; k < NW - 1; ++k) {
-      if (k < runs) copy_chunk(k);
-      cp_commit();
-    }
-    cp_wait<NW - 2>();
-    if (runs > 0) announce(0);
+    for (int k = 0; k < NW - 1; ++k)
+      if (k < runs) copy_chunk(k), cp_async_arrive_noinc(full + k);
     const int c_first = p.first_chunk[n];
     const int64_t h_chunk = (int64_t)p.Hv * kD * kD;
     // Output pieces: h [64 v][128] of chunk c is 16 KB contiguous (piece ct + 128k: row / 16,
@@ -872,11 +873,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       if (j + NW - 1 < runs) {
         if (j >= 1) mbar_wait(empty + (j - 1) % NW, ((j - 1) / NW) & 1);  // chunk j − 1 is done
         copy_chunk(j + NW - 1);
-      }
-      cp_commit();
-      if (j + 1 < runs) {
-        cp_wait<NW - 2>();  // group j + 1 (chunk j + 1) has landed
-        announce(j + 1);
+        cp_async_arrive_noinc(full + (j + NW - 1) % NW);
       }
       // Chunk j's outputs.
       const int s = j % 2, L = min(kC, len - (cs_begin + j) * kC);
