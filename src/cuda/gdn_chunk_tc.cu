@@ -739,28 +739,30 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 //   empty[b]  (128 consumer arrivals): the consumer is done with buffer b (after its S update);
 //   staged[s] (128 consumer arrivals): staging s holds chunk j's h and V_new rows (s = j % 2);
 //   freed[s]  (128 producer arrivals): the producer has stored staging s.
-// Shared memory (no swizzle; wgmma.cuh's core-matrix layouts), a ring buffer of:
-//   W [64 i][128 d], K-major: piece (i, d/8) at (i/8)·2048 + (d/8)·128 + (i%8)·16; sbo 2048,
-//     lbo 128;
-//   K̂ [64 i][128 d], MN-major: piece (i, d/8) at (d/8)·1024 + (i/8)·128 + (i%8)·16; sbo 1024,
-//     lbo 128;
-//   U [64 i][64 + 8 v] row-major; γ [64] f32;
+// Shared memory, a ring buffer of (128-byte swizzle, wgmma.cuh's sw128 / desc_sw128):
+//   W [64 i][128 d] as two [64 i][64 d] halves (8 KiB each), K-major B (sbo 1024; the k16 step
+//     kt at half kt / 4, + 32·(kt % 4) bytes);
+//   K̂ [64 i][128 d], the same layout, read as the MN-major B (lbo 8 KiB: the next 64 d; sbo
+//     1024; the k16 step kt at + 2048·kt bytes);
+//   U [64 i][64 v] (ldmatrix.trans at swizzled addresses); γ [64] f32;
 // then the two staging buffers (h [64 v][136], V_new [64 i][72], bf16) and the 10 mbarriers:
-// 180 048 bytes, one block per SM (64 blocks at Hv 32: the pipeline's stage blocks take the other
+// 179 280 bytes, one block per SM (64 blocks at Hv 32: the pipeline's stage blocks take the other
 // SMs). The bf16 rounding points are spine_tc_kernel's (S before W·Sᵀ and into h, V_new·e before
 // the S update); the decays are exp2_approx of γ·log2 e. Unsplit runs only: a pipeline piece
 // (sp.piece_begin / piece_end / carry, as in spine_tc_kernel) or every chunk of each sequence.
 // Session 16 (docs/PERFORMANCE.md): 1 x 8192 / 32768 / 131072 415 / 1568 / 5817 µs in the
-// pipeline against the 32-row spine's 463 / 1685 / 6447.
-constexpr int kWgRows = 64;                                       // V rows per block
-constexpr int kWgTile = kC * kD * 2;                              // W or K̂ tile bytes (16 KiB)
-constexpr int kWgULd = kWgRows + 8;                               // U tile row (bf16)
-constexpr int kWgStage = 2 * kWgTile + kC * kWgULd * 2 + kC * 4;  // W, K̂, U, γ: 42 240 bytes
+// pipeline against the 32-row spine's 463 / 1685 / 6447; session 17, the swizzled tiles: 352 /
+// 1334 / 5081-5097 µs (the spine alone 257 -> 150 µs at 1 x 8192).
+constexpr int kWgRows = 64;                  // V rows per block
+constexpr int kWgTile = kC * kD * 2;         // W or K̂ tile bytes (16 KiB): two 64-column halves
+constexpr int kWgUOff = 2 * kWgTile;         // U [64 i][64 v] (8 KiB)
+constexpr int kWgGOff = kWgUOff + kC * 128;  // γ [64] f32
+constexpr int kWgStage = (kWgGOff + kC * 4 + 1023) / 1024 * 1024;  // 41 984 bytes
 constexpr int kWsRing = 3;
 constexpr int kWsHLd = kD + 8, kWsVLd = kWgRows + 8;  // staging rows (bf16): h [64 v], V_new [64 i]
 constexpr int kWsStaging = kWgRows * kWsHLd * 2 + kC * kWsVLd * 2;  // 26 624 bytes a buffer
 constexpr int kWsSmem = kWsRing * kWgStage + 2 * kWsStaging + (2 * kWsRing + 4) * 8;
-static_assert(kWgStage % 128 == 0, "stages 128-byte aligned");
+static_assert(kWgStage % 1024 == 0, "stages 1024-byte aligned (the 128-byte swizzle)");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
@@ -778,6 +780,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   constexpr int NW = kWsRing;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
   const int tid = threadIdx.x;
   const bool producer = tid >= 128;
   const int ct = tid % 128, warp = ct / 32, lane = ct % 32, q = lane % 4;
@@ -811,7 +814,11 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     // Copy pieces of thread ct, fixed for the run: W and K̂ rows rw + 8k (16-byte piece pw of the
     // row), U rows ru + 16k (piece pu), γ row ct (ct < 64). Source pointers at the run's first
     // chunk; chunk j adds j·64 rows. A full chunk copies without clamps; the last, partial one
-    // clamps its sources to row L − 1 and zero-fills rows >= L.
+    // clamps its sources to row L − 1 and zero-fills rows >= L. Each 8 lanes read 128 contiguous
+    // bytes of one row and write one 128-byte row of the swizzled tile: one shared-memory
+    // wavefront. (Into the unswizzled core-matrix layouts, every 16-byte piece took a wavefront
+    // of its own, 8x the ideal (ncu, session 17): ~4300 wavefronts a chunk, longer than the
+    // consumer's whole step.)
     const int rw = ct / 16, pw = ct % 16, ru = ct / 8, pu = ct % 8;
     const bf16* w_src =
         static_cast<const bf16*>(p.w) + ((int64_t)(t_first + rw) * p.Hv + hv) * kD + 8 * pw;
@@ -820,9 +827,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     const bf16* u_src =
         static_cast<const bf16*>(p.u) + (int64_t)(t_first + ru) * tv_stride + hv * kD + v0 + 8 * pu;
     const float* g_src = p.gamma + (int64_t)(t_first + min(ct, kC - 1)) * p.Hv + hv;
-    const uint32_t w_dst = rw * 16 + pw * 128, k_dst = kWgTile + rw * 16 + pw * 1024;
-    const uint32_t u_dst = 2 * kWgTile + (ru * kWgULd + 8 * pu) * 2,
-                   g_dst = 2 * kWgTile + kC * kWgULd * 2 + ct * 4;
+    const uint32_t w_dst = (pw / 8) * (kWgTile / 2) + wgmma::sw128(rw, pw % 8),
+                   k_dst = kWgTile + w_dst;
+    const uint32_t u_dst = kWgUOff + wgmma::sw128(ru, pu), g_dst = kWgGOff + ct * 4;
     auto copy_chunk = [&](int j) {
       const int cs = cs_begin + j, L = min(kC, len - cs * kC), dc = j * kC;
       unsigned char* st = smem_raw + (j % NW) * kWgStage;
@@ -832,25 +839,24 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       if (L == kC) {
 #pragma unroll
         for (int k = 0; k < kC / 8; ++k) {
-          cp_async16(st + w_dst + k * 2048, wc + k * 8 * tv_stride, 16);
-          cp_async16(st + k_dst + k * 128, kc + k * 8 * tk_stride, 16);
+          cp_async16(st + w_dst + k * 1024, wc + k * 8 * tv_stride, 16);
+          cp_async16(st + k_dst + k * 1024, kc + k * 8 * tk_stride, 16);
         }
 #pragma unroll
         for (int k = 0; k < kC / 16; ++k)
-          cp_async16(st + u_dst + k * 16 * kWgULd * 2, uc + k * 16 * tv_stride, 16);
+          cp_async16(st + u_dst + k * 2048, uc + k * 16 * tv_stride, 16);
         if (ct < kC) cp_async4(st + g_dst, g_src + dc * p.Hv, 4);
       } else {
 #pragma unroll
         for (int k = 0; k < kC / 8; ++k) {
           const int i = rw + 8 * k, dr = min(i, L - 1) - rw, bytes = i < L ? 16 : 0;
-          cp_async16(st + w_dst + k * 2048, wc + dr * tv_stride, bytes);
-          cp_async16(st + k_dst + k * 128, kc + dr * tk_stride, bytes);
+          cp_async16(st + w_dst + k * 1024, wc + dr * tv_stride, bytes);
+          cp_async16(st + k_dst + k * 1024, kc + dr * tk_stride, bytes);
         }
 #pragma unroll
         for (int k = 0; k < kC / 16; ++k) {
           const int i = ru + 16 * k;
-          cp_async16(st + u_dst + k * 16 * kWgULd * 2, uc + (min(i, L - 1) - ru) * tv_stride,
-                     i < L ? 16 : 0);
+          cp_async16(st + u_dst + k * 2048, uc + (min(i, L - 1) - ru) * tv_stride, i < L ? 16 : 0);
         }
         if (ct < kC)
           cp_async4(st + g_dst, g_src + (dc + min(ct, L - 1) - ct) * p.Hv, ct < L ? 4 : 0);
@@ -929,15 +935,14 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   bf16* v_st = reinterpret_cast<bf16*>(stg0) + kWgRows * kWsHLd +
                (8 * (lane >> 4) + (lane & 7)) * kWsVLd + 16 * warp + 8 * ((lane >> 3) & 1);
   const uint32_t ut_off =
-      2 * kWgTile +
-      ((8 * (lane >> 4) + (lane & 7)) * kWgULd + 16 * warp + 8 * ((lane >> 3) & 1)) * 2;
+      kWgUOff + wgmma::sw128(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kStgElems = kWsStaging / 2;
 
   auto step = [&](auto full_chunk, int j, const unsigned char* st) {
     constexpr bool kFull = decltype(full_chunk)::value;
     const int L = kFull ? kC : min(kC, len - (cs_begin + j) * kC), so = (j % 2) * kStgElems;
-    const float* gs = reinterpret_cast<const float*>(st + 2 * kWgTile + kC * kWgULd * 2);
+    const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
     uint32_t sa[8][4];
 #pragma unroll
     for (int kt = 0; kt < 8; ++kt) {
@@ -951,7 +956,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     wgmma::fence();
 #pragma unroll
     for (int kt = 0; kt < 8; ++kt)
-      wgmma::mma_m64n64k16_rs<0>(pt, sa[kt], wgmma::desc(st + kt * 256, 128, 2048), kt > 0);
+      wgmma::mma_m64n64k16_rs<0>(
+          pt, sa[kt], wgmma::desc_sw128(st + (kt / 4) * (kWgTile / 2) + (kt % 4) * 32, 16, 1024),
+          kt > 0);
     wgmma::commit();
     if (j >= 2)
       mbar_wait(freed + j % 2, ((j - 2) / 2) & 1);  // staging j % 2 stored by the producer
@@ -961,7 +968,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {
       uint32_t r4[4];
-      ldmatrix_x4_trans(r4, st + ut_off + 8 * jj * kWgULd * 2);
+      ldmatrix_x4_trans(r4, st + ut_off + 8 * jj * 128);
       ut[2 * jj] = r4[0], ut[2 * jj + 1] = r4[1], ut[2 * jj + 2] = r4[2], ut[2 * jj + 3] = r4[3];
     }
     const float gl = gs[L - 1] * kLog2e;
@@ -1000,7 +1007,8 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     wgmma::fence();
 #pragma unroll
     for (int kt = 0; kt < 4; ++kt)
-      wgmma::mma_m64n128k16_rs<1>(s, va[kt], wgmma::desc(st + kWgTile + kt * 256, 128, 1024), true);
+      wgmma::mma_m64n128k16_rs<1>(
+          s, va[kt], wgmma::desc_sw128(st + kWgTile + kt * 2048, kWgTile / 2, 1024), true);
     wgmma::commit();
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {

@@ -10,6 +10,16 @@
 //                                (mn = 8i + t, k = 8j + r) at i·sbo + j·lbo + 16r + 2t.
 //                            So sbo steps along M / N and lbo along K in both. A k16 step is two
 //                            core matrices along K: the next step's descriptor is at + 2·lbo.
+//   desc_sw128(smem, lbo, sbo)  the same for a 128-byte-swizzled operand (layout type 1): rows of
+//                            128 bytes (64 bf16), 8-row groups of 1024 bytes, each row's 16-byte
+//                            pieces XOR-permuted by the row's index mod 8 (sw128(r, c); TMA's
+//                            CU_TENSOR_MAP_SWIZZLE_128B), the tile 1024-byte aligned. Checked on
+//                            the H200 (session 17's probe):
+//                              K-major: rows = M / N, 64 K elements a row; sbo = 1024 (the next 8
+//                                rows), lbo unused; the k16 step j of a row is at + 32j bytes;
+//                              MN-major: rows = K, 64 M / N elements a row; sbo = 1024 (the next
+//                                8 K rows), lbo = the byte distance to the next 64 M / N
+//                                columns; the k16 step j is at + 2048j bytes.
 //   fence()                  wgmma.fence: orders this thread's register writes (accumulators, A
 //                            fragments) before the wgmma instructions that read them.
 //   fence_async_smem()       fence.proxy.async.shared::cta: this thread's ordinary shared-memory
@@ -41,6 +51,14 @@ __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_
   return static_cast<uint64_t>((smem_u32(smem) & 0x3FFFFu) >> 4) |
          static_cast<uint64_t>((lbo >> 4) & 0x3FFFu) << 16 |
          static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32;
+}
+__device__ __forceinline__ uint64_t desc_sw128(const void* smem, uint32_t lbo, uint32_t sbo) {
+  return desc(smem, lbo, sbo) | uint64_t{1} << 62;  // layout type 1: 128-byte swizzle
+}
+// Byte offset of 16-byte piece c (0..7) of row r in a 128-byte-swizzled tile of 128-byte rows
+// (the tile 1024-byte aligned): the pieces of each row XOR-permuted by the row's index mod 8.
+__host__ __device__ __forceinline__ constexpr uint32_t sw128(uint32_t r, uint32_t c) {
+  return r * 128 + ((c ^ (r % 8)) * 16);
 }
 __device__ __forceinline__ void fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
