@@ -2468,12 +2468,16 @@ int env_int(const char* name, int fallback) {
 }
 
 // Chunk bounds of the pieces (bounds[0] = 0 < .. < bounds[pieces] = p.max_chunks), or fewer than
-// two pieces with the reason in why. M = HYBRID_GDN_CHUNK_PIPE_CHUNKS (default 32) chunks a piece,
-// the first and the last M / 2 (the parts of stages 1 and 3 that nothing hides), at most
-// kMaxPieces (M grows for long sequences). Session 14 run 3, 1 x 8192 / 32768 / 131072 (Hv 32):
-// M 8 550 / 1799 / 6497 µs, 16 494 / 1801 / 6517, 24 476 / 1748 / 6530, 32 465 / 1699 / 6499
-// (v7: 521 / 2085 / 8279): each boundary costs the spine a drain and a ramp, so fewer pieces win
-// until the exposed first stage 1 and last stage 3 grow.
+// two pieces with the reason in why. M chunks a piece, the first and the last M / 2 (the parts of
+// stages 1 and 3 that nothing hides), at most kMaxPieces (M grows for long sequences). M =
+// HYBRID_GDN_CHUNK_PIPE_CHUNKS, else a quarter of the chunks within [64, 128]. Session 14 run 3,
+// 1 x 8192 / 32768 / 131072 (Hv 32, the 32-row spine): M 8 550 / 1799 / 6497 µs, 16 494 / 1801 /
+// 6517, 24 476 / 1748 / 6530, 32 465 / 1699 / 6499 (v7: 521 / 2085 / 8279): each boundary costs
+// the spine a drain and a ramp, so fewer pieces win until the exposed first stage 1 and last
+// stage 3 grow. Session 17 runs 6-7 (the warpgroup spine with swizzled tiles, 2.5x faster than
+// stages 1 and 3 beside it): M 16 398 / 1478, 32 351 / 1335 / 5081-5097, 48 343 / 1285, 64 335 /
+// 1279-1287 / 5059-5090, 96 - / 1264 / 5026, 128 - / 1265 / 4948 (at 1 x 8192, M >= 96 leaves
+// one piece: 520).
 std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::string& why) {
   std::vector<int> bounds;
   if (p.N != 1) {
@@ -2496,8 +2500,8 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::strin
     return bounds;
   }
   const int total = p.max_chunks;
-  static const int chunks = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 32));
-  int m = chunks;
+  static const int chunks = env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 0);
+  int m = chunks > 0 ? std::max(2, chunks) : std::clamp(total / 4, 64, 128);
   m = std::max(m, (total + kMaxPieces - 3) / (kMaxPieces - 2));
   if (total < 2 * m) {
     why = "pipeline: " + std::to_string(total) + " chunks, fewer than two pieces of " +

@@ -496,14 +496,15 @@ void add_gdn_chunk_cases(CaseList& cases) {
     add(cases, c);
   }
   // The CUDA pipelined prefill (`cuda_tc_v9`: one sequence whose heads leave room beside the
-  // spine without the split spine, 12 <= Hv <= 33, in pieces of 32 chunks, the first and the last
-  // of 16; on the GPU the cases also run with HYBRID_GDN_CHUNK_PIPE_CHUNKS=4, device-quick's
-  // fallbacks): 4200 tokens at Hv 16 (GVA 4, bf16 inputs) from the pool, checkpoints every 320
-  // tokens across piece ends (3 pieces: chunks 0-15, 16-47, 48-65); 2050 tokens at Hv 12 from
-  // zeros into a bf16 pool, the last chunk 2 tokens (one piece by default: v7's path).
+  // spine without the split spine, 12 <= Hv <= 33, in pieces of a quarter of its chunks within
+  // [64, 128], the first and the last half that; on the GPU the cases also run with
+  // HYBRID_GDN_CHUNK_PIPE_CHUNKS=4, device-quick's fallbacks): 8400 tokens at Hv 16 (GVA 4, bf16
+  // inputs) from the pool, checkpoints every 320 tokens across piece ends (3 pieces: chunks 0-31,
+  // 32-95, 96-131); 2050 tokens at Hv 12 from zeros into a bf16 pool, the last chunk 2 tokens
+  // (one piece by default: v7's path).
   {
     Config c;
-    c.lens = {4200};
+    c.lens = {8400};
     c.slots = {1};
     c.has_init = {1};
     c.pool_rows = 2;
