@@ -1940,6 +1940,13 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
   bf16* Vs = Hs;                                         // [64][136]  V_new [j][v], after h
   float* gam = reinterpret_cast<float*>(Hs + kD * kWP);  // [64]
+  // Element (r, c) of a 128-wide tile. v7: rows unpadded, their 16-byte pieces XOR-swizzled by
+  // the row's index mod 8, so that each 8 lanes' cp.async fill one aligned 128-byte segment in
+  // one shared-memory wavefront while ldmatrix stays conflict-free (into padded 272-byte rows the
+  // copies took 2.6x the ideal wavefronts: ncu, session 17); before v7, padded rows of kWP.
+  auto at = [](int r, int c) {
+    return kV7 ? r * kD + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)) : r * kWP + c;
+  };
   const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
@@ -1961,12 +1968,12 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 #pragma unroll
     for (int r = 0; r < kC / 8; ++r) {
       const int j = r0 + 8 * r;
-      cp_async16(Ks + j * kWP + c8, kn + (int64_t)min(j, L - 1) * kn_row, j < L ? 16 : 0);
+      cp_async16(Ks + at(j, c8), kn + (int64_t)min(j, L - 1) * kn_row, j < L ? 16 : 0);
     }
     const bf16* h =
         static_cast<const bf16*>(p.h) + ((int64_t)c * p.Hv + hv) * kD * kD + r0 * kD + c8;
 #pragma unroll
-    for (int r = 0; r < kD / 8; ++r) cp_async16(Hs + (r0 + 8 * r) * kWP + c8, h + 8 * r * kD, 16);
+    for (int r = 0; r < kD / 8; ++r) cp_async16(Hs + at(r0 + 8 * r, c8), h + 8 * r * kD, 16);
     cp_commit();
   } else {
     const bf16* kn = static_cast<const bf16*>(p.kn);
@@ -2011,7 +2018,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
         iq = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.0f;
       else
         iq = p.l2norm ? 1.0f / sqrtf(qq + 1e-6f) : 1.0f;
-      *reinterpret_cast<uint4*>(Qs + (rr + 8 * r) * kWP + c8) = pack8_bf16(xq, iq);
+      *reinterpret_cast<uint4*>(Qs + at(rr + 8 * r, c8)) = pack8_bf16(xq, iq);
     }
   } else {
     // Q̂ rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; all 16 rows are
@@ -2052,17 +2059,17 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   // v7 fragments by ldmatrix: A (16x16 of a [m][k] tile) rows + (lane & 15), columns
   // + 8·(lane >> 4); B (two n-tiles of a [n][k] tile) rows + (lane & 7) + 8·(lane >> 4), columns
   // + 8·((lane >> 3) & 1).
-  const int a_off = (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
-  const int b_off = ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
+  const int a_row = 16 * warp + (lane & 15), a_col = 8 * (lane >> 4);
+  const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     uint32_t a[4];
     if constexpr (kV7) {
-      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+      ldmatrix_x4(a, Qs + at(a_row, a_col + 16 * ks));
 #pragma unroll
       for (int np = 0; np < 8; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, Hs + b_off + 16 * np * kWP + 16 * ks);
+        ldmatrix_x4(b, Hs + at(b_row + 16 * np, b_col + 16 * ks));
         mma_bf16(acc[2 * np], a, b[0], b[1]);
         mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
       }
@@ -2091,7 +2098,7 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 #pragma unroll
     for (int r = 0; r < kC / 8; ++r) {
       const int j = r0 + 8 * r;
-      cp_async16(Vs + j * kWP + c8, vnew + (int64_t)min(j, L - 1) * vn_row, j < L ? 16 : 0);
+      cp_async16(Vs + at(j, c8), vnew + (int64_t)min(j, L - 1) * vn_row, j < L ? 16 : 0);
     }
     cp_commit();
   } else {
@@ -2111,12 +2118,12 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       uint32_t a[4];
-      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+      ldmatrix_x4(a, Qs + at(a_row, a_col + 16 * ks));
 #pragma unroll
       for (int np = 0; np < 4; ++np)
         if (np <= warp) {
           uint32_t b[4];
-          ldmatrix_x4(b, Ks + b_off + 16 * np * kWP + 16 * ks);
+          ldmatrix_x4(b, Ks + at(b_row + 16 * np, b_col + 16 * ks));
           mma_bf16(pa[2 * np], a, b[0], b[1]);
           mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
         }
@@ -2133,8 +2140,8 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
         const float p1 = j + 1 <= i_lo && i_lo < L ? pa[nt][1] * exp2_approx(gl_lo - gj1) : 0.0f;
         const float p2 = j <= i_hi && i_hi < L ? pa[nt][2] * exp2_approx(gl_hi - gj0) : 0.0f;
         const float p3 = j + 1 <= i_hi && i_hi < L ? pa[nt][3] * exp2_approx(gl_hi - gj1) : 0.0f;
-        *reinterpret_cast<bf162*>(Qs + i_lo * kWP + j) = __floats2bfloat162_rn(p0, p1);
-        *reinterpret_cast<bf162*>(Qs + i_hi * kWP + j) = __floats2bfloat162_rn(p2, p3);
+        *reinterpret_cast<bf162*>(Qs + at(i_lo, j)) = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<bf162*>(Qs + at(i_hi, j)) = __floats2bfloat162_rn(p2, p3);
       }
   } else {
     float pa[8][4] = {};
@@ -2168,13 +2175,19 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
     if (kV7 && ks > warp) continue;  // v7: P rows 16·warp.. are 0 past column 16·warp + 15
     uint32_t a[4];
     if constexpr (kV7)
-      ldmatrix_x4(a, Qs + a_off + 16 * ks);
+      ldmatrix_x4(a, Qs + at(a_row, a_col + 16 * ks));
     else
       load_a(a, Qs, kWP, 16 * warp, 16 * ks, g, q);
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
       uint32_t b0[2], b1[2];
-      load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
+      if constexpr (kV7) {  // load_b2_trans's fragments at the swizzled rows
+        uint32_t r4[4];
+        ldmatrix_x4_trans(r4, Vs + at(16 * ks + (lane & 15), 16 * np + 8 * (lane >> 4)));
+        b0[0] = r4[0], b0[1] = r4[1], b1[0] = r4[2], b1[1] = r4[3];
+      } else {
+        load_b2_trans(b0, b1, Vs, kWP, 16 * ks, 16 * np, lane);
+      }
       mma_bf16(acc[2 * np], a, b0);
       mma_bf16(acc[2 * np + 1], a, b1);
     }
