@@ -1222,8 +1222,9 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
 }
 
 // ---- v6 (cuda_v6): v3 with an output kernel that issues fewer instructions per MMA ------------
-// Same grid, block (4 warps × 16 rows i), shared-memory layout, cp.async pipeline and products as
-// v3_out<N>; what changes is the work around the MMAs (SASS of v3_out<128> per warp and 64-token
+// Same grid, block (4 warps × 16 rows i), shared-memory space, cp.async pipeline and products as
+// v3_out<N> (the tiles' rows unpadded and swizzled instead, session 17); what changes is the work
+// around the MMAs (SASS of v3_out<128> per warp and 64-token
 // j tile: 32 HMMA among ≈ 900 instructions, ≈ 480 of them the per-element decay mask):
 //   * off-diagonal j tiles (j < i0 ≤ i) need no mask, and their decay factors through a block
 //     reference R = cs_{i0}: exp(cs_i − cs_j)·dt'_j = exp(cs_i − R)·w_j, w_j = exp(R − cs_j)·dt'_j.
@@ -1263,16 +1264,24 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     return;
   }
   extern __shared__ __align__(16) unsigned char v2_smem[];  // v3_out_smem(N) bytes
-  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);              // [64 i][ldn]
-  bf16* Bs = Cs + kV2J * ldn;                               // C·Bᵀ [64 i][kCBLd] f32
-  bf16* Ss = Bs;                                            // [64 p][ldn]: S_enter, first
+  // v3's spaces (padded rows), holding the unpadded swizzled tiles (sb / sf below):
+  bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][N]
+  bf16* Bs = Cs + kV2J * ldn;                   // C·Bᵀ [64 i][64 j] f32
+  bf16* Ss = Bs;                                // [64 p][N]: S_enter, first
   constexpr int b_space = kV2J * ldn > 2 * kV2J * kCBLd ? kV2J * ldn : 2 * kV2J * kCBLd;
-  bf16* Xs = Bs + b_space;                                  // [64 j][ldx]
+  bf16* Xs = Bs + b_space;                                  // [64 j][64 p]
   float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
   float* w_s = cs_s + 256;  // [256]: w_j = exp(R − cs_j)·dt'_j for j < i0, dt'_j for j ≥ i0
   const int64_t row = static_cast<int64_t>(c) * in.H + h;
   const bf16* X = static_cast<const bf16*>(in.x.p);
   const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  // The tiles' rows unpadded (N or 64 bf16, 64 f32), their 16-byte pieces XOR-swizzled by the
+  // row's index mod 8: each 8 lanes' cp.async fill one aligned 128-byte segment in one
+  // shared-memory wavefront, and ldmatrix stays conflict-free (into the padded rows the copies
+  // took 2.2x the ideal wavefronts: ncu, session 17). sb: element (r, c) of a bf16 tile of rows of
+  // w; sf: of the f32 C·Bᵀ tile [64 i][64 j].
+  auto sb = [](int r, int c, int w) { return r * w + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)); };
+  auto sf = [](int r, int c) { return r * kV2J + ((((c >> 2) ^ (r & 7)) << 2) | (c & 3)); };
 
   // Per-thread copy slots. C / S_enter: 16-byte chunk (r, n8), r = tid / nv + k·(128 / nv).
   // C·Bᵀ: row tid / 16 + 8k, float column (tid % 16)·4. x: row tid / 8 + 16k, column (tid % 8)·8.
@@ -1285,29 +1294,29 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     for (int k = 0; k < kV2J / kCRows; ++k) {
       const int r = r0 + k * kCRows;
       const bool ok = i0 + r < L;
-      cp_async16(Cs + r * ldn + n8, ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
-      cp_async16(Ss + r * ldn + n8, ssrc + k * kCRows * N);
+      cp_async16(Cs + sb(r, n8, N), ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
+      cp_async16(Ss + sb(r, n8, N), ssrc + k * kCRows * N);
     }
   }
   cp_commit();
   const int xr0 = tid / 8, xp8 = (tid % 8) * 8;
   const bf16* x_src = X + (loc.t0 + xr0) * in.x.s0 + h * in.x.s1 + xp8;  // token j = xr0
-  bf16* x_dst = Xs + xr0 * ldx + xp8;
+  bf16* x_dst = Xs + sb(xr0, xp8, kV2P);  // rows xr0 + 16k: + 16k·64
   const int64_t x_step = 16 * in.x.s0;
   auto load_X = [&](int j0) {
     const bf16* src = x_src + j0 * in.x.s0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const bool ok = j0 + xr0 + 16 * k < jmax;
-      cp_async16(x_dst + 16 * k * ldx, ok ? src + k * x_step : X, ok ? 16 : 0);
+      cp_async16(x_dst + 16 * k * kV2P, ok ? src + k * x_step : X, ok ? 16 : 0);
     }
   };
   const float* cb_src =
       p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + (i0 + tid / 16) * Q + (tid % 16) * 4;
-  float* cb_dst = reinterpret_cast<float*>(Bs) + (tid / 16) * kCBLd + (tid % 16) * 4;
+  float* cb_dst = reinterpret_cast<float*>(Bs) + sf(tid / 16, (tid % 16) * 4);  // + 8k·64
   auto load_CB = [&](int j0) {  // C·Bᵀ rows i0.., columns j0.. (written whole by v3_cb)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) cp_async16(cb_dst + 8 * k * kCBLd, cb_src + 8 * k * Q + j0);
+    for (int k = 0; k < 8; ++k) cp_async16(cb_dst + 8 * k * kV2J, cb_src + 8 * k * Q + j0);
   };
   load_X(0);
   cp_commit();
@@ -1321,16 +1330,16 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
   __syncthreads();
   const Lane ln(lane);
-  const int a_off = (warp * 16 + ln.r + 8 * ln.sel) * ldn + 8 * ln.hi;  // + k0: C fragments
+  const int a_row = warp * 16 + ln.r + 8 * ln.sel;  // C fragments: (a_row, 8·ln.hi + k0)
   float acc[8][4] = {};
   // Inter-chunk: acc[i][p] = Σ_n C_i[n]·S_enter[p, n], then · exp(R) (· exp(cs_i − R) later).
   for (int k0 = 0; k0 < N; k0 += 16) {
     uint32_t a[4];
-    ldmatrix_x4(a, Cs + a_off + k0);
+    ldmatrix_x4(a, Cs + sb(a_row, 8 * ln.hi + k0, N));
 #pragma unroll
     for (int nb = 0; nb < 8; nb += 2) {
       uint32_t b[4];
-      ldmatrix_x4(b, Ss + (nb * 8 + ln.r + 8 * ln.hi) * ldn + k0 + 8 * ln.sel);
+      ldmatrix_x4(b, Ss + sb(nb * 8 + ln.r + 8 * ln.hi, k0 + 8 * ln.sel, N));
       mma_bf16(acc[nb], a, b[0], b[1]);
       mma_bf16(acc[nb + 1], a, b[2], b[3]);
     }
@@ -1348,7 +1357,7 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   __syncthreads();                // S_enter (in the C·Bᵀ tile's space) is consumed
   load_CB(0);
   cp_commit();
-  const float* cb = reinterpret_cast<const float*>(Bs) + ra * kCBLd + jl;
+  const float* cb = reinterpret_cast<const float*>(Bs);
   for (int jt = 0; jt <= ti; ++jt) {
     const int j0 = jt * kV2J;
     // C·Bᵀ[jt] landed: pending groups are {X[0], CB[0]} at jt = 0 (wait for all), else
@@ -1362,8 +1371,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     float s[8][4];
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
-      const float2 u = *reinterpret_cast<const float2*>(cb + nb * 8);
-      const float2 v = *reinterpret_cast<const float2*>(cb + 8 * kCBLd + nb * 8);
+      const float2 u = *reinterpret_cast<const float2*>(cb + sf(ra, nb * 8 + jl));
+      const float2 v = *reinterpret_cast<const float2*>(cb + sf(ra + 8, nb * 8 + jl));
       s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
     }
     __syncthreads();  // every warp holds its C·Bᵀ[jt] values: load C·Bᵀ[jt + 1] into the space
@@ -1416,7 +1425,7 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 #pragma unroll
         for (int nb = 0; nb < 8; nb += 2) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, Xs + (kt * 16 + ln.r + 8 * ln.sel) * ldx + nb * 8 + 8 * ln.hi);
+          ldmatrix_x4_trans(b, Xs + sb(kt * 16 + ln.r + 8 * ln.sel, nb * 8 + 8 * ln.hi, kV2P));
           mma_bf16(acc[nb], a, b[0], b[1]);
           mma_bf16(acc[nb + 1], a, b[2], b[3]);
         }
@@ -1437,13 +1446,13 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     const int i = half ? ib : ia;
     if (i >= L) continue;
     const int64_t t = loc.t0 + i;
-    const bf16* xrow = Xs + (ra + 8 * half) * ldx + jl;
+    const int xr = ra + 8 * half;
     bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
     if (!gate) {
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
-        const float2 xv =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        const float2 xv = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
         *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(
             acc[nb][2 * half] + D_h * xv.x, acc[nb][2 * half + 1] + D_h * xv.y);
       }
@@ -1451,8 +1460,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         const int pp = nb * 8 + jl;
-        const float2 xv =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(xrow + nb * 8));
+        const float2 xv = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
         const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
         const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
         *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(v0, v1);
