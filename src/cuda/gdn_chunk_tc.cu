@@ -750,6 +750,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 // SMs). The bf16 rounding points are spine_tc_kernel's (S before W·Sᵀ and into h, V_new·e before
 // the S update); the decays are exp2_approx of γ·log2 e. Unsplit runs only: a pipeline piece
 // (sp.piece_begin / piece_end / carry, as in spine_tc_kernel) or every chunk of each sequence.
+// Out != NoOut (`HYBRID_GDN_CHUNK_WS_OUT=1`; prepared in session 17, not yet run on a GPU, so
+// off by default): the producer also copies Q̂ (stage 1's p.qn) into the ring (58 368 bytes a
+// stage, 228 432 in all) and computes the output from the staging (ws_output) in place of the h
+// and V_new stores, so there is no h workspace and no stage 3.
 // Session 16 (docs/PERFORMANCE.md): 1 x 8192 / 32768 / 131072 415 / 1568 / 5817 µs in the
 // pipeline against the 32-row spine's 463 / 1685 / 6447; session 17, the swizzled tiles: 352 /
 // 1334 / 5081-5097 µs (the spine alone 257 -> 150 µs at 1 x 8192).
@@ -757,15 +761,111 @@ constexpr int kWgRows = 64;                  // V rows per block
 constexpr int kWgTile = kC * kD * 2;         // W or K̂ tile bytes (16 KiB): two 64-column halves
 constexpr int kWgUOff = 2 * kWgTile;         // U [64 i][64 v] (8 KiB)
 constexpr int kWgGOff = kWgUOff + kC * 128;  // γ [64] f32
-constexpr int kWgStage = (kWgGOff + kC * 4 + 1023) / 1024 * 1024;  // 41 984 bytes
+constexpr int kWgQOff = (kWgGOff + kC * 4 + 1023) / 1024 * 1024;  // Q̂ [64 i][128 d] (kOut only)
+constexpr int kWgStage = kWgQOff;                                 // 41 984 bytes
+constexpr int kWgStageOut = kWgQOff + kWgTile;                    // 58 368 bytes, with Q̂
 constexpr int kWsRing = 3;
 constexpr int kWsHLd = kD + 8, kWsVLd = kWgRows + 8;  // staging rows (bf16): h [64 v], V_new [64 i]
 constexpr int kWsStaging = kWgRows * kWsHLd * 2 + kC * kWsVLd * 2;  // 26 624 bytes a buffer
-constexpr int kWsSmem = kWsRing * kWgStage + 2 * kWsStaging + (2 * kWsRing + 4) * 8;
-static_assert(kWgStage % 1024 == 0, "stages 1024-byte aligned (the 128-byte swizzle)");
+template <bool kOut>
+constexpr int ws_smem() {
+  return kWsRing * (kOut ? kWgStageOut : kWgStage) + 2 * kWsStaging + (2 * kWsRing + 4) * 8;
+}
+constexpr int kWsSmem = ws_smem<false>();  // 179 280 bytes; ws_smem<true>() 228 432
+static_assert(kWgStage % 1024 == 0 && kWgStageOut % 1024 == 0,
+              "stages 1024-byte aligned (the 128-byte swizzle)");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// The fused output of the warpgroup spine (spine_ws_kernel<St, Out>, `HYBRID_GDN_CHUNK_WS_OUT=1`),
+// computed by the producer warpgroup from what the chunk step left in shared memory, so that
+// neither h nor V_new goes to global memory and stage 3 does not run. output_tc_kernel's v7 math
+// and rounding for the block's 64 v columns; warp w (of the producer) owns tokens 16w..16w+15:
+//   O = e^γ ⊙ (Q̂ h[c]ᵀ)                    (mma.sync: A = Q̂ [i][d] from the ring, swizzled;
+//                                            B = h [v][d] = bf16(S) in the staging, padded rows)
+//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j})           (B = K̂ [j][d] from the ring; column tiles <= w only)
+//   O = scale·(O + P V_new)                 (A = bf16(P) straight from the accumulators; B =
+//                                            V_new [j][v] from the staging by ldmatrix.trans)
+// Rows i >= L are not stored (Q̂ and K̂ rows past L are zero-filled, V_new rows past L zero).
+template <class Out>
+__device__ __forceinline__ void ws_output(const Params& p, const unsigned char* st, const bf16* hs,
+                                          const bf16* vs, int t0, int L, int hv, int v0, int warp,
+                                          int lane) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int g = lane / 4, q = lane % 4;
+  const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
+  // Element (r, d) of the ring's Q̂ or K̂ tile at byte offset off: d-half d / 64, swizzled piece.
+  auto tile = [&](int off, int r, int d) {
+    return st + off + (d / 64) * (kWgTile / 2) + wgmma::sw128(r, (d % 64) / 8) + 2 * (d % 8);
+  };
+  const int a_row = 16 * warp + (lane & 15), a_col = 8 * (lane >> 4);
+  const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
+  float acc[8][4] = {}, pa[8][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a[4];
+    ldmatrix_x4(a, tile(kWgQOff, a_row, 16 * ks + a_col));
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, hs + (b_row + 16 * np) * kWsHLd + b_col + 16 * ks);
+      mma_bf16(acc[2 * np], a, b[0], b[1]);
+      mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+      if (np <= warp) {
+        ldmatrix_x4(b, tile(kWgTile, b_row + 16 * np, 16 * ks + b_col));
+        mma_bf16(pa[2 * np], a, b[0], b[1]);
+        mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
+  const float e_lo = expf(gs[i_lo]), e_hi = expf(gs[i_hi]);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    acc[nt][0] *= e_lo, acc[nt][1] *= e_lo;
+    acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
+  }
+  const float gl_lo = gs[i_lo] * kLog2e, gl_hi = gs[i_hi] * kLog2e;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const int j = nt * 8 + 2 * q;
+    const float2 gj = *reinterpret_cast<const float2*>(gs + j);
+    const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
+    const bool on = nt / 2 <= warp;
+    pa[nt][0] = on && j <= i_lo && i_lo < L ? pa[nt][0] * exp2_approx(gl_lo - gj0) : 0.0f;
+    pa[nt][1] = on && j + 1 <= i_lo && i_lo < L ? pa[nt][1] * exp2_approx(gl_lo - gj1) : 0.0f;
+    pa[nt][2] = on && j <= i_hi && i_hi < L ? pa[nt][2] * exp2_approx(gl_hi - gj0) : 0.0f;
+    pa[nt][3] = on && j + 1 <= i_hi && i_hi < L ? pa[nt][3] * exp2_approx(gl_hi - gj1) : 0.0f;
+  }
+#pragma unroll
+  for (int kt = 0; kt < kC / 16; ++kt) {
+    if (kt > warp) continue;  // P rows 16·warp.. are 0 past column 16·warp + 15
+    const uint32_t a[4] = {pack_bf16(pa[2 * kt][0], pa[2 * kt][1]),
+                           pack_bf16(pa[2 * kt][2], pa[2 * kt][3]),
+                           pack_bf16(pa[2 * kt + 1][0], pa[2 * kt + 1][1]),
+                           pack_bf16(pa[2 * kt + 1][2], pa[2 * kt + 1][3])};
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b0[2], b1[2];
+      load_b2_trans(b0, b1, vs, kWsVLd, 16 * kt, 16 * np, lane);
+      mma_bf16(acc[2 * np], a, b0);
+      mma_bf16(acc[2 * np + 1], a, b1);
+    }
+  }
+  Out* out = static_cast<Out*>(p.out);
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int i = hi ? i_hi : i_lo;
+    if (i >= L) continue;
+    Out* row = out + (int64_t)(t0 + i) * p.o_t + hv * p.o_h + v0 + 2 * q;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      row[nt * 8] = from_f32<Out>(p.scale * acc[nt][2 * hi]);
+      row[nt * 8 + 1] = from_f32<Out>(p.scale * acc[nt][2 * hi + 1]);
+    }
+  }
 }
 
 // This thread's cp.async copies issued so far arrive on `bar` once they have all landed: one
@@ -775,9 +875,11 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
                : "memory");
 }
 
-template <class St>
+template <class St, class Out = NoOut>
 __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const SpineSplit sp) {
   constexpr int NW = kWsRing;
+  constexpr bool kOut = !std::is_same_v<Out, NoOut>;  // the fused output (see below)
+  constexpr int kStage = kOut ? kWgStageOut : kWgStage;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
@@ -794,9 +896,16 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   const int slot = p.slots[n * p.slots_s];
   if (slot < 0) {  // padding: zero the checkpoint rows that end in this piece; the pool untouched
     zero_padding_checkpoints(p, n, hv, v0, kWgRows, len, cs_begin, cs_end);
+    if constexpr (kOut) {  // and the output rows of this piece's chunks, this block's 64 v
+      Out* out = static_cast<Out*>(p.out);
+      const int t_lo = bos + cs_begin * kC, rows = min(len, cs_end * kC) - cs_begin * kC;
+      for (int e = tid; e < rows * kWgRows; e += blockDim.x)
+        out[(int64_t)(t_lo + e / kWgRows) * p.o_t + hv * p.o_h + v0 + e % kWgRows] =
+            from_f32<Out>(0.0f);
+    }
     return;
   }
-  unsigned char* stg0 = smem_raw + NW * kWgStage;  // staging s at stg0 + s·kWsStaging
+  unsigned char* stg0 = smem_raw + NW * kStage;  // staging s at stg0 + s·kWsStaging
   uint64_t* full = reinterpret_cast<uint64_t*>(stg0 + 2 * kWsStaging);
   uint64_t* empty = full + NW;
   uint64_t* staged = empty + NW;
@@ -830,9 +939,13 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     const uint32_t w_dst = (pw / 8) * (kWgTile / 2) + wgmma::sw128(rw, pw % 8),
                    k_dst = kWgTile + w_dst;
     const uint32_t u_dst = kWgUOff + wgmma::sw128(ru, pu), g_dst = kWgGOff + ct * 4;
+    const uint32_t q_dst = kWgQOff + w_dst;  // Q̂ rows as K̂'s (kOut)
+    const bf16* q_src =
+        kOut ? static_cast<const bf16*>(p.qn) + ((int64_t)(t_first + rw) * p.Hk + hk) * kD + 8 * pw
+             : nullptr;
     auto copy_chunk = [&](int j) {
       const int cs = cs_begin + j, L = min(kC, len - cs * kC), dc = j * kC;
-      unsigned char* st = smem_raw + (j % NW) * kWgStage;
+      unsigned char* st = smem_raw + (j % NW) * kStage;
       const bf16* wc = w_src + dc * tv_stride;
       const bf16* kc = k_src + dc * tk_stride;
       const bf16* uc = u_src + dc * tv_stride;
@@ -841,6 +954,8 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
         for (int k = 0; k < kC / 8; ++k) {
           cp_async16(st + w_dst + k * 1024, wc + k * 8 * tv_stride, 16);
           cp_async16(st + k_dst + k * 1024, kc + k * 8 * tk_stride, 16);
+          if constexpr (kOut)
+            cp_async16(st + q_dst + k * 1024, q_src + (dc + k * 8) * tk_stride, 16);
         }
 #pragma unroll
         for (int k = 0; k < kC / 16; ++k)
@@ -852,6 +967,8 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
           const int i = rw + 8 * k, dr = min(i, L - 1) - rw, bytes = i < L ? 16 : 0;
           cp_async16(st + w_dst + k * 1024, wc + dr * tv_stride, bytes);
           cp_async16(st + k_dst + k * 1024, kc + dr * tk_stride, bytes);
+          if constexpr (kOut)
+            cp_async16(st + q_dst + k * 1024, q_src + (dc + dr) * tk_stride, bytes);
         }
 #pragma unroll
         for (int k = 0; k < kC / 16; ++k) {
@@ -871,10 +988,13 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     const int64_t h_chunk = (int64_t)p.Hv * kD * kD;
     // Output pieces: h [64 v][128] of chunk c is 16 KB contiguous (piece ct + 128k: row / 16,
     // 16-byte column % 16); V_new rows t0 + (ct + 128k) / 8, piece (ct % 8) of the 128-byte slice.
-    bf16* h_out = static_cast<bf16*>(p.h) + (int64_t)(c_first + cs_begin) * h_chunk + head +
-                  (int64_t)v0 * kD + 8 * ct;
-    bf16* v_out = static_cast<bf16*>(p.vnew) + (int64_t)(t_first + ct / 8) * tv_stride + hv * kD +
-                  v0 + 8 * (ct % 8);
+    // (kOut: neither goes out; the workspace has no h.)
+    bf16* h_out = kOut ? nullptr
+                       : static_cast<bf16*>(p.h) + (int64_t)(c_first + cs_begin) * h_chunk + head +
+                             (int64_t)v0 * kD + 8 * ct;
+    bf16* v_out = kOut ? nullptr
+                       : static_cast<bf16*>(p.vnew) + (int64_t)(t_first + ct / 8) * tv_stride +
+                             hv * kD + v0 + 8 * (ct % 8);
     for (int j = 0; j < runs; ++j) {
       if (j + NW - 1 < runs) {
         if (j >= 1) mbar_wait(empty + (j - 1) % NW, ((j - 1) / NW) & 1);  // chunk j − 1 is done
@@ -886,6 +1006,18 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       mbar_wait(staged + s, (j / 2) & 1);
       const bf16* hs = reinterpret_cast<const bf16*>(stg0 + s * kWsStaging);
       const bf16* vs = hs + kWgRows * kWsHLd;
+      if constexpr (kOut) {
+        // This chunk's Q̂, K̂ and γ: every producer thread's copies landed (the consumer waited on
+        // the same phase; the buffer is refilled only after this iteration).
+        mbar_wait(full + j % NW, (j / NW) & 1);
+        ws_output<Out>(p, smem_raw + (j % NW) * kStage, hs, vs, bos + (cs_begin + j) * kC, L, hv,
+                       v0, warp, lane);
+        mbar_arrive(freed + s);
+        // Every producer warp is done with ring buffer j % NW before any of them refills it (the
+        // next iteration's copies of chunk j + NW): warps read each other's copied rows.
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        continue;
+      }
       bf16* hc = h_out + (int64_t)j * h_chunk;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1025,7 +1157,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     if (cs == max(cs_begin, cs_end - 2)) grid_dependents_launch();  // the next piece may place
     mbar_wait(full + j % NW, (j / NW) & 1);
     wgmma::fence_async_smem();
-    const unsigned char* st = smem_raw + (j % NW) * kWgStage;
+    const unsigned char* st = smem_raw + (j % NW) * kStage;
     const int L = min(kC, len - cs * kC);
     if (L == kC)
       step(std::true_type{}, j, st);
@@ -2669,16 +2801,47 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const std::vector<int> pieces =
       opt.pipeline ? pipe_plan(p, S, timer.on(), no_pipe) : std::vector<int>{};
   const bool pipelined = pieces.size() > 2;
+  // The pipeline's spine: the warpgroup spine (spine_ws_kernel) where it can run (sm_90a builds on
+  // an sm_90 GPU: wg_spine_available()), else, or with HYBRID_GDN_CHUNK_PIPE_SPINE=32, 32-row
+  // slices with the ring of 2 (one block per SM at 1 x 8192, Hv 32, leaving room for stage 1 and
+  // 3 blocks beside it); =16 (16-row slices, ring of 2: two blocks per SM, room for one stage-1
+  // block) or =16r3 (v7's spine at 1 x 8192: 16-row slices, ring of 3, which fill the shared
+  // memory of the SMs they are on). Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs
+  // at 1 x 8192 / 32768 / 131072, 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880; session 16 run 5
+  // (pieces of 32): ws 415 / 1568 / 5817, 32-row 463 / 1685 / 6447.
+  static const std::string pipe_spine = [] {
+    const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
+    return std::string(v ? v : "ws");
+  }();
+  // Outside the pipeline (the v7 path: batches, Hv 64, short sequences, the stage timer) the
+  // warpgroup spine runs an unsplit, unfused spine when its N·Hv·2 blocks fill at least half the
+  // SMs. Session 16 runs 8-9: 8 x 4096 (512 blocks) 1661 µs against 1852 with the default spine
+  // there, 1 x 8192 at Hv 64 (128 blocks) 746 against 795. Fewer blocks (Hv 32, one sequence too
+  // short for the pipeline: 64) keep the mma.sync spines, whose 16- and 32-row slices give 2-4x
+  // the blocks (not measured with ws). HYBRID_GDN_CHUNK_WS_SPINE=1 takes it for every unsplit
+  // spine (and so times it alone under the stage timer), =0 for none.
+  static const int ws_outside = env_int("HYBRID_GDN_CHUNK_WS_SPINE", -1);
+  const bool ws_fills = 2 * int64_t{p.N} * p.Hv * (kD / kWgRows) >= sm_count();
   // Fused output (not with the pipeline, which runs stage 3 beside the spine): no h (0 bytes),
   // Q̂ [T, Hk, K] bf16 at the start of p.extra.
   const bool fused = opt.fused_output && !pipelined;
+  const bool ws_spine =
+      wg_spine_available() &&
+      (pipelined ? pipe_spine == "ws"
+                 : (ws_outside == 1 || (ws_outside != 0 && ws_fills)) && S == 1 && !fused);
+  // HYBRID_GDN_CHUNK_WS_OUT=1: the warpgroup spine computes the output itself (spine_ws_kernel's
+  // kOut, ws_output): stage 1 writes Q̂, there is no h workspace and stage 3 does not run.
+  // Prepared in session 17 and not yet run on a GPU: off by default.
+  static const bool ws_out_asked = env_int("HYBRID_GDN_CHUNK_WS_OUT", 0) == 1;
+  const bool ws_fused = ws_spine && ws_out_asked;
+  const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn
   const size_t qn_bytes =
-      fused ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
+      q_hat ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
   // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
   const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
-  plan_workspace(p, sizeof(bf16), fused ? 0 : sizeof(bf16), ctx, sizeof(bf16),
+  plan_workspace(p, sizeof(bf16), q_hat ? 0 : sizeof(bf16), ctx, sizeof(bf16),
                  qn_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
-  if (fused) p.qn = p.extra;
+  if (q_hat) p.qn = p.extra;
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
                                  std::to_string(S) + " segments of " + std::to_string(G) +
@@ -2704,21 +2867,21 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
-    auto* kern = fused              ? wu_tc_kernel<In, true, true>
+    auto* kern = q_hat              ? wu_tc_kernel<In, true, true>
                  : opt.fast_inverse ? wu_tc_kernel<In, true>
                                     : wu_tc_kernel<In, false>;
     int smem = kWuSmem;
     if (opt.wu_v5) {  // 16-byte row loads where the inputs allow them
       smem = kWu5Smem;
-      kern = fused ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
+      kern = q_hat ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
       if (opt.wu_v7)
-        kern = fused ? wu_tc5_kernel<In, false, true, true> : wu_tc5_kernel<In, false, false, true>;
+        kern = q_hat ? wu_tc5_kernel<In, false, true, true> : wu_tc5_kernel<In, false, false, true>;
       if constexpr (std::is_same_v<In, bf16>)
-        if (vec_inputs(p, DType::bf16, fused)) {
-          kern = fused ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
+        if (vec_inputs(p, DType::bf16, q_hat)) {
+          kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
             kern =
-                fused ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
+                q_hat ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
           }
         }
@@ -2783,39 +2946,22 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   using i16 = std::integral_constant<int, 16>;
   using i3 = std::integral_constant<int, 3>;
   std::string spine_note;  // the cluster size chosen, for the stage timer's line
-  // The pipeline's spine: the warpgroup spine (spine_ws_kernel) where it can run (sm_90a builds on
-  // an sm_90 GPU: wg_spine_available()), else, or with HYBRID_GDN_CHUNK_PIPE_SPINE=32, 32-row
-  // slices with the ring of 2 (one block per SM at 1 x 8192, Hv 32, leaving room for stage 1 and
-  // 3 blocks beside it); =16 (16-row slices, ring of 2: two blocks per SM, room for one stage-1
-  // block) or =16r3 (v7's spine at 1 x 8192: 16-row slices, ring of 3, which fill the shared
-  // memory of the SMs they are on). Session 14 run 3 (pieces of 16): 32-row 494 / 1801 / 6517 µs
-  // at 1 x 8192 / 32768 / 131072, 16 543 / 2062 / 7700, 16r3 553 / 2107 / 7880; session 16 run 5
-  // (pieces of 32): ws 415 / 1568 / 5817, 32-row 463 / 1685 / 6447.
-  static const std::string pipe_spine = [] {
-    const char* v = std::getenv("HYBRID_GDN_CHUNK_PIPE_SPINE");
-    return std::string(v ? v : "ws");
-  }();
-  // Outside the pipeline (the v7 path: batches, Hv 64, short sequences, the stage timer) the
-  // warpgroup spine runs an unsplit, unfused spine when its N·Hv·2 blocks fill at least half the
-  // SMs. Session 16 runs 8-9: 8 x 4096 (512 blocks) 1661 µs against 1852 with the default spine
-  // there, 1 x 8192 at Hv 64 (128 blocks) 746 against 795. Fewer blocks (Hv 32, one sequence too
-  // short for the pipeline: 64) keep the mma.sync spines, whose 16- and 32-row slices give 2-4x
-  // the blocks (not measured with ws). HYBRID_GDN_CHUNK_WS_SPINE=1 takes it for every unsplit
-  // spine (and so times it alone under the stage timer), =0 for none.
-  static const int ws_outside = env_int("HYBRID_GDN_CHUNK_WS_SPINE", -1);
-  const bool ws_fills = 2 * int64_t{p.N} * p.Hv * (kD / kWgRows) >= sm_count();
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
-    const bool ws_here = ws_outside == 1 || (ws_outside != 0 && ws_fills);
-    const bool ws =
-        wg_spine_available() && (pipelined ? pipe_spine == "ws" : ws_here && S == 1 && !fused);
-    if (ws) {
-      spine_note = ", warpgroup spine";
-      auto* kern = spine_ws_kernel<St>;
-      prepare_kernel(kern, kWsSmem);
-      launch_spine(
-          kern, dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kWgRows),
-          kWsSmem, as_stream(ctx.stream()), spine_priority, spine_programmatic, 0, p, sp, 256);
+    if (ws_spine) {
+      spine_note = ws_fused ? ", warpgroup spine with the output" : ", warpgroup spine";
+      auto launch_ws = [&](auto* kern, int smem) {
+        prepare_kernel(kern, smem);
+        launch_spine(
+            kern, dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kWgRows), smem,
+            as_stream(ctx.stream()), spine_priority, spine_programmatic, 0, p, sp, 256);
+      };
+      if (!ws_fused)
+        launch_ws(spine_ws_kernel<St>, kWsSmem);
+      else if (a.out.dtype() == DType::bf16)
+        launch_ws(spine_ws_kernel<St, bf16>, ws_smem<true>());
+      else
+        launch_ws(spine_ws_kernel<St, float>, ws_smem<true>());
       return;
     }
     if (pipelined) {
@@ -2912,7 +3058,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       output(tin, float{});
   };
   auto run_out = [&] {
-    if (fused)  // the spine wrote the output (stage 3 shows 0 us)
+    if (fused || ws_fused)  // the spine wrote the output (stage 3 shows 0 us)
       return;
     if (a.q.dtype() == DType::bf16)
       with_out(__nv_bfloat16{});
