@@ -1224,8 +1224,8 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
 // ---- v6 (cuda_v6): v3 with an output kernel that issues fewer instructions per MMA ------------
 // Same grid, block (4 warps × 16 rows i), shared-memory space, cp.async pipeline and products as
 // v3_out<N> (the tiles' rows unpadded and swizzled instead, session 17); what changes is the work
-// around the MMAs (SASS of v3_out<128> per warp and 64-token
-// j tile: 32 HMMA among ≈ 900 instructions, ≈ 480 of them the per-element decay mask):
+// around the MMAs (SASS of v3_out<128> per warp and 64-token j tile: 32 HMMA among ≈ 900
+// instructions, ≈ 480 of them the per-element decay mask):
 //   * off-diagonal j tiles (j < i0 ≤ i) need no mask, and their decay factors through a block
 //     reference R = cs_{i0}: exp(cs_i − cs_j)·dt'_j = exp(cs_i − R)·w_j, w_j = exp(R − cs_j)·dt'_j.
 //     w_j (j < i0) is computed once per block into the dt' array (one exp per token, not one per
