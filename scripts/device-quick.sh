@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -308,6 +308,25 @@ if section focus; then
         "$OUT/focus_ncu.txt" | tr -s ' ' | cut -c1-120
     fi
   fi
+fi
+if section wsout; then
+  # The warpgroup spine's fused output (HYBRID_GDN_CHUNK_WS_OUT=1, prepared in session 17; not in
+  # the default SECTIONS): its cases in the pipeline, outside it and in pieces of 4, racecheck on
+  # the pipelined case, then the benchmark shapes with it off and on, alternated.
+  test_one gdn_ws_out 90 HYBRID_GDN_CHUNK_WS_OUT=1 gdn_chunk_prefill
+  test_one gdn_ws_out_v7 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_SPINE=1" gdn_chunk_prefill
+  test_one gdn_ws_out_pipe4 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4" \
+    gdn_chunk_prefill
+  P='gdn_chunk_prefill(T=8400,lens=[8400],slots=[1],init=[1],pool_rows=2,Hk=4,Hv=16,K=128,V=128,x=bf16,pool=f32,out=f32,l2norm,ckpt_every=320)'
+  HYBRID_GDN_CHUNK_WS_OUT=1 timeout 200 compute-sanitizer --tool racecheck $OPS test -b cuda -o "$P" \
+    2>&1 | tail -2
+  for pass in 1 2; do
+    for w in 0 1; do
+      echo "-- HYBRID_GDN_CHUNK_WS_OUT=$w, pass $pass"
+      HYBRID_GDN_CHUNK_WS_OUT=$w timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 |
+        grep "^gdn" | cut -c1-140
+    done
+  done
 fi
 if section sanitizers; then
   # One op per run (the GDN / SSM ops together took more than 100 s under memcheck), the GDN and
