@@ -10,7 +10,9 @@
 //                       registers across the chunks; W, K̂, U, γ of chunk c+1 load (cp.async)
 //                       while chunk c computes
 //      spine_ws_kernel  (sm_90a) grid (N, Hv, 2), 256 threads: the same step on wgmma for a 64-row
-//                       slice, a producer warpgroup beside it (see "the warpgroup spine" below)
+//                       slice, a producer warpgroup beside it (see "the warpgroup spine" below);
+//                       with Out != NoOut (HYBRID_GDN_CHUNK_WS_OUT=1, prepared, off by default)
+//                       the producer computes stage 3's output too (ws_output)
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 // `cuda_tc_v4_fused` (priority 40) runs stage 3 inside the cluster spine instead (spine_tc_kernel
 // with Out != NoOut; stage 1 also writes Q̂ to the workspace): no h, no V_new in the workspace, no
