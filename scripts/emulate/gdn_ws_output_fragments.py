@@ -19,8 +19,9 @@ def sw128(r, c):
     return r * 128 + ((c ^ (r % 8)) * 16)
 
 
-def tile(off, r, d):  # ws_output's tile(): byte offset of element (r, d) of the Q̂ / K̂ tile
-    return off + (d // 64) * (TILE // 2) + sw128(r, (d % 64) // 8) + 2 * (d % 8)
+def tile(off, r, d):  # ws_output's tile(): byte offset of row r's piece at column d (d % 8 == 0)
+    assert d % 8 == 0
+    return off + (d // 64) * (TILE // 2) + sw128(r, (d % 64) // 8)
 
 
 def ldmatrix(read, addr, trans=False):

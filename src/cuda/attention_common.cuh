@@ -107,7 +107,7 @@ __device__ __forceinline__ void load_vec(const C* p, float* out, bool aligned) {
 // Element offset of (row, 16-byte chunk ch) in a [rows, D] 16-bit tile with XOR-swizzled chunks.
 template <int D>
 __device__ __forceinline__ int swz(int row, int ch) {
-  return row * D + ((ch ^ (row & 7)) << 3);
+  return swz16<uint16_t>(row, ch << 3, D);
 }
 
 }  // namespace hybrid::cuda::attn

@@ -193,6 +193,17 @@ __device__ void zero_padding_checkpoints(const Params& p, int n, int hv, int v0,
   }
 }
 
+// A padding sequence's output (spines with the fused output): zeros in the rows of tokens
+// [t_begin, t_begin + tokens), columns v0..v0+rows−1 of head hv. Every thread of the block takes
+// part.
+template <class Out>
+__device__ __forceinline__ void zero_padding_output(const Params& p, int hv, int v0, int rows,
+                                                    int t_begin, int tokens) {
+  Out* out = static_cast<Out*>(p.out);
+  for (int e = threadIdx.x; e < tokens * rows; e += blockDim.x)
+    out[(int64_t)(t_begin + e / rows) * p.o_t + hv * p.o_h + v0 + e % rows] = from_f32<Out>(0.0f);
+}
+
 // Shared memory of the spine with SL V rows per block and a ring of NW buffers for W, U and γ
 // (K̂ always has 2): Ws [NW][64][136], Ks [2][64][136], Us [NW][64][SL + 8], Sb [SL][136],
 // VT [SL][72] (bf16), γ [NW][64] f32. NW = 2: 93 696 bytes at SL = 32, 82 944 at SL = 16;
@@ -299,15 +310,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
   // Padding: zero the checkpoint rows that end in this block's chunks; the pool is untouched.
   if (slot < 0) {
     if (!local) zero_padding_checkpoints(p, n, hv, v0, SL, len, cs_begin, cs_end);
-    if constexpr (FO) {  // its output rows of this slice and segment are zeros too
-      if (!local) {
-        Out* out = static_cast<Out*>(p.out);
-        const int i_begin = cs_begin * kC, i_end = min(len, cs_end * kC);
-        for (int e = tid; e < (i_end - i_begin) * SL; e += blockDim.x)
-          out[(int64_t)(bos + i_begin + e / SL) * p.o_t + hv * p.o_h + v0 + e % SL] =
-              from_f32<Out>(0.0f);
-      }
-    }
+    if constexpr (FO)  // its output rows of this slice and segment are zeros too
+      if (!local)
+        zero_padding_output<Out>(p, hv, v0, SL, bos + cs_begin * kC,
+                                 min(len, cs_end * kC) - cs_begin * kC);
     return;
   }
   St* pool = static_cast<St*>(p.state) + slot * p.st_slot + hv * p.st_head;
@@ -798,9 +804,10 @@ __device__ __forceinline__ void ws_output(const Params& p, const unsigned char* 
   constexpr float kLog2e = 1.4426950408889634f;
   const int g = lane / 4, q = lane % 4;
   const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
-  // Element (r, d) of the ring's Q̂ or K̂ tile at byte offset off: d-half d / 64, swizzled piece.
+  // Row r's 16-byte piece at column d (a multiple of 8) of the ring's Q̂ or K̂ tile at byte offset
+  // off: d-half d / 64, swizzled piece.
   auto tile = [&](int off, int r, int d) {
-    return st + off + (d / 64) * (kWgTile / 2) + wgmma::sw128(r, (d % 64) / 8) + 2 * (d % 8);
+    return st + off + (d / 64) * (kWgTile / 2) + wgmma::sw128(r, (d % 64) / 8);
   };
   const int a_row = 16 * warp + (lane & 15), a_col = 8 * (lane >> 4);
   const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
@@ -898,13 +905,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   const int slot = p.slots[n * p.slots_s];
   if (slot < 0) {  // padding: zero the checkpoint rows that end in this piece; the pool untouched
     zero_padding_checkpoints(p, n, hv, v0, kWgRows, len, cs_begin, cs_end);
-    if constexpr (kOut) {  // and the output rows of this piece's chunks, this block's 64 v
-      Out* out = static_cast<Out*>(p.out);
-      const int t_lo = bos + cs_begin * kC, rows = min(len, cs_end * kC) - cs_begin * kC;
-      for (int e = tid; e < rows * kWgRows; e += blockDim.x)
-        out[(int64_t)(t_lo + e / kWgRows) * p.o_t + hv * p.o_h + v0 + e % kWgRows] =
-            from_f32<Out>(0.0f);
-    }
+    if constexpr (kOut)  // and the output rows of this piece's chunks, this block's 64 v
+      zero_padding_output<Out>(p, hv, v0, kWgRows, bos + cs_begin * kC,
+                               min(len, cs_end * kC) - cs_begin * kC);
     return;
   }
   unsigned char* stg0 = smem_raw + NW * kStage;  // staging s at stg0 + s·kWsStaging
@@ -2074,13 +2077,10 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
   bf16* Hs = Ks + kC * kWP;                              // [128][136] h[v][d]
   bf16* Vs = Hs;                                         // [64][136]  V_new [j][v], after h
   float* gam = reinterpret_cast<float*>(Hs + kD * kWP);  // [64]
-  // Element (r, c) of a 128-wide tile. v7: rows unpadded, their 16-byte pieces XOR-swizzled by
-  // the row's index mod 8, so that each 8 lanes' cp.async fill one aligned 128-byte segment in
-  // one shared-memory wavefront while ldmatrix stays conflict-free (into padded 272-byte rows the
-  // copies took 2.6x the ideal wavefronts: ncu, session 17); before v7, padded rows of kWP.
-  auto at = [](int r, int c) {
-    return kV7 ? r * kD + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)) : r * kWP + c;
-  };
+  // Element (r, c) of a 128-wide tile. v7: rows unpadded and swizzled (swz16, mma.cuh; into
+  // padded 272-byte rows the copies took 2.6x the ideal wavefronts: ncu, session 17); before v7,
+  // padded rows of kWP.
+  auto at = [](int r, int c) { return kV7 ? swz16<bf16>(r, c, kD) : r * kWP + c; };
   const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);

@@ -5,6 +5,8 @@
 //                               n = 0 stores zeros and reads nothing. Completion is per commit
 //                               group: cp_commit(); cp_wait<k>() waits until at most k of this
 //                               thread's newest groups are pending; a __syncthreads() publishes.
+//   swz16<T>(r, c, w)           element offset of (r, c) in a shared tile of unpadded rows of w
+//                               elements whose 16-byte pieces are XOR-swizzled by r % 8.
 //   ldmatrix_x4[_trans](r, p)   four 8×8 b16 matrices from shared memory; lanes 8m..8m+7 give the
 //                               row addresses of matrix m (.trans: each matrix transposed).
 //   stmatrix_x4[_trans](p, r)   the inverse: four 8×8 b16 matrices to shared memory (sm_90).
@@ -137,6 +139,18 @@ __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Element offset of (r, c) in a shared-memory tile of rows of w elements of T (2 or 4 bytes; w·size
+// a multiple of 128), the rows unpadded and each row's 16-byte pieces XOR-swizzled by r % 8: the 8
+// rows an ldmatrix reads at one piece hit 8 bank groups, and each 8 lanes' 16-byte cp.async of
+// 128 contiguous bytes of a row fill one aligned 128-byte segment, one shared-memory wavefront
+// (padded rows take two or more). Inside a 128-byte row this is the wgmma / TMA 128-byte swizzle.
+template <class T>
+__host__ __device__ __forceinline__ constexpr int swz16(int r, int c, int w) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16- or 32-bit elements");
+  constexpr int kShift = sizeof(T) == 2 ? 3 : 2;  // log2 of the elements of a 16-byte piece
+  return r * w + ((((c >> kShift) ^ (r & 7)) << kShift) | (c & ((1 << kShift) - 1)));
 }
 
 // Two floats as one bf16x2 fragment register (lo in the low half), round to nearest even.

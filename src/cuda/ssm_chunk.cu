@@ -1275,13 +1275,11 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   const int64_t row = static_cast<int64_t>(c) * in.H + h;
   const bf16* X = static_cast<const bf16*>(in.x.p);
   const bf16* Cg = static_cast<const bf16*>(in.C.p);
-  // The tiles' rows unpadded (N or 64 bf16, 64 f32), their 16-byte pieces XOR-swizzled by the
-  // row's index mod 8: each 8 lanes' cp.async fill one aligned 128-byte segment in one
-  // shared-memory wavefront, and ldmatrix stays conflict-free (into the padded rows the copies
-  // took 2.2x the ideal wavefronts: ncu, session 17). sb: element (r, c) of a bf16 tile of rows of
-  // w; sf: of the f32 C·Bᵀ tile [64 i][64 j].
-  auto sb = [](int r, int c, int w) { return r * w + ((((c >> 3) ^ (r & 7)) << 3) | (c & 7)); };
-  auto sf = [](int r, int c) { return r * kV2J + ((((c >> 2) ^ (r & 7)) << 2) | (c & 3)); };
+  // The tiles' rows unpadded (N or 64 bf16, 64 f32) and swizzled (swz16, mma.cuh): into the
+  // padded rows the copies took 2.2x the ideal wavefronts (ncu, session 17). sb: element (r, c) of
+  // a bf16 tile of rows of w; sf: of the f32 C·Bᵀ tile [64 i][64 j].
+  auto sb = [](int r, int c, int w) { return swz16<bf16>(r, c, w); };
+  auto sf = [](int r, int c) { return swz16<float>(r, c, kV2J); };
 
   // Per-thread copy slots. C / S_enter: 16-byte chunk (r, n8), r = tid / nv + k·(128 / nv).
   // C·Bᵀ: row tid / 16 + 8k, float column (tid % 16)·4. x: row tid / 8 + 16k, column (tid % 8)·8.
