@@ -310,9 +310,10 @@ if section focus; then
   fi
 fi
 if section wsout; then
-  # The warpgroup spine's fused output (HYBRID_GDN_CHUNK_WS_OUT=1, prepared in session 17; not in
-  # the default SECTIONS): its cases in the pipeline, outside it and in pieces of 4, racecheck on
-  # the pipelined case, then the benchmark shapes with it off and on, alternated.
+  # The warpgroup spine's fused output (not in the default SECTIONS; by default it runs only where
+  # the spine is unpipelined, or pipelined from 1024 chunks): with HYBRID_GDN_CHUNK_WS_OUT=1 its
+  # cases in the pipeline, outside it and in pieces of 4, racecheck on the pipelined case, then
+  # the benchmark shapes with it never (0) and always (1), alternated.
   test_one gdn_ws_out 90 HYBRID_GDN_CHUNK_WS_OUT=1 gdn_chunk_prefill
   test_one gdn_ws_out_v7 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_SPINE=1" gdn_chunk_prefill
   test_one gdn_ws_out_pipe4 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4" \

@@ -52,7 +52,7 @@ struct Params {
   void* vnew = nullptr;        // [T, Hv, V] V_new
   void* h = nullptr;           // [max_chunks, Hv, V, K] entry state of each chunk
   void* kn = nullptr;          // [T, Hk, K] bf16 K̂ (tensor-core variant only)
-  void* qn = nullptr;          // [T, Hk, K] bf16 Q̂ (fused-output variant only, in p.extra)
+  void* qn = nullptr;          // [T, Hk, K] bf16 Q̂ (fused-output variants, in p.extra)
   void* extra = nullptr;       // scratch of the caller's own (extra_bytes of plan_workspace)
 };
 

@@ -11,8 +11,9 @@
 //                       while chunk c computes
 //      spine_ws_kernel  (sm_90a) grid (N, Hv, 2), 256 threads: the same step on wgmma for a 64-row
 //                       slice, a producer warpgroup beside it (see "the warpgroup spine" below);
-//                       with Out != NoOut (HYBRID_GDN_CHUNK_WS_OUT=1, prepared, off by default)
-//                       the producer computes stage 3's output too (ws_output)
+//                       with Out != NoOut (the fused output: the default where this spine runs
+//                       unpipelined, and pipelined from 1024 chunks; HYBRID_GDN_CHUNK_WS_OUT)
+//                       the producer computes stage 3's output too, on wgmma (ws_output)
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 // `cuda_tc_v4_fused` (priority 40) runs stage 3 inside the cluster spine instead (spine_tc_kernel
 // with Out != NoOut; stage 1 also writes Q̂ to the workspace): no h, no V_new in the workspace, no
@@ -758,10 +759,10 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 // SMs). The bf16 rounding points are spine_tc_kernel's (S before W·Sᵀ and into h, V_new·e before
 // the S update); the decays are exp2_approx of γ·log2 e. Unsplit runs only: a pipeline piece
 // (sp.piece_begin / piece_end / carry, as in spine_tc_kernel) or every chunk of each sequence.
-// Out != NoOut (`HYBRID_GDN_CHUNK_WS_OUT=1`; prepared in session 17, not yet run on a GPU, so
-// off by default): the producer also copies Q̂ (stage 1's p.qn) into the ring (58 368 bytes a
-// stage, 228 432 in all) and computes the output from the staging (ws_output) in place of the h
-// and V_new stores, so there is no h workspace and no stage 3.
+// Out != NoOut (the fused output; tc_run picks it, see ws_out_auto): the producer also copies Q̂
+// (stage 1's p.qn) into the ring (58 368 bytes a stage), the consumer stages h and V_newᵀ as
+// swizzled wgmma operands (24 576 bytes a buffer; 224 336 in all), and the producer computes the
+// output from them (ws_output) in place of the h and V_new stores: no h workspace, no stage 3.
 // Session 16 (docs/PERFORMANCE.md): 1 x 8192 / 32768 / 131072 415 / 1568 / 5817 µs in the
 // pipeline against the 32-row spine's 463 / 1685 / 6447; session 17, the swizzled tiles: 352 /
 // 1334 / 5081-5097 µs (the spine alone 257 -> 150 µs at 1 x 8192).
@@ -775,105 +776,142 @@ constexpr int kWgStageOut = kWgQOff + kWgTile;                    // 58 368 byte
 constexpr int kWsRing = 3;
 constexpr int kWsHLd = kD + 8, kWsVLd = kWgRows + 8;  // staging rows (bf16): h [64 v], V_new [64 i]
 constexpr int kWsStaging = kWgRows * kWsHLd * 2 + kC * kWsVLd * 2;  // 26 624 bytes a buffer
+// kOut's staging, the fused output's wgmma B operands (128-byte swizzle, K-major):
+constexpr int kWsHOut = 2 * (kWgRows * 128);            // h [64 v][128 d]: two 8 KiB halves
+constexpr int kWsStagingOut = kWsHOut + kWgRows * 128;  // + V_newᵀ [64 v][64 j]: 24 576 bytes
+template <bool kOut>
+constexpr int ws_staging() {
+  return kOut ? kWsStagingOut : kWsStaging;
+}
 template <bool kOut>
 constexpr int ws_smem() {
-  return kWsRing * (kOut ? kWgStageOut : kWgStage) + 2 * kWsStaging + (2 * kWsRing + 4) * 8;
+  return kWsRing * (kOut ? kWgStageOut : kWgStage) + 2 * ws_staging<kOut>() + (2 * kWsRing + 4) * 8;
 }
-constexpr int kWsSmem = ws_smem<false>();  // 179 280 bytes; ws_smem<true>() 228 432
-static_assert(kWgStage % 1024 == 0 && kWgStageOut % 1024 == 0,
-              "stages 1024-byte aligned (the 128-byte swizzle)");
+constexpr int kWsSmem = ws_smem<false>();  // 179 280 bytes; ws_smem<true>() 224 336
+static_assert(kWgStage % 1024 == 0 && kWgStageOut % 1024 == 0 && kWsStagingOut % 1024 == 0,
+              "stages and staging 1024-byte aligned (the 128-byte swizzle)");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// The fused output of the warpgroup spine (spine_ws_kernel<St, Out>, `HYBRID_GDN_CHUNK_WS_OUT=1`),
-// computed by the producer warpgroup from what the chunk step left in shared memory, so that
-// neither h nor V_new goes to global memory and stage 3 does not run. output_tc_kernel's v7 math
-// and rounding for the block's 64 v columns; warp w (of the producer) owns tokens 16w..16w+15:
-//   O = e^γ ⊙ (Q̂ h[c]ᵀ)                    (mma.sync: A = Q̂ [i][d] from the ring, swizzled;
-//                                            B = h [v][d] = bf16(S) in the staging, padded rows)
-//   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j})           (B = K̂ [j][d] from the ring; column tiles <= w only)
-//   O = scale·(O + P V_new)                 (A = bf16(P) straight from the accumulators; B =
-//                                            V_new [j][v] from the staging by ldmatrix.trans)
-// Rows i >= L are not stored (Q̂ and K̂ rows past L are zero-filled, V_new rows past L zero).
+// The fused output of the warpgroup spine (spine_ws_kernel<St, Out>), computed on wgmma by the
+// producer warpgroup from the ring (Q̂, K̂, γ of the chunk) and the staging (h = bf16(S) and V_newᵀ,
+// which the consumer writes for it in 128-byte-swizzled K-major tiles), so that neither h nor V_new
+// goes to global memory and stage 3 does not run. output_tc_kernel's v7 math and rounding for the
+// block's 64 v columns:
+//   P = Q̂ K̂ᵀ                                 [64 i][64 j]: A = Q̂ fragments (ldmatrix from the
+//                                            swizzled ring tile), B = K̂ [j][d] K-major (ring)
+//   O = Q̂ hᵀ                                  [64 i][64 v]: B = h [v][d] K-major (staging)
+//   P ← tril(P ⊙ e^{γ_i−γ_j}) (i < L);  O ← e^{γ_i} O
+//   O = scale·(O + bf16(P) V_new)             A = P from the accumulators, B = V_newᵀ [v][j]
+//                                            K-major (staging)
+// Warp w of the warpgroup owns tokens 16w..16w+15 (wgmma's row split); rows i >= L are not
+// stored (Q̂ and K̂ rows past L are zero-filled, V_new rows past L zero). O leaves through the
+// warp's own Q̂ rows of the ring tile, for 16-byte row stores.
+// Session 17's first form ran these products on mma.sync with 2-byte stores and took 1 x 8192
+// from 334 to 623 µs (session 18 run 1); on wgmma 490, with the staged stores 396 (ptxas then
+// serialised every wgmma of the kernel, see below), without the serialisation 347 (run 4).
 template <class Out>
-__device__ __forceinline__ void ws_output(const Params& p, const unsigned char* st, const bf16* hs,
-                                          const bf16* vs, int t0, int L, int hv, int v0, int warp,
+__device__ __forceinline__ void ws_output(const Params& p, unsigned char* st,
+                                          const unsigned char* stg, uint64_t* staged,
+                                          uint32_t phase, int t0, int L, int hv, int v0, int warp,
                                           int lane) {
   constexpr float kLog2e = 1.4426950408889634f;
   const int g = lane / 4, q = lane % 4;
   const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
-  // Row r's 16-byte piece at column d (a multiple of 8) of the ring's Q̂ or K̂ tile at byte offset
-  // off: d-half d / 64, swizzled piece.
-  auto tile = [&](int off, int r, int d) {
-    return st + off + (d / 64) * (kWgTile / 2) + wgmma::sw128(r, (d % 64) / 8);
+  // Q̂ A fragments of k16 step ks: rows 16w + (lane & 15), columns 16ks + 8·(lane >> 4).
+  const int a_row = 16 * warp + (lane & 15);
+  uint32_t qa[8][4];
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks)
+    ldmatrix_x4(qa[ks], st + kWgQOff + (ks / 4) * (kWgTile / 2) +
+                            wgmma::sw128(a_row, 2 * (ks % 4) + (lane >> 4)));
+  // B K-major [64 n][128 k] in two swizzled 64-column halves: k16 step ks.
+  auto b128 = [](const unsigned char* tile, int ks) {
+    return wgmma::desc_sw128(tile + (ks / 4) * (kWgTile / 2) + (ks % 4) * 32, 16, 1024);
   };
-  const int a_row = 16 * warp + (lane & 15), a_col = 8 * (lane >> 4);
-  const int b_row = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
-  float acc[8][4] = {}, pa[8][4] = {};
+  float pacc[32], oacc[32];
+  // The staging first: a spin loop between a wgmma and its wait makes ptxas serialise every wgmma
+  // of the kernel, the consumer's too (C7514; session 18).
+  mbar_wait(staged, phase);  // h and V_newᵀ staged (the consumer fenced them to the async proxy)
+  wgmma::fence_operand(qa);
+  wgmma::fence();
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    uint32_t a[4];
-    ldmatrix_x4(a, tile(kWgQOff, a_row, 16 * ks + a_col));
+  for (int ks = 0; ks < 8; ++ks)
+    wgmma::mma_m64n64k16_rs<0>(pacc, qa[ks], b128(st + kWgTile, ks), ks > 0);
+  wgmma::commit();
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, hs + (b_row + 16 * np) * kWsHLd + b_col + 16 * ks);
-      mma_bf16(acc[2 * np], a, b[0], b[1]);
-      mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-      if (np <= warp) {
-        ldmatrix_x4(b, tile(kWgTile, b_row + 16 * np, 16 * ks + b_col));
-        mma_bf16(pa[2 * np], a, b[0], b[1]);
-        mma_bf16(pa[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-  }
+  for (int ks = 0; ks < 8; ++ks) wgmma::mma_m64n64k16_rs<0>(oacc, qa[ks], b128(stg, ks), ks > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(pacc);
+  wgmma::fence_operand(oacc);
   const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
   const float e_lo = expf(gs[i_lo]), e_hi = expf(gs[i_hi]);
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    acc[nt][0] *= e_lo, acc[nt][1] *= e_lo;
-    acc[nt][2] *= e_hi, acc[nt][3] *= e_hi;
-  }
   const float gl_lo = gs[i_lo] * kLog2e, gl_hi = gs[i_hi] * kLog2e;
+  // d[4nt + e]: row i_lo (e < 2) or i_hi, column 8nt + 2q + e % 2.
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
+    oacc[4 * nt] *= e_lo, oacc[4 * nt + 1] *= e_lo;
+    oacc[4 * nt + 2] *= e_hi, oacc[4 * nt + 3] *= e_hi;
     const int j = nt * 8 + 2 * q;
     const float2 gj = *reinterpret_cast<const float2*>(gs + j);
     const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
-    const bool on = nt / 2 <= warp;
-    pa[nt][0] = on && j <= i_lo && i_lo < L ? pa[nt][0] * exp2_approx(gl_lo - gj0) : 0.0f;
-    pa[nt][1] = on && j + 1 <= i_lo && i_lo < L ? pa[nt][1] * exp2_approx(gl_lo - gj1) : 0.0f;
-    pa[nt][2] = on && j <= i_hi && i_hi < L ? pa[nt][2] * exp2_approx(gl_hi - gj0) : 0.0f;
-    pa[nt][3] = on && j + 1 <= i_hi && i_hi < L ? pa[nt][3] * exp2_approx(gl_hi - gj1) : 0.0f;
+    float* pr = pacc + 4 * nt;
+    pr[0] = j <= i_lo && i_lo < L ? pr[0] * exp2_approx(gl_lo - gj0) : 0.0f;
+    pr[1] = j + 1 <= i_lo && i_lo < L ? pr[1] * exp2_approx(gl_lo - gj1) : 0.0f;
+    pr[2] = j <= i_hi && i_hi < L ? pr[2] * exp2_approx(gl_hi - gj0) : 0.0f;
+    pr[3] = j + 1 <= i_hi && i_hi < L ? pr[3] * exp2_approx(gl_hi - gj1) : 0.0f;
   }
+  uint32_t pa[4][4];  // bf16(P) as the A fragments of k16 step kt (columns j = 16kt..)
 #pragma unroll
-  for (int kt = 0; kt < kC / 16; ++kt) {
-    if (kt > warp) continue;  // P rows 16·warp.. are 0 past column 16·warp + 15
-    const uint32_t a[4] = {pack_bf16(pa[2 * kt][0], pa[2 * kt][1]),
-                           pack_bf16(pa[2 * kt][2], pa[2 * kt][3]),
-                           pack_bf16(pa[2 * kt + 1][0], pa[2 * kt + 1][1]),
-                           pack_bf16(pa[2 * kt + 1][2], pa[2 * kt + 1][3])};
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      uint32_t b0[2], b1[2];
-      load_b2_trans(b0, b1, vs, kWsVLd, 16 * kt, 16 * np, lane);
-      mma_bf16(acc[2 * np], a, b0);
-      mma_bf16(acc[2 * np + 1], a, b1);
-    }
+  for (int kt = 0; kt < 4; ++kt) {
+    const float* lo = pacc + 8 * kt;
+    pa[kt][0] = pack_bf16(lo[0], lo[1]), pa[kt][1] = pack_bf16(lo[2], lo[3]);
+    pa[kt][2] = pack_bf16(lo[4], lo[5]), pa[kt][3] = pack_bf16(lo[6], lo[7]);
   }
-  Out* out = static_cast<Out*>(p.out);
+  wgmma::fence_operand(pa);
+  wgmma::fence_operand(oacc);
+  wgmma::fence();
+#pragma unroll
+  for (int kt = 0; kt < 4; ++kt)
+    wgmma::mma_m64n64k16_rs<0>(oacc, pa[kt], wgmma::desc_sw128(stg + kWsHOut + kt * 32, 16, 1024),
+                               true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operand(oacc);
+  // O·scale goes out through the warp's own 16 rows of the ring's Q̂ tile (only this warp's
+  // ldmatrix read them, into qa), swizzled like the tile, so that the global stores are 16-byte
+  // and whole rows (the output rows 16-byte aligned: vec_output): a row of 64 v is 128 bytes
+  // (bf16: half 0 of the tile) or 256 (f32: its 128-byte halves in halves 0 and 1).
+  constexpr bool kF32 = std::is_same_v<Out, float>;
+  __syncwarp();  // every lane's ldmatrix of these rows is done (racecheck's warp-level WAR)
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
-    const int i = hi ? i_hi : i_lo;
-    if (i >= L) continue;
-    Out* row = out + (int64_t)(t0 + i) * p.o_t + hv * p.o_h + v0 + 2 * q;
+    const int r = hi ? i_hi : i_lo;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      row[nt * 8] = from_f32<Out>(p.scale * acc[nt][2 * hi]);
-      row[nt * 8 + 1] = from_f32<Out>(p.scale * acc[nt][2 * hi + 1]);
+      const float o0 = p.scale * oacc[4 * nt + 2 * hi], o1 = p.scale * oacc[4 * nt + 2 * hi + 1];
+      if constexpr (kF32)
+        *reinterpret_cast<float2*>(st + kWgQOff + (nt / 4) * (kWgTile / 2) +
+                                   wgmma::sw128(r, 2 * (nt % 4) + q / 2) + 8 * (q % 2)) =
+            make_float2(o0, o1);
+      else
+        *reinterpret_cast<uint32_t*>(st + kWgQOff + wgmma::sw128(r, nt) + 4 * q) =
+            pack_bf16(o0, o1);
     }
+  }
+  __syncwarp();
+  constexpr int kPieces = kF32 ? 16 : 8;  // 16-byte pieces of a row
+  Out* out = static_cast<Out*>(p.out) + (int64_t)t0 * p.o_t + hv * p.o_h + v0;
+#pragma unroll
+  for (int k = 0; k < 16 * kPieces / 32; ++k) {
+    const int c = lane % kPieces, r = 16 * warp + lane / kPieces + (32 / kPieces) * k;
+    if (r < L)
+      *reinterpret_cast<uint4*>(out + (int64_t)r * p.o_t + c * (16 / sizeof(Out))) =
+          *reinterpret_cast<const uint4*>(st + kWgQOff + (c / 8) * (kWgTile / 2) +
+                                          wgmma::sw128(r, c % 8));
   }
 }
 
@@ -893,7 +931,10 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
   const int tid = threadIdx.x;
-  const bool producer = tid >= 128;
+  // kOut: the warpgroup's role from lane 0's index, so that ptxas sees a warp-uniform branch: with
+  // wgmma in both roles a plain tid test made it serialise every wgmma of the kernel (C7520,
+  // "compiler-inserted WG.AR in divergent path").
+  const bool producer = kOut ? __shfl_sync(0xffffffffu, tid / 128, 0) == 1 : tid >= 128;
   const int ct = tid % 128, warp = ct / 32, lane = ct % 32, q = lane % 4;
   grid_dependency_wait();  // a piece after the first: the carry (see spine_tc_kernel)
   const int n = blockIdx.x, hv = blockIdx.y, hk = hv / p.ratio, v0 = blockIdx.z * kWgRows;
@@ -910,8 +951,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
                                min(len, cs_end * kC) - cs_begin * kC);
     return;
   }
-  unsigned char* stg0 = smem_raw + NW * kStage;  // staging s at stg0 + s·kWsStaging
-  uint64_t* full = reinterpret_cast<uint64_t*>(stg0 + 2 * kWsStaging);
+  constexpr int kStaging = ws_staging<kOut>();
+  unsigned char* stg0 = smem_raw + NW * kStage;  // staging s at stg0 + s·kStaging
+  uint64_t* full = reinterpret_cast<uint64_t*>(stg0 + 2 * kStaging);
   uint64_t* empty = full + NW;
   uint64_t* staged = empty + NW;
   uint64_t* freed = staged + 2;
@@ -1008,21 +1050,23 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       }
       // Chunk j's outputs.
       const int s = j % 2, L = min(kC, len - (cs_begin + j) * kC);
-      mbar_wait(staged + s, (j / 2) & 1);
-      const bf16* hs = reinterpret_cast<const bf16*>(stg0 + s * kWsStaging);
-      const bf16* vs = hs + kWgRows * kWsHLd;
       if constexpr (kOut) {
         // This chunk's Q̂, K̂ and γ: every producer thread's copies landed (the consumer waited on
-        // the same phase; the buffer is refilled only after this iteration).
+        // the same phase; the buffer is refilled only after this iteration); ws_output waits for
+        // the staging itself, after issuing P.
         mbar_wait(full + j % NW, (j / NW) & 1);
-        ws_output<Out>(p, smem_raw + (j % NW) * kStage, hs, vs, bos + (cs_begin + j) * kC, L, hv,
-                       v0, warp, lane);
+        wgmma::fence_async_smem();
+        ws_output<Out>(p, smem_raw + (j % NW) * kStage, stg0 + s * kStaging, staged + s,
+                       (j / 2) & 1, bos + (cs_begin + j) * kC, L, hv, v0, warp, lane);
         mbar_arrive(freed + s);
         // Every producer warp is done with ring buffer j % NW before any of them refills it (the
         // next iteration's copies of chunk j + NW): warps read each other's copied rows.
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
         continue;
       }
+      mbar_wait(staged + s, (j / 2) & 1);
+      const bf16* hs = reinterpret_cast<const bf16*>(stg0 + s * kStaging);
+      const bf16* vs = hs + kWgRows * kWsHLd;
       bf16* hc = h_out + (int64_t)j * h_chunk;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1071,10 +1115,15 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
                (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * kWsHLd + 8 * (lane >> 4);
   bf16* v_st = reinterpret_cast<bf16*>(stg0) + kWgRows * kWsHLd +
                (8 * (lane >> 4) + (lane & 7)) * kWsVLd + 16 * warp + 8 * ((lane >> 3) & 1);
+  // kOut: the same stmatrix rows (row 16w + (lane & 7) + 8·((lane >> 3) & 1), 16-byte piece
+  // (lane >> 4) of each 16-column step) into the 128-byte-swizzled K-major tiles h [v][d] and
+  // V_newᵀ [v][j] (kWsStagingOut): the piece index XOR the row's (lane & 7).
+  unsigned char* sw_row = stg0 + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * 128;
+  const int sw_x = lane & 7, sw_hl = lane >> 4;
   const uint32_t ut_off =
       kWgUOff + wgmma::sw128(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
   constexpr float kLog2e = 1.4426950408889634f;
-  constexpr int kStgElems = kWsStaging / 2;
+  constexpr int kStgElems = kStaging / 2;
 
   auto step = [&](auto full_chunk, int j, const unsigned char* st) {
     constexpr bool kFull = decltype(full_chunk)::value;
@@ -1100,7 +1149,14 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     if (j >= 2)
       mbar_wait(freed + j % 2, ((j - 2) / 2) & 1);  // staging j % 2 stored by the producer
 #pragma unroll
-    for (int kt = 0; kt < 8; ++kt) stmatrix_x4(h_st + so + 16 * kt, sa[kt]);
+    for (int kt = 0; kt < 8; ++kt) {
+      if constexpr (kOut)
+        stmatrix_x4(
+            sw_row + 2 * so + (kt / 4) * (kWsHOut / 2) + (((2 * (kt % 4) + sw_hl) ^ sw_x) << 4),
+            sa[kt]);
+      else
+        stmatrix_x4(h_st + so + 16 * kt, sa[kt]);
+    }
     uint32_t ut[16];
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {
@@ -1150,8 +1206,12 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {
       const uint32_t r4[4] = {vt[2 * jj], vt[2 * jj + 1], vt[2 * jj + 2], vt[2 * jj + 3]};
-      stmatrix_x4_trans(v_st + so + 8 * jj * kWsVLd, r4);
+      if constexpr (kOut)
+        stmatrix_x4(sw_row + 2 * so + kWsHOut + (((jj + sw_hl) ^ sw_x) << 4), r4);
+      else
+        stmatrix_x4_trans(v_st + so + 8 * jj * kWsVLd, r4);
     }
+    if constexpr (kOut) wgmma::fence_async_smem();  // the staging is read by the output's wgmma
     mbar_arrive(staged + j % 2);  // releases this thread's staging writes to the producer
     wgmma::wait<0>();
     wgmma::fence_operand(s);
@@ -2831,11 +2891,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       wg_spine_available() &&
       (pipelined ? pipe_spine == "ws"
                  : (ws_outside == 1 || (ws_outside != 0 && ws_fills)) && S == 1 && !fused);
-  // HYBRID_GDN_CHUNK_WS_OUT=1: the warpgroup spine computes the output itself (spine_ws_kernel's
-  // kOut, ws_output): stage 1 writes Q̂, there is no h workspace and stage 3 does not run.
-  // Prepared in session 17 and not yet run on a GPU: off by default.
-  static const bool ws_out_asked = env_int("HYBRID_GDN_CHUNK_WS_OUT", 0) == 1;
-  const bool ws_fused = ws_spine && ws_out_asked;
+  // The warpgroup spine's fused output (spine_ws_kernel's kOut, ws_output): stage 1 writes Q̂,
+  // there is no h workspace, no V_new and no stage 3. Session 18 (same runs, docs/PERFORMANCE.md):
+  // unpipelined it wins everywhere (8 x 4096 1450 -> 1064 µs, Hv 64 604 -> 476); pipelined, where
+  // stage 1's pieces on the SMs the spine leaves bound it, it wins at 1 x 131072 (4886 -> 4573)
+  // and not below (1 x 8192 334 -> 347, 1 x 32768 even), so it is on from 1024 chunks there.
+  // (Raw q in the ring, normalised by ws_output, with no Q̂ from stage 1, was slower: 1 x 131072
+  // 4573 -> 5230, Hv 64 476 -> 498: stage 1's Q̂ reaches the spine from L2, raw q from DRAM.)
+  // HYBRID_GDN_CHUNK_WS_OUT=1 / 0: always (where the output rows allow 16-byte stores) / never.
+  static const int ws_out_env = env_int("HYBRID_GDN_CHUNK_WS_OUT", -1);
+  const bool ws_out_auto = !pipelined || p.max_chunks >= 1024;
+  const bool ws_fused = ws_spine && (ws_out_env == 1 || (ws_out_env != 0 && ws_out_auto)) &&
+                        vec_output(p, dtype_size(a.out.dtype()));
   const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn
   const size_t qn_bytes =
       q_hat ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
