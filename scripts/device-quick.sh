@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -327,6 +327,38 @@ if section wsout; then
       HYBRID_GDN_CHUNK_WS_OUT=$w timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 |
         grep "^gdn" | cut -c1-140
     done
+  done
+fi
+if section wsnext; then
+  # What bounds the pipeline with the fused output (session 18's open question; not in the default
+  # SECTIONS): the stage timer with the warpgroup spine alone, without and with its output (stage 1
+  # and the spine's time apart), a sweep of the pipeline's piece size with the output at 1 x 8192
+  # and 1 x 32768 (the default pieces, unfused, for reference), then ncu of the fused spine's first
+  # piece and of stage 1 (details and the SASS source page with stall samples).
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  G4='gdn_chunk_prefill(prefill,B=1,T=32768,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  for c in "$G" "$G4"; do
+    for w in 0 1; do
+      echo "-- stages, warpgroup spine, HYBRID_GDN_CHUNK_WS_OUT=$w"
+      HYBRID_GDN_CHUNK_STAGES=1 HYBRID_GDN_CHUNK_WS_SPINE=1 HYBRID_GDN_CHUNK_WS_OUT=$w timeout 30 \
+        $OPS perf -b cuda --reps 3 -o "$c" 2>&1 | grep -i "stages" | tail -1
+    done
+  done
+  for m in 0 16 32 48 64 96; do
+    w=1; [ $m = 0 ] && w=0
+    echo "-- HYBRID_GDN_CHUNK_WS_OUT=$w HYBRID_GDN_CHUNK_PIPE_CHUNKS=$m (0: the default pieces)"
+    HYBRID_GDN_CHUNK_WS_OUT=$w HYBRID_GDN_CHUNK_PIPE_CHUNKS=$m timeout 60 \
+      $OPS perf -b cuda -o "$G,$G4" 2>&1 | grep "^gdn" | cut -c1-125
+  done
+  for k in spine_ws wu_tc5_kernel; do
+    HYBRID_GDN_CHUNK_WS_OUT=1 timeout 150 ncu --clock-control none -k "regex:$k" -c 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis $OPS perf -b cuda --reps 1 -o "$G" > "$OUT/ncu_wsnext_$k.txt" 2>&1
+    echo "ncu $k: rc $? $(grep -E 'Duration|Achieved Occupancy|DRAM Throughput' "$OUT/ncu_wsnext_$k.txt" |
+      tr -s ' ' | head -3 | tr '\n' ';')"
+    HYBRID_GDN_CHUNK_WS_OUT=1 timeout 150 ncu --clock-control none -k "regex:$k" -c 1 \
+      --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+      $OPS perf -b cuda --reps 1 -o "$G" > "$OUT/ncu_wsnext_${k}_sass.csv" 2>&1
   done
 fi
 if section sanitizers; then
