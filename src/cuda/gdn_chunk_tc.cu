@@ -1053,7 +1053,7 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       if constexpr (kOut) {
         // This chunk's Q̂, K̂ and γ: every producer thread's copies landed (the consumer waited on
         // the same phase; the buffer is refilled only after this iteration); ws_output waits for
-        // the staging itself, after issuing P.
+        // the staging itself.
         mbar_wait(full + j % NW, (j / NW) & 1);
         wgmma::fence_async_smem();
         ws_output<Out>(p, smem_raw + (j % NW) * kStage, stg0 + s * kStaging, staged + s,
