@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -359,6 +359,26 @@ if section wsnext; then
     HYBRID_GDN_CHUNK_WS_OUT=1 timeout 150 ncu --clock-control none -k "regex:$k" -c 1 \
       --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
       $OPS perf -b cuda --reps 1 -o "$G" > "$OUT/ncu_wsnext_${k}_sass.csv" 2>&1
+  done
+fi
+if section ssmcb; then
+  # ssm_chunk_scan's C·Bᵀ tiles in bf16 (HYBRID_SSM_CHUNK_CB_BF16=1, prepared in session 18; not in
+  # the default SECTIONS): its cases, memcheck and racecheck on them, the stage timer and the
+  # benchmark shapes without and with it, alternated.
+  test_one ssm_cb_bf16 90 HYBRID_SSM_CHUNK_CB_BF16=1 ssm_chunk_scan
+  for tool in memcheck racecheck; do
+    HYBRID_SSM_CHUNK_CB_BF16=1 timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda \
+      -o ssm_chunk_scan 2>&1 | tail -1
+  done
+  M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
+  for pass in 1 2; do
+    for w in 0 1; do
+      echo "-- HYBRID_SSM_CHUNK_CB_BF16=$w, pass $pass"
+      HYBRID_SSM_CHUNK_CB_BF16=$w HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 \
+        --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1
+      HYBRID_SSM_CHUNK_CB_BF16=$w timeout 100 $OPS perf -b cuda -o ssm_chunk_scan:perf 2>&1 |
+        grep "^ssm" | cut -c1-125
+    done
   done
 fi
 if section sanitizers; then

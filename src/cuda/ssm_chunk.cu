@@ -1168,7 +1168,8 @@ size_t v3_cb_smem(int N) {
 // and columns past the chunk's tokens are zeros (C, B rows loaded as zeros); every tile with
 // 64·ti < L is written whole, so v3_out reads no uninitialized workspace. Padding chunks
 // (slot < 0) are skipped: v3_out writes y = 0 there without reading CB. FLOPs 2·64·64·N a tile.
-template <int N>
+// kBf16: CB in bf16 (the same element offsets, half the bytes) for v6_out_kernel<N, true>.
+template <int N, bool kBf16 = false>
 __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p) {
   constexpr int ldn = N + kV2Pad, nv = N / 8;
   const int ntri = (p.Q / kV2J) * (p.Q / kV2J + 1) / 2;
@@ -1211,13 +1212,24 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
   }
   // Accumulator element e of n8 block nb: row lane/4 (+8 for e ≥ 2), column nb·8 + (lane%4)·2 +
   // e&1.
-  float* out = p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  const int64_t base = (static_cast<int64_t>(c) * in.G + g) * Q * Q;
   const int ia = i0 + warp * 16 + lane / 4;
+  if constexpr (kBf16) {
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<bf16*>(p.CB) + base);
 #pragma unroll
-  for (int nb = 0; nb < 8; ++nb) {
-    const int j = j0 + nb * 8 + (lane % 4) * 2;
-    *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
-    *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
+    for (int nb = 0; nb < 8; ++nb) {
+      const int j = j0 + nb * 8 + (lane % 4) * 2;
+      out[(ia * Q + j) / 2] = __floats2bfloat162_rn(s[nb][0], s[nb][1]);
+      out[((ia + 8) * Q + j) / 2] = __floats2bfloat162_rn(s[nb][2], s[nb][3]);
+    }
+  } else {
+    float* out = p.CB + base;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const int j = j0 + nb * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2*>(out + ia * Q + j) = make_float2(s[nb][0], s[nb][1]);
+      *reinterpret_cast<float2*>(out + (ia + 8) * Q + j) = make_float2(s[nb][2], s[nb][3]);
+    }
   }
 }
 
@@ -1244,7 +1256,12 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
 // Rounding as v3 except the decays on off-diagonal tiles (product of two f32 exps instead of one;
 // relative difference ~1e-7, far below the bf16 rounding of the masked C·Bᵀ operand).
 
-template <int N>
+// kCbBf16 (`HYBRID_SSM_CHUNK_CB_BF16=1`, prepared in session 18 and not yet run on a GPU, so off
+// by default): the C·Bᵀ tiles come from v3_cb_kernel<N, true> in bf16, [64 i][64 j] swizzled in
+// the same space. Each 64 x 64 tile read from L2 is 8 KiB instead of 16 (at Mamba2 1 x 16384 the
+// blocks read ~820 MB of f32 C·Bᵀ, ~40% of their ~1.9 GB of tile reads); the element is rounded
+// to bf16 before the decay scaling and again after it (one more rounding of the masked operand).
+template <int N, bool kCbBf16 = false>
 __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     v6_out_kernel(const ScanParams p, const bf16* Se) {
   constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
@@ -1309,12 +1326,21 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
       cp_async16(x_dst + 16 * k * kV2P, ok ? src + k * x_step : X, ok ? 16 : 0);
     }
   };
-  const float* cb_src =
-      p.CB + (static_cast<int64_t>(c) * in.G + g) * Q * Q + (i0 + tid / 16) * Q + (tid % 16) * 4;
+  const int64_t cb_base = (static_cast<int64_t>(c) * in.G + g) * Q * Q;
+  // f32: row tid / 16 + 8k, float column (tid % 16)·4; bf16: row tid / 8 + 16k, column (tid % 8)·8.
+  const float* cb_src = p.CB + cb_base + (i0 + tid / 16) * Q + (tid % 16) * 4;
   float* cb_dst = reinterpret_cast<float*>(Bs) + sf(tid / 16, (tid % 16) * 4);  // + 8k·64
+  const bf16* cbh_src =
+      reinterpret_cast<const bf16*>(p.CB) + cb_base + (i0 + tid / 8) * Q + (tid % 8) * 8;
+  bf16* cbh_dst = Bs + sb(tid / 8, (tid % 8) * 8, kV2J);  // + 16k·64
   auto load_CB = [&](int j0) {  // C·Bᵀ rows i0.., columns j0.. (written whole by v3_cb)
+    if constexpr (kCbBf16) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) cp_async16(cb_dst + 8 * k * kV2J, cb_src + 8 * k * Q + j0);
+      for (int k = 0; k < 4; ++k) cp_async16(cbh_dst + 16 * k * kV2J, cbh_src + 16 * k * Q + j0);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) cp_async16(cb_dst + 8 * k * kV2J, cb_src + 8 * k * Q + j0);
+    }
   };
   load_X(0);
   cp_commit();
@@ -1369,8 +1395,16 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     float s[8][4];
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
-      const float2 u = *reinterpret_cast<const float2*>(cb + sf(ra, nb * 8 + jl));
-      const float2 v = *reinterpret_cast<const float2*>(cb + sf(ra + 8, nb * 8 + jl));
+      float2 u, v;
+      if constexpr (kCbBf16) {
+        u = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(Bs + sb(ra, nb * 8 + jl, kV2J)));
+        v = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(Bs + sb(ra + 8, nb * 8 + jl, kV2J)));
+      } else {
+        u = *reinterpret_cast<const float2*>(cb + sf(ra, nb * 8 + jl));
+        v = *reinterpret_cast<const float2*>(cb + sf(ra + 8, nb * 8 + jl));
+      }
       s[nb][0] = u.x, s[nb][1] = u.y, s[nb][2] = v.x, s[nb][3] = v.y;
     }
     __syncthreads();  // every warp holds its C·Bᵀ[jt] values: load C·Bᵀ[jt + 1] into the space
@@ -1859,6 +1893,10 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
+  // v6 with HYBRID_SSM_CHUNK_CB_BF16=1 (prepared, off by default): C·Bᵀ in bf16 (v6_out_kernel's
+  // kCbBf16), in the first half of the f32 space.
+  static const bool cb_bf16_asked = env_on("HYBRID_SSM_CHUNK_CB_BF16");
+  const bool cb_bf16 = version == 6 && cb_bf16_asked;
   StageTimer timer(ctx, stream,
                    version == 6 ? "ssm_chunk_scan.cuda_v6"
                    : v3         ? "ssm_chunk_scan.cuda_v3"
@@ -1914,7 +1952,13 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
       kernel<<<cb_grid, kV2OutThreads, cb_smem, stream>>>(p);
       HYBRID_CUDA_CHECK_LAUNCH();
     };
-    if (N == 64)
+    if (cb_bf16 && N == 64)
+      cb(v3_cb_kernel<64, true>);
+    else if (cb_bf16 && N == 128)
+      cb(v3_cb_kernel<128, true>);
+    else if (cb_bf16)
+      cb(v3_cb_kernel<256, true>);
+    else if (N == 64)
       cb(v3_cb_kernel<64>);
     else if (N == 128)
       cb(v3_cb_kernel<128>);
@@ -1931,6 +1975,12 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   };
   if (!v3)
     out(v2_out_kernel);
+  else if (cb_bf16 && N == 64)
+    out(v6_out_kernel<64, true>);
+  else if (cb_bf16 && N == 128)
+    out(v6_out_kernel<128, true>);
+  else if (cb_bf16)
+    out(v6_out_kernel<256, true>);
   else if (version == 6 && N == 64)
     out(v6_out_kernel<64>);
   else if (version == 6 && N == 128)
