@@ -73,7 +73,8 @@ struct ScanParams {
   float* dts = nullptr;      // [max_chunks, H, Q]: dt'
   float* css = nullptr;      // [max_chunks, H, Q]: cumulative dt'·A
   float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
-  float* CB = nullptr;       // v3: [max_chunks, G, Q, Q]: C_i·B_j of the chunk (tiles j0 ≤ i0)
+  float* CB = nullptr;       // v3: [max_chunks, G, Q, Q]: C_i·B_j of the chunk (tiles j0 ≤ i0);
+                             // bf16 at the same element offsets with HYBRID_SSM_CHUNK_CB_BF16=1
 };
 
 __global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
