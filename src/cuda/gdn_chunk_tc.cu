@@ -3018,7 +3018,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   auto with_slice = [&](auto ts) {
     using St = decltype(ts);
     if (ws_spine) {
-      spine_note = ws_fused ? ", warpgroup spine with the output" : ", warpgroup spine";
       auto launch_ws = [&](auto* kern, int smem) {
         prepare_kernel(kern, smem);
         launch_spine(
@@ -3198,16 +3197,22 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   if (opt.pipeline && !pipelined)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
   timer.mark(4);
-  timer.report(ctx, std::string(!opt.name.empty()               ? opt.name
-                                : fused                         ? "cuda_tc_v4_fused"
-                                : opt.cluster_spine             ? "cuda_tc_v3_cluster"
-                                : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
-                                                                : "cuda_tc") +
-                        ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
+  std::string name = !opt.name.empty()               ? opt.name
+                     : fused                         ? "cuda_tc_v4_fused"
+                     : opt.cluster_spine             ? "cuda_tc_v3_cluster"
+                     : deep_ring || opt.fast_inverse ? "cuda_tc_v3"
+                                                     : "cuda_tc";
+  // The warpgroup spine replaces whichever spine the variant's name describes.
+  if (ws_spine)
+    name = name.substr(0, name.find(" (")) +
+           (ws_fused ? " (warpgroup spine with the output)" : " (warpgroup spine)");
+  const std::string spine_line = ws_spine ? std::string()
+                                          : std::string(", spine ") + (narrow ? "16" : "32") +
+                                                "-row slices, ring " + (ring3 ? "3" : "2") + ", " +
+                                                std::to_string(S) + " segment(s)" + spine_note;
+  timer.report(ctx, name + ", fast inverse " + (opt.fast_inverse ? "on" : "off") + ", T " +
                         std::to_string(p.T) + ", N " + std::to_string(p.N) + ", Hv " +
-                        std::to_string(p.Hv) + ", spine " + (narrow ? "16" : "32") +
-                        "-row slices, ring " + (ring3 ? "3" : "2") + ", " + std::to_string(S) +
-                        " segment(s)" + spine_note);
+                        std::to_string(p.Hv) + spine_line);
 }
 
 void tc_cuda(const GdnChunkPrefill& a, Context& ctx) {
