@@ -530,12 +530,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-// 2^x (MUFU.EX2, flush to zero): exp2(−inf) = 0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const PrefillParams p) {
   constexpr int D = 256, CH = D / 8;  // 32 16-byte chunks per row
@@ -692,7 +686,7 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const Prefil
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[hr], mx);
-      corr[hr] = m_new == -INFINITY ? 1.0f : fast_exp2(m[hr] - m_new);
+      corr[hr] = m_new == -INFINITY ? 1.0f : exp2_approx(m[hr] - m_new);
       const float base = m_new == -INFINITY ? 0.0f : m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -700,7 +694,7 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2b_kernel(const Prefil
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[nt][hr * 2 + e];
-          x = fast_exp2(x - base);  // masked: exp2(−inf) = 0
+          x = exp2_approx(x - base);  // masked: exp2(−inf) = 0
           sum += x;
         }
       l[hr] = l[hr] * corr[hr] + sum;  // thread-partial, reduced over the quad at the end
@@ -991,7 +985,7 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2c_kernel(const Prefil
       const int mt = i / 2, hr = i % 2;
       const float v = fmaxf(mx[i], red_max[(hf ^ 1) * 32 + mt * 16 + g + hr * 8]);
       const float m_new = fmaxf(m[i], v * sc);  // both halves: the same value
-      corr[i] = m_new == -INFINITY ? 1.0f : fast_exp2(m[i] - m_new);
+      corr[i] = m_new == -INFINITY ? 1.0f : exp2_approx(m[i] - m_new);
       const float nb = m_new == -INFINITY ? 0.0f : -m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -999,7 +993,7 @@ __global__ void __launch_bounds__(kThreads2, 1) prefill_fa2c_kernel(const Prefil
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][hr * 2 + e];
-          x = fast_exp2(fmaf(x, sc, nb));  // masked: exp2(−inf) = 0
+          x = exp2_approx(fmaf(x, sc, nb));  // masked: exp2(−inf) = 0
           sum += x;
         }
       l[i] = l[i] * corr[i] + sum;  // thread-partial over this half's keys
