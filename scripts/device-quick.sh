@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -310,8 +310,8 @@ if section focus; then
   fi
 fi
 if section wsout; then
-  # The warpgroup spine's fused output (not in the default SECTIONS; by default it runs only where
-  # the spine is unpipelined, or pipelined from 1024 chunks): with HYBRID_GDN_CHUNK_WS_OUT=1 its
+  # The warpgroup spine's fused output (not in the default SECTIONS; by default it runs wherever
+  # the warpgroup spine does, see wspt): with HYBRID_GDN_CHUNK_WS_OUT=1 its
   # cases in the pipeline, outside it and in pieces of 4, racecheck on the pipelined case, then
   # the benchmark shapes with it never (0) and always (1), alternated.
   test_one gdn_ws_out 90 HYBRID_GDN_CHUNK_WS_OUT=1 gdn_chunk_prefill
@@ -361,10 +361,38 @@ if section wsnext; then
       $OPS perf -b cuda --reps 1 -o "$G" > "$OUT/ncu_wsnext_${k}_sass.csv" 2>&1
   done
 fi
+if section wspt; then
+  # The fused output with P̃ from stage 1 (session 19; the pipeline's default): the cases with it
+  # forced everywhere (HYBRID_GDN_CHUNK_WS_PT=1: outside the pipeline too, with the warpgroup spine
+  # taken for every unsplit spine) and never (=0, the producer computes P̃), memcheck and
+  # racecheck on the pipelined case, the stage timer with each form alone, then the benchmark
+  # shapes by default, with P̃ never from stage 1, and unfused, alternated.
+  test_one gdn_ws_pt 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_WS_SPINE=1" \
+    gdn_chunk_prefill
+  test_one gdn_ws_pt_pipe4 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4" \
+    gdn_chunk_prefill
+  test_one gdn_ws_nopt 90 "HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=0" gdn_chunk_prefill
+  P='gdn_chunk_prefill(T=8400,lens=[8400],slots=[1],init=[1],pool_rows=2,Hk=4,Hv=16,K=128,V=128,x=bf16,pool=f32,out=f32,l2norm,ckpt_every=320)'
+  for tool in memcheck racecheck; do
+    echo "$tool, pipelined case: $(timeout 200 compute-sanitizer --tool $tool $OPS test -b cuda -o "$P" 2>&1 | tail -1)"
+  done
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  for w in 0 1; do
+    echo "-- stages, warpgroup spine with the output, HYBRID_GDN_CHUNK_WS_PT=$w"
+    HYBRID_GDN_CHUNK_STAGES=1 HYBRID_GDN_CHUNK_WS_SPINE=1 HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=$w \
+      timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
+  done
+  for pass in 1 2; do
+    for sw in X=1 HYBRID_GDN_CHUNK_WS_PT=0 HYBRID_GDN_CHUNK_WS_OUT=0; do
+      echo "-- $sw, pass $pass"
+      env $sw timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
+    done
+  done
+fi
 if section ssmcb; then
-  # ssm_chunk_scan's C·Bᵀ tiles in bf16 (HYBRID_SSM_CHUNK_CB_BF16=1, prepared in session 18; not in
-  # the default SECTIONS): its cases, memcheck and racecheck on them, the stage timer and the
-  # benchmark shapes without and with it, alternated.
+  # ssm_chunk_scan's C·Bᵀ tiles in bf16 (the default since session 19; HYBRID_SSM_CHUNK_CB_BF16=0
+  # keeps f32; not in the default SECTIONS): its cases, memcheck and racecheck on them, the stage
+  # timer and the benchmark shapes without and with it, alternated.
   test_one ssm_cb_bf16 90 HYBRID_SSM_CHUNK_CB_BF16=1 ssm_chunk_scan
   for tool in memcheck racecheck; do
     HYBRID_SSM_CHUNK_CB_BF16=1 timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda \

@@ -11,9 +11,9 @@
 //                       while chunk c computes
 //      spine_ws_kernel  (sm_90a) grid (N, Hv, 2), 256 threads: the same step on wgmma for a 64-row
 //                       slice, a producer warpgroup beside it (see "the warpgroup spine" below);
-//                       with Out != NoOut (the fused output: the default where this spine runs
-//                       unpipelined, and pipelined from 1024 chunks; HYBRID_GDN_CHUNK_WS_OUT)
-//                       the producer computes stage 3's output too, on wgmma (ws_output)
+//                       with Out != NoOut (the fused output: the default where this spine runs;
+//                       HYBRID_GDN_CHUNK_WS_OUT) the producer computes stage 3's output too, on
+//                       wgmma (ws_output), in the pipeline with P̃ from stage 1 (kPt)
 //   3. output_tc_kernel grid (chunks, Hv), 128 threads: O from Q̂, K̂, h[c], V_new
 // `cuda_tc_v4_fused` (priority 40) runs stage 3 inside the cluster spine instead (spine_tc_kernel
 // with Out != NoOut; stage 1 also writes Q̂ to the workspace): no h, no V_new in the workspace, no
@@ -763,6 +763,9 @@ __global__ void __launch_bounds__(128) spine_tc_kernel(const Params p, const Spi
 // (stage 1's p.qn) into the ring (58 368 bytes a stage), the consumer stages h and V_newᵀ as
 // swizzled wgmma operands (24 576 bytes a buffer; 224 336 in all), and the producer computes the
 // output from them (ws_output) in place of the h and V_new stores: no h workspace, no stage 3.
+// kPt (the pipeline's default; tc_run's ws_pt): P̃ comes from stage 1 (p.pt) into the ring in
+// place of γ and Q̂ (49 152 bytes a stage), Q̂ into a ring of two tiles of its own, γ after the
+// staging (230 240 bytes in all).
 // Session 16 (docs/PERFORMANCE.md): 1 x 8192 / 32768 / 131072 415 / 1568 / 5817 µs in the
 // pipeline against the 32-row spine's 463 / 1685 / 6447; session 17, the swizzled tiles: 352 /
 // 1334 / 5081-5097 µs (the spine alone 257 -> 150 µs at 1 x 8192).
@@ -770,10 +773,20 @@ constexpr int kWgRows = 64;                  // V rows per block
 constexpr int kWgTile = kC * kD * 2;         // W or K̂ tile bytes (16 KiB): two 64-column halves
 constexpr int kWgUOff = 2 * kWgTile;         // U [64 i][64 v] (8 KiB)
 constexpr int kWgGOff = kWgUOff + kC * 128;  // γ [64] f32
-constexpr int kWgQOff = (kWgGOff + kC * 4 + 1023) / 1024 * 1024;  // Q̂ [64 i][128 d] (kOut only)
-constexpr int kWgStage = kWgQOff;                                 // 41 984 bytes
-constexpr int kWgStageOut = kWgQOff + kWgTile;                    // 58 368 bytes, with Q̂
+constexpr int kWgStage = (kWgGOff + kC * 4 + 1023) / 1024 * 1024;  // 41 984 bytes
+// The fused output's stages (kOut):
+//  - P computed by the producer (kPt false): the stage, then Q̂ [64 i][128 d]: 58 368 bytes;
+//  - P̃ from stage 1 (kPt): W, K̂, U, then P̃ [64 i][64 j] (8 KiB, one swizzled 64-column half)
+//    where the others have γ: 49 152 bytes; γ of the ring's buffers [3][64] f32 after the staging,
+//    Q̂ in a ring of two tiles of its own (a ring of 3 with Q̂ and P̃ would not fit).
+constexpr int kWgQOff = kWgStage;
+constexpr int kWgPOff = kWgUOff + kC * 128;
+constexpr int kWsQRing = 2;
 constexpr int kWsRing = 3;
+template <bool kOut, bool kPt>
+constexpr int ws_stage() {
+  return !kOut ? kWgStage : kPt ? kWgPOff + kC * 128 : kWgQOff + kWgTile;
+}
 constexpr int kWsHLd = kD + 8, kWsVLd = kWgRows + 8;  // staging rows (bf16): h [64 v], V_new [64 i]
 constexpr int kWsStaging = kWgRows * kWsHLd * 2 + kC * kWsVLd * 2;  // 26 624 bytes a buffer
 // kOut's staging, the fused output's wgmma B operands (128-byte swizzle, K-major):
@@ -783,123 +796,150 @@ template <bool kOut>
 constexpr int ws_staging() {
   return kOut ? kWsStagingOut : kWsStaging;
 }
-template <bool kOut>
+// The ring, kPt's Q̂ ring, the staging, kPt's γ, the barriers (kPt's qfull too).
+template <bool kOut, bool kPt = false>
 constexpr int ws_smem() {
-  return kWsRing * (kOut ? kWgStageOut : kWgStage) + 2 * ws_staging<kOut>() + (2 * kWsRing + 4) * 8;
+  constexpr bool kPtRing = kOut && kPt;
+  return kWsRing * ws_stage<kOut, kPt>() + (kPtRing ? kWsQRing * kWgTile : 0) +
+         2 * ws_staging<kOut>() + (kPtRing ? kWsRing * kC * 4 : 0) +
+         (2 * kWsRing + 4 + (kPtRing ? kWsQRing : 0)) * 8;
 }
-constexpr int kWsSmem = ws_smem<false>();  // 179 280 bytes; ws_smem<true>() 224 336
-static_assert(kWgStage % 1024 == 0 && kWgStageOut % 1024 == 0 && kWsStagingOut % 1024 == 0,
+// 179 280 bytes; ws_smem<true>() 224 336; ws_smem<true, true>() 230 240
+constexpr int kWsSmem = ws_smem<false>();
+static_assert(ws_smem<true, true>() <= 227 * 1024,
+              "the fused output's rings fit the shared memory");
+static_assert(ws_stage<true, false>() % 1024 == 0 && ws_stage<true, true>() % 1024 == 0 &&
+                  kWgStage % 1024 == 0 && kWsStagingOut % 1024 == 0,
               "stages and staging 1024-byte aligned (the 128-byte swizzle)");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 
-// The fused output of the warpgroup spine (spine_ws_kernel<St, Out>), computed on wgmma by the
-// producer warpgroup from the ring (Q̂, K̂, γ of the chunk) and the staging (h = bf16(S) and V_newᵀ,
-// which the consumer writes for it in 128-byte-swizzled K-major tiles), so that neither h nor V_new
-// goes to global memory and stage 3 does not run. output_tc_kernel's v7 math and rounding for the
-// block's 64 v columns:
-//   P = Q̂ K̂ᵀ                                 [64 i][64 j]: A = Q̂ fragments (ldmatrix from the
-//                                            swizzled ring tile), B = K̂ [j][d] K-major (ring)
-//   O = Q̂ hᵀ                                  [64 i][64 v]: B = h [v][d] K-major (staging)
-//   P ← tril(P ⊙ e^{γ_i−γ_j}) (i < L);  O ← e^{γ_i} O
-//   O = scale·(O + bf16(P) V_new)             A = P from the accumulators, B = V_newᵀ [v][j]
-//                                            K-major (staging)
+// The fused output of the warpgroup spine (spine_ws_kernel<St, Out, kPt>), computed on wgmma by
+// the producer warpgroup from the ring (Q̂, K̂ or P̃, γ of the chunk) and the staging (h = bf16(S)
+// and V_newᵀ, which the consumer writes for it in 128-byte-swizzled K-major tiles), so that
+// neither h nor V_new goes to global memory and stage 3 does not run. output_tc_kernel's v7 math
+// and rounding for the block's 64 v columns:
+//   O = Q̂ hᵀ                                  [64 i][64 v]: A = Q̂ fragments (ldmatrix from the
+//                                            swizzled Q̂ tile), B = h [v][d] K-major (staging)
+//   P̃ = bf16(tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j})), rows i < L
+//   O_P = P̃ V_new                             A = P̃ fragments, B = V_newᵀ [v][j] K-major (staging)
+//   O = scale·(e^{γ_i} O + O_P)
+// P̃ is either computed here (kPt false: P = Q̂K̂ᵀ on 8 more wgmma with K̂ [j][d] the K-major B
+// from the ring, then the decay of 32 products a thread, between two waits) or stage 1's (kPt:
+// wu_tc5_kernel's kWriteP, copied into the ring), which makes this warpgroup's step one group of
+// 12 wgmma and shortens the chain of chunks, which waits on it (session 19: the spine alone at
+// 1 x 8192 200 µs against 236, 150 without the output) at the cost of stage 1 (118 -> 158 µs).
 // Warp w of the warpgroup owns tokens 16w..16w+15 (wgmma's row split); rows i >= L are not
-// stored (Q̂ and K̂ rows past L are zero-filled, V_new rows past L zero). O leaves through the
-// warp's own Q̂ rows of the ring tile, for 16-byte row stores.
+// stored (Q̂, K̂ and P̃ rows past L are zero-filled, V_new rows past L zero). O leaves through the
+// warp's own Q̂ rows of the tile, for 16-byte row stores.
 // Session 17's first form ran these products on mma.sync with 2-byte stores and took 1 x 8192
 // from 334 to 623 µs (session 18 run 1); on wgmma 490, with the staged stores 396 (ptxas then
 // serialised every wgmma of the kernel, see below), without the serialisation 347 (run 4).
-template <class Out>
-__device__ __forceinline__ void ws_output(const Params& p, unsigned char* st,
+template <class Out, bool kPt>
+__device__ __forceinline__ void ws_output(const Params& p, const unsigned char* st,
+                                          unsigned char* qt, const float* gs,
                                           const unsigned char* stg, uint64_t* staged,
                                           uint32_t phase, int t0, int L, int hv, int v0, int warp,
                                           int lane) {
-  constexpr float kLog2e = 1.4426950408889634f;
   const int g = lane / 4, q = lane % 4;
-  const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
-  // Q̂ A fragments of k16 step ks: rows 16w + (lane & 15), columns 16ks + 8·(lane >> 4).
+  // A fragments of k16 step ks: rows 16w + (lane & 15), columns 16ks + 8·(lane >> 4): Q̂ (two
+  // 64-column halves) and P̃ (one).
   const int a_row = 16 * warp + (lane & 15);
-  uint32_t qa[8][4];
+  uint32_t qa[8][4], pa[4][4];
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks)
-    ldmatrix_x4(qa[ks], st + kWgQOff + (ks / 4) * (kWgTile / 2) +
-                            wgmma::sw128(a_row, 2 * (ks % 4) + (lane >> 4)));
+    ldmatrix_x4(qa[ks],
+                qt + (ks / 4) * (kWgTile / 2) + wgmma::sw128(a_row, 2 * (ks % 4) + (lane >> 4)));
+  if constexpr (kPt)
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      ldmatrix_x4(pa[kt], st + kWgPOff + wgmma::sw128(a_row, 2 * kt + (lane >> 4)));
   // B K-major [64 n][128 k] in two swizzled 64-column halves: k16 step ks.
   auto b128 = [](const unsigned char* tile, int ks) {
     return wgmma::desc_sw128(tile + (ks / 4) * (kWgTile / 2) + (ks % 4) * 32, 16, 1024);
   };
-  float pacc[32], oacc[32];
+  auto pv = [&](float(&acc)[32], bool add) {  // acc (+)= P̃ V_new
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma::mma_m64n64k16_rs<0>(acc, pa[kt], wgmma::desc_sw128(stg + kWsHOut + kt * 32, 16, 1024),
+                                 add || kt > 0);
+  };
+  float oacc[32], pacc[32];
   // The staging first: a spin loop between a wgmma and its wait makes ptxas serialise every wgmma
   // of the kernel, the consumer's too (C7514; session 18).
   mbar_wait(staged, phase);  // h and V_newᵀ staged (the consumer fenced them to the async proxy)
   wgmma::fence_operand(qa);
+  if constexpr (kPt) wgmma::fence_operand(pa);
   wgmma::fence();
+  if constexpr (!kPt) {
 #pragma unroll
-  for (int ks = 0; ks < 8; ++ks)
-    wgmma::mma_m64n64k16_rs<0>(pacc, qa[ks], b128(st + kWgTile, ks), ks > 0);
-  wgmma::commit();
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma::mma_m64n64k16_rs<0>(pacc, qa[ks], b128(st + kWgTile, ks), ks > 0);
+    wgmma::commit();
+  }
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) wgmma::mma_m64n64k16_rs<0>(oacc, qa[ks], b128(stg, ks), ks > 0);
+  if constexpr (kPt) pv(pacc, false);
   wgmma::commit();
   wgmma::wait<0>();
-  wgmma::fence_operand(pacc);
   wgmma::fence_operand(oacc);
+  wgmma::fence_operand(pacc);
+  // d[4nt + e]: row i_lo (e < 2) or i_hi, column 8nt + 2q + e % 2.
   const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
   const float e_lo = expf(gs[i_lo]), e_hi = expf(gs[i_hi]);
-  const float gl_lo = gs[i_lo] * kLog2e, gl_hi = gs[i_hi] * kLog2e;
-  // d[4nt + e]: row i_lo (e < 2) or i_hi, column 8nt + 2q + e % 2.
+  if constexpr (!kPt) {  // P̃ from P = Q̂K̂ᵀ, as stage 1's kWriteP computes it; O ← e^{γ_i} O + O_P
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float gl_lo = gs[i_lo] * kLog2e, gl_hi = gs[i_hi] * kLog2e;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    oacc[4 * nt] *= e_lo, oacc[4 * nt + 1] *= e_lo;
-    oacc[4 * nt + 2] *= e_hi, oacc[4 * nt + 3] *= e_hi;
-    const int j = nt * 8 + 2 * q;
-    const float2 gj = *reinterpret_cast<const float2*>(gs + j);
-    const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
-    float* pr = pacc + 4 * nt;
-    pr[0] = j <= i_lo && i_lo < L ? pr[0] * exp2_approx(gl_lo - gj0) : 0.0f;
-    pr[1] = j + 1 <= i_lo && i_lo < L ? pr[1] * exp2_approx(gl_lo - gj1) : 0.0f;
-    pr[2] = j <= i_hi && i_hi < L ? pr[2] * exp2_approx(gl_hi - gj0) : 0.0f;
-    pr[3] = j + 1 <= i_hi && i_hi < L ? pr[3] * exp2_approx(gl_hi - gj1) : 0.0f;
+    for (int nt = 0; nt < 8; ++nt) {
+      oacc[4 * nt] *= e_lo, oacc[4 * nt + 1] *= e_lo;
+      oacc[4 * nt + 2] *= e_hi, oacc[4 * nt + 3] *= e_hi;
+      const int j = nt * 8 + 2 * q;
+      const float2 gj = *reinterpret_cast<const float2*>(gs + j);
+      const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
+      float* pr = pacc + 4 * nt;
+      pr[0] = j <= i_lo && i_lo < L ? pr[0] * exp2_approx(gl_lo - gj0) : 0.0f;
+      pr[1] = j + 1 <= i_lo && i_lo < L ? pr[1] * exp2_approx(gl_lo - gj1) : 0.0f;
+      pr[2] = j <= i_hi && i_hi < L ? pr[2] * exp2_approx(gl_hi - gj0) : 0.0f;
+      pr[3] = j + 1 <= i_hi && i_hi < L ? pr[3] * exp2_approx(gl_hi - gj1) : 0.0f;
+    }
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt) {  // bf16(P̃) as the A fragments of k16 step kt (j = 16kt..)
+      const float* lo = pacc + 8 * kt;
+      pa[kt][0] = pack_bf16(lo[0], lo[1]), pa[kt][1] = pack_bf16(lo[2], lo[3]);
+      pa[kt][2] = pack_bf16(lo[4], lo[5]), pa[kt][3] = pack_bf16(lo[6], lo[7]);
+    }
+    wgmma::fence_operand(pa);
+    wgmma::fence_operand(oacc);
+    wgmma::fence();
+    pv(oacc, true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(oacc);
   }
-  uint32_t pa[4][4];  // bf16(P) as the A fragments of k16 step kt (columns j = 16kt..)
-#pragma unroll
-  for (int kt = 0; kt < 4; ++kt) {
-    const float* lo = pacc + 8 * kt;
-    pa[kt][0] = pack_bf16(lo[0], lo[1]), pa[kt][1] = pack_bf16(lo[2], lo[3]);
-    pa[kt][2] = pack_bf16(lo[4], lo[5]), pa[kt][3] = pack_bf16(lo[6], lo[7]);
-  }
-  wgmma::fence_operand(pa);
-  wgmma::fence_operand(oacc);
-  wgmma::fence();
-#pragma unroll
-  for (int kt = 0; kt < 4; ++kt)
-    wgmma::mma_m64n64k16_rs<0>(oacc, pa[kt], wgmma::desc_sw128(stg + kWsHOut + kt * 32, 16, 1024),
-                               true);
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::fence_operand(oacc);
-  // O·scale goes out through the warp's own 16 rows of the ring's Q̂ tile (only this warp's
-  // ldmatrix read them, into qa), swizzled like the tile, so that the global stores are 16-byte
-  // and whole rows (the output rows 16-byte aligned: vec_output): a row of 64 v is 128 bytes
-  // (bf16: half 0 of the tile) or 256 (f32: its 128-byte halves in halves 0 and 1).
+  // O goes out through the warp's own 16 rows of the Q̂ tile (only this warp's ldmatrix read
+  // them, into qa), swizzled like the tile, so that the global stores are 16-byte and whole rows
+  // (the output rows 16-byte aligned: vec_output): a row of 64 v is 128 bytes (bf16: half 0 of
+  // the tile) or 256 (f32: its 128-byte halves in halves 0 and 1).
   constexpr bool kF32 = std::is_same_v<Out, float>;
   __syncwarp();  // every lane's ldmatrix of these rows is done (racecheck's warp-level WAR)
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int r = hi ? i_hi : i_lo;
+    const float e = hi ? e_hi : e_lo;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const float o0 = p.scale * oacc[4 * nt + 2 * hi], o1 = p.scale * oacc[4 * nt + 2 * hi + 1];
+      const int x = 4 * nt + 2 * hi;
+      const float o0 = p.scale * (kPt ? fmaf(e, oacc[x], pacc[x]) : oacc[x]);
+      const float o1 = p.scale * (kPt ? fmaf(e, oacc[x + 1], pacc[x + 1]) : oacc[x + 1]);
       if constexpr (kF32)
-        *reinterpret_cast<float2*>(st + kWgQOff + (nt / 4) * (kWgTile / 2) +
+        *reinterpret_cast<float2*>(qt + (nt / 4) * (kWgTile / 2) +
                                    wgmma::sw128(r, 2 * (nt % 4) + q / 2) + 8 * (q % 2)) =
             make_float2(o0, o1);
       else
-        *reinterpret_cast<uint32_t*>(st + kWgQOff + wgmma::sw128(r, nt) + 4 * q) =
-            pack_bf16(o0, o1);
+        *reinterpret_cast<uint32_t*>(qt + wgmma::sw128(r, nt) + 4 * q) = pack_bf16(o0, o1);
     }
   }
   __syncwarp();
@@ -910,8 +950,7 @@ __device__ __forceinline__ void ws_output(const Params& p, unsigned char* st,
     const int c = lane % kPieces, r = 16 * warp + lane / kPieces + (32 / kPieces) * k;
     if (r < L)
       *reinterpret_cast<uint4*>(out + (int64_t)r * p.o_t + c * (16 / sizeof(Out))) =
-          *reinterpret_cast<const uint4*>(st + kWgQOff + (c / 8) * (kWgTile / 2) +
-                                          wgmma::sw128(r, c % 8));
+          *reinterpret_cast<const uint4*>(qt + (c / 8) * (kWgTile / 2) + wgmma::sw128(r, c % 8));
   }
 }
 
@@ -922,11 +961,12 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
                : "memory");
 }
 
-template <class St, class Out = NoOut>
+template <class St, class Out = NoOut, bool kPt = false>
 __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const SpineSplit sp) {
   constexpr int NW = kWsRing;
   constexpr bool kOut = !std::is_same_v<Out, NoOut>;  // the fused output (see below)
-  constexpr int kStage = kOut ? kWgStageOut : kWgStage;
+  static_assert(kOut || !kPt, "P̃ from stage 1: the fused output only");
+  constexpr int kStage = ws_stage<kOut, kPt>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_u32(smem_raw) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
@@ -952,14 +992,24 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     return;
   }
   constexpr int kStaging = ws_staging<kOut>();
-  unsigned char* stg0 = smem_raw + NW * kStage;  // staging s at stg0 + s·kStaging
-  uint64_t* full = reinterpret_cast<uint64_t*>(stg0 + 2 * kStaging);
+  // The ring (NW stages), kPt's Q̂ ring, the staging (s at stg0 + s·kStaging), kPt's γ of the
+  // ring's buffers, the barriers (kPt: qfull[b], 128 producer arrivals: Q̂ tile b has landed).
+  unsigned char* qring = smem_raw + NW * kStage;
+  unsigned char* stg0 = qring + (kPt ? kWsQRing * kWgTile : 0);
+  unsigned char* gam0 = stg0 + 2 * kStaging;
+  auto gamma_of = [&](int b) {  // γ [64] f32 of ring buffer b
+    return reinterpret_cast<float*>(kPt ? gam0 + b * kC * 4 : smem_raw + b * kStage + kWgGOff);
+  };
+  uint64_t* full = reinterpret_cast<uint64_t*>(gam0 + (kPt ? NW * kC * 4 : 0));
   uint64_t* empty = full + NW;
   uint64_t* staged = empty + NW;
   uint64_t* freed = staged + 2;
+  uint64_t* qfull = freed + 2;
   if (tid == 0) {
     for (int b = 0; b < NW; ++b) mbar_init(full + b, 128), mbar_init(empty + b, 128);
     for (int s = 0; s < 2; ++s) mbar_init(staged + s, 128), mbar_init(freed + s, 128);
+    if constexpr (kPt)
+      for (int b = 0; b < kWsQRing; ++b) mbar_init(qfull + b, 128);
   }
   __syncthreads();
   const int64_t tv_stride = (int64_t)p.Hv * kD, tk_stride = (int64_t)p.Hk * kD;
@@ -985,53 +1035,76 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     const float* g_src = p.gamma + (int64_t)(t_first + min(ct, kC - 1)) * p.Hv + hv;
     const uint32_t w_dst = (pw / 8) * (kWgTile / 2) + wgmma::sw128(rw, pw % 8),
                    k_dst = kWgTile + w_dst;
-    const uint32_t u_dst = kWgUOff + wgmma::sw128(ru, pu), g_dst = kWgGOff + ct * 4;
-    const uint32_t q_dst = kWgQOff + w_dst;  // Q̂ rows as K̂'s (kOut)
+    const uint32_t u_dst = kWgUOff + wgmma::sw128(ru, pu), p_dst = kWgPOff + wgmma::sw128(ru, pu);
+    const int c_first = p.first_chunk[n];
+    // kOut: Q̂ rows as K̂'s (into the stage, or kPt's Q̂ ring); kPt: P̃ rows as U's (the chunk's
+    // [64][64] tile).
+    const uint32_t q_dst = (kPt ? 0 : kWgQOff) + w_dst;
     const bf16* q_src =
         kOut ? static_cast<const bf16*>(p.qn) + ((int64_t)(t_first + rw) * p.Hk + hk) * kD + 8 * pw
              : nullptr;
+    const bf16* p_src = kPt ? static_cast<const bf16*>(p.pt) +
+                                  ((int64_t)(c_first + cs_begin) * p.Hv + hv) * kC * kC + ru * kC +
+                                  8 * pu
+                            : nullptr;
+    const int64_t p_chunk = (int64_t)p.Hv * kC * kC;  // P̃ elements from one chunk to the next
     auto copy_chunk = [&](int j) {
       const int cs = cs_begin + j, L = min(kC, len - cs * kC), dc = j * kC;
       unsigned char* st = smem_raw + (j % NW) * kStage;
+      unsigned char* gd = reinterpret_cast<unsigned char*>(gamma_of(j % NW)) + ct * 4;
       const bf16* wc = w_src + dc * tv_stride;
       const bf16* kc = k_src + dc * tk_stride;
       const bf16* uc = u_src + dc * tv_stride;
+      const bf16* pc = kPt ? p_src + j * p_chunk : nullptr;
       if (L == kC) {
 #pragma unroll
         for (int k = 0; k < kC / 8; ++k) {
           cp_async16(st + w_dst + k * 1024, wc + k * 8 * tv_stride, 16);
           cp_async16(st + k_dst + k * 1024, kc + k * 8 * tk_stride, 16);
-          if constexpr (kOut)
+          if constexpr (kOut && !kPt)
             cp_async16(st + q_dst + k * 1024, q_src + (dc + k * 8) * tk_stride, 16);
         }
 #pragma unroll
-        for (int k = 0; k < kC / 16; ++k)
+        for (int k = 0; k < kC / 16; ++k) {
           cp_async16(st + u_dst + k * 2048, uc + k * 16 * tv_stride, 16);
-        if (ct < kC) cp_async4(st + g_dst, g_src + dc * p.Hv, 4);
+          if constexpr (kPt) cp_async16(st + p_dst + k * 2048, pc + k * 16 * kC, 16);
+        }
+        if (ct < kC) cp_async4(gd, g_src + dc * p.Hv, 4);
       } else {
 #pragma unroll
         for (int k = 0; k < kC / 8; ++k) {
           const int i = rw + 8 * k, dr = min(i, L - 1) - rw, bytes = i < L ? 16 : 0;
           cp_async16(st + w_dst + k * 1024, wc + dr * tv_stride, bytes);
           cp_async16(st + k_dst + k * 1024, kc + dr * tk_stride, bytes);
-          if constexpr (kOut)
+          if constexpr (kOut && !kPt)
             cp_async16(st + q_dst + k * 1024, q_src + (dc + dr) * tk_stride, bytes);
         }
 #pragma unroll
         for (int k = 0; k < kC / 16; ++k) {
-          const int i = ru + 16 * k;
-          cp_async16(st + u_dst + k * 2048, uc + (min(i, L - 1) - ru) * tv_stride, i < L ? 16 : 0);
+          const int i = ru + 16 * k, dr = min(i, L - 1) - ru, bytes = i < L ? 16 : 0;
+          cp_async16(st + u_dst + k * 2048, uc + dr * tv_stride, bytes);
+          if constexpr (kPt) cp_async16(st + p_dst + k * 2048, pc + dr * kC, bytes);
         }
-        if (ct < kC)
-          cp_async4(st + g_dst, g_src + (dc + min(ct, L - 1) - ct) * p.Hv, ct < L ? 4 : 0);
+        if (ct < kC) cp_async4(gd, g_src + (dc + min(ct, L - 1) - ct) * p.Hv, ct < L ? 4 : 0);
       }
+    };
+    // kPt: chunk j's Q̂ into Q̂ tile j % 2 (free once output j − 2 is done), arriving on qfull.
+    auto copy_q = [&](int j) {
+      const int L = min(kC, len - (cs_begin + j) * kC), dc = j * kC;
+      unsigned char* qt = qring + (j % kWsQRing) * kWgTile;
+#pragma unroll
+      for (int k = 0; k < kC / 8; ++k) {
+        const int i = rw + 8 * k, dr = min(i, L - 1) - rw;
+        cp_async16(qt + q_dst + k * 1024, q_src + (dc + dr) * tk_stride, i < L ? 16 : 0);
+      }
+      cp_async_arrive_noinc(qfull + j % kWsQRing);
     };
     // Chunk j's copies arrive on full[j % NW] when they land (cp.async.mbarrier.arrive), so the
     // producer never waits on its own copies: it only waits for a buffer to be free.
 #pragma unroll
     for (int k = 0; k < NW - 1; ++k)
       if (k < runs) copy_chunk(k), cp_async_arrive_noinc(full + k);
-    const int c_first = p.first_chunk[n];
+    if constexpr (kPt) copy_q(0);
     const int64_t h_chunk = (int64_t)p.Hv * kD * kD;
     // Output pieces: h [64 v][128] of chunk c is 16 KB contiguous (piece ct + 128k: row / 16,
     // 16-byte column % 16); V_new rows t0 + (ct + 128k) / 8, piece (ct % 8) of the 128-byte slice.
@@ -1051,16 +1124,21 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
       // Chunk j's outputs.
       const int s = j % 2, L = min(kC, len - (cs_begin + j) * kC);
       if constexpr (kOut) {
-        // This chunk's Q̂, K̂ and γ: every producer thread's copies landed (the consumer waited on
-        // the same phase; the buffer is refilled only after this iteration); ws_output waits for
-        // the staging itself.
+        if constexpr (kPt)
+          if (j + 1 < runs) copy_q(j + 1);
+        // This chunk's Q̂, K̂ or P̃, and γ: every producer thread's copies landed (the consumer
+        // waited on the same phase of full; the buffers are refilled only after this iteration);
+        // ws_output waits for the staging itself.
         mbar_wait(full + j % NW, (j / NW) & 1);
-        wgmma::fence_async_smem();
-        ws_output<Out>(p, smem_raw + (j % NW) * kStage, stg0 + s * kStaging, staged + s,
-                       (j / 2) & 1, bos + (cs_begin + j) * kC, L, hv, v0, warp, lane);
+        if constexpr (kPt) mbar_wait(qfull + j % kWsQRing, (j / kWsQRing) & 1);
+        wgmma::fence_async_smem();  // K̂ (kPt false) is a wgmma operand
+        unsigned char* st = smem_raw + (j % NW) * kStage;
+        ws_output<Out, kPt>(p, st, kPt ? qring + (j % kWsQRing) * kWgTile : st + kWgQOff,
+                            gamma_of(j % NW), stg0 + s * kStaging, staged + s, (j / 2) & 1,
+                            bos + (cs_begin + j) * kC, L, hv, v0, warp, lane);
         mbar_arrive(freed + s);
-        // Every producer warp is done with ring buffer j % NW before any of them refills it (the
-        // next iteration's copies of chunk j + NW): warps read each other's copied rows.
+        // Every producer warp is done with ring buffer j % NW and Q̂ tile j % 2 before any of
+        // them refills it (the next iterations' copies): warps read each other's copied rows.
         asm volatile("bar.sync 1, 128;\n" ::: "memory");
         continue;
       }
@@ -1125,10 +1203,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kStgElems = kStaging / 2;
 
-  auto step = [&](auto full_chunk, int j, const unsigned char* st) {
+  auto step = [&](auto full_chunk, int j, const unsigned char* st, const float* gs) {
     constexpr bool kFull = decltype(full_chunk)::value;
     const int L = kFull ? kC : min(kC, len - (cs_begin + j) * kC), so = (j % 2) * kStgElems;
-    const float* gs = reinterpret_cast<const float*>(st + kWgGOff);
     uint32_t sa[8][4];
 #pragma unroll
     for (int kt = 0; kt < 8; ++kt) {
@@ -1224,10 +1301,11 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     wgmma::fence_async_smem();
     const unsigned char* st = smem_raw + (j % NW) * kStage;
     const int L = min(kC, len - cs * kC);
+    const float* gs = gamma_of(j % NW);
     if (L == kC)
-      step(std::true_type{}, j, st);
+      step(std::true_type{}, j, st, gs);
     else
-      step(std::false_type{}, j, st);
+      step(std::false_type{}, j, st, gs);
     mbar_arrive(empty + j % NW);  // every read of buffer j % NW is done (the S update waited)
     const int end = cs * kC + L;
     if (p.every > 0 && end % p.every == 0) {
@@ -1659,9 +1737,13 @@ __device__ __forceinline__ float half_warp_sum(float x) {
 // kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
 // W / U products, Tb / Tu with per-thread fixed columns).
-template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false>
+// kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): every block also
+// loads Q̂ into the V tile (dead until T) and writes P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16)
+// to p.pt, so that the spine's producer does not compute it (see ws_output).
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false>
 __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
+  static_assert(!kWriteP || (kVec && kV7 && kWriteQ), "P̃: v7 with 16-byte rows and Q̂ only");
   // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
   // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
   constexpr bool kLate = kV7 && kVec;
@@ -1765,7 +1847,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       if (write_kn && i < L) knr[r * kn_step] = kp;
     }
     if constexpr (kWriteQ) {
-      if (write_kn) {
+      if (kWriteP || write_kn) {  // kWriteP: every block, for P̃ (Q̂ to p.qn only where write_kn)
         const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
         const int64_t q_step = 8 * p.q_t;
         uint4 rq[8];
@@ -1786,7 +1868,9 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
           for (int j = 0; j < 8; ++j) qq += xq[j] * xq[j];
           qq = half_warp_sum(qq);
           const float iq = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.0f;
-          if (rr + 8 * r < L) qnr[r * kn_step] = pack8_bf16(xq, iq);
+          const uint4 qp = pack8_bf16(xq, iq);
+          if ((!kWriteP || write_kn) && rr + 8 * r < L) qnr[r * kn_step] = qp;
+          if constexpr (kWriteP) *reinterpret_cast<uint4*>(Vb + (rr + 8 * r) * kWP + c8) = qp;
         }
       }
     }
@@ -1914,6 +1998,50 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
         *reinterpret_cast<float2*>(Af + ia * kAP + j) = xa;
         *reinterpret_cast<float2*>(Af + ib * kAP + j) = xb;
       }
+    if constexpr (kWriteP) {
+      // P̃ rows 16·warp.. as A's, from the same K̂ fragments with Q̂ (the V tile, [64][136]) as
+      // the A operand: P̃_ij = (q̂_i·k̂_j) e^{γ_i−γ_j} for j <= i < L, else 0 (ws_output's P before
+      // session 19, rounded to bf16 the same way). It leaves through the warp's own Q̂ rows (only
+      // this warp reads them) for 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows
+      // i >= L are not stored (the spine's copy zero-fills them). T goes over the V tile only
+      // after the barrier below.
+      const bf16* qs_row = Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
+      float pacc[8][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, qs_row + 16 * ks);
+#pragma unroll
+        for (int np = 0; np < 4; ++np)
+          if (np <= warp) {
+            uint32_t b[4];
+            ldmatrix_x4(b, b_row + 16 * np * kWP + 16 * ks);
+            mma_bf16(pacc[2 * np], a, b[0], b[1]);
+            mma_bf16(pacc[2 * np + 1], a, b[2], b[3]);
+          }
+      }
+      __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
+        const int j = nt * 8 + 2 * q;
+        const float2 gj = *reinterpret_cast<const float2*>(gl + j);
+        const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
+        const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
+        const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
+        const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
+        *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
+        *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
+      }
+      __syncwarp();
+      bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv) * kC * kC;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int r = 16 * warp + lane / 8 + 4 * k;
+        if (r < L)
+          *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
+              *reinterpret_cast<const uint4*>(Vb + r * kWP + 8 * (lane % 8));
+      }
+    }
   } else {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
     float acc[8][4] = {};
 #pragma unroll
@@ -2898,19 +3026,37 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // and not below (1 x 8192 334 -> 347, 1 x 32768 even), so it is on from 1024 chunks there.
   // (Raw q in the ring, normalised by ws_output, with no Q̂ from stage 1, was slower: 1 x 131072
   // 4573 -> 5230, Hv 64 476 -> 498: stage 1's Q̂ reaches the spine from L2, raw q from DRAM.)
-  // HYBRID_GDN_CHUNK_WS_OUT=1 / 0: always (where the output rows allow 16-byte stores) / never.
+  // Session 19 (runs 2-3): with P̃ from stage 1 (ws_pt; wu_tc5_kernel's kWriteP, v7 with 16-byte
+  // rows, which every default call has) the pipeline's fused spine wins below 1024 chunks (1 x
+  // 8192 334 -> 328 µs, 1 x 32768 1234 -> 1206, against the unfused spine), where stage 1's
+  // pieces bound the pipeline and lose stage 3 beside them; at 1 x 131072 it loses (4548 with the
+  // producer's P̃ against 4640), and outside the pipeline, where stage 1 does not run beside the
+  // spine, its cost in stage 1 (118 -> 159 µs at 1 x 8192) outweighs the spine's gain (236 ->
+  // 205 µs): so the producer computes P̃ itself there.
+  // HYBRID_GDN_CHUNK_WS_OUT=1 / 0: always (where the output rows allow 16-byte stores) / never;
+  // HYBRID_GDN_CHUNK_WS_PT=1 / 0: P̃ from stage 1 wherever it can / never.
   static const int ws_out_env = env_int("HYBRID_GDN_CHUNK_WS_OUT", -1);
-  const bool ws_out_auto = !pipelined || p.max_chunks >= 1024;
+  static const int ws_pt_env = env_int("HYBRID_GDN_CHUNK_WS_PT", -1);
+  const bool pt_ok = opt.wu_v5 && opt.wu_v7 && vec_inputs(p, a.q.dtype(), true);
+  const bool pt_auto = pipelined && p.max_chunks < 1024;
+  const bool ws_out_auto = !pipelined || p.max_chunks >= 1024 || (pt_ok && ws_pt_env != 0);
   const bool ws_fused = ws_spine && (ws_out_env == 1 || (ws_out_env != 0 && ws_out_auto)) &&
                         vec_output(p, dtype_size(a.out.dtype()));
-  const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn
-  const size_t qn_bytes =
-      q_hat ? (static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16) + 255) / 256 * 256 : 0;
+  const bool ws_pt = ws_fused && pt_ok && (ws_pt_env == 1 || (ws_pt_env != 0 && pt_auto));
+  const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn (and P̃ to p.pt: ws_pt)
+  auto up256 = [](size_t b) { return (b + 255) / 256 * 256; };
+  // p.extra: Q̂ [T, Hk, K], P̃ [max_chunks, Hv, 64, 64] (bf16), then the split spine's segments or
+  // the pipeline's carry.
+  const size_t fused_bytes =
+      (q_hat ? up256(static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16)) : 0) +
+      (ws_pt ? up256(static_cast<size_t>(p.max_chunks) * p.Hv * kC * kC * sizeof(bf16)) : 0);
   // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
   const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
   plan_workspace(p, sizeof(bf16), q_hat ? 0 : sizeof(bf16), ctx, sizeof(bf16),
-                 qn_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
+                 fused_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
   if (q_hat) p.qn = p.extra;
+  if (ws_pt)
+    p.pt = static_cast<char*>(p.extra) + up256(static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16));
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
                                  std::to_string(S) + " segments of " + std::to_string(G) +
@@ -2949,8 +3095,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, q_hat)) {
           kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            kern =
-                q_hat ? wu_tc5_kernel<In, true, true, true> : wu_tc5_kernel<In, true, false, true>;
+            kern = ws_pt   ? wu_tc5_kernel<In, true, true, true, true>
+                   : q_hat ? wu_tc5_kernel<In, true, true, true>
+                           : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
           }
         }
@@ -2969,7 +3116,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   timer.mark(2);
   SpineSplit sp;
   if (S > 1) {
-    char* base = static_cast<char*>(p.extra) + qn_bytes;
+    char* base = static_cast<char*>(p.extra) + fused_bytes;
     sp.seg_chunks = G;
     sp.segments = S;
     sp.start = reinterpret_cast<float*>(base);
@@ -3024,12 +3171,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
             kern, dim3(static_cast<unsigned>(p.N), static_cast<unsigned>(p.Hv), kD / kWgRows), smem,
             as_stream(ctx.stream()), spine_priority, spine_programmatic, 0, p, sp, 256);
       };
+      const bool out_bf16 = a.out.dtype() == DType::bf16;
       if (!ws_fused)
         launch_ws(spine_ws_kernel<St>, kWsSmem);
-      else if (a.out.dtype() == DType::bf16)
-        launch_ws(spine_ws_kernel<St, bf16>, ws_smem<true>());
+      else if (ws_pt)
+        out_bf16 ? launch_ws(spine_ws_kernel<St, bf16, true>, ws_smem<true, true>())
+                 : launch_ws(spine_ws_kernel<St, float, true>, ws_smem<true, true>());
       else
-        launch_ws(spine_ws_kernel<St, float>, ws_smem<true>());
+        out_bf16 ? launch_ws(spine_ws_kernel<St, bf16>, ws_smem<true>())
+                 : launch_ws(spine_ws_kernel<St, float>, ws_smem<true>());
       return;
     }
     if (pipelined) {
@@ -3146,7 +3296,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     std::lock_guard<std::mutex> lock(ps.mu);
     const cudaStream_t main = as_stream(ctx.stream());
     const int n_pieces = static_cast<int>(pieces.size()) - 1;
-    sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + qn_bytes);
+    sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + fused_bytes);
     HYBRID_CUDA_CHECK(cudaEventRecord(ps.fork, main));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.wu, ps.fork, 0));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
@@ -3205,7 +3355,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   // The warpgroup spine replaces whichever spine the variant's name describes.
   if (ws_spine)
     name = name.substr(0, name.find(" (")) +
-           (ws_fused ? " (warpgroup spine with the output)" : " (warpgroup spine)");
+           (ws_pt      ? " (warpgroup spine with the output, P̃ from stage 1)"
+            : ws_fused ? " (warpgroup spine with the output)"
+                       : " (warpgroup spine)");
   const std::string spine_line = ws_spine ? std::string()
                                           : std::string(", spine ") + (narrow ? "16" : "32") +
                                                 "-row slices, ring " + (ring3 ? "3" : "2") + ", " +

@@ -74,7 +74,7 @@ struct ScanParams {
   float* css = nullptr;      // [max_chunks, H, Q]: cumulative dt'·A
   float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
   float* CB = nullptr;       // v3: [max_chunks, G, Q, Q]: C_i·B_j of the chunk (tiles j0 ≤ i0);
-                             // bf16 at the same element offsets with HYBRID_SSM_CHUNK_CB_BF16=1
+                             // bf16 at the same element offsets in v6 (HYBRID_SSM_CHUNK_CB_BF16)
 };
 
 __global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
@@ -1257,11 +1257,13 @@ __global__ void __launch_bounds__(kV2OutThreads) v3_cb_kernel(const ScanParams p
 // Rounding as v3 except the decays on off-diagonal tiles (product of two f32 exps instead of one;
 // relative difference ~1e-7, far below the bf16 rounding of the masked C·Bᵀ operand).
 
-// kCbBf16 (`HYBRID_SSM_CHUNK_CB_BF16=1`, prepared in session 18 and not yet run on a GPU, so off
-// by default): the C·Bᵀ tiles come from v3_cb_kernel<N, true> in bf16, [64 i][64 j] swizzled in
-// the same space. Each 64 x 64 tile read from L2 is 8 KiB instead of 16 (at Mamba2 1 x 16384 the
-// blocks read ~820 MB of f32 C·Bᵀ, ~40% of their ~1.9 GB of tile reads); the element is rounded
-// to bf16 before the decay scaling and again after it (one more rounding of the masked operand).
+// kCbBf16 (the default since session 19; `HYBRID_SSM_CHUNK_CB_BF16=0` keeps f32): the C·Bᵀ tiles
+// come from v3_cb_kernel<N, true> in bf16, [64 i][64 j] swizzled in the same space. Each 64 x 64
+// tile read from L2 is 8 KiB instead of 16 (at Mamba2 1 x 16384 the blocks read ~820 MB of f32
+// C·Bᵀ, ~40% of their ~1.9 GB of tile reads); the element is rounded to bf16 before the decay
+// scaling and again after it (one more rounding of the masked operand). Session 19 (same runs):
+// the out stage 379 -> 348-354 µs, Mamba2 1 x 16384 727 -> 696, 8 x 4096 1424 -> 1363, the
+// grouped H 128 G 8 shapes 1166 -> 1116 and 2317 -> 2216 (predicted 670-700 at Mamba2 1 x 16384).
 template <int N, bool kCbBf16 = false>
 __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     v6_out_kernel(const ScanParams p, const bf16* Se) {
@@ -1894,10 +1896,10 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
-  // v6 with HYBRID_SSM_CHUNK_CB_BF16=1 (prepared, off by default): C·Bᵀ in bf16 (v6_out_kernel's
-  // kCbBf16), in the first half of the f32 space.
-  static const bool cb_bf16_asked = env_on("HYBRID_SSM_CHUNK_CB_BF16");
-  const bool cb_bf16 = version == 6 && cb_bf16_asked;
+  // v6: C·Bᵀ in bf16 (v6_out_kernel's kCbBf16), in the first half of the f32 space;
+  // HYBRID_SSM_CHUNK_CB_BF16=0 keeps it in f32.
+  static const bool cb_f32_asked = env_is_zero("HYBRID_SSM_CHUNK_CB_BF16");
+  const bool cb_bf16 = version == 6 && !cb_f32_asked;
   StageTimer timer(ctx, stream,
                    version == 6 ? "ssm_chunk_scan.cuda_v6"
                    : v3         ? "ssm_chunk_scan.cuda_v3"
