@@ -1733,6 +1733,27 @@ __device__ __forceinline__ float half_warp_sum(float x) {
   return x;
 }
 
+// acc [16 rows][64 j] = X K̂ᵀ over the column tiles np <= last (16 keys each, two n-tiles), X's
+// rows from a [64][136] bf16 tile by ldmatrix (x_row: this lane's row 16·block + (lane & 15),
+// column 8·(lane >> 4)), K̂ [j][d] the B operand (k_row: row (lane & 7) + 8·(lane >> 4), column
+// 8·((lane >> 3) & 1)); stage 1 v7's lower-triangle products (A with X = K̂, P̃ with X = Q̂).
+__device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_row,
+                                              const bf16* k_row, int last) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a[4];
+    ldmatrix_x4(a, x_row + 16 * ks);
+#pragma unroll
+    for (int np = 0; np < 4; ++np)
+      if (np <= last) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_row + 16 * np * kWP + 16 * ks);
+        mma_bf16(acc[2 * np], a, b[0], b[1]);
+        mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+      }
+  }
+}
+
 // kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
 // kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
@@ -1968,21 +1989,8 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     // A = K̂ rows 16·warp + (lane & 15), columns + 8·(lane >> 4); B (two n-tiles of K̂ [j][d]) rows
     // 16np + (lane & 7) + 8·(lane >> 4), columns + 8·((lane >> 3) & 1).
     float acc[8][4] = {};
-    const bf16* a_row = Kb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
     const bf16* b_row = Kb + ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, a_row + 16 * ks);
-#pragma unroll
-      for (int np = 0; np < 4; ++np)
-        if (np <= warp) {
-          uint32_t b[4];
-          ldmatrix_x4(b, b_row + 16 * np * kWP + 16 * ks);
-          mma_bf16(acc[2 * np], a, b[0], b[1]);
-          mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-        }
-    }
+    tril_products(acc, Kb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
     const int ia = 16 * warp + g, ib = ia + 8;
     const float gia = gl[ia], gib = gl[ib], bia = bet[ia], bib = bet[ib];
 #pragma unroll
@@ -2005,21 +2013,8 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       // this warp reads them) for 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows
       // i >= L are not stored (the spine's copy zero-fills them). T goes over the V tile only
       // after the barrier below.
-      const bf16* qs_row = Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4);
       float pacc[8][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, qs_row + 16 * ks);
-#pragma unroll
-        for (int np = 0; np < 4; ++np)
-          if (np <= warp) {
-            uint32_t b[4];
-            ldmatrix_x4(b, b_row + 16 * np * kWP + 16 * ks);
-            mma_bf16(pacc[2 * np], a, b[0], b[1]);
-            mma_bf16(pacc[2 * np + 1], a, b[2], b[3]);
-          }
-      }
+      tril_products(pacc, Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
       __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
