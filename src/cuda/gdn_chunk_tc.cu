@@ -1691,6 +1691,8 @@ static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per
 constexpr int kWu7Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;
 static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 v7: T fits the V tile exactly");
 static_assert(4 * (kWu7Smem + 1024) <= 228 * 1024, "stage 1 v7: four blocks per SM");
+static_assert(4 * (kWu7Smem + 3 * kC * 4 + 1024) <= 228 * 1024,
+              "stage 1 v7 with the shared P̃ (glx): four blocks per SM");
 constexpr float kLog2e = 1.4426950408889634f;
 
 // x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
@@ -1758,10 +1760,14 @@ __device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_
 // kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
 // W / U products, Tb / Tu with per-thread fixed columns).
-// kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): every block also
-// loads Q̂ into the V tile (dead until T) and writes P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16)
-// to p.pt, so that the spine's producer does not compute it (see ws_output).
-template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false>
+// kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): P̃ =
+// tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16) to p.pt, so that the spine's producer does not
+// compute it (see ws_output), Q̂ loaded into the V tile (dead until T). 1: every block its own
+// head's. 2 (HYBRID_GDN_CHUNK_PT_SHARED=1, prepared in session 19, not yet run on a GPU): the
+// heads of one hk share Q̂K̂ᵀ, so the block of head hv with hv % ratio a multiple of 4 computes it
+// once and writes the P̃ of heads hv..hv + 3 (those of its hk), decayed by each head's γ (warps
+// 1-3 scan the other heads' gates into glx); the other blocks load no q and compute no P̃.
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, int kWriteP = 0>
 __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
   static_assert(!kWriteP || (kVec && kV7 && kWriteQ), "P̃: v7 with 16-byte rows and Q̂ only");
@@ -1776,6 +1782,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;                // [64] β
   float* gl = bet + kC;                                              // [64] γ log2 e
   float* beg = gl + kC;                                              // [64] β e^γ
+  float* glx = beg + kC;  // kWriteP == 2: [3][64] γ log2 e of heads hv + 1.. (kWu7Smem + 768)
   bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
   bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
   const int c = p.chunk_base + blockIdx.x;
@@ -1790,6 +1797,10 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   const In* vin = static_cast<const In*>(p.v);
   bf16* kn = static_cast<bf16*>(p.kn);
   const bool write_kn = hv % p.ratio == 0;
+  // The heads whose P̃ this block writes: kWriteP 1, its own; 2, hv..hv + p_heads − 1 where
+  // hv % ratio is a multiple of 4 (the heads of one hk), none in the other blocks.
+  const int p_hr = hv % p.ratio;
+  const int p_heads = kWriteP == 2 ? (p_hr % 4 == 0 ? min(4, p.ratio - p_hr) : 0) : 1;
   // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
   const int i0 = 2 * lane, i1 = i0 + 1;
   float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
@@ -1803,6 +1814,12 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
     }
   }
+  float gx0 = 0.0f, gx1 = 0.0f;  // kWriteP == 2: warp w in 1..p_heads − 1, head hv + w's gates
+  if constexpr (kWriteP == 2)
+    if (warp >= 1 && warp < p_heads) {
+      if (i0 < L) gx0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv + warp];
+      if (i1 < L) gx1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv + warp];
+    }
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
@@ -1868,7 +1885,8 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       if (write_kn && i < L) knr[r * kn_step] = kp;
     }
     if constexpr (kWriteQ) {
-      if (kWriteP || write_kn) {  // kWriteP: every block, for P̃ (Q̂ to p.qn only where write_kn)
+      // kWriteP: the blocks that write P̃ (kWriteP 1: every block), Q̂ to p.qn only where write_kn.
+      if (kWriteP == 1 || write_kn || (kWriteP == 2 && p_heads > 0)) {
         const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
         const int64_t q_step = 8 * p.q_t;
         uint4 rq[8];
@@ -1983,6 +2001,16 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
     if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
   }
+  if constexpr (kWriteP == 2)
+    if (warp >= 1 && warp < p_heads) {  // head hv + warp's γ log2 e, the same scan as warp 0's
+      float cum = gx0 + gx1;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, cum, o);
+        if (lane >= o) cum += y;
+      }
+      glx[(warp - 1) * kC + i0] = (cum - gx1) * kLog2e, glx[(warp - 1) * kC + i1] = cum * kLog2e;
+    }
   __syncthreads();
   if constexpr (kV7) {  // A rows 16·warp.. as below, only the column tiles 16np.. with np <= warp
     // (A_ij = 0 for j >= i; the blocks above the diagonal are never read). Fragments by ldmatrix:
@@ -2013,28 +2041,36 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       // this warp reads them) for 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows
       // i >= L are not stored (the spine's copy zero-fills them). T goes over the V tile only
       // after the barrier below.
-      float pacc[8][4] = {};
-      tril_products(pacc, Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
-      __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
+      if (p_heads > 0) {  // (kWriteP 1: always)
+        float pacc[8][4] = {};
+        tril_products(pacc, Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
+        __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
+        // Head hv + e (kWriteP 2: e < p_heads; its γ log2 e in glx for e > 0).
+        for (int e = 0; e < (kWriteP == 2 ? p_heads : 1); ++e) {
+          const float* ge = e == 0 ? gl : glx + (e - 1) * kC;
+          const float gea = e == 0 ? gia : ge[ia], geb = e == 0 ? gib : ge[ib];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
-        const int j = nt * 8 + 2 * q;
-        const float2 gj = *reinterpret_cast<const float2*>(gl + j);
-        const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
-        const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
-        const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
-        const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
-        *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
-        *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
-      }
-      __syncwarp();
-      bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv) * kC * kC;
+          for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
+            const int j = nt * 8 + 2 * q;
+            const float2 gj = *reinterpret_cast<const float2*>(ge + j);
+            const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gea - gj.x) : 0.0f;
+            const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gea - gj.y) : 0.0f;
+            const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(geb - gj.x) : 0.0f;
+            const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(geb - gj.y) : 0.0f;
+            *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
+            *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
+          }
+          __syncwarp();
+          bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv + e) * kC * kC;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int r = 16 * warp + lane / 8 + 4 * k;
-        if (r < L)
-          *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
-              *reinterpret_cast<const uint4*>(Vb + r * kWP + 8 * (lane % 8));
+          for (int k = 0; k < 4; ++k) {
+            const int r = 16 * warp + lane / 8 + 4 * k;
+            if (r < L)
+              *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
+                  *reinterpret_cast<const uint4*>(Vb + r * kWP + 8 * (lane % 8));
+          }
+          if (e + 1 < (kWriteP == 2 ? p_heads : 1)) __syncwarp();  // rows read before rewritten
+        }
       }
     }
   } else {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
@@ -3038,6 +3074,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const bool ws_fused = ws_spine && (ws_out_env == 1 || (ws_out_env != 0 && ws_out_auto)) &&
                         vec_output(p, dtype_size(a.out.dtype()));
   const bool ws_pt = ws_fused && pt_ok && (ws_pt_env == 1 || (ws_pt_env != 0 && pt_auto));
+  // HYBRID_GDN_CHUNK_PT_SHARED=1 (prepared in session 19, not yet run on a GPU): stage 1's P̃ once
+  // per group of up to 4 heads of one hk (wu_tc5_kernel's kWriteP 2).
+  static const bool pt_shared = env_on("HYBRID_GDN_CHUNK_PT_SHARED");
   const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn (and P̃ to p.pt: ws_pt)
   auto up256 = [](size_t b) { return (b + 255) / 256 * 256; };
   // p.extra: Q̂ [T, Hk, K], P̃ [max_chunks, Hv, 64, 64] (bf16), then the split spine's segments or
@@ -3090,10 +3129,11 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, q_hat)) {
           kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            kern = ws_pt   ? wu_tc5_kernel<In, true, true, true, true>
-                   : q_hat ? wu_tc5_kernel<In, true, true, true>
-                           : wu_tc5_kernel<In, true, false, true>;
-            smem = kWu7Smem;
+            kern = !ws_pt      ? (q_hat ? wu_tc5_kernel<In, true, true, true>
+                                        : wu_tc5_kernel<In, true, false, true>)
+                   : pt_shared ? wu_tc5_kernel<In, true, true, true, 2>
+                               : wu_tc5_kernel<In, true, true, true, 1>;
+            smem = kWu7Smem + (ws_pt && pt_shared ? 3 * kC * 4 : 0);
           }
         }
     }
