@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, ptshared, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, ptshared, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -411,6 +411,18 @@ if section ptshared; then
       HYBRID_GDN_CHUNK_PT_SHARED=$w HYBRID_GDN_CHUNK_STAGES=1 HYBRID_GDN_CHUNK_WS_SPINE=1 HYBRID_GDN_CHUNK_WS_OUT=1 \
         HYBRID_GDN_CHUNK_WS_PT=1 timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
     done
+  done
+fi
+if section attnsplits; then
+  # attn_decode at B 1 under other split counts (HYBRID_ATTN_SPLITS, session 19; not in the default
+  # SECTIONS): the B 1 cases (32K in pages of 16 and 64, 131K) at each count, the default's first.
+  A='attn_decode(N=1,lens=32768,Hq=16,Hkv=2,D=256,page=16,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
+  A64=${A/page=16/page=64}
+  A131='attn_decode(N=1,lens=131072,Hq=16,Hkv=2,D=256,page=64,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
+  for n in 0 16 33 44 66 99 132 198 256; do
+    echo "-- HYBRID_ATTN_SPLITS=$n (0: the default)"
+    HYBRID_ATTN_SPLITS=$n timeout 60 $OPS perf -b cuda -o "$A,$A64,$A131" 2>&1 | grep "^attn" |
+      sed -E 's/,window=0,scale=1\/sqrt\(D\),act=bf16,cache=bf16,perf//' | cut -c1-120
   done
 fi
 if section ssmcb; then

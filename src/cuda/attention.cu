@@ -983,6 +983,11 @@ void plan_attention(AttnParams& p, const Tensor& k_cache, const Tensor& v_cache,
     const double cost = waves * (static_cast<double>(keys_max) / static_cast<double>(s) + 64.0);
     if (s == 1 || cost < best) best = cost, splits = s;
   }
+  // HYBRID_ATTN_SPLITS=N (N >= 1; every call planned here: decode, the fused rope + append +
+  // decode, the simple prefill) replaces the choice, clamped to 1..s_max, to time other split
+  // counts beside it (the B 1 decode target's open question: session 19, docs/PERFORMANCE.md).
+  static const int splits_env = env_int("HYBRID_ATTN_SPLITS", 0);
+  if (splits_env > 0) splits = std::clamp<int64_t>(splits_env, 1, s_max);
   p.splits = static_cast<int>(splits);
   // v5: keys per split from the shapes, whole tiles (splits ≤ keys_max / 64, so every chunk but
   // possibly the last ones is non-empty).

@@ -101,6 +101,16 @@ inline bool env_on(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
+// An integer environment variable, or `fallback` when unset or not a number
+// (HYBRID_GDN_CHUNK_PIPE_CHUNKS=64, HYBRID_ATTN_SPLITS=33).
+inline int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return *end == '\0' ? static_cast<int>(x) : fallback;
+}
+
 // The current device's SM count and compute capability (major), cached per device so that a
 // decode step pays no driver query after the first.
 struct DeviceInfo {

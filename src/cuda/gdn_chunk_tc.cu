@@ -2824,15 +2824,6 @@ PipeSync& pipe_sync() {
   return *ps;
 }
 
-// An integer environment variable, or `fallback` when unset or not a number.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return *end == '\0' ? static_cast<int>(x) : fallback;
-}
-
 // Chunk bounds of the pieces (bounds[0] = 0 < .. < bounds[pieces] = p.max_chunks), or fewer than
 // two pieces with the reason in why. M chunks a piece, the first and the last M / 2 (the parts of
 // stages 1 and 3 that nothing hides), at most kMaxPieces (M grows for long sequences). M =
