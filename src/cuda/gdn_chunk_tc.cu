@@ -45,6 +45,7 @@
 #include "cuda/gdn_chunk.cuh"
 #include "cuda/kernels.h"
 #include "cuda/mma.cuh"
+#include "cuda/warp.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace hybrid::cuda {
@@ -2003,12 +2004,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   }
   if constexpr (kWriteP == 2)
     if (warp >= 1 && warp < p_heads) {  // head hv + warp's γ log2 e, the same scan as warp 0's
-      float cum = gx0 + gx1;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, cum, o);
-        if (lane >= o) cum += y;
-      }
+      const float cum = warp_inclusive_scan(gx0 + gx1, lane);
       glx[(warp - 1) * kC + i0] = (cum - gx1) * kLog2e, glx[(warp - 1) * kC + i1] = cum * kLog2e;
     }
   __syncthreads();
@@ -3072,16 +3068,16 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   auto up256 = [](size_t b) { return (b + 255) / 256 * 256; };
   // p.extra: Q̂ [T, Hk, K], P̃ [max_chunks, Hv, 64, 64] (bf16), then the split spine's segments or
   // the pipeline's carry.
+  const size_t qn_bytes = q_hat ? up256(static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16)) : 0;
   const size_t fused_bytes =
-      (q_hat ? up256(static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16)) : 0) +
+      qn_bytes +
       (ws_pt ? up256(static_cast<size_t>(p.max_chunks) * p.Hv * kC * kC * sizeof(bf16)) : 0);
   // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
   const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
   plan_workspace(p, sizeof(bf16), q_hat ? 0 : sizeof(bf16), ctx, sizeof(bf16),
                  fused_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
   if (q_hat) p.qn = p.extra;
-  if (ws_pt)
-    p.pt = static_cast<char*>(p.extra) + up256(static_cast<size_t>(p.T) * p.Hk * kD * sizeof(bf16));
+  if (ws_pt) p.pt = static_cast<char*>(p.extra) + qn_bytes;
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
                                  std::to_string(S) + " segments of " + std::to_string(G) +
