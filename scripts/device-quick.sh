@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, ptshared, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -386,30 +386,6 @@ if section wspt; then
     for sw in X=1 HYBRID_GDN_CHUNK_WS_PT=0 HYBRID_GDN_CHUNK_WS_OUT=0; do
       echo "-- $sw, pass $pass"
       env $sw timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
-    done
-  done
-fi
-if section ptshared; then
-  # Stage 1's P̃ once per group of up to 4 heads of one hk (HYBRID_GDN_CHUNK_PT_SHARED=1, prepared
-  # in session 19; not in the default SECTIONS): its cases in the pipeline and with P̃ from stage 1
-  # everywhere, memcheck and racecheck on the pipelined case (Hv / Hk = 4: one block writes four
-  # heads' P̃), the stage timer, then the benchmark shapes without and with it, alternated.
-  test_one gdn_pt_shared 90 HYBRID_GDN_CHUNK_PT_SHARED=1 gdn_chunk_prefill
-  test_one gdn_pt_shared_all 90 \
-    "HYBRID_GDN_CHUNK_PT_SHARED=1 HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_WS_SPINE=1" \
-    gdn_chunk_prefill
-  P='gdn_chunk_prefill(T=8400,lens=[8400],slots=[1],init=[1],pool_rows=2,Hk=4,Hv=16,K=128,V=128,x=bf16,pool=f32,out=f32,l2norm,ckpt_every=320)'
-  for tool in memcheck racecheck; do
-    echo "$tool, pipelined case: $(HYBRID_GDN_CHUNK_PT_SHARED=1 timeout 200 compute-sanitizer --tool $tool $OPS test -b cuda -o "$P" 2>&1 | tail -1)"
-  done
-  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
-  G4='gdn_chunk_prefill(prefill,B=1,T=32768,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
-  for pass in 1 2; do
-    for w in 0 1; do
-      echo "-- HYBRID_GDN_CHUNK_PT_SHARED=$w, pass $pass"
-      HYBRID_GDN_CHUNK_PT_SHARED=$w timeout 60 $OPS perf -b cuda -o "$G,$G4" 2>&1 | grep "^gdn" | cut -c1-125
-      HYBRID_GDN_CHUNK_PT_SHARED=$w HYBRID_GDN_CHUNK_STAGES=1 HYBRID_GDN_CHUNK_WS_SPINE=1 HYBRID_GDN_CHUNK_WS_OUT=1 \
-        HYBRID_GDN_CHUNK_WS_PT=1 timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1
     done
   done
 fi

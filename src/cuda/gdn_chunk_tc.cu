@@ -1515,12 +1515,7 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
     }
   }
   if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
-    float cum = g0 + g1;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float y = __shfl_up_sync(0xffffffffu, cum, o);
-      if (lane >= o) cum += y;
-    }
+    const float cum = warp_inclusive_scan(g0 + g1, lane);
     const float c1 = cum, c0 = cum - g1;
     gam[i0] = c0, gam[i1] = c1;
     bet[i0] = bt0, bet[i1] = bt1;
@@ -1692,8 +1687,6 @@ static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per
 constexpr int kWu7Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;
 static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 v7: T fits the V tile exactly");
 static_assert(4 * (kWu7Smem + 1024) <= 228 * 1024, "stage 1 v7: four blocks per SM");
-static_assert(4 * (kWu7Smem + 3 * kC * 4 + 1024) <= 228 * 1024,
-              "stage 1 v7 with the shared P̃ (glx): four blocks per SM");
 constexpr float kLog2e = 1.4426950408889634f;
 
 // x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
@@ -1761,20 +1754,20 @@ __device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_
 // kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
 // W / U products, Tb / Tu with per-thread fixed columns).
-// kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): P̃ =
-// tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16) to p.pt, so that the spine's producer does not
-// compute it (see ws_output), Q̂ loaded into the V tile (dead until T). 1: every block its own
-// head's. 2 (HYBRID_GDN_CHUNK_PT_SHARED=1, prepared in session 19, not yet run on a GPU): the
-// heads of one hk share Q̂K̂ᵀ, so the block of head hv with hv % ratio a multiple of 4 computes it
-// once and writes the P̃ of heads hv..hv + 3 (those of its hk), decayed by each head's γ (warps
-// 1-3 scan the other heads' gates into glx); the other blocks load no q and compute no P̃.
-template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, int kWriteP = 0>
+// kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): every block also
+// loads Q̂ into the V tile (dead until T) and writes P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16)
+// to p.pt, so that the spine's producer does not compute it (see ws_output).
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false>
 __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
   static_assert(!kWriteP || (kVec && kV7 && kWriteQ), "P̃: v7 with 16-byte rows and Q̂ only");
   // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
   // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
   constexpr bool kLate = kV7 && kVec;
+  // The pipeline's stage-1 pieces after the first are launched programmatically (no piece reads
+  // another's results): the next piece's blocks may be placed once this one's have all started,
+  // into the slots its last wave leaves.
+  grid_dependents_launch();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Kb = reinterpret_cast<bf16*>(smem_raw);         // [64][136] K̂ [j][d], then W rows
   bf16* Vb = Kb + kC * kWP;                             // [64][136] V [j][v], then U rows
@@ -1783,7 +1776,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   float* bet = kLate ? Af + kC * kAP : Tm + kC * kTQ;                // [64] β
   float* gl = bet + kC;                                              // [64] γ log2 e
   float* beg = gl + kC;                                              // [64] β e^γ
-  float* glx = beg + kC;  // kWriteP == 2: [3][64] γ log2 e of heads hv + 1.. (kWu7Smem + 768)
   bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
   bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
   const int c = p.chunk_base + blockIdx.x;
@@ -1798,10 +1790,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   const In* vin = static_cast<const In*>(p.v);
   bf16* kn = static_cast<bf16*>(p.kn);
   const bool write_kn = hv % p.ratio == 0;
-  // The heads whose P̃ this block writes: kWriteP 1, its own; 2, hv..hv + p_heads − 1 where
-  // hv % ratio is a multiple of 4 (the heads of one hk), none in the other blocks.
-  const int p_hr = hv % p.ratio;
-  const int p_heads = kWriteP == 2 ? (p_hr % 4 == 0 ? min(4, p.ratio - p_hr) : 0) : 1;
   // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
   const int i0 = 2 * lane, i1 = i0 + 1;
   float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
@@ -1815,12 +1803,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
     }
   }
-  float gx0 = 0.0f, gx1 = 0.0f;  // kWriteP == 2: warp w in 1..p_heads − 1, head hv + w's gates
-  if constexpr (kWriteP == 2)
-    if (warp >= 1 && warp < p_heads) {
-      if (i0 < L) gx0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv + warp];
-      if (i1 < L) gx1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv + warp];
-    }
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
@@ -1886,8 +1868,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       if (write_kn && i < L) knr[r * kn_step] = kp;
     }
     if constexpr (kWriteQ) {
-      // kWriteP: the blocks that write P̃ (kWriteP 1: every block), Q̂ to p.qn only where write_kn.
-      if (kWriteP == 1 || write_kn || (kWriteP == 2 && p_heads > 0)) {
+      if (kWriteP || write_kn) {  // kWriteP: every block, for P̃ (Q̂ to p.qn only where write_kn)
         const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
         const int64_t q_step = 8 * p.q_t;
         uint4 rq[8];
@@ -1989,12 +1970,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     }
   }
   if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
-    float cum = g0 + g1;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float y = __shfl_up_sync(0xffffffffu, cum, o);
-      if (lane >= o) cum += y;
-    }
+    const float cum = warp_inclusive_scan(g0 + g1, lane);
     const float c1 = cum, c0 = cum - g1;
     gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
     bet[i0] = bt0, bet[i1] = bt1;
@@ -2002,11 +1978,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
     if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
   }
-  if constexpr (kWriteP == 2)
-    if (warp >= 1 && warp < p_heads) {  // head hv + warp's γ log2 e, the same scan as warp 0's
-      const float cum = warp_inclusive_scan(gx0 + gx1, lane);
-      glx[(warp - 1) * kC + i0] = (cum - gx1) * kLog2e, glx[(warp - 1) * kC + i1] = cum * kLog2e;
-    }
   __syncthreads();
   if constexpr (kV7) {  // A rows 16·warp.. as below, only the column tiles 16np.. with np <= warp
     // (A_ij = 0 for j >= i; the blocks above the diagonal are never read). Fragments by ldmatrix:
@@ -2037,36 +2008,28 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       // this warp reads them) for 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows
       // i >= L are not stored (the spine's copy zero-fills them). T goes over the V tile only
       // after the barrier below.
-      if (p_heads > 0) {  // (kWriteP 1: always)
-        float pacc[8][4] = {};
-        tril_products(pacc, Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
-        __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
-        // Head hv + e (kWriteP 2: e < p_heads; its γ log2 e in glx for e > 0).
-        for (int e = 0; e < (kWriteP == 2 ? p_heads : 1); ++e) {
-          const float* ge = e == 0 ? gl : glx + (e - 1) * kC;
-          const float gea = e == 0 ? gia : ge[ia], geb = e == 0 ? gib : ge[ib];
+      float pacc[8][4] = {};
+      tril_products(pacc, Vb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
+      __syncwarp();  // every lane's ldmatrix of the warp's Q̂ rows is done
 #pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
-            const int j = nt * 8 + 2 * q;
-            const float2 gj = *reinterpret_cast<const float2*>(ge + j);
-            const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gea - gj.x) : 0.0f;
-            const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gea - gj.y) : 0.0f;
-            const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(geb - gj.x) : 0.0f;
-            const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(geb - gj.y) : 0.0f;
-            *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
-            *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
-          }
-          __syncwarp();
-          bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv + e) * kC * kC;
+      for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
+        const int j = nt * 8 + 2 * q;
+        const float2 gj = *reinterpret_cast<const float2*>(gl + j);
+        const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
+        const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
+        const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
+        const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
+        *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
+        *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
+      }
+      __syncwarp();
+      bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv) * kC * kC;
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int r = 16 * warp + lane / 8 + 4 * k;
-            if (r < L)
-              *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
-                  *reinterpret_cast<const uint4*>(Vb + r * kWP + 8 * (lane % 8));
-          }
-          if (e + 1 < (kWriteP == 2 ? p_heads : 1)) __syncwarp();  // rows read before rewritten
-        }
+      for (int k = 0; k < 4; ++k) {
+        const int r = 16 * warp + lane / 8 + 4 * k;
+        if (r < L)
+          *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
+              *reinterpret_cast<const uint4*>(Vb + r * kWP + 8 * (lane % 8));
       }
     }
   } else {  // A rows 16·warp.. (f32): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}, i > j, i < L
@@ -2853,6 +2816,71 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::strin
     return bounds;
   }
   const int total = p.max_chunks;
+  // HYBRID_GDN_CHUNK_PIPE_RATIO=r (percent): pieces shrinking by r / 100 from the first, s_k =
+  // max(x·r^k, min), x = total·(1 − r), min = HYBRID_GDN_CHUNK_PIPE_MIN (default 16) chunks; the
+  // piece that would leave less than min takes the rest. Stage 1's pieces run back to back on
+  // their stream, the first on every SM and the others on the 68 SMs the spine leaves, where they
+  // do ~0.65 as many chunks a µs as the spine (1 x 8192: ~2.35 µs a chunk against ~1.56, session
+  // 20), so a piece's stage 1 ends before the spine has done the piece before it only when each
+  // piece is at most ~0.65 of the one before.
+  // HYBRID_GDN_CHUNK_PIPE_SIZES=a,b,c: the pieces' chunk counts, the last one taking the rest.
+  static const std::vector<int> sizes = [] {
+    std::vector<int> v;
+    const char* e = std::getenv("HYBRID_GDN_CHUNK_PIPE_SIZES");
+    for (const char* c = e; c != nullptr && *c != '\0';) {
+      char* end = nullptr;
+      const long x = std::strtol(c, &end, 10);
+      if (end == c || x < 1) break;
+      v.push_back(static_cast<int>(x));
+      c = *end == ',' ? end + 1 : end;
+    }
+    return v;
+  }();
+  if (!sizes.empty()) {
+    bounds.push_back(0);
+    for (int s : sizes) {
+      if (bounds.back() + s >= total || static_cast<int>(bounds.size()) >= kMaxPieces) break;
+      bounds.push_back(bounds.back() + s);
+    }
+    bounds.push_back(total);
+    if (bounds.size() < 3) {
+      why = "pipeline: HYBRID_GDN_CHUNK_PIPE_SIZES leaves one piece";
+      bounds.clear();
+    }
+    return bounds;
+  }
+  // The default below 1024 chunks (where stage 1 writes P̃ and bounds the pipeline), from 128 (where
+  // the even plan below starts): r 50 up to 256 chunks, else 65, pieces of at least 16 (session 20
+  // runs 3-5, same-run against the even plan: 1 x 8192 (65, 32, 16, 16) 313-314 µs against 325,
+  // 1 x 32768 (180, 117, 76, 49, 32, 21, 16, 22) 1149-1151 against 1161-1196; r 65 at 1 x 8192 and
+  // r 50 at 1 x 32768 lost, and so did every ratio at 1 x 131072). HYBRID_GDN_CHUNK_PIPE_RATIO=100:
+  // the even plan everywhere.
+  static const int ratio_env = env_int("HYBRID_GDN_CHUNK_PIPE_RATIO", 0);
+  const int ratio = ratio_env > 0                  ? ratio_env
+                    : total >= 1024 || total < 128 ? 0
+                    : total <= 256                 ? 50
+                                                   : 65;
+  if (ratio > 0 && ratio < 100) {
+    static const int min_piece = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_MIN", 16));
+    const double r = ratio / 100.0;
+    double x = total * (1.0 - r);
+    bounds.push_back(0);
+    int done = 0;
+    while (done < total && static_cast<int>(bounds.size()) < kMaxPieces) {
+      int s = std::max(min_piece, static_cast<int>(std::lround(x)));
+      if (total - done - s < min_piece) s = total - done;
+      done += s;
+      bounds.push_back(done);
+      x *= r;
+    }
+    bounds.back() = total;
+    if (bounds.size() < 3) {
+      why = "pipeline: " + std::to_string(total) + " chunks, fewer than two pieces at ratio " +
+            std::to_string(ratio) + "%";
+      bounds.clear();
+    }
+    return bounds;
+  }
   static const int chunks = env_int("HYBRID_GDN_CHUNK_PIPE_CHUNKS", 0);
   int m = chunks > 0 ? std::max(2, chunks) : std::clamp(total / 4, 64, 128);
   m = std::max(m, (total + kMaxPieces - 3) / (kMaxPieces - 2));
@@ -3061,9 +3089,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const bool ws_fused = ws_spine && (ws_out_env == 1 || (ws_out_env != 0 && ws_out_auto)) &&
                         vec_output(p, dtype_size(a.out.dtype()));
   const bool ws_pt = ws_fused && pt_ok && (ws_pt_env == 1 || (ws_pt_env != 0 && pt_auto));
-  // HYBRID_GDN_CHUNK_PT_SHARED=1 (prepared in session 19, not yet run on a GPU): stage 1's P̃ once
-  // per group of up to 4 heads of one hk (wu_tc5_kernel's kWriteP 2).
-  static const bool pt_shared = env_on("HYBRID_GDN_CHUNK_PT_SHARED");
   const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn (and P̃ to p.pt: ws_pt)
   auto up256 = [](size_t b) { return (b + 255) / 256 * 256; };
   // p.extra: Q̂ [T, Hk, K], P̃ [max_chunks, Hv, 64, 64] (bf16), then the split spine's segments or
@@ -3100,6 +3125,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   cudaStream_t wu_stream = as_stream(ctx.stream()), out_stream = wu_stream;
   int spine_priority = 0;           // 0: the launch's default; else cudaLaunchAttributePriority
   bool spine_programmatic = false;  // a pipeline piece after the first (unless _PIPE_PDL=0)
+  bool wu_programmatic = false;     // stage 1's pipeline piece after the first, under _WU_PDL=1
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
@@ -3116,17 +3142,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, q_hat)) {
           kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            kern = !ws_pt      ? (q_hat ? wu_tc5_kernel<In, true, true, true>
-                                        : wu_tc5_kernel<In, true, false, true>)
-                   : pt_shared ? wu_tc5_kernel<In, true, true, true, 2>
-                               : wu_tc5_kernel<In, true, true, true, 1>;
-            smem = kWu7Smem + (ws_pt && pt_shared ? 3 * kC * 4 : 0);
+            kern = ws_pt   ? wu_tc5_kernel<In, true, true, true, true>
+                   : q_hat ? wu_tc5_kernel<In, true, true, true>
+                           : wu_tc5_kernel<In, true, false, true>;
+            smem = kWu7Smem;
           }
         }
     }
     prepare_kernel(kern, smem);
-    kern<<<grid_chunks, 128, smem, wu_stream>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    launch_programmatic(kern, grid_chunks, dim3(128), smem, wu_stream, wu_programmatic, p);
   };
   auto run_wu = [&] {
     if (a.q.dtype() == DType::bf16)
@@ -3334,8 +3358,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       p.chunk_base = pieces[i];
       grid_chunks.x = static_cast<unsigned>(pieces[i + 1] - pieces[i]);
     };
+    // HYBRID_GDN_CHUNK_WU_PDL=1: stage 1's pieces after the first programmatically, so that each
+    // piece's last wave shares the SMs with the next piece's first. Off by default: the spine then
+    // waits longer for each piece's last blocks (session 20 run 5: 1 x 8192 in pieces of 65, 32,
+    // 16, 16, 313.6 µs plainly against 330.4; 1 x 32768 (180, 117, ..) 1151 against 1188; only
+    // plans of many small pieces gained).
+    static const bool wu_pdl = env_on("HYBRID_GDN_CHUNK_WU_PDL");
     for (int i = 0; i < n_pieces; ++i) {
       piece_grid(i);
+      wu_programmatic = wu_pdl && i > 0;
       run_wu();
       HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
     }
@@ -3358,8 +3389,11 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     }
     HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
+    std::string sizes;  // the pieces' chunk counts
+    for (int i = 0; i < n_pieces; ++i)
+      sizes += (i ? "," : "") + std::to_string(pieces[i + 1] - pieces[i]);
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
-                                 " pieces, spine " +
+                                 " pieces (" + sizes + " chunks), spine " +
                                  (pipe_spine == "ws" && !wg_spine_available()
                                       ? std::string("32 (the warpgroup spine needs sm_90a)")
                                       : pipe_spine) +
