@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -387,6 +387,25 @@ if section wspt; then
       echo "-- $sw, pass $pass"
       env $sw timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
     done
+  done
+fi
+if section trace; then
+  # The GDN prefill pipeline's kernel timeline (scripts/trace_gdn_pipeline.py: CUPTI through
+  # torch.profiler, the graph as the benchmarks replay it; not in the default SECTIONS): each
+  # piece's stage 1 and spine, and how long the spine waited at each boundary, in the default
+  # plan and the even one. Needs libhybrid_c.so in the carry.
+  for r in 0 100; do
+    echo "-- HYBRID_GDN_CHUNK_PIPE_RATIO=$r (0: the default plan, 100: the even one)"
+    HYBRID_GDN_CHUNK_PIPE_RATIO=$r timeout 150 python3 scripts/trace_gdn_pipeline.py \
+      --lib .carry/libhybrid_c.so --T 8192,32768 --reps 2 2>&1 | tee -a "$OUT/trace.txt" |
+      grep -v "^ *[0-9.]* *[0-9.]* *[0-9.]* *s[0-9]"  # the per-kernel lines: in trace.txt
+  done
+  # The plans at the lengths between the measured ones (1 x 16384: 257 chunks, r 65 by default;
+  # 1 x 65536: 1025, the even plan), alternated.
+  G='gdn_chunk_prefill(prefill,B=1,T=16384,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  for r in 0 100 50 65 0 100; do
+    echo "-- HYBRID_GDN_CHUNK_PIPE_RATIO=$r: $(HYBRID_GDN_CHUNK_PIPE_RATIO=$r timeout 60 $OPS perf -b cuda \
+      -o "$G,${G/T=16384/T=65536}" 2>&1 | grep "^gdn" | awk '{print $1, $2}' | tr '\n' ' ')"
   done
 fi
 if section attnsplits; then
