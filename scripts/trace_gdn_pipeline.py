@@ -112,19 +112,30 @@ def main():
             run()
         graph.replay()
         torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.reps):
-                flush.view(torch.int32).max()
-                torch.cuda.synchronize()
-                graph.replay()
-                torch.cuda.synchronize()
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-            path = f.name
-        prof.export_chrome_trace(path)
-        kernels = [k for k in timeline(path) if "reduce" not in k[3].lower()]  # not the flush
-        os.unlink(path)
+        def traced(call):
+            """The kernels of args.reps calls of `call`, each after an L2 flush."""
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.reps):
+                    flush.view(torch.int32).max()
+                    torch.cuda.synchronize()
+                    call()
+                    torch.cuda.synchronize()
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+                path = f.name
+            prof.export_chrome_trace(path)
+            kernels = [k for k in timeline(path) if "reduce" not in k[3].lower()]  # not the flush
+            os.unlink(path)
+            return kernels
+
+        how = "graph replay"
+        kernels = traced(graph.replay)
+        if not kernels:  # a profiler that does not see the graph's kernels: the eager calls
+            how = "eager calls (the profiler saw no kernel of the graph's replays)"
+            kernels = traced(run)
+        plan = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                        if k.startswith("HYBRID_GDN_CHUNK_")) or "the defaults"
         for i, group in enumerate(replays(kernels, gap_us=40.0)):
-            print(f"# 1 x {T}, Hv {Hv}, replay {i} ({os.environ.get('HYBRID_GDN_CHUNK_PIPE_RATIO', '') or 'default plan'})")
+            print(f"# 1 x {T}, Hv {Hv}, {how} {i} ({plan})")
             report(group)
 
 
