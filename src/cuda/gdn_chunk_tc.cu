@@ -968,17 +968,12 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 // progresses; a wait past 10 s (the pipeline's kernels could not run at once: a tool or a
 // partition that serialises them) traps instead of hanging.
 __device__ __forceinline__ void wait_chunk_ready(const int* count, int target) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(count) : "memory");
-  if (v >= target) return;
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
+  if (ld_acquire_gpu(count) >= target) return;
+  const uint64_t t0 = global_timer_ns();
+  while (ld_acquire_gpu(count) < target) {
     __nanosleep(256);
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(count) : "memory");
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 > 10000000000ull) __trap();
-  } while (v < target);
+    if (global_timer_ns() - t0 > 10'000'000'000ull) __trap();
+  }
 }
 
 // kFlag (the flagged pipeline, with kPt): one launch for the whole sequence beside stage 1's; the
