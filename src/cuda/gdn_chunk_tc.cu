@@ -60,6 +60,20 @@ constexpr int kTP = kC + 8;  // padded row (bf16) of 64-wide tiles
 using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The decay of an intra-chunk product tile's fragment (mma layout: x[0..1] row i_lo, x[2..3] row
+// i_lo + 8, columns j and j + 1), in place: x_ij ← x_ij · 2^{g_i − g_j} where j <= i < L, else 0
+// (g in log2 units: γ log2 e). P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) in stage 1, stage 3 and ws_output.
+__device__ __forceinline__ void tril_decay(float* x, int j, int i_lo, int L, float g_lo, float g_hi,
+                                           float gj0, float gj1) {
+  const int i_hi = i_lo + 8;
+  x[0] = j <= i_lo && i_lo < L ? x[0] * exp2_approx(g_lo - gj0) : 0.0f;
+  x[1] = j + 1 <= i_lo && i_lo < L ? x[1] * exp2_approx(g_lo - gj1) : 0.0f;
+  x[2] = j <= i_hi && i_hi < L ? x[2] * exp2_approx(g_hi - gj0) : 0.0f;
+  x[3] = j + 1 <= i_hi && i_hi < L ? x[3] * exp2_approx(g_hi - gj1) : 0.0f;
+}
+
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
 __device__ __forceinline__ uint32_t ld2(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -891,7 +905,6 @@ __device__ __forceinline__ void ws_output(const Params& p, const unsigned char* 
   const int i_lo = 16 * warp + g, i_hi = i_lo + 8;
   const float e_lo = expf(gs[i_lo]), e_hi = expf(gs[i_hi]);
   if constexpr (!kPt) {  // P̃ from P = Q̂K̂ᵀ, as stage 1's kWriteP computes it; O ← e^{γ_i} O + O_P
-    constexpr float kLog2e = 1.4426950408889634f;
     const float gl_lo = gs[i_lo] * kLog2e, gl_hi = gs[i_hi] * kLog2e;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -899,12 +912,7 @@ __device__ __forceinline__ void ws_output(const Params& p, const unsigned char* 
       oacc[4 * nt + 2] *= e_hi, oacc[4 * nt + 3] *= e_hi;
       const int j = nt * 8 + 2 * q;
       const float2 gj = *reinterpret_cast<const float2*>(gs + j);
-      const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
-      float* pr = pacc + 4 * nt;
-      pr[0] = j <= i_lo && i_lo < L ? pr[0] * exp2_approx(gl_lo - gj0) : 0.0f;
-      pr[1] = j + 1 <= i_lo && i_lo < L ? pr[1] * exp2_approx(gl_lo - gj1) : 0.0f;
-      pr[2] = j <= i_hi && i_hi < L ? pr[2] * exp2_approx(gl_hi - gj0) : 0.0f;
-      pr[3] = j + 1 <= i_hi && i_hi < L ? pr[3] * exp2_approx(gl_hi - gj1) : 0.0f;
+      tril_decay(pacc + 4 * nt, j, i_lo, L, gl_lo, gl_hi, gj.x * kLog2e, gj.y * kLog2e);
     }
 #pragma unroll
     for (int kt = 0; kt < 4; ++kt) {  // bf16(P̃) as the A fragments of k16 step kt (j = 16kt..)
@@ -1220,7 +1228,6 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
   const int sw_x = lane & 7, sw_hl = lane >> 4;
   const uint32_t ut_off =
       kWgUOff + wgmma::sw128(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kStgElems = kStaging / 2;
 
   auto step = [&](auto full_chunk, int j, const unsigned char* st, const float* gs) {
@@ -1706,7 +1713,6 @@ static_assert(3 * (kWu5Smem + 1024) <= 228 * 1024, "stage 1 v5: three blocks per
 constexpr int kWu7Smem = 2 * kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;
 static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 v7: T fits the V tile exactly");
 static_assert(4 * (kWu7Smem + 1024) <= 228 * 1024, "stage 1 v7: four blocks per SM");
-constexpr float kLog2e = 1.4426950408889634f;
 
 // x0, x1 as bf16x2 hi and lo registers with x ≈ hi + lo (lo = bf16(x − hi)).
 __device__ __forceinline__ void split_bf162(float x0, float x1, uint32_t& hi, uint32_t& lo) {
@@ -2039,12 +2045,9 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
         const int j = nt * 8 + 2 * q;
         const float2 gj = *reinterpret_cast<const float2*>(gl + j);
-        const float xa0 = j <= ia && ia < L ? pacc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
-        const float xa1 = j + 1 <= ia && ia < L ? pacc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
-        const float xb0 = j <= ib && ib < L ? pacc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
-        const float xb1 = j + 1 <= ib && ib < L ? pacc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
-        *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(xa0, xa1);
-        *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(xb0, xb1);
+        tril_decay(pacc[nt], j, ia, L, gia, gib, gj.x, gj.y);
+        *reinterpret_cast<uint32_t*>(Vb + ia * kWP + j) = pack_bf162(pacc[nt][0], pacc[nt][1]);
+        *reinterpret_cast<uint32_t*>(Vb + ib * kWP + j) = pack_bf162(pacc[nt][2], pacc[nt][3]);
       }
       __syncwarp();
       bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv) * kC * kC;
@@ -2476,13 +2479,9 @@ __global__ void __launch_bounds__(128, 3) output_tc_kernel(const Params p) {
       if (nt / 2 <= warp) {
         const int j = nt * 8 + 2 * q;
         const float2 gj = *reinterpret_cast<const float2*>(gam + j);
-        const float gj0 = gj.x * kLog2e, gj1 = gj.y * kLog2e;
-        const float p0 = j <= i_lo && i_lo < L ? pa[nt][0] * exp2_approx(gl_lo - gj0) : 0.0f;
-        const float p1 = j + 1 <= i_lo && i_lo < L ? pa[nt][1] * exp2_approx(gl_lo - gj1) : 0.0f;
-        const float p2 = j <= i_hi && i_hi < L ? pa[nt][2] * exp2_approx(gl_hi - gj0) : 0.0f;
-        const float p3 = j + 1 <= i_hi && i_hi < L ? pa[nt][3] * exp2_approx(gl_hi - gj1) : 0.0f;
-        *reinterpret_cast<bf162*>(Qs + at(i_lo, j)) = __floats2bfloat162_rn(p0, p1);
-        *reinterpret_cast<bf162*>(Qs + at(i_hi, j)) = __floats2bfloat162_rn(p2, p3);
+        tril_decay(pa[nt], j, i_lo, L, gl_lo, gl_hi, gj.x * kLog2e, gj.y * kLog2e);
+        *reinterpret_cast<bf162*>(Qs + at(i_lo, j)) = __floats2bfloat162_rn(pa[nt][0], pa[nt][1]);
+        *reinterpret_cast<bf162*>(Qs + at(i_hi, j)) = __floats2bfloat162_rn(pa[nt][2], pa[nt][3]);
       }
   } else {
     float pa[8][4] = {};
@@ -3400,19 +3399,31 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     // session 14 run 3, 1 x 8192 605 µs against 494 (pieces of 16).
     static const bool prioritised = env_int("HYBRID_GDN_CHUNK_PIPE_PRIORITY", 1) != 0;
     spine_priority = prioritised ? ps.greatest_priority : 0;
+    // Stage 1's launches: the pieces, or (flagged) the first HYBRID_GDN_CHUNK_PIPE_FIRST percent
+    // of the chunks and the rest, after the counts are zeroed.
+    static const int first_pct = env_int("HYBRID_GDN_CHUNK_PIPE_FIRST", 35);
+    const int first = std::clamp(p.max_chunks * first_pct / 100, 1, p.max_chunks - 1);
+    const std::vector<int> wu_bounds = flagged ? std::vector<int>{0, first, p.max_chunks} : pieces;
+    if (flagged) HYBRID_CUDA_CHECK(cudaMemsetAsync(p.ready, 0, ready_bytes, ps.wu));
+    auto piece_grid = [&](const std::vector<int>& bounds, int i) {
+      p.chunk_base = bounds[i];
+      grid_chunks.x = static_cast<unsigned>(bounds[i + 1] - bounds[i]);
+    };
+    // HYBRID_GDN_CHUNK_WU_PDL=1: stage 1's launches after the first programmatically, so that each
+    // one's last wave shares the SMs with the next one's first. Off by default: the spine then
+    // waits longer for each piece's last blocks (session 20 run 5: 1 x 8192 in pieces of 65, 32,
+    // 16, 16, 313.6 µs plainly against 330.4; 1 x 32768 (180, 117, ..) 1151 against 1188; only
+    // plans of many small pieces gained).
+    static const bool wu_pdl = env_on("HYBRID_GDN_CHUNK_WU_PDL");
+    for (int i = 0; i + 1 < static_cast<int>(wu_bounds.size()); ++i) {
+      piece_grid(wu_bounds, i);
+      wu_programmatic = wu_pdl && i > 0;
+      run_wu();
+      HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
+    }
     if (flagged) {
-      // Stage 1 in two launches on side stream 1 (the counts zeroed first), the spine in one on
-      // the caller's stream after the first; the caller's stream then joins side stream 1.
-      static const int first_pct = env_int("HYBRID_GDN_CHUNK_PIPE_FIRST", 35);
-      const int first = std::clamp(p.max_chunks * first_pct / 100, 1, p.max_chunks - 1);
-      HYBRID_CUDA_CHECK(cudaMemsetAsync(p.ready, 0, ready_bytes, ps.wu));
-      const int bounds[3] = {0, first, p.max_chunks};
-      for (int i = 0; i < 2; ++i) {
-        p.chunk_base = bounds[i];
-        grid_chunks.x = static_cast<unsigned>(bounds[i + 1] - bounds[i]);
-        run_wu();
-        HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
-      }
+      // The spine in one launch on the caller's stream after stage 1's first, its producer waiting
+      // on the counts; the caller's stream then joins side stream 1.
       p.chunk_base = 0;
       HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[0], 0));
       run_spine();  // sp: the whole sequence, from the pool to the pool
@@ -3426,22 +3437,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + fused_bytes);
       HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
       out_stream = ps.out;
-      auto piece_grid = [&](int i) {
-        p.chunk_base = pieces[i];
-        grid_chunks.x = static_cast<unsigned>(pieces[i + 1] - pieces[i]);
-      };
-      // HYBRID_GDN_CHUNK_WU_PDL=1: stage 1's pieces after the first programmatically, so that each
-      // piece's last wave shares the SMs with the next piece's first. Off by default: the spine
-      // then waits longer for each piece's last blocks (session 20 run 5: 1 x 8192 in pieces of 65,
-      // 32, 16, 16, 313.6 µs plainly against 330.4; 1 x 32768 (180, 117, ..) 1151 against 1188;
-      // only plans of many small pieces gained).
-      static const bool wu_pdl = env_on("HYBRID_GDN_CHUNK_WU_PDL");
-      for (int i = 0; i < n_pieces; ++i) {
-        piece_grid(i);
-        wu_programmatic = wu_pdl && i > 0;
-        run_wu();
-        HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
-      }
       // The pieces after the first launched programmatically, so that their blocks are placed and
       // waiting (griddepcontrol.wait) when the piece before ends; HYBRID_GDN_CHUNK_PIPE_PDL=0
       // launches them plainly. Session 15 run 2: 1 x 8192 / 32768 / 131072 463 / 1693-1703 /
@@ -3456,7 +3451,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         run_spine();
         HYBRID_CUDA_CHECK(cudaEventRecord(ps.spine_done[i], main));
         HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.spine_done[i], 0));
-        piece_grid(i);
+        piece_grid(pieces, i);
         run_out();
       }
       HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
