@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, flags, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -407,27 +407,6 @@ if section trace; then
     echo "-- HYBRID_GDN_CHUNK_PIPE_RATIO=$r: $(HYBRID_GDN_CHUNK_PIPE_RATIO=$r timeout 60 $OPS perf -b cuda \
       -o "$G,${G/T=16384/T=65536}" 2>&1 | grep "^gdn" | awk '{print $1, $2}' | tr '\n' ' ')"
   done
-fi
-if section flags; then
-  # The flagged pipeline (HYBRID_GDN_CHUNK_PIPE_FLAGS=1, prepared in session 20; not in the default
-  # SECTIONS): its cases, the sanitizers on the pipelined case (the spine's producer waits on
-  # stage 1's counts: a serialising tool must still end), the benchmark shapes against the default
-  # at first pieces of 25, 35 and 45% of the chunks, alternated, and its timeline.
-  test_one gdn_flags 90 HYBRID_GDN_CHUNK_PIPE_FLAGS=1 gdn_chunk_prefill
-  P='gdn_chunk_prefill(T=8400,lens=[8400],slots=[1],init=[1],pool_rows=2,Hk=4,Hv=16,K=128,V=128,x=bf16,pool=f32,out=f32,l2norm,ckpt_every=320)'
-  for tool in memcheck racecheck synccheck; do
-    echo "$tool, pipelined case, flagged: $(HYBRID_GDN_CHUNK_PIPE_FLAGS=1 timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o "$P" 2>&1 | tail -1)"
-  done
-  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
-  for pass in 1 2; do
-    echo "-- default: $(timeout 60 $OPS perf -b cuda -o "$G,${G/T=8192/T=32768}" 2>&1 | grep "^gdn" | awk '{print $2}' | tr '\n' ' ')"
-    for first in 25 35 45; do
-      echo "-- FLAGS=1 FIRST=$first: $(HYBRID_GDN_CHUNK_PIPE_FLAGS=1 HYBRID_GDN_CHUNK_PIPE_FIRST=$first timeout 60 \
-        $OPS perf -b cuda -o "$G,${G/T=8192/T=32768}" 2>&1 | grep "^gdn" | awk '{print $2}' | tr '\n' ' ')"
-    done
-  done
-  HYBRID_GDN_CHUNK_PIPE_FLAGS=1 timeout 150 python3 scripts/trace_gdn_pipeline.py \
-    --lib .carry/libhybrid_c.so --T 8192,32768 --reps 1 2>&1 | tee -a "$OUT/trace_flags.txt" | tail -20
 fi
 if section attnsplits; then
   # attn_decode at B 1 under other split counts (HYBRID_ATTN_SPLITS, session 19; not in the default

@@ -54,9 +54,8 @@ struct Params {
   void* kn = nullptr;          // [T, Hk, K] bf16 K̂ (tensor-core variant only)
   void* qn = nullptr;          // [T, Hk, K] bf16 Q̂ (fused-output variants, in p.extra)
   void* extra = nullptr;       // scratch of the caller's own (extra_bytes of plan_workspace)
-  void* pt = nullptr;    // [max_chunks, Hv, 64, 64] bf16 P̃ (the warpgroup spine's fused output,
-                         // in p.extra after Q̂)
-  int* ready = nullptr;  // [max_chunks] stage-1 blocks done a chunk (the flagged pipeline)
+  void* pt = nullptr;  // [max_chunks, Hv, 64, 64] bf16 P̃ (the warpgroup spine's fused output,
+                       // in p.extra after Q̂)
 };
 
 // The (sequence, chunk) of global chunk c: the sequence n with first_chunk[n] <= c <

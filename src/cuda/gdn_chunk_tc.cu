@@ -970,28 +970,11 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
                : "memory");
 }
 
-// The flagged pipeline: waits until `count` (p.ready[c]) reaches `target` (stage 1's Hv blocks of
-// chunk c have counted their writes, wu_tc5_kernel's kFlag), by acquire loads, so that this
-// thread's later reads see those writes. Stage 1 runs on the SMs the spine leaves, so it always
-// progresses; a wait past 10 s (the pipeline's kernels could not run at once: a tool or a
-// partition that serialises them) traps instead of hanging.
-__device__ __forceinline__ void wait_chunk_ready(const int* count, int target) {
-  if (ld_acquire_gpu(count) >= target) return;
-  const uint64_t t0 = global_timer_ns();
-  while (ld_acquire_gpu(count) < target) {
-    __nanosleep(256);
-    if (global_timer_ns() - t0 > 10'000'000'000ull) __trap();
-  }
-}
-
-// kFlag (the flagged pipeline, with kPt): one launch for the whole sequence beside stage 1's; the
-// producer copies chunk c once p.ready[c] counts Hv stage-1 blocks (wait_chunk_ready).
-template <class St, class Out = NoOut, bool kPt = false, bool kFlag = false>
+template <class St, class Out = NoOut, bool kPt = false>
 __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const SpineSplit sp) {
   constexpr int NW = kWsRing;
   constexpr bool kOut = !std::is_same_v<Out, NoOut>;  // the fused output (see below)
   static_assert(kOut || !kPt, "P̃ from stage 1: the fused output only");
-  static_assert(kPt || !kFlag, "the flagged pipeline: with P̃ from stage 1 only");
   constexpr int kStage = ws_stage<kOut, kPt>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1076,8 +1059,6 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     const int64_t p_chunk = (int64_t)p.Hv * kC * kC;  // P̃ elements from one chunk to the next
     auto copy_chunk = [&](int j) {
       const int cs = cs_begin + j, L = min(kC, len - cs * kC), dc = j * kC;
-      // (kFlag: chunk cs's stage-1 rows are out; Q̂'s copy_q follows this chunk's or a later's.)
-      if constexpr (kFlag) wait_chunk_ready(p.ready + c_first + cs, p.Hv);
       unsigned char* st = smem_raw + (j % NW) * kStage;
       unsigned char* gd = reinterpret_cast<unsigned char*>(gamma_of(j % NW)) + ct * 4;
       const bf16* wc = w_src + dc * tv_stride;
@@ -1782,15 +1763,10 @@ __device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_
 // kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): every block also
 // loads Q̂ into the V tile (dead until T) and writes P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16)
 // to p.pt, so that the spine's producer does not compute it (see ws_output).
-// kFlag (the flagged pipeline, with kWriteP): grid (Hv, chunks), so that the blocks start chunk
-// by chunk, and each block adds 1 to p.ready[c] once its writes are visible GPU-wide; the spine's
-// producer copies chunk c once p.ready[c] = Hv (wait_chunk_ready).
-template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false,
-          bool kFlag = false>
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false>
 __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
   static_assert(!kWriteP || (kVec && kV7 && kWriteQ), "P̃: v7 with 16-byte rows and Q̂ only");
-  static_assert(!kFlag || kWriteP, "the flagged pipeline: with P̃ only");
   // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
   // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
   constexpr bool kLate = kV7 && kVec;
@@ -1808,13 +1784,13 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   float* beg = gl + kC;                                              // [64] β e^γ
   bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
   bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
-  const int c = p.chunk_base + (kFlag ? blockIdx.y : blockIdx.x);
+  const int c = p.chunk_base + blockIdx.x;
   if (c >= p.first_chunk[p.N]) return;
   const int n = chunk_sequence(p.first_chunk, p.N, c);
   if (p.slots[n * p.slots_s] < 0) return;
   const int t0 = p.cu[n] + (c - p.first_chunk[n]) * kC;
   const int L = min(kC, p.cu[n + 1] - t0);
-  const int hv = kFlag ? blockIdx.x : blockIdx.y, hk = hv / p.ratio;
+  const int hv = blockIdx.y, hk = hv / p.ratio;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const In* kin = static_cast<const In*>(p.k);
   const In* vin = static_cast<const In*>(p.v);
@@ -2250,11 +2226,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
               *reinterpret_cast<const uint4*>(Bs + i * kWP + d8);
       }
     }
-  }
-  if constexpr (kFlag) {  // every thread's writes of this (chunk, head) visible, then counted
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) atomicAdd(p.ready + c, 1);
   }
 }
 
@@ -3117,17 +3088,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   const bool ws_fused = ws_spine && (ws_out_env == 1 || (ws_out_env != 0 && ws_out_auto)) &&
                         vec_output(p, dtype_size(a.out.dtype()));
   const bool ws_pt = ws_fused && pt_ok && (ws_pt_env == 1 || (ws_pt_env != 0 && pt_auto));
-  // HYBRID_GDN_CHUNK_PIPE_FLAGS=1 (prepared in session 20, not yet run on a GPU): the flagged
-  // pipeline, where the piece boundaries cost the spine ~10 µs each (session 20 runs 3-5). Stage 1
-  // in two launches, the first HYBRID_GDN_CHUNK_PIPE_FIRST percent of the chunks (default 35:
-  // stage 1 on the SMs the spine leaves does ~0.65 of the spine's chunks a µs) on every SM, the
-  // rest beside the spine, block by block in chunk order (wu_tc5_kernel's kFlag), each counting
-  // its chunk in p.ready; the spine in one launch after the first, its producer waiting for each
-  // chunk's count (spine_ws_kernel's kFlag): no spine boundary, no carry. Only with P̃ from stage 1
-  // and the spine's blocks leaving stage 1 at least 16 SMs (it must progress while they wait).
-  static const bool flags_env = env_on("HYBRID_GDN_CHUNK_PIPE_FLAGS");
-  const bool flagged =
-      pipelined && ws_pt && flags_env && int64_t{p.N} * p.Hv * (kD / kWgRows) + 16 <= sm_count();
   const bool q_hat = fused || ws_fused;  // stage 1 writes Q̂ to p.qn (and P̃ to p.pt: ws_pt)
   auto up256 = [](size_t b) { return (b + 255) / 256 * 256; };
   // p.extra: Q̂ [T, Hk, K], P̃ [max_chunks, Hv, 64, 64] (bf16), then the split spine's segments or
@@ -3138,14 +3098,10 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       (ws_pt ? up256(static_cast<size_t>(p.max_chunks) * p.Hv * kC * kC * sizeof(bf16)) : 0);
   // The pipeline's carry: the state [Hv, V, K] f32 between the spine's pieces.
   const size_t carry_bytes = pipelined ? static_cast<size_t>(p.Hv) * kD * kD * sizeof(float) : 0;
-  // The flagged pipeline's counts, [max_chunks] int after the carry.
-  const size_t ready_bytes = flagged ? up256(static_cast<size_t>(p.max_chunks) * sizeof(int)) : 0;
   plan_workspace(p, sizeof(bf16), q_hat ? 0 : sizeof(bf16), ctx, sizeof(bf16),
-                 fused_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes + ready_bytes);
+                 fused_bytes + (S > 1 ? 3 * seg_bytes : 0) + carry_bytes);
   if (q_hat) p.qn = p.extra;
   if (ws_pt) p.pt = static_cast<char*>(p.extra) + qn_bytes;
-  if (flagged)
-    p.ready = reinterpret_cast<int*>(static_cast<char*>(p.extra) + fused_bytes + carry_bytes);
   if (S > 1)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc: split-sequence spine, " +
                                  std::to_string(S) + " segments of " + std::to_string(G) +
@@ -3185,8 +3141,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, q_hat)) {
           kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            kern = flagged ? wu_tc5_kernel<In, true, true, true, true, true>
-                   : ws_pt ? wu_tc5_kernel<In, true, true, true, true>
+            kern = ws_pt   ? wu_tc5_kernel<In, true, true, true, true>
                    : q_hat ? wu_tc5_kernel<In, true, true, true>
                            : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
@@ -3194,9 +3149,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         }
     }
     prepare_kernel(kern, smem);
-    // (kFlag: grid (Hv, chunks), the blocks in chunk order)
-    const dim3 grid = flagged ? dim3(grid_chunks.y, grid_chunks.x) : grid_chunks;
-    launch_programmatic(kern, grid, dim3(128), smem, wu_stream, wu_programmatic, p);
+    launch_programmatic(kern, grid_chunks, dim3(128), smem, wu_stream, wu_programmatic, p);
   };
   auto run_wu = [&] {
     if (a.q.dtype() == DType::bf16)
@@ -3266,9 +3219,6 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
       const bool out_bf16 = a.out.dtype() == DType::bf16;
       if (!ws_fused)
         launch_ws(spine_ws_kernel<St>, kWsSmem);
-      else if (flagged)
-        out_bf16 ? launch_ws(spine_ws_kernel<St, bf16, true, true>, ws_smem<true, true>())
-                 : launch_ws(spine_ws_kernel<St, float, true, true>, ws_smem<true, true>());
       else if (ws_pt)
         out_bf16 ? launch_ws(spine_ws_kernel<St, bf16, true>, ws_smem<true, true>())
                  : launch_ws(spine_ws_kernel<St, float, true>, ws_smem<true, true>());
@@ -3390,83 +3340,64 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     PipeSync& ps = pipe_sync();
     std::lock_guard<std::mutex> lock(ps.mu);
     const cudaStream_t main = as_stream(ctx.stream());
+    const int n_pieces = static_cast<int>(pieces.size()) - 1;
+    sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + fused_bytes);
     HYBRID_CUDA_CHECK(cudaEventRecord(ps.fork, main));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.wu, ps.fork, 0));
+    HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
     wu_stream = ps.wu;
+    out_stream = ps.out;
     // The spine's pieces at the device's highest priority, so that the block scheduler gives them
     // the SMs before the stage-1 / stage-3 blocks waiting beside them (graphs keep it: runtime.cu
     // instantiates with node priorities). HYBRID_GDN_CHUNK_PIPE_PRIORITY=0 launches them plainly:
     // session 14 run 3, 1 x 8192 605 µs against 494 (pieces of 16).
     static const bool prioritised = env_int("HYBRID_GDN_CHUNK_PIPE_PRIORITY", 1) != 0;
     spine_priority = prioritised ? ps.greatest_priority : 0;
-    // Stage 1's launches: the pieces, or (flagged) the first HYBRID_GDN_CHUNK_PIPE_FIRST percent
-    // of the chunks and the rest, after the counts are zeroed.
-    static const int first_pct = env_int("HYBRID_GDN_CHUNK_PIPE_FIRST", 35);
-    const int first = std::clamp(p.max_chunks * first_pct / 100, 1, p.max_chunks - 1);
-    const std::vector<int> wu_bounds = flagged ? std::vector<int>{0, first, p.max_chunks} : pieces;
-    if (flagged) HYBRID_CUDA_CHECK(cudaMemsetAsync(p.ready, 0, ready_bytes, ps.wu));
-    auto piece_grid = [&](const std::vector<int>& bounds, int i) {
-      p.chunk_base = bounds[i];
-      grid_chunks.x = static_cast<unsigned>(bounds[i + 1] - bounds[i]);
+    auto piece_grid = [&](int i) {
+      p.chunk_base = pieces[i];
+      grid_chunks.x = static_cast<unsigned>(pieces[i + 1] - pieces[i]);
     };
-    // HYBRID_GDN_CHUNK_WU_PDL=1: stage 1's launches after the first programmatically, so that each
-    // one's last wave shares the SMs with the next one's first. Off by default: the spine then
+    // HYBRID_GDN_CHUNK_WU_PDL=1: stage 1's pieces after the first programmatically, so that each
+    // piece's last wave shares the SMs with the next piece's first. Off by default: the spine then
     // waits longer for each piece's last blocks (session 20 run 5: 1 x 8192 in pieces of 65, 32,
     // 16, 16, 313.6 µs plainly against 330.4; 1 x 32768 (180, 117, ..) 1151 against 1188; only
     // plans of many small pieces gained).
     static const bool wu_pdl = env_on("HYBRID_GDN_CHUNK_WU_PDL");
-    for (int i = 0; i + 1 < static_cast<int>(wu_bounds.size()); ++i) {
-      piece_grid(wu_bounds, i);
+    for (int i = 0; i < n_pieces; ++i) {
+      piece_grid(i);
       wu_programmatic = wu_pdl && i > 0;
       run_wu();
       HYBRID_CUDA_CHECK(cudaEventRecord(ps.wu_done[i], ps.wu));
     }
-    if (flagged) {
-      // The spine in one launch on the caller's stream after stage 1's first, its producer waiting
-      // on the counts; the caller's stream then joins side stream 1.
-      p.chunk_base = 0;
-      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[0], 0));
-      run_spine();  // sp: the whole sequence, from the pool to the pool
-      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[1], 0));
-      ctx.log(LogLevel::debug,
-              "[gdn_chunk_prefill] cuda_tc_v9: flagged pipeline, stage 1's first " +
-                  std::to_string(first) + " of " + std::to_string(p.max_chunks) +
-                  " chunks before the spine");
-    } else {
-      const int n_pieces = static_cast<int>(pieces.size()) - 1;
-      sp.carry = reinterpret_cast<float*>(static_cast<char*>(p.extra) + fused_bytes);
-      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.fork, 0));
-      out_stream = ps.out;
-      // The pieces after the first launched programmatically, so that their blocks are placed and
-      // waiting (griddepcontrol.wait) when the piece before ends; HYBRID_GDN_CHUNK_PIPE_PDL=0
-      // launches them plainly. Session 15 run 2: 1 x 8192 / 32768 / 131072 463 / 1693-1703 /
-      // 6659-6696 µs against 468 / 1709 / 6758-6791 (1-1.5%; the first / last piece sizes 8 did not
-      // help).
-      static const bool programmatic = env_int("HYBRID_GDN_CHUNK_PIPE_PDL", 1) != 0;
-      for (int i = 0; i < n_pieces; ++i) {
-        HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[i], 0));
-        sp.piece_begin = pieces[i];
-        sp.piece_end = pieces[i + 1];
-        spine_programmatic = programmatic && i > 0;
-        run_spine();
-        HYBRID_CUDA_CHECK(cudaEventRecord(ps.spine_done[i], main));
-        HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.spine_done[i], 0));
-        piece_grid(pieces, i);
-        run_out();
-      }
-      HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
-      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
-      std::string sizes;  // the pieces' chunk counts
-      for (int i = 0; i < n_pieces; ++i)
-        sizes += (i ? "," : "") + std::to_string(pieces[i + 1] - pieces[i]);
-      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
-                                   " pieces (" + sizes + " chunks), spine " +
-                                   (pipe_spine == "ws" && !wg_spine_available()
-                                        ? std::string("32 (the warpgroup spine needs sm_90a)")
-                                        : pipe_spine) +
-                                   (spine_priority != 0 ? " (priority)" : "") +
-                                   (programmatic ? " (programmatic)" : ""));
+    // The pieces after the first launched programmatically, so that their blocks are placed and
+    // waiting (griddepcontrol.wait) when the piece before ends; HYBRID_GDN_CHUNK_PIPE_PDL=0
+    // launches them plainly. Session 15 run 2: 1 x 8192 / 32768 / 131072 463 / 1693-1703 /
+    // 6659-6696 µs against 468 / 1709 / 6758-6791 (1-1.5%; the first / last piece sizes 8 did not
+    // help).
+    static const bool programmatic = env_int("HYBRID_GDN_CHUNK_PIPE_PDL", 1) != 0;
+    for (int i = 0; i < n_pieces; ++i) {
+      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.wu_done[i], 0));
+      sp.piece_begin = pieces[i];
+      sp.piece_end = pieces[i + 1];
+      spine_programmatic = programmatic && i > 0;
+      run_spine();
+      HYBRID_CUDA_CHECK(cudaEventRecord(ps.spine_done[i], main));
+      HYBRID_CUDA_CHECK(cudaStreamWaitEvent(ps.out, ps.spine_done[i], 0));
+      piece_grid(i);
+      run_out();
     }
+    HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
+    HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
+    std::string sizes;  // the pieces' chunk counts
+    for (int i = 0; i < n_pieces; ++i)
+      sizes += (i ? "," : "") + std::to_string(pieces[i + 1] - pieces[i]);
+    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
+                                 " pieces (" + sizes + " chunks), spine " +
+                                 (pipe_spine == "ws" && !wg_spine_available()
+                                      ? std::string("32 (the warpgroup spine needs sm_90a)")
+                                      : pipe_spine) +
+                                 (spine_priority != 0 ? " (priority)" : "") +
+                                 (programmatic ? " (programmatic)" : ""));
   }
   if (opt.pipeline && !pipelined)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
