@@ -2852,12 +2852,16 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::strin
   // the even plan below starts): r 50 up to 256 chunks, else 65, pieces of at least 16 (session 20
   // runs 3-5, same-run against the even plan: 1 x 8192 (65, 32, 16, 16) 313-314 µs against 325,
   // 1 x 32768 (180, 117, 76, 49, 32, 21, 16, 22) 1149-1151 against 1161-1196; r 65 at 1 x 8192 and
-  // r 50 at 1 x 32768 lost, and so did every ratio at 1 x 131072). HYBRID_GDN_CHUNK_PIPE_RATIO=100:
-  // the even plan everywhere.
+  // r 50 at 1 x 32768 lost, and so did every ratio at 1 x 131072). At 1 x 16384 (257 chunks) the
+  // even plan beat r 65 in four same-run pairs on two machines (session 21 runs 2 and 4: 602-606
+  // against 607-613 µs; r 50 618, r 75 643), so from 257 chunks the even plan runs up to 383
+  // (where r 65 takes over is not measured: 384 is halfway between 257 and 513 on a log scale).
+  // HYBRID_GDN_CHUNK_PIPE_RATIO=100: the even plan everywhere.
   static const int ratio_env = env_int("HYBRID_GDN_CHUNK_PIPE_RATIO", 0);
   const int ratio = ratio_env > 0                  ? ratio_env
                     : total >= 1024 || total < 128 ? 0
                     : total <= 256                 ? 50
+                    : total < 384                  ? 0
                                                    : 65;
   if (ratio > 0 && ratio < 100) {
     static const int min_piece = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_MIN", 16));

@@ -192,12 +192,15 @@ struct PerfCase : LambdaCase {
 };
 
 // Seed 004 prefill at T = 8192: residual add at hidden 2048 and SwiGLU of the Qwen3-Next experts
-// (I = 512, packed gate_up), bf16. The bytes are the slots' (inputs read once, out written once).
+// (I = 512, packed gate_up), bf16; SwiGLU also at T = 65536 (201 MB), where the launch and the
+// ramp after the L2 flush no longer hide its streaming rate. The bytes are the slots' (inputs
+// read once, out written once).
 void add_perf_cases(CaseList& cases) {
   const DType bf16 = DType::bf16;
-  const int64_t T = 8192, D = 2048, I = 512;
+  const int64_t D = 2048, I = 512;
   auto no_oracle = [](const Slots&, Expected&) { fail("[elementwise perf case] has no oracle"); };
   {
+    const int64_t T = 8192;
     auto c = std::make_unique<PerfCase>();
     c->op_name = "residual_add";
     c->param_text = str("T=", T, ",D=", D, ",a=bf16,b=bf16,out=bf16,perf");
@@ -214,7 +217,7 @@ void add_perf_cases(CaseList& cases) {
     c->oracle_fn = no_oracle;
     cases.push_back(std::move(c));
   }
-  {
+  for (int64_t T : {8192, 65536}) {
     auto c = std::make_unique<PerfCase>();
     c->op_name = "silu_mul";
     c->param_text = str("T=", T, ",I=", I, ",dtype=bf16,gate_up,perf");

@@ -85,11 +85,14 @@ struct RopeCase : Case {
   }
 };
 
-// Benchmark shape (perf only): Qwen3-Next q at T = 8192, [T, 16, 256] bf16, rotary 64, theta 1e7,
-// in place. The bytes are what the op must move: the rotated 64 dims of every head read and
-// written (the other 192 are not touched) plus the positions.
+// Benchmark shapes (perf only): Qwen3-Next q, [T, 16, 256] bf16, rotary 64, theta 1e7, in place,
+// at T = 8192 and at T = 65536 (268 MB: long enough that the launch and the ramp after the L2
+// flush, which a same-size copy pays too, no longer hide the kernel's streaming rate). The bytes
+// are what the op must move: the rotated 64 dims of every head read and written (the other 192
+// are not touched) plus the positions.
 struct RopePerfCase : Case {
-  int64_t T = 8192, H = 16, D = 256, rotary_dim = 64;
+  explicit RopePerfCase(int64_t tokens) : T(tokens) {}
+  int64_t T, H = 16, D = 256, rotary_dim = 64;
   std::string op() const override { return "rope"; }
   std::string params() const override {
     return str("T=", T, ",H=", H, ",D=", D, ",rotary=", rotary_dim,
@@ -116,7 +119,7 @@ struct RopePerfCase : Case {
 }  // namespace
 
 void add_rope_cases(CaseList& cases) {
-  cases.push_back(std::make_unique<RopePerfCase>());
+  for (int64_t T : {8192, 65536}) cases.push_back(std::make_unique<RopePerfCase>(T));
   const DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
   auto add = [&](int64_t T, int64_t H, int64_t D, int64_t rd, float theta, DType act, DType od,
                  int64_t max_pos, bool in_place, bool strided) {
