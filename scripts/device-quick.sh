@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -406,6 +406,22 @@ if section trace; then
   for r in 0 100 50 65 0 100; do
     echo "-- HYBRID_GDN_CHUNK_PIPE_RATIO=$r: $(HYBRID_GDN_CHUNK_PIPE_RATIO=$r timeout 60 $OPS perf -b cuda \
       -o "$G,${G/T=16384/T=65536}" 2>&1 | grep "^gdn" | awk '{print $1, $2}' | tr '\n' ' ')"
+  done
+fi
+if section memsw; then
+  # Session 21's prepared switches for the memory-bound ops at streaming scale (not in the default
+  # SECTIONS): HYBRID_NORM_MAX_PER=4 (rms_norm / rms_norm_gated rows in teams with up to 4 vectors
+  # a thread) and HYBRID_ROPE_HOST_FREQ=1 (rope's inv_freq from the host). Each one's cases first,
+  # memcheck on them, then the benchmark shapes against the defaults, alternated.
+  test_one norm_per4 90 HYBRID_NORM_MAX_PER=4 rms_norm,rms_norm_gated
+  test_one rope_hostfreq 90 HYBRID_ROPE_HOST_FREQ=1 rope,rope_kv_append_attn_decode
+  echo "memcheck rms_norm per 4: $(HYBRID_NORM_MAX_PER=4 timeout 90 compute-sanitizer --tool memcheck $OPS test -b cuda -o rms_norm 2>&1 | tail -1)"
+  echo "memcheck rope host freq: $(HYBRID_ROPE_HOST_FREQ=1 timeout 90 compute-sanitizer --tool memcheck $OPS test -b cuda -o rope 2>&1 | tail -1)"
+  for pass in 1 2; do
+    for envs in "X=1" "HYBRID_NORM_MAX_PER=4" "HYBRID_NORM_MAX_PER=3" "HYBRID_ROPE_HOST_FREQ=1"; do
+      echo "-- $envs: $(env $envs timeout 60 $OPS perf -b cuda -o rms_norm:perf,rms_norm_gated:perf,rope:perf 2>&1 |
+        grep -E '^(rms|rope)' | awk '{print $2}' | tr '\n' ' ')"
+    done
   done
 fi
 if section attnsplits; then

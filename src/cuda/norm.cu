@@ -8,6 +8,7 @@
 //   rms_norm: row = token. rms_norm_gated: row = (token, group).
 // General paths (anything else): one block per row, scalar loads, pass 2 re-reads the row.
 // Bytes: T·D·(read x + write out) (+ read residual + write h) (+ read z); memory-bound.
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/common.cuh"
@@ -122,13 +123,20 @@ __device__ __forceinline__ float team_sum(float v, int team, float* shared /* [8
 
 // Team and vectors per thread for rows of `vecs` 16-byte vectors: the smallest team that needs
 // at most 2 vectors per thread (3 or 4 at the largest team); team 0 when no fast path fits.
+// HYBRID_NORM_MAX_PER=3|4 (prepared in session 21, not yet run on a GPU; host code only: the
+// per-3 and per-4 kernels exist already) takes the smallest team that needs at most that many, so
+// that each thread has more of its row in flight. At D 2048 bf16: a team of 64 with 4 vectors (80
+// registers: 3 CTAs of 4 rows per SM, 48 KB of x in flight per SM) instead of 128 with 2 (54
+// registers: 4 CTAs of 2 rows, 32 KB). Why: with one input (no residual) rms_norm streams at 76.6%
+// of the copy ceiling at T 32768, with two in flight (the residual) at 94% (session 21 run 6).
 struct TeamShape {
   int team = 0, per = 0;
 };
 TeamShape team_shape(int64_t vecs) {
+  static const int max_per = std::clamp(env_int("HYBRID_NORM_MAX_PER", 2), 2, kMaxPer);
   TeamShape s;
   for (int team = 4; team <= kThreads; team *= 2)
-    if (vecs <= int64_t{2} * team || (team == kThreads && vecs <= int64_t{kMaxPer} * team)) {
+    if (vecs <= int64_t{max_per} * team || (team == kThreads && vecs <= int64_t{kMaxPer} * team)) {
       s.team = team;
       const int64_t per = (vecs + team - 1) / team;
       s.per = per <= 1 ? 1 : per <= 2 ? 2 : per <= 3 ? 3 : 4;

@@ -18,6 +18,9 @@
 // into shared memory too.) Bytes: T·H·rotary_dim·(read + write) (+ T·H·(D − rotary_dim)·(read +
 // write) out of place); memory-bound. x and out may differ in dtype (V counts x elements).
 // supports(): rotary_dim <= 2048 (shared memory (2·tokens + 1)·half·4 B <= 36 KiB).
+#include <type_traits>
+
+#include "cpu/rope_math.h"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/elementwise_vec.cuh"
@@ -33,6 +36,7 @@ constexpr int kTok = 4;            // tokens per block when rotary_dim > kTok8Ro
 constexpr int kTokWide = 8;        // tokens per block for rotary_dim <= kTok8Rotary
 constexpr int kTok8Rotary = 1024;  // (2·8 + 1)·512·4 B = 34 KiB of shared memory
 constexpr int64_t kMaxRotary = 2048;
+constexpr int kHostFreqMax = 128;  // inv_freq values HostFreq carries (rotary_dim <= 256)
 
 struct RopeParams {
   const void* x;  // [T, H, D]
@@ -47,13 +51,26 @@ struct RopeParams {
   bool copy_tail;  // out is not x: copy dims [rotary_dim, D)
   int tok;         // tokens per block: kTok or kTokWide
 };
+struct HostFreq {  // kHostFreq: inv_freq[i], i < half, from the host
+  float inv_freq[kHostFreqMax];
+};
+struct NoHostFreq {};
 
 // kEarly (rope.cuda_v3): the first pass's 4 loads per thread of phase 2 are issued before phase 1,
 // so the f64 pow + sincos of phase 1 (a few µs of dependent latency per block; at 8 tokens x 16
 // heads x rotary 64 the whole grid is one wave, so v2 moves no data during it) overlap the DRAM
 // round trip. Same arithmetic, same results.
-template <class Tx, class To, int V, bool kEarly>
-__global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
+// kHostFreq (HYBRID_ROPE_HOST_FREQ=1, prepared in session 21, not yet run on a GPU; with kEarly,
+// half <= kHostFreqMax): inv_freq comes from the host (cpu/rope_math.h's rope_inv_freq, the CPU
+// reference's own function, so the values are the same bits) in the parameters, copied to shared
+// memory: the f64 pow leaves each block's dependent chain (phase 1 is then a copy, the barrier and
+// the sincos). Why: at T 65536 the
+// kernel streams at 76.5% of the copy ceiling (session 21 run 6); 256 threads at ~56 registers
+// leave 4 CTAs per SM, and a block's loads land long before its phase 1 ends, so the SM's bytes
+// in flight fall while its blocks compute.
+template <class Tx, class To, int V, bool kEarly, bool kHostFreq = false>
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(RopeParams p, std::conditional_t<kHostFreq, HostFreq, NoHostFreq> host) {
   extern __shared__ float shared[];
   const int half = p.rotary_dim / 2;
   float* inv_freq = shared;   // [half]
@@ -89,9 +106,13 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeParams p) {
 
   // Phase 1: inv_freq[i], then cos / sin of every (token, i) of the block.
   for (int i = threadIdx.x; i < half; i += kThreads) {
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
-    inv_freq[i] =
-        1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(expo)));
+    if constexpr (kHostFreq) {
+      inv_freq[i] = host.inv_freq[i];
+    } else {
+      const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
+      inv_freq[i] =
+          1.0f / static_cast<float>(pow(static_cast<double>(p.theta), static_cast<double>(expo)));
+    }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < ntok * half; e += kThreads) {
@@ -181,16 +202,28 @@ void rope_cuda(const Rope& a, Context& ctx) {
                           vec::stride16(p.os0, eo) && vec::stride16(p.os1, eo);
   p.tok = p.rotary_dim <= kTok8Rotary ? kTokWide : kTok;
   const auto grid = static_cast<unsigned>((T + p.tok - 1) / p.tok);
+  static const bool host_freq_env = env_on("HYBRID_ROPE_HOST_FREQ");
+  const bool host_freq = kEarly && host_freq_env && half <= kHostFreqMax;
+  HostFreq freq{};
+  if (host_freq)
+    for (int i = 0; i < half; ++i) freq.inv_freq[i] = cpu::rope_inv_freq(i, p.rotary_dim, p.theta);
   const size_t smem = sizeof(float) * (2 * p.tok + 1) * static_cast<size_t>(half);
   dispatch_float(a.x.dtype(), Rope::op_name, [&](auto tx) {
     using Tx = decltype(tx);
     dispatch_float(a.out.dtype(), Rope::op_name, [&](auto to) {
       using To = decltype(to);
       constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
-      if (vectorised)
-        rope_kernel<Tx, To, kWide, kEarly><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
-      else
-        rope_kernel<Tx, To, 1, kEarly><<<grid, kThreads, smem, as_stream(ctx.stream())>>>(p);
+      const cudaStream_t stream = as_stream(ctx.stream());
+      bool launched = false;  // (host_freq is false for rope.cuda: kHostFreq only with kEarly)
+      if constexpr (kEarly)
+        if (vectorised && host_freq) {
+          rope_kernel<Tx, To, kWide, true, true><<<grid, kThreads, smem, stream>>>(p, freq);
+          launched = true;
+        }
+      if (!launched && vectorised)
+        rope_kernel<Tx, To, kWide, kEarly><<<grid, kThreads, smem, stream>>>(p, NoHostFreq{});
+      else if (!launched)
+        rope_kernel<Tx, To, 1, kEarly><<<grid, kThreads, smem, stream>>>(p, NoHostFreq{});
       HYBRID_CUDA_CHECK_LAUNCH();
     });
   });
