@@ -28,6 +28,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/wgmma.cuh"
 #include "hybrid/ops/attention.h"
 
 namespace hybrid::cuda {
@@ -1281,11 +1282,250 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
   launch_d256_tiles(a, ctx, prefill_fa2c_kernel, fa2c_smem_bytes());
 }
 
+// ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
+//
+// Prepared in session 21, not yet run on a GPU: registered but refused unless
+// HYBRID_ATTN_PREFILL_WG=1. Block (query head, 64-row query tile): one warpgroup (128 threads).
+// Per key tile of 64 keys:
+//   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
+//   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
+//   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
+//   O [64 × D] += P V      4 · D/128 wgmma m64n128k16, P from registers (S's accumulator layout
+//                          is the A fragment's of its k16 steps), V from shared memory (MN-major)
+// Q [64][D] and two stages of K and V [64 keys][D], each tile as D/64 blocks of 64 rows × 128
+// bytes in the 128-byte swizzle (wgmma::sw128; block b at b·8 KB), filled by cp.async 16-byte
+// pieces (two threads a row; keys through the page table, keys past the tile's last position
+// zero-filled and never read from the cache); tile t + 1's copies fly while tile t computes.
+// Shared memory (64 + 4·64)·D·2 bytes: 160 KB at D 256, 80 KB at D 128. Why: the mma.sync
+// kernels (fa2c) reach 257-293 TFLOP/s at D 256, SDPA's cuDNN kernel (wgmma, TMA) 530-641; a
+// warpgroup's wgmma issues a 64 × 64 × 16 product in one instruction where mma.sync needs 32
+// plus their ldmatrix.
+template <int D>
+constexpr size_t wg_smem_bytes() {
+  return static_cast<size_t>(5 * kBM) * D * sizeof(__nv_bfloat16);
+}
+
+template <int D>
+__global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlock = 64 * 128;        // bytes of one 64-row × 64-column swizzled block
+  constexpr int kTile = D / 64 * kBlock;  // one [64][D] tile
+  constexpr int NH = D / 128;             // O's 128-column halves
+  constexpr int CH = D / 8;               // 16-byte pieces of a row
+  extern __shared__ __align__(1024) unsigned char wg_smem[];
+  if (smem_u32(wg_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
+  unsigned char* q_s = wg_smem;
+  unsigned char* k_s = q_s + kTile;  // stage s at + s·kTile
+  unsigned char* v_s = k_s + 2 * kTile;
+
+  const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
+  if (tile.x < 0) return;
+  const int n = tile.x, r0 = tile.y;
+  const int h = blockIdx.x, hk = h / p.group;
+  const int L = p.cu[n + 1] - p.cu[n];
+  const int rows = min(kBM, L - r0);
+  const int pos0 = p.seq_lens[n] - L + r0;  // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;     // last row's position (the last key needed)
+  const int t0 = p.cu[n] + r0;              // packed row of the first query
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
+  if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
+    for (int i = tid; i < rows * D; i += 128)
+      store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
+    return;
+  }
+
+  // Copies: thread tid fills half of row cr (16-byte pieces c0 .. c0 + CH/2 − 1) of each tile.
+  const int cr = tid / 2, c0 = (tid % 2) * (CH / 2);
+  auto piece = [&](int c) { return (c / 8) * kBlock + wgmma::sw128(cr, c % 8); };
+  {
+    const bool ok = cr < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + cr) * p.q_t + h * p.q_h : 0);
+#pragma unroll
+    for (int c = c0; c < c0 + CH / 2; ++c)
+      cp_async16(q_s + piece(c), src + (ok ? c * 8 : 0), ok ? 16 : 0);
+  }
+  const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
+  const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
+  auto load_kv = [&](int j0, int stage) {  // keys [j0, j0 + 64) into K, V stage `stage`
+    const int j = j0 + cr;
+    int64_t ko = -1, vo = -1;
+    if (j <= pos_last) {
+      const int2 kp = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+      if (kp.x >= 0) ko = p.k.offset(kp.x, kp.y, hk);
+      const int2 vp = p.pt.locate(n, j, p.v.page_size, p.v.num_pages);
+      if (vp.x >= 0) vo = p.v.offset(vp.x, vp.y, hk);
+    }
+    unsigned char* kd = k_s + stage * kTile;
+    unsigned char* vd = v_s + stage * kTile;
+#pragma unroll
+    for (int c = c0; c < c0 + CH / 2; ++c) {
+      cp_async16(kd + piece(c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+      cp_async16(vd + piece(c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+    }
+  };
+  load_kv(0, 0);
+  cp_commit();
+
+  float o[NH][64];
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[hh][i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows 16w + g, + 8 (l: this thread's)
+  const int row_a = 16 * warp + g;
+  const int tiles = pos_last / 64 + 1;
+  for (int t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) load_kv((t + 1) * 64, (t + 1) % 2);
+    cp_commit();
+    cp_wait<1>();               // this thread's copies of Q and tile t landed
+    wgmma::fence_async_smem();  // ... visible to wgmma's async proxy
+    __syncthreads();            // ... and every thread's
+    const unsigned char* ks = k_s + (t % 2) * kTile;
+    const unsigned char* vs = v_s + (t % 2) * kTile;
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int off = (kk / 4) * kBlock + (kk % 4) * 32;
+      wgmma::mma_m64n64k16_ss(s, wgmma::desc_sw128(q_s + off, 16, 1024),
+                              wgmma::desc_sw128(ks + off, 16, 1024), kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+
+    // Online softmax in the log2 domain; s[4j + e]: row row_a + 8·(e / 2), key j0 + 8j + 2·q4 +
+    // e % 2.
+    const int j0 = t * 64;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = pos0 + row_a + 8 * (e / 2);
+        const float x = key <= pos ? s[4 * j + e] * p.scale_log2 : -INFINITY;
+        s[4 * j + e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    float corr[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: every p is 0
+      corr[r] = exp2_approx(m[r] - base[r]);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float pj = exp2_approx(s[j] - base[(j % 4) / 2]);
+      s[j] = pj;
+      l[(j % 4) / 2] += pj;
+    }
+    uint32_t pa[4][4];  // P as the A fragments of the four k16 steps (keys 16kk..16kk + 15)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[hh][i] *= corr[(i % 4) / 2];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh)
+        wgmma::mma_m64n128k16_rs<1>(
+            o[hh], pa[kk], wgmma::desc_sw128(vs + kk * 2048 + hh * 2 * kBlock, kBlock, 1024), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int hh = 0; hh < NH; ++hh) wgmma::fence_operand(o[hh]);
+    __syncthreads();  // every warp's reads of stage t % 2 done before tile t + 2's copies
+  }
+
+  // O / l, rows < rows; o[hh][4j + e]: row row_a + 8·(e / 2), column 128·hh + 8j + 2·q4 + e % 2.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+#pragma unroll
+  for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int row = row_a + 8 * ((i % 4) / 2);
+      if (row < rows)
+        store_any(p.out, p.o_dtype,
+                  (t0 + row) * p.o_t + h * p.o_h + 128 * hh + 8 * (i / 4) + 2 * q4 + i % 2,
+                  o[hh][i] * inv[(i % 4) / 2]);
+    }
+#else
+  __trap();  // built without sm_90a code: prefill_wg_supports refuses, the host never launches it
+#endif
+}
+
+Reason prefill_wg_supports(const AttnPrefill& a) {
+  static const bool on = env_on("HYBRID_ATTN_PREFILL_WG");
+  if (!on)
+    return std::string(
+        "the wgmma prefill is prepared, not yet run on a GPU: HYBRID_ATTN_PREFILL_WG=1 enables it");
+#if !defined(HYBRID_CUDA_SM90A)
+  (void)a;
+  return std::string("the wgmma prefill needs a build with sm_90a code");
+#else
+  if (device_info().major != 9) return std::string("the wgmma prefill needs an sm_90 GPU");
+  if (a.q.size(2) != 128 && a.q.size(2) != 256)
+    return "the wgmma prefill takes D 128 or 256, got D=" + std::to_string(a.q.size(2));
+  if (a.window > 0) return std::string("the wgmma prefill has no sliding window (fa2c has)");
+  if (a.q.size(0) / kBM + (a.cu_seqlens.size(0) - 1) > 65535)
+    return std::string("the wgmma prefill takes at most 65535 query tiles of 64 rows (grid y)");
+  return prefill_fa2_supports(a);  // bf16, 16-byte rows, 32-bit offsets, the head count
+#endif
+}
+
+template <int D>
+void launch_wg(const AttnPrefill& a, Context& ctx) {
+  PrefillParams p = prefill_params(a);
+  p.tile_rows = kBM;
+  // Σ_n ceil(L_n / kBM) <= T / kBM + N.
+  p.max_tiles = p.T / kBM + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return;
+  const cudaStream_t st = as_stream(ctx.stream());
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  constexpr size_t smem = wg_smem_bytes<D>();
+  ensure_dynamic_smem(prefill_wg_kernel<D>, smem);
+  prefill_wg_kernel<D><<<dim3(p.Hq, p.max_tiles), 128, smem, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+}
+
+void prefill_wg_cuda(const AttnPrefill& a, Context& ctx) {
+  if (a.q.size(2) == 128)
+    launch_wg<128>(a, ctx);
+  else
+    launch_wg<256>(a, ctx);
+}
+
 }  // namespace
 
 }  // namespace attn
 
 void register_attention_prefill_tc(Registry& r) {
+  r.add<AttnPrefill>("attn_prefill.cuda_wg", DeviceType::cuda, 50, attn::prefill_wg_supports,
+                     attn::prefill_wg_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2c", DeviceType::cuda, 40, attn::prefill_fa2c_supports,
                      attn::prefill_fa2c_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2b", DeviceType::cuda, 30, attn::prefill_fa2b_supports,

@@ -36,6 +36,8 @@
 //                            B [16 k][N n] by descriptor, K-major (kTransB = 0) or MN-major (1).
 //                            d[4j + e] is row 16w + g + 8·(e / 2), column 8j + 2q + e % 2 (the
 //                            m16n8 accumulator layout of n-tile j).
+//   mma_m64n64k16_ss(d, a, b, accumulate)
+//                            the same with A from shared memory too (K-major descriptor).
 //   fence_operand(x)         an empty asm that reads and writes x: placed around fence / wait so
 //                            that the compiler moves no ordinary use of an accumulator or A
 //                            register across them (the asm statements keep their order).
@@ -105,6 +107,24 @@ __device__ __forceinline__ void mma_m64n64k16_rs(float (&d)[32], const uint32_t 
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB),
         "r"(static_cast<int>(accumulate)));
+}
+
+// d (+)= A·B with both operands from shared memory by descriptor, K-major (no transposes): A [64
+// m][16 k], B [16 k][64 n]. d's layout as mma_m64n64k16_rs's.
+__device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t a, uint64_t b,
+                                                 bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
 template <int kTransB>
