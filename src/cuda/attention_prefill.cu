@@ -1300,13 +1300,18 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // kernels (fa2c) reach 257-293 TFLOP/s at D 256, SDPA's cuDNN kernel (wgmma, TMA) 530-641; a
 // warpgroup's wgmma issues a 64 × 64 × 16 product in one instruction where mma.sync needs 32
 // plus their ldmatrix.
-template <int D>
+// kWG = 2 (HYBRID_ATTN_PREFILL_WG=2): two warpgroups, 128 query rows a block (warpgroup w: rows
+// 64w..64w + 63, its own Q tile), sharing every K / V tile: half the copies and page lookups a
+// row, and while one warpgroup's softmax runs the other's wgmma can (192 KB at D 256; 256
+// threads at up to 255 registers). A warpgroup skips the products of key tiles past its last
+// row's position (it still copies and meets the barriers).
+template <int D, int kWG>
 constexpr size_t wg_smem_bytes() {
-  return static_cast<size_t>(5 * kBM) * D * sizeof(__nv_bfloat16);
+  return static_cast<size_t>((kWG + 4) * kBM) * D * sizeof(__nv_bfloat16);
 }
 
-template <int D>
-__global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams p) {
+template <int D, int kWG>
+__global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlock = 64 * 128;        // bytes of one 64-row × 64-column swizzled block
   constexpr int kTile = D / 64 * kBlock;  // one [64][D] tile
@@ -1314,8 +1319,8 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
   constexpr int CH = D / 8;               // 16-byte pieces of a row
   extern __shared__ __align__(1024) unsigned char wg_smem[];
   if (smem_u32(wg_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
-  unsigned char* q_s = wg_smem;
-  unsigned char* k_s = q_s + kTile;  // stage s at + s·kTile
+  unsigned char* q_s = wg_smem;                 // warpgroup w's Q tile at + w·kTile
+  unsigned char* k_s = q_s + kWG * kTile;       // stage s at + s·kTile
   unsigned char* v_s = k_s + 2 * kTile;
 
   const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
@@ -1323,27 +1328,32 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
   const int n = tile.x, r0 = tile.y;
   const int h = blockIdx.x, hk = h / p.group;
   const int L = p.cu[n + 1] - p.cu[n];
-  const int rows = min(kBM, L - r0);
+  const int rows = min(kBM * kWG, L - r0);
   const int pos0 = p.seq_lens[n] - L + r0;  // position of the tile's first row
   const int pos_last = pos0 + rows - 1;     // last row's position (the last key needed)
   const int t0 = p.cu[n] + r0;              // packed row of the first query
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int g = lane / 4, q4 = lane % 4;
   if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
-    for (int i = tid; i < rows * D; i += 128)
+    for (int i = tid; i < rows * D; i += 128 * kWG)
       store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
     return;
   }
 
-  // Copies: thread tid fills half of row cr (16-byte pieces c0 .. c0 + CH/2 − 1) of each tile.
-  const int cr = tid / 2, c0 = (tid % 2) * (CH / 2);
-  auto piece = [&](int c) { return (c / 8) * kBlock + wgmma::sw128(cr, c % 8); };
+  // Copies. Q: thread tid fills half of row tid / 2 (of tile tid / 128). K and V: 2·kWG threads
+  // a key row, thread tid its pieces c0 .. c0 + KP − 1 of row cr.
+  auto piece = [&](int r, int c) { return (c / 8) * kBlock + wgmma::sw128(r, c % 8); };
   {
-    const bool ok = cr < rows;
-    const __nv_bfloat16* src = p.q + (ok ? (t0 + cr) * p.q_t + h * p.q_h : 0);
+    const int qr = tid / 2, qc0 = (tid % 2) * (CH / 2);
+    const bool ok = qr < rows;
+    const __nv_bfloat16* src = p.q + (ok ? (t0 + qr) * p.q_t + h * p.q_h : 0);
+    unsigned char* qd = q_s + (qr / kBM) * kTile;
 #pragma unroll
-    for (int c = c0; c < c0 + CH / 2; ++c)
-      cp_async16(q_s + piece(c), src + (ok ? c * 8 : 0), ok ? 16 : 0);
+    for (int c = qc0; c < qc0 + CH / 2; ++c)
+      cp_async16(qd + piece(qr % kBM, c), src + (ok ? c * 8 : 0), ok ? 16 : 0);
   }
+  constexpr int KP = CH / (2 * kWG);  // pieces a thread of a key row
+  const int cr = tid / (2 * kWG), c0 = tid % (2 * kWG) * KP;
   const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
   const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
   auto load_kv = [&](int j0, int stage) {  // keys [j0, j0 + 64) into K, V stage `stage`
@@ -1358,9 +1368,9 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
     unsigned char* kd = k_s + stage * kTile;
     unsigned char* vd = v_s + stage * kTile;
 #pragma unroll
-    for (int c = c0; c < c0 + CH / 2; ++c) {
-      cp_async16(kd + piece(c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
-      cp_async16(vd + piece(c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+    for (int c = c0; c < c0 + KP; ++c) {
+      cp_async16(kd + piece(cr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+      cp_async16(vd + piece(cr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
     }
   };
   load_kv(0, 0);
@@ -1372,7 +1382,11 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[hh][i] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows 16w + g, + 8 (l: this thread's)
-  const int row_a = 16 * warp + g;
+  const int row_a = 16 * warp + g;                           // within the warpgroup's 64 rows
+  // This warpgroup's rows: 64·wg .. 64·wg + w_rows − 1 of the block's (none past `rows`).
+  const int w_rows = min(kBM, rows - kBM * wg), w_pos0 = pos0 + kBM * wg;
+  const int w_pos_last = w_pos0 + w_rows - 1;  // (< w_pos0 when the warpgroup has no rows)
+  const unsigned char* wq = q_s + wg * kTile;
   const int tiles = pos_last / 64 + 1;
   for (int t = 0; t < tiles; ++t) {
     if (t + 1 < tiles) load_kv((t + 1) * 64, (t + 1) % 2);
@@ -1382,6 +1396,11 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
     __syncthreads();            // ... and every thread's
     const unsigned char* ks = k_s + (t % 2) * kTile;
     const unsigned char* vs = v_s + (t % 2) * kTile;
+    const int j0 = t * 64;
+    if (j0 > w_pos_last) {  // every key of the tile past this warpgroup's rows (warpgroup-uniform)
+      __syncthreads();      // (the loop's closing barrier)
+      continue;
+    }
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
@@ -1389,7 +1408,7 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int off = (kk / 4) * kBlock + (kk % 4) * 32;
-      wgmma::mma_m64n64k16_ss(s, wgmma::desc_sw128(q_s + off, 16, 1024),
+      wgmma::mma_m64n64k16_ss(s, wgmma::desc_sw128(wq + off, 16, 1024),
                               wgmma::desc_sw128(ks + off, 16, 1024), kk > 0);
     }
     wgmma::commit();
@@ -1398,13 +1417,12 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
 
     // Online softmax in the log2 domain; s[4j + e]: row row_a + 8·(e / 2), key j0 + 8j + 2·q4 +
     // e % 2.
-    const int j0 = t * 64;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = pos0 + row_a + 8 * (e / 2);
+        const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = w_pos0 + row_a + 8 * (e / 2);
         const float x = key <= pos ? s[4 * j + e] * p.scale_log2 : -INFINITY;
         s[4 * j + e] = x;
         mx[e / 2] = fmaxf(mx[e / 2], x);
@@ -1465,21 +1483,28 @@ __global__ void __launch_bounds__(128, 1) prefill_wg_kernel(const PrefillParams 
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
       const int row = row_a + 8 * ((i % 4) / 2);
-      if (row < rows)
-        store_any(p.out, p.o_dtype,
-                  (t0 + row) * p.o_t + h * p.o_h + 128 * hh + 8 * (i / 4) + 2 * q4 + i % 2,
-                  o[hh][i] * inv[(i % 4) / 2]);
+      if (row < w_rows)
+        store_any(
+            p.out, p.o_dtype,
+            (t0 + kBM * wg + row) * p.o_t + h * p.o_h + 128 * hh + 8 * (i / 4) + 2 * q4 + i % 2,
+            o[hh][i] * inv[(i % 4) / 2]);
     }
 #else
   __trap();  // built without sm_90a code: prefill_wg_supports refuses, the host never launches it
 #endif
 }
 
+// HYBRID_ATTN_PREFILL_WG=1: one warpgroup a block, =2: two.
+int wg_count() {
+  static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 0);
+  return n;
+}
+
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  static const bool on = env_on("HYBRID_ATTN_PREFILL_WG");
-  if (!on)
+  if (wg_count() != 1 && wg_count() != 2)
     return std::string(
-        "the wgmma prefill is prepared, not yet run on a GPU: HYBRID_ATTN_PREFILL_WG=1 enables it");
+        "the wgmma prefill is prepared, not yet run on a GPU: HYBRID_ATTN_PREFILL_WG=1 (one "
+        "warpgroup a block) or =2 (two) enables it");
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -1489,34 +1514,35 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
     return "the wgmma prefill takes D 128 or 256, got D=" + std::to_string(a.q.size(2));
   if (a.window > 0) return std::string("the wgmma prefill has no sliding window (fa2c has)");
   if (a.q.size(0) / kBM + (a.cu_seqlens.size(0) - 1) > 65535)
-    return std::string("the wgmma prefill takes at most 65535 query tiles of 64 rows (grid y)");
+    return std::string("the wgmma prefill takes at most 65535 query tiles (grid y)");
   return prefill_fa2_supports(a);  // bf16, 16-byte rows, 32-bit offsets, the head count
 #endif
 }
 
-template <int D>
+template <int D, int kWG>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
-  p.tile_rows = kBM;
-  // Σ_n ceil(L_n / kBM) <= T / kBM + N.
-  p.max_tiles = p.T / kBM + p.N;
+  p.tile_rows = kBM * kWG;
+  // Σ_n ceil(L_n / rows) <= T / rows + N.
+  p.max_tiles = p.T / p.tile_rows + p.N;
   p.tiles = static_cast<int2*>(
       ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
   if (p.T == 0 || p.Hq == 0) return;
   const cudaStream_t st = as_stream(ctx.stream());
   plan_tiles_kernel<<<1, 32, 0, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
-  constexpr size_t smem = wg_smem_bytes<D>();
-  ensure_dynamic_smem(prefill_wg_kernel<D>, smem);
-  prefill_wg_kernel<D><<<dim3(p.Hq, p.max_tiles), 128, smem, st>>>(p);
+  constexpr size_t smem = wg_smem_bytes<D, kWG>();
+  ensure_dynamic_smem(prefill_wg_kernel<D, kWG>, smem);
+  prefill_wg_kernel<D, kWG><<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
 void prefill_wg_cuda(const AttnPrefill& a, Context& ctx) {
+  const bool two = wg_count() == 2;
   if (a.q.size(2) == 128)
-    launch_wg<128>(a, ctx);
+    two ? launch_wg<128, 2>(a, ctx) : launch_wg<128, 1>(a, ctx);
   else
-    launch_wg<256>(a, ctx);
+    two ? launch_wg<256, 2>(a, ctx) : launch_wg<256, 1>(a, ctx);
 }
 
 }  // namespace
