@@ -64,10 +64,9 @@ struct NoHostFreq {};
 // half <= kHostFreqMax): inv_freq comes from the host (cpu/rope_math.h's rope_inv_freq, the CPU
 // reference's own function, so the values are the same bits) in the parameters, copied to shared
 // memory: the f64 pow leaves each block's dependent chain (phase 1 is then a copy, the barrier and
-// the sincos). Why: at T 65536 the
-// kernel streams at 76.5% of the copy ceiling (session 21 run 6); 256 threads at ~56 registers
-// leave 4 CTAs per SM, and a block's loads land long before its phase 1 ends, so the SM's bytes
-// in flight fall while its blocks compute.
+// the sincos). Why: at T 65536 the kernel streams at 76.5% of the copy ceiling (session 21 run 6);
+// 256 threads at ~56 registers leave 4 CTAs per SM, and a block's loads land long before its
+// phase 1 ends, so the SM's bytes in flight fall while its blocks compute.
 template <class Tx, class To, int V, bool kEarly, bool kHostFreq = false>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(RopeParams p, std::conditional_t<kHostFreq, HostFreq, NoHostFreq> host) {
@@ -214,15 +213,16 @@ void rope_cuda(const Rope& a, Context& ctx) {
       using To = decltype(to);
       constexpr int kWide = static_cast<int>(16 / sizeof(Tx));
       const cudaStream_t stream = as_stream(ctx.stream());
-      bool launched = false;  // (host_freq is false for rope.cuda: kHostFreq only with kEarly)
-      if constexpr (kEarly)
+      if constexpr (kEarly) {  // (kHostFreq only with kEarly: host_freq is false for rope.cuda)
         if (vectorised && host_freq) {
           rope_kernel<Tx, To, kWide, true, true><<<grid, kThreads, smem, stream>>>(p, freq);
-          launched = true;
+          HYBRID_CUDA_CHECK_LAUNCH();
+          return;
         }
-      if (!launched && vectorised)
+      }
+      if (vectorised)
         rope_kernel<Tx, To, kWide, kEarly><<<grid, kThreads, smem, stream>>>(p, NoHostFreq{});
-      else if (!launched)
+      else
         rope_kernel<Tx, To, 1, kEarly><<<grid, kThreads, smem, stream>>>(p, NoHostFreq{});
       HYBRID_CUDA_CHECK_LAUNCH();
     });
