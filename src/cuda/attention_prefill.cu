@@ -1285,7 +1285,8 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
 // Prepared in session 21, not yet run on a GPU: registered but refused unless
-// HYBRID_ATTN_PREFILL_WG=1. Block (query head, 64-row query tile): one warpgroup (128 threads).
+// HYBRID_ATTN_PREFILL_WG=1 (or =2, below). Block (query head, 64-row query tile): one warpgroup
+// (128 threads).
 // Per key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
