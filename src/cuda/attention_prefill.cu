@@ -1471,7 +1471,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     __syncthreads();  // every warp's reads of stage t % 2 done before tile t + 2's copies
   }
 
-  // O / l, rows < rows; o[hh][4j + e]: row row_a + 8·(e / 2), column 128·hh + 8j + 2·q4 + e % 2.
+  // O / l, rows < w_rows; o[hh][4j + e]: row row_a + 8·(e / 2), column 128·hh + 8j + 2·q4 + e % 2.
   float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1479,16 +1479,25 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
   }
+  // bf16 rows of 4-byte pairs: one 32-bit store a pair of columns; else element by element.
+  const bool pairs = p.o_dtype == DType::bf16 && reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
+                     p.o_t % 2 == 0 && p.o_h % 2 == 0;
 #pragma unroll
   for (int hh = 0; hh < NH; ++hh)
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 64; i += 2) {
       const int row = row_a + 8 * ((i % 4) / 2);
-      if (row < w_rows)
-        store_any(
-            p.out, p.o_dtype,
-            (t0 + kBM * wg + row) * p.o_t + h * p.o_h + 128 * hh + 8 * (i / 4) + 2 * q4 + i % 2,
-            o[hh][i] * inv[(i % 4) / 2]);
+      if (row >= w_rows) continue;
+      const float r = inv[(i % 4) / 2];
+      const int64_t at =
+          (t0 + kBM * wg + row) * p.o_t + h * p.o_h + 128 * hh + 8 * (i / 4) + 2 * q4;
+      if (pairs) {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + at) =
+            __floats2bfloat162_rn(o[hh][i] * r, o[hh][i + 1] * r);
+      } else {
+        store_any(p.out, p.o_dtype, at, o[hh][i] * r);
+        store_any(p.out, p.o_dtype, at + 1, o[hh][i + 1] * r);
+      }
     }
 #else
   __trap();  // built without sm_90a code: prefill_wg_supports refuses, the host never launches it
