@@ -425,19 +425,19 @@ if section memsw; then
   done
 fi
 if section wgprefill; then
-  # attn_prefill.cuda_wg (prepared in session 21, refused unless HYBRID_ATTN_PREFILL_WG=1|2; not in
+  # attn_prefill.cuda_wg (prepared in session 21, refused unless HYBRID_ATTN_PREFILL_WG=1|2|3; not in
   # the default SECTIONS): every attn_prefill case with it on (D 64 and windowed cases fall back to
   # fa2c / fa2), memcheck and racecheck on them, whether it takes the benchmark shapes (no
   # "cuda_wg refused" line at debug level), then the shapes against the default, alternated.
-  for w in 1 2; do
+  for w in 1 2 3; do
     test_one attn_prefill_wg$w 90 HYBRID_ATTN_PREFILL_WG=$w attn_prefill
     for tool in memcheck racecheck; do
       echo "$tool attn_prefill, HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
     done
   done
-  echo "wg refusals on the benchmark shapes: $(HYBRID_ATTN_PREFILL_WG=2 timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
+  echo "wg refusals on the benchmark shapes: $(HYBRID_ATTN_PREFILL_WG=3 timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
   for pass in 1 2; do
-    for envs in "X=1" "HYBRID_ATTN_PREFILL_WG=1" "HYBRID_ATTN_PREFILL_WG=2"; do
+    for envs in "X=1" "HYBRID_ATTN_PREFILL_WG=1" "HYBRID_ATTN_PREFILL_WG=2" "HYBRID_ATTN_PREFILL_WG=3"; do
       echo "-- $envs: $(env $envs timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
     done
   done

@@ -1285,9 +1285,8 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
 // Prepared in session 21, not yet run on a GPU: registered but refused unless
-// HYBRID_ATTN_PREFILL_WG=1 (or =2, below). Block (query head, 64-row query tile): one warpgroup
-// (128 threads).
-// Per key tile of 64 keys:
+// HYBRID_ATTN_PREFILL_WG=1 (or =2 / =3, below). Block (query head, 64-row query tile): one
+// warpgroup (128 threads). Per key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
@@ -1306,13 +1305,18 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // row, and while one warpgroup's softmax runs the other's wgmma can (192 KB at D 256; 256
 // threads at up to 255 registers). A warpgroup skips the products of key tiles past its last
 // row's position (it still copies and meets the barriers).
+// kStagger (with kWG = 2; HYBRID_ATTN_PREFILL_WG=3): warpgroup 1 issues a tile's S only after
+// warpgroup 0 has issued its own (named barrier 1: warpgroup 0 arrives, 1 waits), so that the
+// tensor pipe takes S0, S1, PV0, PV1 in that order, warpgroup 0's softmax under S1 and warpgroup
+// 1's under PV0, instead of both S products at once and then both softmaxes with the pipe idle.
 template <int D, int kWG>
 constexpr size_t wg_smem_bytes() {
   return static_cast<size_t>((kWG + 4) * kBM) * D * sizeof(__nv_bfloat16);
 }
 
-template <int D, int kWG>
+template <int D, int kWG, bool kStagger = false>
 __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillParams p) {
+  static_assert(!kStagger || kWG == 2, "the stagger orders two warpgroups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlock = 64 * 128;        // bytes of one 64-row × 64-column swizzled block
   constexpr int kTile = D / 64 * kBlock;  // one [64][D] tile
@@ -1389,6 +1393,11 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   const int w_pos_last = w_pos0 + w_rows - 1;  // (< w_pos0 when the warpgroup has no rows)
   const unsigned char* wq = q_s + wg * kTile;
   const int tiles = pos_last / 64 + 1;
+  // kStagger: only where warpgroup 1 has rows (then it computes every tile of the block).
+  const bool stagger = kStagger && rows > kBM;
+  auto s_issued = [&] {  // warpgroup 0: its S of this tile is issued
+    if (stagger && wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  };
   for (int t = 0; t < tiles; ++t) {
     if (t + 1 < tiles) load_kv((t + 1) * 64, (t + 1) % 2);
     cp_commit();
@@ -1399,9 +1408,12 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     const unsigned char* vs = v_s + (t % 2) * kTile;
     const int j0 = t * 64;
     if (j0 > w_pos_last) {  // every key of the tile past this warpgroup's rows (warpgroup-uniform)
-      __syncthreads();      // (the loop's closing barrier)
+      s_issued();
+      __syncthreads();  // (the loop's closing barrier)
       continue;
     }
+    if (stagger && wg == 1)
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");  // after warpgroup 0's S
     float s[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) s[i] = 0.0f;
@@ -1413,6 +1425,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
                               wgmma::desc_sw128(ks + off, 16, 1024), kk > 0);
     }
     wgmma::commit();
+    s_issued();
     wgmma::wait<0>();
     wgmma::fence_operand(s);
 
@@ -1504,17 +1517,17 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
 #endif
 }
 
-// HYBRID_ATTN_PREFILL_WG=1: one warpgroup a block, =2: two.
+// HYBRID_ATTN_PREFILL_WG=1: one warpgroup a block, =2: two, =3: two, staggered.
 int wg_count() {
   static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 0);
   return n;
 }
 
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  if (wg_count() != 1 && wg_count() != 2)
+  if (wg_count() < 1 || wg_count() > 3)
     return std::string(
         "the wgmma prefill is prepared, not yet run on a GPU: HYBRID_ATTN_PREFILL_WG=1 (one "
-        "warpgroup a block) or =2 (two) enables it");
+        "warpgroup a block), =2 (two) or =3 (two, staggered) enables it");
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -1529,7 +1542,7 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 #endif
 }
 
-template <int D, int kWG>
+template <int D, int kWG, bool kStagger>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
   p.tile_rows = kBM * kWG;
@@ -1542,17 +1555,21 @@ void launch_wg(const AttnPrefill& a, Context& ctx) {
   plan_tiles_kernel<<<1, 32, 0, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
   constexpr size_t smem = wg_smem_bytes<D, kWG>();
-  ensure_dynamic_smem(prefill_wg_kernel<D, kWG>, smem);
-  prefill_wg_kernel<D, kWG><<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
+  ensure_dynamic_smem(prefill_wg_kernel<D, kWG, kStagger>, smem);
+  prefill_wg_kernel<D, kWG, kStagger><<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
 void prefill_wg_cuda(const AttnPrefill& a, Context& ctx) {
-  const bool two = wg_count() == 2;
+  const int w = wg_count();
   if (a.q.size(2) == 128)
-    two ? launch_wg<128, 2>(a, ctx) : launch_wg<128, 1>(a, ctx);
+    w == 3   ? launch_wg<128, 2, true>(a, ctx)
+    : w == 2 ? launch_wg<128, 2, false>(a, ctx)
+             : launch_wg<128, 1, false>(a, ctx);
   else
-    two ? launch_wg<256, 2>(a, ctx) : launch_wg<256, 1>(a, ctx);
+    w == 3   ? launch_wg<256, 2, true>(a, ctx)
+    : w == 2 ? launch_wg<256, 2, false>(a, ctx)
+             : launch_wg<256, 1, false>(a, ctx);
 }
 
 }  // namespace
