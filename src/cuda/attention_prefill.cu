@@ -1390,7 +1390,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   const int row_a = 16 * warp + g;                           // within the warpgroup's 64 rows
   // This warpgroup's rows: 64·wg .. 64·wg + w_rows − 1 of the block's (none past `rows`).
   const int w_rows = min(kBM, rows - kBM * wg), w_pos0 = pos0 + kBM * wg;
-  const int w_pos_last = w_pos0 + w_rows - 1;  // (< w_pos0 when the warpgroup has no rows)
+  const int w_pos_last = w_pos0 + w_rows - 1;  // (only where w_rows > 0)
   const unsigned char* wq = q_s + wg * kTile;
   const int tiles = pos_last / 64 + 1;
   // kStagger: only where warpgroup 1 has rows (then it computes every tile of the block).
@@ -1407,7 +1407,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     const unsigned char* ks = k_s + (t % 2) * kTile;
     const unsigned char* vs = v_s + (t % 2) * kTile;
     const int j0 = t * 64;
-    if (j0 > w_pos_last) {  // every key of the tile past this warpgroup's rows (warpgroup-uniform)
+    // No rows in this warpgroup, or every key of the tile past them (warpgroup-uniform).
+    if (w_rows <= 0 || j0 > w_pos_last) {
       s_issued();
       __syncthreads();  // (the loop's closing barrier)
       continue;
