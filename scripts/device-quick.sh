@@ -217,6 +217,10 @@ if section profile; then
   prof_one attn_decode_b1 decode_tc_kernel "$A"
   prof_one moe_gate_up "moe_gate_up_(v6_)?kernel" "$E"
   prof_one moe_down "moe_down_combine_(v6_)?kernel" "$E"
+  # attn_prefill: fa2c, and the wgmma kernel (PROFILE_WG=1|2|3 picks its form; default 3).
+  P='attn_prefill(N=1,lens=4096,new=4096,Hq=16,Hkv=2,D=256,page=64,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
+  prof_one attn_prefill_fa2c prefill_fa2c_kernel "$P"
+  HYBRID_ATTN_PREFILL_WG=${PROFILE_WG:-3} prof_one attn_prefill_wg prefill_wg_kernel "$P"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
   # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch
