@@ -1154,17 +1154,24 @@ PrefillParams prefill_params(const AttnPrefill& a) {
   return p;
 }
 
+// The query tiles of `rows` rows: their list in the workspace (Σ_n ceil(L_n / rows) <= T / rows
+// + N entries), filled on the device by plan_tiles_kernel. False when there is nothing to compute.
+bool plan_tiles(PrefillParams& p, int rows, Context& ctx, cudaStream_t st) {
+  p.tile_rows = rows;
+  p.max_tiles = p.T / rows + p.N;
+  p.tiles = static_cast<int2*>(
+      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
+  if (p.T == 0 || p.Hq == 0) return false;
+  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 void prefill_tc_cuda(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
   const int64_t D = a.q.size(2);
-  // Σ_n ceil(L_n / kBM) <= T / kBM + N.
-  p.max_tiles = p.T / kBM + p.N;
-  p.tiles = static_cast<int2*>(
-      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
-  if (p.T == 0 || p.Hq == 0) return;
   const cudaStream_t st = as_stream(ctx.stream());
-  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!plan_tiles(p, kBM, ctx, st)) return;
   switch (D) {
     case 64:
       launch_tc<64>(p, st);
@@ -1197,15 +1204,8 @@ void launch_fa2(const PrefillParams& p, cudaStream_t st) {
 
 void prefill_fa2_cuda(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
-  p.tile_rows = kBM2;
-  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
-  p.max_tiles = p.T / kBM2 + p.N;
-  p.tiles = static_cast<int2*>(
-      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
-  if (p.T == 0 || p.Hq == 0) return;
   const cudaStream_t st = as_stream(ctx.stream());
-  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!plan_tiles(p, kBM2, ctx, st)) return;
   switch (a.q.size(2)) {
     case 64:
       launch_fa2<64>(p, st);
@@ -1240,15 +1240,8 @@ Reason prefill_fa2b_supports(const AttnPrefill& a) {
 void launch_d256_tiles(const AttnPrefill& a, Context& ctx, void (*kernel)(const PrefillParams),
                        size_t smem) {
   PrefillParams p = prefill_params(a);
-  p.tile_rows = kBM2;
-  // Σ_n ceil(L_n / kBM2) <= T / kBM2 + N.
-  p.max_tiles = p.T / kBM2 + p.N;
-  p.tiles = static_cast<int2*>(
-      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
-  if (p.T == 0 || p.Hq == 0) return;
   const cudaStream_t st = as_stream(ctx.stream());
-  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!plan_tiles(p, kBM2, ctx, st)) return;
   ensure_dynamic_smem(kernel, smem);
   kernel<<<dim3(p.Hq, p.max_tiles), kThreads2, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
@@ -1546,15 +1539,8 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 template <int D, int kWG, bool kStagger>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
-  p.tile_rows = kBM * kWG;
-  // Σ_n ceil(L_n / rows) <= T / rows + N.
-  p.max_tiles = p.T / p.tile_rows + p.N;
-  p.tiles = static_cast<int2*>(
-      ctx.workspace(static_cast<size_t>(std::max(p.max_tiles, 1)) * sizeof(int2)));
-  if (p.T == 0 || p.Hq == 0) return;
   const cudaStream_t st = as_stream(ctx.stream());
-  plan_tiles_kernel<<<1, 32, 0, st>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  if (!plan_tiles(p, kBM * kWG, ctx, st)) return;
   constexpr size_t smem = wg_smem_bytes<D, kWG>();
   ensure_dynamic_smem(prefill_wg_kernel<D, kWG, kStagger>, smem);
   prefill_wg_kernel<D, kWG, kStagger><<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
