@@ -404,12 +404,13 @@ if section trace; then
       --lib .carry/libhybrid_c.so --T 8192,32768 --reps 2 2>&1 | tee -a "$OUT/trace.txt" |
       grep -v "^ *[0-9.]* *[0-9.]* *[0-9.]* *s[0-9]"  # the per-kernel lines: in trace.txt
   done
-  # The plans at the lengths between the measured ones (1 x 16384: 257 chunks, r 65 by default;
-  # 1 x 65536: 1025, the even plan), alternated.
+  # The plans at the lengths between the measured ones, alternated: 1 x 16384 (257 chunks, the even
+  # plan by default since session 21) and 1 x 24576 (385, r 65 by default): where between 257
+  # and 513 chunks r 65 starts to beat the even plan.
   G='gdn_chunk_prefill(prefill,B=1,T=16384,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
-  for r in 0 100 50 65 0 100; do
+  for r in 0 100 65 0 100 65; do
     echo "-- HYBRID_GDN_CHUNK_PIPE_RATIO=$r: $(HYBRID_GDN_CHUNK_PIPE_RATIO=$r timeout 60 $OPS perf -b cuda \
-      -o "$G,${G/T=16384/T=65536}" 2>&1 | grep "^gdn" | awk '{print $1, $2}' | tr '\n' ' ')"
+      -o "$G,${G/T=16384/T=24576}" 2>&1 | grep "^gdn" | awk '{print $1, $2}' | tr '\n' ' ')"
   done
 fi
 if section memsw; then

@@ -579,14 +579,16 @@ void add_gdn_chunk_cases(CaseList& cases) {
     r.act = DType::bf16;
     add(cases, r);
   }
-  // Perf only (CUDA benchmark shapes; 1 x 16384 and 1 x 65536 between them, where the pipeline's
-  // piece plans were chosen from the lengths around them).
+  // Perf only (CUDA benchmark shapes; 1 x 16384, 24576 and 65536 between them, where the
+  // pipeline's piece plans were chosen from the lengths around them: 24576 is 385 chunks, the
+  // first length the geometric plan takes again after the even one's 257-383).
   for (auto [B, T, Hv] : {std::tuple<int64_t, int64_t, int64_t>{1, 8192, 32},
                           {1, 32768, 32},
                           {8, 4096, 32},
                           {1, 131072, 32},
                           {1, 8192, 64},
                           {1, 16384, 32},
+                          {1, 24576, 32},
                           {1, 65536, 32}})
     cases.push_back(std::make_unique<ChunkPerfCase>(B, T, Hv));
   // A tensor-parallel shard of Qwen3-Next (TP 8: Hk 2, Hv 4), where the CUDA tensor-core
