@@ -1357,11 +1357,9 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   auto load_kv = [&](int j0, int stage) {  // keys [j0, j0 + 64) into K, V stage `stage`
     const int j = j0 + cr;
     int64_t ko = -1, vo = -1;
-    if (j <= pos_last) {
-      const int2 kp = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-      if (kp.x >= 0) ko = p.k.offset(kp.x, kp.y, hk);
-      const int2 vp = p.pt.locate(n, j, p.v.page_size, p.v.num_pages);
-      if (vp.x >= 0) vo = p.v.offset(vp.x, vp.y, hk);
+    if (j <= pos_last) {  // (the caches share page count and size: one lookup for both)
+      const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+      if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
     }
     unsigned char* kd = k_s + stage * kTile;
     unsigned char* vd = v_s + stage * kTile;

@@ -3392,16 +3392,18 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
     }
     HYBRID_CUDA_CHECK(cudaEventRecord(ps.out_done, ps.out));
     HYBRID_CUDA_CHECK(cudaStreamWaitEvent(main, ps.out_done, 0));
-    std::string sizes;  // the pieces' chunk counts
-    for (int i = 0; i < n_pieces; ++i)
-      sizes += (i ? "," : "") + std::to_string(pieces[i + 1] - pieces[i]);
-    ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
-                                 " pieces (" + sizes + " chunks), spine " +
-                                 (pipe_spine == "ws" && !wg_spine_available()
-                                      ? std::string("32 (the warpgroup spine needs sm_90a)")
-                                      : pipe_spine) +
-                                 (spine_priority != 0 ? " (priority)" : "") +
-                                 (programmatic ? " (programmatic)" : ""));
+    if (ctx.log_level() >= LogLevel::debug) {  // (no strings built per call otherwise)
+      std::string sizes;                       // the pieces' chunk counts
+      for (int i = 0; i < n_pieces; ++i)
+        sizes += (i ? "," : "") + std::to_string(pieces[i + 1] - pieces[i]);
+      ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + std::to_string(n_pieces) +
+                                   " pieces (" + sizes + " chunks), spine " +
+                                   (pipe_spine == "ws" && !wg_spine_available()
+                                        ? std::string("32 (the warpgroup spine needs sm_90a)")
+                                        : pipe_spine) +
+                                   (spine_priority != 0 ? " (priority)" : "") +
+                                   (programmatic ? " (programmatic)" : ""));
+    }
   }
   if (opt.pipeline && !pipelined)
     ctx.log(LogLevel::debug, "[gdn_chunk_prefill] cuda_tc_v9: " + no_pipe);
