@@ -63,7 +63,8 @@ fi
 if section fallbacks; then
   # The switches under today's defaults whose variants changed last (sessions 5-6): the opt-in
   # cuDNN attn_prefill (builds with -DHYBRID_CUDNN=ON; without it the switch changes nothing; with
-  # cuDNN 9.19 its NaN-tail case fails: attention_cudnn.cu), fa2b under fa2c, GDN / SSM decode
+  # cuDNN 9.19 its NaN-tail case fails: attention_cudnn.cu), fa2c under cuda_wg (session 22), fa2b
+  # under fa2c, GDN / SSM decode
   # warp2 under the tile kernels, and linear_q v6 and v5 on every shape they take (the older layers:
   # fallbacks_old).
   test_one gdn_chunk_pipe4 60 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4 gdn_chunk_prefill
@@ -71,7 +72,8 @@ if section fallbacks; then
   test_one gdn_decode_warp2 90 HYBRID_GDN_DECODE_TILE=0 gdn_recurrent,gdn_prep_step
   test_one ssm_step_warp2 60 HYBRID_SSM_STEP_TILE=0 ssm_step
   test_one attn_prefill_cudnn 40 HYBRID_ATTN_PREFILL_CUDNN=1 attn_prefill
-  test_one attn_prefill_fa2b 40 HYBRID_ATTN_PREFILL_V5=0 attn_prefill
+  test_one attn_prefill_fa2c 40 HYBRID_ATTN_PREFILL_WG=0 attn_prefill
+  test_one attn_prefill_fa2b 40 "HYBRID_ATTN_PREFILL_WG=0 HYBRID_ATTN_PREFILL_V5=0" attn_prefill
   test_one moe_v4 40 "HYBRID_MOE_EXPERTS_V6=0 HYBRID_MOE_EXPERTS_TC=0" moe_experts
   test_one moe_q_v1 40 "HYBRID_MOE_Q_V2=0 HYBRID_MOE_Q_TC=0" moe_experts_q
   test_one linear_q_v7_all 40 "HYBRID_LINEAR_Q_V7_ANY=1 HYBRID_LINEAR_Q_V5_MIN_CODES=0" linear_q
@@ -217,9 +219,9 @@ if section profile; then
   prof_one attn_decode_b1 decode_tc_kernel "$A"
   prof_one moe_gate_up "moe_gate_up_(v6_)?kernel" "$E"
   prof_one moe_down "moe_down_combine_(v6_)?kernel" "$E"
-  # attn_prefill: fa2c, and the wgmma kernel (PROFILE_WG=1|2|3 picks its form; default 3).
+  # attn_prefill: fa2c, and the wgmma kernel (PROFILE_WG=1..5 picks its form, default 3).
   P='attn_prefill(N=1,lens=4096,new=4096,Hq=16,Hkv=2,D=256,page=64,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
-  prof_one attn_prefill_fa2c prefill_fa2c_kernel "$P"
+  HYBRID_ATTN_PREFILL_WG=0 prof_one attn_prefill_fa2c prefill_fa2c_kernel "$P"
   HYBRID_ATTN_PREFILL_WG=${PROFILE_WG:-3} prof_one attn_prefill_wg prefill_wg_kernel "$P"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
@@ -414,37 +416,37 @@ if section trace; then
   done
 fi
 if section memsw; then
-  # Session 21's prepared switches for the memory-bound ops at streaming scale (not in the default
-  # SECTIONS): HYBRID_NORM_MAX_PER=4 (rms_norm / rms_norm_gated rows in teams with up to 4 vectors
-  # a thread) and HYBRID_ROPE_HOST_FREQ=1 (rope's inv_freq from the host). Each one's cases first,
-  # memcheck on them, then the benchmark shapes against the defaults, alternated.
-  test_one norm_per4 90 HYBRID_NORM_MAX_PER=4 rms_norm,rms_norm_gated
-  test_one rope_hostfreq 90 HYBRID_ROPE_HOST_FREQ=1 rope,rope_kv_append_attn_decode
-  echo "memcheck rms_norm per 4: $(HYBRID_NORM_MAX_PER=4 timeout 90 compute-sanitizer --tool memcheck $OPS test -b cuda -o rms_norm 2>&1 | tail -1)"
-  echo "memcheck rope host freq: $(HYBRID_ROPE_HOST_FREQ=1 timeout 90 compute-sanitizer --tool memcheck $OPS test -b cuda -o rope 2>&1 | tail -1)"
+  # The memory-bound ops at streaming scale under session 22's defaults and the ones before (not in
+  # the default SECTIONS): rms_norm / rms_norm_gated teams with up to 4 vectors a thread (=2: at most
+  # 2, before) and rope's inv_freq from the host (=0: computed per block, before). Each switch's
+  # cases first, then the benchmark shapes (microseconds, then % of copy), alternated.
+  test_one norm_per2 90 HYBRID_NORM_MAX_PER=2 rms_norm,rms_norm_gated
+  test_one rope_devfreq 90 HYBRID_ROPE_HOST_FREQ=0 rope,rope_kv_append_attn_decode
   for pass in 1 2; do
-    for envs in "X=1" "HYBRID_NORM_MAX_PER=4" "HYBRID_NORM_MAX_PER=3" "HYBRID_ROPE_HOST_FREQ=1"; do
+    for envs in "X=1" "HYBRID_NORM_MAX_PER=2" "HYBRID_ROPE_HOST_FREQ=0"; do
       echo "-- $envs: $(env $envs timeout 60 $OPS perf -b cuda -o rms_norm:perf,rms_norm_gated:perf,rope:perf 2>&1 |
-        grep -E '^(rms|rope)' | awk '{print $2}' | tr '\n' ' ')"
+        grep -E '^(rms|rope)' | awk '{print $2, $5}' | tr '\n' ' ')"
     done
   done
 fi
 if section wgprefill; then
-  # attn_prefill.cuda_wg (prepared in session 21, refused unless HYBRID_ATTN_PREFILL_WG=1|2|3; not in
-  # the default SECTIONS): every attn_prefill case with it on (D 64 and windowed cases fall back to
-  # fa2c / fa2), memcheck and racecheck on them, whether it takes the benchmark shapes (no
-  # "cuda_wg refused" line at debug level), then the shapes against the default, alternated.
-  for w in 1 2 3; do
+  # attn_prefill.cuda_wg's forms (HYBRID_ATTN_PREFILL_WG=1..5; 3 is the default, 0 turns it off so
+  # that fa2c runs; not in the default SECTIONS): every attn_prefill case under each form of
+  # WG_FORMS (default "1 2 3 4 5"; D 64 and windowed cases fall back to fa2c / fa2), memcheck and
+  # racecheck under each of WG_SAN_FORMS (default "3 4 5"), whether it takes the benchmark shapes
+  # (no "cuda_wg refused" line at debug level), then the shapes under 0 and each form, and again
+  # under WG_PASS2 (default "0 3 4 5"), alternated.
+  for w in ${WG_FORMS:-1 2 3 4 5}; do
     test_one attn_prefill_wg$w 90 HYBRID_ATTN_PREFILL_WG=$w attn_prefill
+  done
+  for w in ${WG_SAN_FORMS:-3 4 5}; do
     for tool in memcheck racecheck; do
       echo "$tool attn_prefill, HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
     done
   done
-  echo "wg refusals on the benchmark shapes: $(HYBRID_ATTN_PREFILL_WG=3 timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
-  for pass in 1 2; do
-    for envs in "X=1" "HYBRID_ATTN_PREFILL_WG=1" "HYBRID_ATTN_PREFILL_WG=2" "HYBRID_ATTN_PREFILL_WG=3"; do
-      echo "-- $envs: $(env $envs timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
-    done
+  echo "wg refusals on the benchmark shapes: $(timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
+  for w in 0 ${WG_FORMS:-1 2 3 4 5} ${WG_PASS2:-0 3 4 5}; do
+    echo "-- HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
   done
 fi
 if section attnsplits; then

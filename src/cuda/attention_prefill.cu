@@ -1277,37 +1277,41 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
-// Prepared in session 21, not yet run on a GPU: registered but refused unless
-// HYBRID_ATTN_PREFILL_WG=1 (or =2 / =3, below). Block (query head, 64-row query tile): one
-// warpgroup (128 threads). Per key tile of 64 keys:
+// The default D 128 / 256 prefill since session 22 (form 4 below; HYBRID_ATTN_PREFILL_WG=0 turns
+// it off, =1..5 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
 //   O [64 × D] += P V      4 · D/128 wgmma m64n128k16, P from registers (S's accumulator layout
 //                          is the A fragment's of its k16 steps), V from shared memory (MN-major)
-// Q [64][D] and two stages of K and V [64 keys][D], each tile as D/64 blocks of 64 rows × 128
-// bytes in the 128-byte swizzle (wgmma::sw128; block b at b·8 KB), filled by cp.async 16-byte
-// pieces (two threads a row; keys through the page table, keys past the tile's last position
-// zero-filled and never read from the cache); tile t + 1's copies fly while tile t computes.
-// Shared memory (64 + 4·64)·D·2 bytes: 160 KB at D 256, 80 KB at D 128. Why: the mma.sync
+// Q [64][D] a warpgroup and two stages of K and V [64 keys][D], each tile as D/64 blocks of 64
+// rows × 128 bytes in the 128-byte swizzle (wgmma::sw128; block b at b·8 KB), filled by cp.async
+// 16-byte pieces (keys through the page table, keys past the tile's last position zero-filled and
+// never read from the cache); the next tile's copies fly while one computes. Why: the mma.sync
 // kernels (fa2c) reach 257-293 TFLOP/s at D 256, SDPA's cuDNN kernel (wgmma, TMA) 530-641; a
 // warpgroup's wgmma issues a 64 × 64 × 16 product in one instruction where mma.sync needs 32
 // plus their ldmatrix.
-// kWG = 2 (HYBRID_ATTN_PREFILL_WG=2): two warpgroups, 128 query rows a block (warpgroup w: rows
-// 64w..64w + 63, its own Q tile), sharing every K / V tile: half the copies and page lookups a
-// row, and while one warpgroup's softmax runs the other's wgmma can (192 KB at D 256; 256
-// threads at up to 255 registers). A warpgroup skips the products of key tiles past its last
-// row's position (it still copies and meets the barriers).
-// kStagger (with kWG = 2; HYBRID_ATTN_PREFILL_WG=3): warpgroup 1 issues a tile's S only after
-// warpgroup 0 has issued its own (named barrier 1: warpgroup 0 arrives, 1 waits), so that the
-// tensor pipe takes S0, S1, PV0, PV1 in that order, warpgroup 0's softmax under S1 and warpgroup
-// 1's under PV0, instead of both S products at once and then both softmaxes with the pipe idle.
+// kWG = 1 (=1): one warpgroup a block, 64 rows. kWG = 2 (=2): two, 128 query rows a block
+// (warpgroup w: rows 64w..64w + 63, its own Q tile) sharing every K / V tile: half the copies and
+// page lookups a row, and one warpgroup's wgmma can run under the other's softmax (192 KB of shared
+// memory at D 256; 256 threads at up to 255 registers). A warpgroup skips the products of key
+// tiles past its last row's position (it still copies and meets the barriers).
+// kStagger (with kWG = 2; =3, and =4): warpgroup 1 issues a tile's products only after warpgroup
+// 0 has issued its own (named barrier 1: warpgroup 0 arrives, 1 waits), so that the tensor pipe
+// takes warpgroup 0's before 1's and their softmaxes alternate instead of both running with the
+// pipe idle.
+// kOverlap (=4, the default, with kStagger; =5 without): each warpgroup issues S of tile t + 1
+// before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
+// Session 22 run 5 (same run, alternated; T 4096 / 16384 at D 256, Hq 16 / Hkv 2; T 4096 at D 128,
+// Hq 32 / Hkv 8), TFLOP/s: fa2c 258 / 293 / 195; =1 193 / 213 / 228; =2 328 / 371 / 255;
+// =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
+// 534 / 687 (0.62x / 0.58x for =4), its flash kernel 255 / 313 (1.30x / 1.28x).
 template <int D, int kWG>
 constexpr size_t wg_smem_bytes() {
   return static_cast<size_t>((kWG + 4) * kBM) * D * sizeof(__nv_bfloat16);
 }
 
-template <int D, int kWG, bool kStagger = false>
+template <int D, int kWG, bool kStagger = false, bool kOverlap = false>
 __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillParams p) {
   static_assert(!kStagger || kWG == 2, "the stagger orders two warpgroups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1338,77 +1342,85 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     return;
   }
 
-  // Copies. Q: thread tid fills half of row tid / 2 (of tile tid / 128). K and V: 2·kWG threads
-  // a key row, thread tid its pieces c0 .. c0 + KP − 1 of row cr.
+  // Copies. Q: 2 threads a row (row tid / 2 of tile tid / 128), thread u = tid % 2 its pieces
+  // u, u + 2, u + 4, ... K and V: TPR = 2·kWG threads a key row, thread u = tid % TPR its pieces u,
+  // u + TPR, ...: each copy instruction's threads of a row take TPR adjacent 16-byte pieces (whole
+  // 32-byte sectors; session 22's profile of contiguous runs a thread, pieces 128 bytes apart in
+  // one instruction, showed half of every sector fetched twice and the L2 63% busy at 206 TFLOP/s).
+  // Shared side: one instruction's 32 pieces fall in one 8 KB block, 8 rows × 4 swizzled
+  // positions, 4 wavefronts for 512 bytes (no conflict beyond the minimum).
   auto piece = [&](int r, int c) { return (c / 8) * kBlock + wgmma::sw128(r, c % 8); };
   {
-    const int qr = tid / 2, qc0 = (tid % 2) * (CH / 2);
+    const int qr = tid / 2, qu = tid % 2;
     const bool ok = qr < rows;
     const __nv_bfloat16* src = p.q + (ok ? (t0 + qr) * p.q_t + h * p.q_h : 0);
     unsigned char* qd = q_s + (qr / kBM) * kTile;
 #pragma unroll
-    for (int c = qc0; c < qc0 + CH / 2; ++c)
+    for (int c = qu; c < CH; c += 2)
       cp_async16(qd + piece(qr % kBM, c), src + (ok ? c * 8 : 0), ok ? 16 : 0);
   }
-  constexpr int KP = CH / (2 * kWG);  // pieces a thread of a key row
-  const int cr = tid / (2 * kWG), c0 = tid % (2 * kWG) * KP;
-  const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
-  const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
-  auto load_kv = [&](int j0, int stage) {  // keys [j0, j0 + 64) into K, V stage `stage`
-    const int j = j0 + cr;
+  constexpr int TPR = 2 * kWG;  // threads a key row
+  const int cr = tid / TPR, cu = tid % TPR;
+  const int tiles = pos_last / 64 + 1;
+  // Row cr of key tile `kt` of a cache into `dst` (a stage): keys past the block's last position
+  // zero-filled and never read from the cache; no copy for tiles past the last.
+  auto load_rows = [&](const Cache& kv, int kt, unsigned char* dst) {
+    if (kt >= tiles) return;
+    const int j = kt * 64 + cr;
+    int64_t off = -1;
+    if (j <= pos_last) {
+      const int2 pg = p.pt.locate(n, j, kv.page_size, kv.num_pages);
+      if (pg.x >= 0) off = kv.offset(pg.x, pg.y, hk);
+    }
+    const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(kv.p);
+#pragma unroll
+    for (int c = cu; c < CH; c += TPR)
+      cp_async16(dst + piece(cr, c), base + (off >= 0 ? off + c * 8 : 0), off >= 0 ? 16 : 0);
+  };
+  auto load_kv = [&](int kt, int stage) {  // K and V of key tile kt into stage `stage`
+    const int j = kt * 64 + cr;
     int64_t ko = -1, vo = -1;
     if (j <= pos_last) {  // (the caches share page count and size: one lookup for both)
       const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
       if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
     }
+    const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
+    const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
     unsigned char* kd = k_s + stage * kTile;
     unsigned char* vd = v_s + stage * kTile;
 #pragma unroll
-    for (int c = c0; c < c0 + KP; ++c) {
+    for (int c = cu; c < CH; c += TPR) {
       cp_async16(kd + piece(cr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
       cp_async16(vd + piece(cr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
     }
   };
-  load_kv(0, 0);
-  cp_commit();
 
   float o[NH][64];
 #pragma unroll
-  for (int hh = 0; hh < NH; ++hh)
+  for (int hh = 0; hh < NH; ++hh) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[hh][i] = 0.0f;
+    wgmma::fence_operand(o[hh]);  // (zeroed here, not between a later S and P V)
+  }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows 16w + g, + 8 (l: this thread's)
   const int row_a = 16 * warp + g;                           // within the warpgroup's 64 rows
   // This warpgroup's rows: 64·wg .. 64·wg + w_rows − 1 of the block's (none past `rows`).
   const int w_rows = min(kBM, rows - kBM * wg), w_pos0 = pos0 + kBM * wg;
   const int w_pos_last = w_pos0 + w_rows - 1;  // (only where w_rows > 0)
+  // This warpgroup's tiles: 0 .. w_tiles − 1 (the keys up to its last row; none without rows).
+  const int w_tiles = w_rows > 0 ? w_pos_last / 64 + 1 : 0;
   const unsigned char* wq = q_s + wg * kTile;
-  const int tiles = pos_last / 64 + 1;
   // kStagger: only where warpgroup 1 has rows (then it computes every tile of the block).
   const bool stagger = kStagger && rows > kBM;
   auto s_issued = [&] {  // warpgroup 0: its S of this tile is issued
     if (stagger && wg == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
   };
-  for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) load_kv((t + 1) * 64, (t + 1) % 2);
-    cp_commit();
-    cp_wait<1>();               // this thread's copies of Q and tile t landed
-    wgmma::fence_async_smem();  // ... visible to wgmma's async proxy
-    __syncthreads();            // ... and every thread's
-    const unsigned char* ks = k_s + (t % 2) * kTile;
-    const unsigned char* vs = v_s + (t % 2) * kTile;
-    const int j0 = t * 64;
-    // No rows in this warpgroup, or every key of the tile past them (warpgroup-uniform).
-    if (w_rows <= 0 || j0 > w_pos_last) {
-      s_issued();
-      __syncthreads();  // (the loop's closing barrier)
-      continue;
-    }
-    if (stagger && wg == 1)
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");  // after warpgroup 0's S
-    float s[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+  auto s_wait = [&] {  // warpgroup 1: before its S, warpgroup 0's
+    if (stagger && wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  };
+  // S [64 × 64] = Q K(tile in stage ks)ᵀ, issued and committed (not waited for).
+  auto issue_s = [&](float(&s)[32],
+                     const unsigned char* ks) {  // (the first k16 step scales s by 0)
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -1417,23 +1429,33 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
                               wgmma::desc_sw128(ks + off, 16, 1024), kk > 0);
     }
     wgmma::commit();
-    s_issued();
-    wgmma::wait<0>();
-    wgmma::fence_operand(s);
-
-    // Online softmax in the log2 domain; s[4j + e]: row row_a + 8·(e / 2), key j0 + 8j + 2·q4 +
-    // e % 2.
+  };
+  // O += P V(tile in stage vs), issued and committed (not waited for).
+  auto issue_pv = [&](const uint32_t(&pa)[4][4], const unsigned char* vs) {
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh)
+        wgmma::mma_m64n128k16_rs<1>(
+            o[hh], pa[kk], wgmma::desc_sw128(vs + kk * 2048 + hh * 2 * kBlock, kBlock, 1024), true);
+    wgmma::commit();
+  };
+  // The online softmax of S (keys j0 ..) in the log2 domain: m and l updated, corr the factor for
+  // O, x = P (unrounded). s[4j + e] and x[4j + e]: row row_a + 8·(e / 2), key j0 + 8j + 2·q4 + e
+  // % 2. s is only read (under kOverlap a non-wgmma write to S's accumulator registers while P V is
+  // in flight makes ptxas serialise every wgmma of the kernel, C7513).
+  auto softmax = [&](const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = w_pos0 + row_a + 8 * (e / 2);
-        const float x = key <= pos ? s[4 * j + e] * p.scale_log2 : -INFINITY;
-        s[4 * j + e] = x;
-        mx[e / 2] = fmaxf(mx[e / 2], x);
+        x[4 * j + e] = key <= pos ? s[4 * j + e] * p.scale_log2 : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], x[4 * j + e]);
       }
-    float corr[2], base[2];
+    float base[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -1446,34 +1468,153 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const float pj = exp2_approx(s[j] - base[(j % 4) / 2]);
-      s[j] = pj;
-      l[(j % 4) / 2] += pj;
+      x[j] = exp2_approx(x[j] - base[(j % 4) / 2]);
+      l[(j % 4) / 2] += x[j];
     }
-    uint32_t pa[4][4];  // P as the A fragments of the four k16 steps (keys 16kk..16kk + 15)
+  };
+  // P as the A fragments of P V's four k16 steps (keys 16kk .. 16kk + 15): S's accumulator layout
+  // is the A fragment's. Under kOverlap only once P V of the tile before completed: P V reads
+  // these registers while it runs, and the compiler, which sees its asm read them at the issue,
+  // would otherwise put the next P in the same registers (ptxas then serialised every wgmma).
+  auto pack_p = [&](const float(&x)[32], uint32_t(&pa)[4][4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      pa[kk][0] = pack_bf16(x[8 * kk + 0], x[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(x[8 * kk + 2], x[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(x[8 * kk + 4], x[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(x[8 * kk + 6], x[8 * kk + 7]);
     }
+  };
+  // (fence_operand after it: the products issued next, S first under kOverlap, find O's new
+  // values in place, not multiplied later between their issues.)
+  auto rescale_o = [&](const float(&corr)[2]) {
 #pragma unroll
-    for (int hh = 0; hh < NH; ++hh)
+    for (int hh = 0; hh < NH; ++hh) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[hh][i] *= corr[(i % 4) / 2];
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
-        wgmma::mma_m64n128k16_rs<1>(
-            o[hh], pa[kk], wgmma::desc_sw128(vs + kk * 2048 + hh * 2 * kBlock, kBlock, 1024), true);
-    wgmma::commit();
+      wgmma::fence_operand(o[hh]);
+    }
+  };
+  auto wait_o = [&] {
     wgmma::wait<0>();
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh) wgmma::fence_operand(o[hh]);
-    __syncthreads();  // every warp's reads of stage t % 2 done before tile t + 2's copies
+  };
+
+  if constexpr (!kOverlap) {
+    // One copy group a tile (K and V; Q's copies join tile 0's); the last tile's loop commits an
+    // empty group so that cp_wait<1> always means "tile t landed".
+    load_kv(0, 0);
+    cp_commit();
+    for (int t = 0; t < tiles; ++t) {
+      if (t + 1 < tiles) load_kv(t + 1, (t + 1) % 2);
+      cp_commit();
+      cp_wait<1>();               // this thread's copies of Q and tile t landed
+      wgmma::fence_async_smem();  // ... visible to wgmma's async proxy
+      __syncthreads();            // ... and every thread's
+      // No rows in this warpgroup, or every key of the tile past them (warpgroup-uniform).
+      if (t >= w_tiles) {
+        s_issued();
+        __syncthreads();  // (the loop's closing barrier)
+        continue;
+      }
+      s_wait();
+      float s[32];
+      issue_s(s, k_s + (t % 2) * kTile);
+      s_issued();
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      float corr[2], x[32];
+      uint32_t pa[4][4];
+      softmax(s, t * 64, corr, x);
+      pack_p(x, pa);
+      rescale_o(corr);
+      issue_pv(pa, v_s + (t % 2) * kTile);
+      wait_o();
+      __syncthreads();  // every warp's reads of stage t % 2 done before tile t + 2's copies
+    }
+  } else {
+    // kOverlap: a warpgroup issues S of tile t + 1 and then P V of tile t, waits for S only
+    // (wgmma groups complete in order: wait<1> leaves P V in flight), and runs tile t + 1's
+    // softmax under its own P V; then O waits, takes tile t + 1's correction, and the next
+    // iteration issues both products again. P of tile t stays in registers (pa) until its P V
+    // completes; tile t + 1's waits in f32 (x) and is packed into pa after that.
+    // K of tile t + 1 is read in iteration t, V of tile t too, so the copy group X(u) = {V of
+    // tile u into V stage u % 2, K of tile u + 1 into K stage (u + 1) % 2}: issued after
+    // iteration u − 2's closing barrier (the stages' last readers, S of tile u − 1 and P V of
+    // tile u − 2, are then done), waited for at iteration u's start, with X(u + 1) in flight.
+    // Prologue: {Q, K of tile 0}, X(0); S of tile 0 and its softmax; X(1).
+    load_rows(p.k, 0, k_s);
+    cp_commit();
+    auto issue_x = [&](int u) {
+      load_rows(p.v, u, v_s + (u % 2) * kTile);
+      load_rows(p.k, u + 1, k_s + ((u + 1) % 2) * kTile);
+      cp_commit();
+    };
+    issue_x(0);
+    cp_wait<1>();  // Q and K of tile 0
+    wgmma::fence_async_smem();
+    __syncthreads();
+    uint32_t pa[4][4];
+    {
+      float s[32], corr[2], x[32];
+      if (w_tiles > 0) {  // (every warpgroup with rows has tile 0)
+        s_wait();
+        issue_s(s, k_s);
+        s_issued();
+        wgmma::wait<0>();
+        wgmma::fence_operand(s);
+        softmax(s, 0, corr, x);  // (O is 0: corr unused)
+        pack_p(x, pa);
+      } else {
+        s_issued();
+      }
+    }
+    __syncthreads();  // every warpgroup's S of tile 0 read K stage 0
+    issue_x(1);
+    // Iteration t: X(t) waited for; this warpgroup's products; the closing barrier; X(t + 2) (past
+    // the last tile an empty group: it keeps the count). Three loops, each issuing its products
+    // unconditionally: both while the warpgroup has tile t + 1, P V alone at its last tile, then
+    // none (the barriers, the copies and warpgroup 0's stagger arrivals continue).
+    auto top = [&] {
+      cp_wait<1>();  // X(t): V of tile t, K of tile t + 1 (X(t + 1) may fly)
+      wgmma::fence_async_smem();
+      __syncthreads();
+    };
+    auto close = [&](int t) {
+      __syncthreads();  // S of tile t + 1 and P V of tile t done in every warpgroup
+      issue_x(t + 2);
+    };
+    int t = 0;
+    for (; t + 1 < w_tiles; ++t) {
+      top();
+      s_wait();  // (warpgroup 1 has every tile, so it waits in each iteration but the last)
+      float s[32];
+      issue_s(s, k_s + ((t + 1) % 2) * kTile);
+      issue_pv(pa, v_s + (t % 2) * kTile);
+      s_issued();
+      wgmma::wait<1>();  // S of tile t + 1 (P V of tile t may still run)
+      wgmma::fence_operand(s);
+      float corr[2], x[32];
+      softmax(s, (t + 1) * 64, corr, x);
+      wait_o();
+      rescale_o(corr);
+      pack_p(x, pa);
+      close(t);
+    }
+    if (t < w_tiles) {  // this warpgroup's last tile
+      top();
+      issue_pv(pa, v_s + (t % 2) * kTile);
+      if (t + 1 < tiles) s_issued();
+      wait_o();
+      close(t);
+      ++t;
+    }
+    for (; t < tiles; ++t) {
+      top();
+      if (t + 1 < tiles) s_issued();
+      close(t);
+    }
   }
 
   // O / l, rows < w_rows; o[hh][4j + e]: row row_a + 8·(e / 2), column 128·hh + 8j + 2·q4 + e % 2.
@@ -1509,17 +1650,18 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
 #endif
 }
 
-// HYBRID_ATTN_PREFILL_WG=1: one warpgroup a block, =2: two, =3: two, staggered.
-int wg_count() {
-  static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 0);
+// The kernel's form: HYBRID_ATTN_PREFILL_WG=1 one warpgroup a block, =2 two, =3 two staggered,
+// =4 (the default) two staggered with each one's softmax under its own P V (kOverlap), =5 two with
+// kOverlap, unstaggered; =0 turns the wgmma prefill off (fa2c runs).
+int wg_form() {
+  static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 4);
   return n;
 }
 
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  if (wg_count() < 1 || wg_count() > 3)
-    return std::string(
-        "the wgmma prefill is prepared, not yet run on a GPU: HYBRID_ATTN_PREFILL_WG=1 (one "
-        "warpgroup a block), =2 (two) or =3 (two, staggered) enables it");
+  if (wg_form() < 1 || wg_form() > 5)
+    return "HYBRID_ATTN_PREFILL_WG=" + std::to_string(wg_form()) +
+           " turns the wgmma prefill off (its forms are 1-5)";
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -1534,27 +1676,36 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 #endif
 }
 
-template <int D, int kWG, bool kStagger>
+template <int D, int kWG, bool kStagger, bool kOverlap>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
   const cudaStream_t st = as_stream(ctx.stream());
   if (!plan_tiles(p, kBM * kWG, ctx, st)) return;
   constexpr size_t smem = wg_smem_bytes<D, kWG>();
-  ensure_dynamic_smem(prefill_wg_kernel<D, kWG, kStagger>, smem);
-  prefill_wg_kernel<D, kWG, kStagger><<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
+  auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap>;
+  ensure_dynamic_smem(kernel, smem);
+  kernel<<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
+template <int D>
+void launch_wg_form(const AttnPrefill& a, Context& ctx) {
+  switch (wg_form()) {
+    case 1:
+      return launch_wg<D, 1, false, false>(a, ctx);
+    case 2:
+      return launch_wg<D, 2, false, false>(a, ctx);
+    case 3:
+      return launch_wg<D, 2, true, false>(a, ctx);
+    case 5:
+      return launch_wg<D, 2, false, true>(a, ctx);
+    default:
+      return launch_wg<D, 2, true, true>(a, ctx);
+  }
+}
+
 void prefill_wg_cuda(const AttnPrefill& a, Context& ctx) {
-  const int w = wg_count();
-  if (a.q.size(2) == 128)
-    w == 3   ? launch_wg<128, 2, true>(a, ctx)
-    : w == 2 ? launch_wg<128, 2, false>(a, ctx)
-             : launch_wg<128, 1, false>(a, ctx);
-  else
-    w == 3   ? launch_wg<256, 2, true>(a, ctx)
-    : w == 2 ? launch_wg<256, 2, false>(a, ctx)
-             : launch_wg<256, 1, false>(a, ctx);
+  a.q.size(2) == 128 ? launch_wg_form<128>(a, ctx) : launch_wg_form<256>(a, ctx);
 }
 
 }  // namespace
@@ -1562,7 +1713,8 @@ void prefill_wg_cuda(const AttnPrefill& a, Context& ctx) {
 }  // namespace attn
 
 void register_attention_prefill_tc(Registry& r) {
-  r.add<AttnPrefill>("attn_prefill.cuda_wg", DeviceType::cuda, 50, attn::prefill_wg_supports,
+  // cuda_wg under the opt-in attn_prefill.cudnn (50: HYBRID_ATTN_PREFILL_CUDNN=1 asks for it).
+  r.add<AttnPrefill>("attn_prefill.cuda_wg", DeviceType::cuda, 45, attn::prefill_wg_supports,
                      attn::prefill_wg_cuda);
   r.add<AttnPrefill>("attn_prefill.cuda_fa2c", DeviceType::cuda, 40, attn::prefill_fa2c_supports,
                      attn::prefill_fa2c_cuda);

@@ -122,18 +122,19 @@ __device__ __forceinline__ float team_sum(float v, int team, float* shared /* [8
 }
 
 // Team and vectors per thread for rows of `vecs` 16-byte vectors: the smallest team that needs
-// at most 2 vectors per thread (3 or 4 at the largest team); team 0 when no fast path fits.
-// HYBRID_NORM_MAX_PER=3|4 (prepared in session 21, not yet run on a GPU; host code only: the
-// per-3 and per-4 kernels exist already) takes the smallest team that needs at most that many, so
-// that each thread has more of its row in flight. At D 2048 bf16: a team of 64 with 4 vectors (80
-// registers: 3 CTAs of 4 rows per SM, 48 KB of x in flight per SM) instead of 128 with 2 (54
-// registers: 4 CTAs of 2 rows, 32 KB). Why: with one input (no residual) rms_norm streams at 76.6%
-// of the copy ceiling at T 32768, with two in flight (the residual) at 94% (session 21 run 6).
+// at most 4 vectors per thread; team 0 when no fast path fits. At D 2048 bf16: a team of 64 with 4
+// vectors (80 registers: 3 CTAs of 4 rows per SM, 48 KB of x in flight per SM), where teams with at
+// most 2 (128 threads, 54 registers: 4 CTAs of 2 rows, 32 KB) streamed rms_norm without the
+// residual at 76.6% of the copy ceiling at T 32768. Session 22 run 2, same run, alternated:
+// rms_norm T 32768 82.6 -> 69.9 µs (90.5% of copy), T 8192 22.1 -> 19.7; the GDN output norm
+// (rms_norm_gated, D 128 rows in teams of 4) T 32768 228.1 -> 188.3, T 8192 60.3 -> 50.9; at most 3
+// changed nothing (the same teams at D 2048). HYBRID_NORM_MAX_PER=2|3 picks the older limits (2:
+// the default before).
 struct TeamShape {
   int team = 0, per = 0;
 };
 TeamShape team_shape(int64_t vecs) {
-  static const int max_per = std::clamp(env_int("HYBRID_NORM_MAX_PER", 2), 2, kMaxPer);
+  static const int max_per = std::clamp(env_int("HYBRID_NORM_MAX_PER", kMaxPer), 2, kMaxPer);
   TeamShape s;
   for (int team = 4; team <= kThreads; team *= 2)
     if (vecs <= int64_t{max_per} * team || (team == kThreads && vecs <= int64_t{kMaxPer} * team)) {

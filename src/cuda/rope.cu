@@ -60,13 +60,15 @@ struct NoHostFreq {};
 // so the f64 pow + sincos of phase 1 (a few µs of dependent latency per block; at 8 tokens x 16
 // heads x rotary 64 the whole grid is one wave, so v2 moves no data during it) overlap the DRAM
 // round trip. Same arithmetic, same results.
-// kHostFreq (HYBRID_ROPE_HOST_FREQ=1, prepared in session 21, not yet run on a GPU; with kEarly,
-// half <= kHostFreqMax): inv_freq comes from the host (cpu/rope_math.h's rope_inv_freq, the CPU
-// reference's own function, so the values are the same bits) in the parameters, copied to shared
-// memory: the f64 pow leaves each block's dependent chain (phase 1 is then a copy, the barrier and
-// the sincos). Why: at T 65536 the kernel streams at 76.5% of the copy ceiling (session 21 run 6);
-// 256 threads at ~56 registers leave 4 CTAs per SM, and a block's loads land long before its
-// phase 1 ends, so the SM's bytes in flight fall while its blocks compute.
+// kHostFreq (with kEarly, half <= kHostFreqMax; the default since session 22,
+// HYBRID_ROPE_HOST_FREQ=0 turns it off): inv_freq comes from the host (cpu/rope_math.h's
+// rope_inv_freq, the CPU reference's own function, so the values are the same bits) in the
+// parameters, copied to shared memory: the f64 pow leaves each block's dependent chain (phase 1 is
+// then a copy, the barrier and the sincos). Why: without it the kernel streamed at 76.5% of the
+// copy ceiling at T 65536 (session 21 run 6); 256 threads at ~56 registers leave 4 CTAs per SM,
+// and a block's loads land long before its phase 1 ends, so the SM's bytes in flight fell while
+// its blocks computed. Session 22 run 2, same run, alternated: T 65536 83.0 -> 77.3 µs (82.2% of
+// the copy ceiling), T 8192 13.4 -> 12.1.
 template <class Tx, class To, int V, bool kEarly, bool kHostFreq = false>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(RopeParams p, std::conditional_t<kHostFreq, HostFreq, NoHostFreq> host) {
@@ -201,7 +203,7 @@ void rope_cuda(const Rope& a, Context& ctx) {
                           vec::stride16(p.os0, eo) && vec::stride16(p.os1, eo);
   p.tok = p.rotary_dim <= kTok8Rotary ? kTokWide : kTok;
   const auto grid = static_cast<unsigned>((T + p.tok - 1) / p.tok);
-  static const bool host_freq_env = env_on("HYBRID_ROPE_HOST_FREQ");
+  static const bool host_freq_env = env_int("HYBRID_ROPE_HOST_FREQ", 1) != 0;
   const bool host_freq = kEarly && host_freq_env && half <= kHostFreqMax;
   HostFreq freq{};
   if (host_freq)
