@@ -219,10 +219,10 @@ if section profile; then
   prof_one attn_decode_b1 decode_tc_kernel "$A"
   prof_one moe_gate_up "moe_gate_up_(v6_)?kernel" "$E"
   prof_one moe_down "moe_down_combine_(v6_)?kernel" "$E"
-  # attn_prefill: fa2c, and the wgmma kernel (PROFILE_WG=1..5 picks its form, default 3).
+  # attn_prefill: fa2c, and the wgmma kernel (PROFILE_WG=1..6 picks its form, default 4).
   P='attn_prefill(N=1,lens=4096,new=4096,Hq=16,Hkv=2,D=256,page=64,window=0,scale=1/sqrt(D),act=bf16,cache=bf16,perf)'
   HYBRID_ATTN_PREFILL_WG=0 prof_one attn_prefill_fa2c prefill_fa2c_kernel "$P"
-  HYBRID_ATTN_PREFILL_WG=${PROFILE_WG:-3} prof_one attn_prefill_wg prefill_wg_kernel "$P"
+  HYBRID_ATTN_PREFILL_WG=${PROFILE_WG:-4} prof_one attn_prefill_wg prefill_wg_kernel "$P"
   # The peers' kernels at the same shapes, for a side-by-side of what separates them (FLA's decode
   # reaches 98% of copy against our 87-95%; mamba_ssm's chunk scan). Needs the peers' wheels and
   # source (carry .whl, .mamba-src), as the peers section does; -c 1 takes the first launch
@@ -430,22 +430,26 @@ if section memsw; then
   done
 fi
 if section wgprefill; then
-  # attn_prefill.cuda_wg's forms (HYBRID_ATTN_PREFILL_WG=1..5; 3 is the default, 0 turns it off so
+  # attn_prefill.cuda_wg's forms (HYBRID_ATTN_PREFILL_WG=1..6; 4 is the default, 0 turns it off so
   # that fa2c runs; not in the default SECTIONS): every attn_prefill case under each form of
-  # WG_FORMS (default "1 2 3 4 5"; D 64 and windowed cases fall back to fa2c / fa2), memcheck and
-  # racecheck under each of WG_SAN_FORMS (default "3 4 5"), whether it takes the benchmark shapes
-  # (no "cuda_wg refused" line at debug level), then the shapes under 0 and each form, and again
-  # under WG_PASS2 (default "0 3 4 5"), alternated.
-  for w in ${WG_FORMS:-1 2 3 4 5}; do
+  # WG_FORMS (default "1 2 3 4 5 6"; D 64 and windowed cases fall back to fa2c / fa2), memcheck and
+  # racecheck under each of WG_SAN_FORMS (default "4 6"), synccheck under WG_SYNC_FORMS (default
+  # "6": the producer form's mbarriers), whether the benchmark shapes take cuda_wg (no "cuda_wg
+  # refused" line at debug level), then the shapes under 0 and each form, and again under WG_PASS2
+  # (default "0 4 5 6"), alternated. A form that hangs is cut by the time limits (test 90 s).
+  for w in ${WG_FORMS:-1 2 3 4 5 6}; do
     test_one attn_prefill_wg$w 90 HYBRID_ATTN_PREFILL_WG=$w attn_prefill
   done
-  for w in ${WG_SAN_FORMS:-3 4 5}; do
+  for w in ${WG_SAN_FORMS:-4 6}; do
     for tool in memcheck racecheck; do
       echo "$tool attn_prefill, HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
     done
   done
+  for w in ${WG_SYNC_FORMS:-6}; do
+    echo "synccheck attn_prefill, HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 150 compute-sanitizer --tool synccheck $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
+  done
   echo "wg refusals on the benchmark shapes: $(timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
-  for w in 0 ${WG_FORMS:-1 2 3 4 5} ${WG_PASS2:-0 3 4 5}; do
+  for w in 0 ${WG_FORMS:-1 2 3 4 5 6} ${WG_PASS2:-0 4 5 6}; do
     echo "-- HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
   done
 fi

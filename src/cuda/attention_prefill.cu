@@ -25,6 +25,7 @@
 #include <string>
 
 #include "cuda/attention_common.cuh"
+#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -1302,18 +1303,47 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // pipe idle.
 // kOverlap (=4, the default, with kStagger; =5 without): each warpgroup issues S of tile t + 1
 // before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
+// kProducer (=6, prepared in session 22, not yet run on a GPU): =5 with a third warpgroup that
+// copies K and V (cp.async, two threads a key row) into rings of NS stages (2 at D 256, 3 at
+// D 128) guarded by full / empty mbarriers; the consumers never meet at a block-wide barrier
+// (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of the stall samples at
+// those barriers and the pipe idle while warpgroup 1 finished each tile). setmaxnreg: 224
+// registers for the consumers (ptxas uses up to R215 at D 256), 56 for the producer; launched at
+// 168 (384 threads). Prediction: T 16384 401 -> 480-540 TFLOP/s.
 // Session 22 run 5 (same run, alternated; T 4096 / 16384 at D 256, Hq 16 / Hkv 2; T 4096 at D 128,
 // Hq 32 / Hkv 8), TFLOP/s: fa2c 258 / 293 / 195; =1 193 / 213 / 228; =2 328 / 371 / 255;
 // =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
 // 534 / 687 (0.62x / 0.58x for =4), its flash kernel 255 / 313 (1.30x / 1.28x).
-template <int D, int kWG>
+// K / V stages: 2 each, and under kProducer at D 128 3 (the shared memory allows it there).
+template <int D, bool kProducer>
+constexpr int wg_stages() {
+  return kProducer && D == 128 ? 3 : 2;
+}
+// Q tiles, the K and V stages; under kProducer then its 4 · NS mbarriers.
+template <int D, int kWG, bool kProducer = false>
 constexpr size_t wg_smem_bytes() {
-  return static_cast<size_t>((kWG + 4) * kBM) * D * sizeof(__nv_bfloat16);
+  return static_cast<size_t>((kWG + 2 * wg_stages<D, kProducer>()) * kBM) * D *
+             sizeof(__nv_bfloat16) +
+         (kProducer ? 4 * wg_stages<D, kProducer>() * sizeof(uint64_t) : 0);
 }
 
-template <int D, int kWG, bool kStagger = false, bool kOverlap = false>
-__global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillParams p) {
+// kProducer's mbarrier operations beyond bulk_pipe.cuh's: one plain arrival; and the arrival of
+// this thread's cp.async copies issued so far, once they have landed (counted in the barrier's
+// init count: .noinc).
+__device__ __forceinline__ void wg_mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void wg_cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+               : "memory");
+}
+
+template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
+__global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
+    prefill_wg_kernel(const PrefillParams p) {
   static_assert(!kStagger || kWG == 2, "the stagger orders two warpgroups");
+  static_assert(!kProducer || (kWG == 2 && kOverlap && !kStagger),
+                "the producer form: two consumer warpgroups, overlapped, unstaggered");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBlock = 64 * 128;        // bytes of one 64-row × 64-column swizzled block
   constexpr int kTile = D / 64 * kBlock;  // one [64][D] tile
@@ -1321,9 +1351,10 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   constexpr int CH = D / 8;               // 16-byte pieces of a row
   extern __shared__ __align__(1024) unsigned char wg_smem[];
   if (smem_u32(wg_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
-  unsigned char* q_s = wg_smem;                 // warpgroup w's Q tile at + w·kTile
-  unsigned char* k_s = q_s + kWG * kTile;       // stage s at + s·kTile
-  unsigned char* v_s = k_s + 2 * kTile;
+  constexpr int NS = wg_stages<D, kProducer>();
+  unsigned char* q_s = wg_smem;            // warpgroup w's Q tile at + w·kTile
+  unsigned char* k_s = q_s + kWG * kTile;  // stage s at + s·kTile
+  unsigned char* v_s = k_s + NS * kTile;
 
   const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
   if (tile.x < 0) return;
@@ -1337,7 +1368,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
   const int g = lane / 4, q4 = lane % 4;
   if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
-    for (int i = tid; i < rows * D; i += 128 * kWG)
+    for (int i = tid; i < rows * D; i += 128 * (kWG + kProducer))
       store_any(p.out, p.o_dtype, (t0 + i / D) * p.o_t + h * p.o_h + i % D, 0.0f);
     return;
   }
@@ -1350,7 +1381,7 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
   // Shared side: one instruction's 32 pieces fall in one 8 KB block, 8 rows × 4 swizzled
   // positions, 4 wavefronts for 512 bytes (no conflict beyond the minimum).
   auto piece = [&](int r, int c) { return (c / 8) * kBlock + wgmma::sw128(r, c % 8); };
-  {
+  if (!kProducer || tid < 128 * kWG) {  // (the consumers' threads; the producer copies K, V)
     const int qr = tid / 2, qu = tid % 2;
     const bool ok = qr < rows;
     const __nv_bfloat16* src = p.q + (ok ? (t0 + qr) * p.q_t + h * p.q_h : 0);
@@ -1394,6 +1425,57 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
       cp_async16(vd + piece(cr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
     }
   };
+
+  // kProducer: warpgroup kWG copies K and V into rings of NS stages; the consumers wait on
+  // full_k / full_v (128 producer arrivals: each producer thread's copies landed) and release on
+  // empty_k / empty_v (8 arrivals: each consumer warp, both warpgroups, for every tile). Use u of
+  // stage s (tile u·NS + s) completes phase u: waits take parity u & 1.
+  uint64_t* full_k = reinterpret_cast<uint64_t*>(v_s + NS * kTile);
+  uint64_t* full_v = full_k + NS;
+  uint64_t* empty_k = full_v + NS;
+  uint64_t* empty_v = empty_k + NS;
+  if constexpr (kProducer) {
+    if (tid == 0) {
+      for (int i = 0; i < NS; ++i) {
+        mbar_init(full_k + i, 128);
+        mbar_init(full_v + i, 128);
+        mbar_init(empty_k + i, 8);
+        mbar_init(empty_v + i, 8);
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();  // (the last block-wide barrier)
+    if (tid >= 128 * kWG) {
+      // The producer: 2 threads a key row (pt / 2), thread pu = pt % 2 its pieces pu, pu + 2, ...
+      // (each copy instruction's 2 threads of a row: one whole 32-byte sector). K of tile kt, then
+      // V of tile kt; each waits for its stage's release by the consumers of tile kt − NS.
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      const int pt = tid - 128 * kWG, pr = pt / 2, pu = pt % 2;
+      const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
+      const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
+      for (int kt = 0; kt < tiles; ++kt) {
+        const int st = kt % NS, use = kt / NS, j = kt * 64 + pr;
+        int64_t ko = -1, vo = -1;
+        if (j <= pos_last) {  // (the caches share page count and size: one lookup for both)
+          const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+          if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
+        }
+        if (use > 0) mbar_wait(empty_k + st, (use - 1) & 1);
+        unsigned char* kd = k_s + st * kTile;
+        for (int c = pu; c < CH; c += 2)
+          cp_async16(kd + piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+        wg_cp_async_arrive(full_k + st);
+        if (use > 0) mbar_wait(empty_v + st, (use - 1) & 1);
+        unsigned char* vd = v_s + st * kTile;
+        for (int c = pu; c < CH; c += 2)
+          cp_async16(vd + piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+        wg_cp_async_arrive(full_v + st);
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");  // (its copies land before it exits)
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+  }
 
   float o[NH][64];
 #pragma unroll
@@ -1501,7 +1583,72 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
     for (int hh = 0; hh < NH; ++hh) wgmma::fence_operand(o[hh]);
   };
 
-  if constexpr (!kOverlap) {
+  if constexpr (kProducer) {
+    // Form 6: form 5's overlap (S of tile t + 1 and P V of tile t issued together, tile t + 1's
+    // softmax under P V) on the producer's rings, with no block-wide barrier: each warpgroup waits
+    // only for the tiles it reads and releases each stage as its last product on it completes
+    // (K of tile t + 1 after S, V of tile t after P V), so the two warpgroups drift freely.
+    auto k_ready = [&](int kt) { mbar_wait(full_k + kt % NS, (kt / NS) & 1); };
+    auto v_ready = [&](int kt) { mbar_wait(full_v + kt % NS, (kt / NS) & 1); };
+    auto k_done = [&](int kt) {
+      __syncwarp();
+      if (lane == 0) wg_mbar_arrive(empty_k + kt % NS);
+    };
+    auto v_done = [&](int kt) {
+      __syncwarp();
+      if (lane == 0) wg_mbar_arrive(empty_v + kt % NS);
+    };
+    cp_commit();  // this thread's Q copies (in a group: wait_group waits for committed ones only)
+    cp_wait<0>();
+    wgmma::fence_async_smem();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");  // ... and its warpgroup's
+    uint32_t pa[4][4];
+    if (w_tiles > 0) {  // (every warpgroup with rows has tile 0)
+      float s[32], corr[2], x[32];
+      k_ready(0);
+      wgmma::fence_async_smem();
+      issue_s(s, k_s);
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      k_done(0);
+      softmax(s, 0, corr, x);  // (O is 0: corr unused)
+      pack_p(x, pa);
+    }
+    int t = 0;
+    for (; t + 1 < w_tiles; ++t) {
+      k_ready(t + 1);
+      v_ready(t);
+      wgmma::fence_async_smem();
+      float s[32];
+      issue_s(s, k_s + ((t + 1) % NS) * kTile);
+      issue_pv(pa, v_s + (t % NS) * kTile);
+      wgmma::wait<1>();  // S of tile t + 1 (P V of tile t may still run)
+      wgmma::fence_operand(s);
+      k_done(t + 1);
+      float corr[2], x[32];
+      softmax(s, (t + 1) * 64, corr, x);
+      wait_o();
+      v_done(t);
+      rescale_o(corr);
+      pack_p(x, pa);
+    }
+    if (t < w_tiles) {  // this warpgroup's last tile
+      v_ready(t);
+      wgmma::fence_async_smem();
+      issue_pv(pa, v_s + (t % NS) * kTile);
+      wait_o();
+      v_done(t);
+      ++t;
+    }
+    // The tiles past this warpgroup's rows (the producer fills every tile of the block): released
+    // as they land, so that each release counts both warpgroups of its tile.
+    for (; t < tiles; ++t) {
+      k_ready(t);
+      k_done(t);
+      v_ready(t);
+      v_done(t);
+    }
+  } else if constexpr (!kOverlap) {
     // One copy group a tile (K and V; Q's copies join tile 0's); the last tile's loop commits an
     // empty group so that cp_wait<1> always means "tile t landed".
     load_kv(0, 0);
@@ -1652,16 +1799,17 @@ __global__ void __launch_bounds__(128 * kWG, 1) prefill_wg_kernel(const PrefillP
 
 // The kernel's form: HYBRID_ATTN_PREFILL_WG=1 one warpgroup a block, =2 two, =3 two staggered,
 // =4 (the default) two staggered with each one's softmax under its own P V (kOverlap), =5 two with
-// kOverlap, unstaggered; =0 turns the wgmma prefill off (fa2c runs).
+// kOverlap, unstaggered; =6 (prepared in session 22, not yet run on a GPU) =5 with a producer
+// warpgroup (kProducer); =0 turns the wgmma prefill off (fa2c runs).
 int wg_form() {
   static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 4);
   return n;
 }
 
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  if (wg_form() < 1 || wg_form() > 5)
+  if (wg_form() < 1 || wg_form() > 6)
     return "HYBRID_ATTN_PREFILL_WG=" + std::to_string(wg_form()) +
-           " turns the wgmma prefill off (its forms are 1-5)";
+           " turns the wgmma prefill off (its forms are 1-6)";
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -1676,15 +1824,16 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 #endif
 }
 
-template <int D, int kWG, bool kStagger, bool kOverlap>
+template <int D, int kWG, bool kStagger, bool kOverlap, bool kProducer = false>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
   const cudaStream_t st = as_stream(ctx.stream());
   if (!plan_tiles(p, kBM * kWG, ctx, st)) return;
-  constexpr size_t smem = wg_smem_bytes<D, kWG>();
-  auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap>;
+  constexpr size_t smem = wg_smem_bytes<D, kWG, kProducer>();
+  static_assert(smem <= 227 * 1024, "cuda_wg's tiles fit the shared memory");
+  auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap, kProducer>;
   ensure_dynamic_smem(kernel, smem);
-  kernel<<<dim3(p.Hq, p.max_tiles), 128 * kWG, smem, st>>>(p);
+  kernel<<<dim3(p.Hq, p.max_tiles), 128 * (kWG + kProducer), smem, st>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -1699,6 +1848,8 @@ void launch_wg_form(const AttnPrefill& a, Context& ctx) {
       return launch_wg<D, 2, true, false>(a, ctx);
     case 5:
       return launch_wg<D, 2, false, true>(a, ctx);
+    case 6:
+      return launch_wg<D, 2, false, true, true>(a, ctx);
     default:
       return launch_wg<D, 2, true, true>(a, ctx);
   }
