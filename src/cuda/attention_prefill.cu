@@ -1279,7 +1279,7 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
 // The default D 128 / 256 prefill since session 22 (form 4 below; HYBRID_ATTN_PREFILL_WG=0 turns
-// it off, =1..5 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
+// it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)

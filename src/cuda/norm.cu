@@ -128,8 +128,8 @@ __device__ __forceinline__ float team_sum(float v, int team, float* shared /* [8
 // residual at 76.6% of the copy ceiling at T 32768. Session 22 run 2, same run, alternated:
 // rms_norm T 32768 82.6 -> 69.9 µs (90.5% of copy), T 8192 22.1 -> 19.7; the GDN output norm
 // (rms_norm_gated, D 128 rows in teams of 4) T 32768 228.1 -> 188.3, T 8192 60.3 -> 50.9; at most 3
-// changed nothing (the same teams at D 2048). HYBRID_NORM_MAX_PER=2|3 picks the older limits (2:
-// the default before).
+// changed nothing (the same teams at D 2048). HYBRID_NORM_MAX_PER=2 (the default before) or =3
+// lowers the limit.
 struct TeamShape {
   int team = 0, per = 0;
 };
