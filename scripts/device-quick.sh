@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wuearly, wgprefill, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -426,6 +426,25 @@ if section memsw; then
     for envs in "X=1" "HYBRID_NORM_MAX_PER=2" "HYBRID_ROPE_HOST_FREQ=0"; do
       echo "-- $envs: $(env $envs timeout 60 $OPS perf -b cuda -o rms_norm:perf,rms_norm_gated:perf,rope:perf 2>&1 |
         grep -E '^(rms|rope)' | awk '{print $2, $5}' | tr '\n' ' ')"
+    done
+  done
+fi
+if section wuearly; then
+  # GDN prefill stage 1 with its early loads (HYBRID_GDN_WU_EARLY=1, prepared in session 22; not in
+  # the default SECTIONS): every gdn_chunk_prefill case with it, memcheck and racecheck on them,
+  # the stage timer (stage 1 alone at 1 x 8192) with and without it, then the benchmark shapes,
+  # alternated twice.
+  test_one gdn_wu_early 120 HYBRID_GDN_WU_EARLY=1 gdn_chunk_prefill
+  for tool in memcheck racecheck; do
+    echo "$tool gdn_chunk_prefill, HYBRID_GDN_WU_EARLY=1: $(HYBRID_GDN_WU_EARLY=1 timeout 240 compute-sanitizer --tool $tool $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
+  done
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  for envs in X=1 HYBRID_GDN_WU_EARLY=1 X=1 HYBRID_GDN_WU_EARLY=1; do
+    echo "-- stages, $envs: $(env $envs HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1)"
+  done
+  for pass in 1 2; do
+    for envs in X=1 HYBRID_GDN_WU_EARLY=1; do
+      echo "-- $envs: $(env $envs timeout 60 $OPS perf -b cuda -o "$G,${G/T=8192/T=32768}" 2>&1 | grep '^gdn' | awk '{print $2}' | tr '\n' ' ')"
     done
   done
 fi
