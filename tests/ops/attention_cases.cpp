@@ -744,8 +744,10 @@ void add_attention_cases(CaseList& cases) {
   // Perf only: decode B 1 / 32 / 128 / 1 at contexts 32768 / 8192 / 4096 / 131072 (pages of 16
   // and 64), B 1 at 32768 in pages of 64 too (the B 1 target's gap: 2.43 TB/s at 32K in pages of
   // 16, 3.79 at 131K in pages of 64; which of context and page size makes it), prefill of one
-  // sequence of 4096 and 16384 tokens (causal, page 64); and prefill at head_dim 128 (Nemotron-H
-  // 8B's attention layers: 32 q / 8 kv heads; the wgmma kernel's other head size) at 4096.
+  // sequence of 4096 and 16384 tokens (causal, page 64); prefill at head_dim 128 (Nemotron-H
+  // 8B's attention layers: 32 q / 8 kv heads; the wgmma kernel's other head size) at 4096; and
+  // short prompts (one of 512, one of 1024, eight of 512), where cuda_wg's 128-row blocks number
+  // fewer than the SMs (16 heads x 4 or 8 tiles) and fa2c's 64-row blocks twice as many.
   for (auto [B, ctx, page] : {std::tuple<int64_t, int64_t, int64_t>{1, 32768, 16},
                               {1, 32768, 64},
                               {32, 8192, 16},
@@ -775,6 +777,17 @@ void add_attention_cases(CaseList& cases) {
     c->lens = {4096};
     c->news = {4096};
     c->Hq = gqa4.Hq, c->Hkv = gqa4.Hkv, c->D = gqa4.D;
+    c->page_size = 64;
+    c->act = c->cache = bf16;
+    cases.push_back(std::move(c));
+  }
+  for (auto lens :
+       {std::vector<int64_t>{512}, std::vector<int64_t>{1024}, std::vector<int64_t>(8, 512)}) {
+    auto c = std::make_unique<AttnPerfCase>();
+    c->mode = Mode::prefill;
+    c->lens = lens;
+    c->news = lens;
+    c->Hq = qwen3_next.Hq, c->Hkv = qwen3_next.Hkv, c->D = qwen3_next.D;
     c->page_size = 64;
     c->act = c->cache = bf16;
     cases.push_back(std::move(c));
