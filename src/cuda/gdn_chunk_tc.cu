@@ -1822,6 +1822,17 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   }
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
+  // This thread's 8 row pieces of a [T, ., 128] input from row t0 + rr (`first`, column c8 added),
+  // rows 8 apart (`t_stride` elements a row), zeros past L; 16-byte loads, all issued before use.
+  auto load_rows8 = [&](const In* first, int64_t t_stride, uint4(&dst)[8]) {
+    const int64_t step = 8 * t_stride;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      dst[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 8 * r < L) dst[r] = *reinterpret_cast<const uint4*>(first);
+      first += step;
+    }
+  };
   // K̂ = k / sqrt(‖k‖² + 1e-6) (or k) and V into shared memory; K̂ to the workspace.
   auto put_kv = [&](int i, const float(&xk)[8], const float(&xv)[8]) {
     float kk = 0.0f;
@@ -1857,27 +1868,13 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   if constexpr (kVec && kV7) {  // as below, row addresses by pointer steps of 8 rows (no 64-bit
                                 // multiplies per row), V stored as loaded, 1/‖k‖ by rsqrtf
     // (V rows come after T: kLate.)
-    const In* kr = kin + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8;
-    const int64_t k_step = 8 * p.k_t;
     uint4 rk[8];
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      rk[r] = make_uint4(0, 0, 0, 0);
-      if (rr + 8 * r < L) rk[r] = *reinterpret_cast<const uint4*>(kr);
-      kr += k_step;
-    }
+    load_rows8(kin + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8, p.k_t, rk);
     // Q's rows (kWriteQ: where this block needs Q̂), loaded here under kEarly, below otherwise.
     const bool want_q = kWriteQ && (kWriteP || write_kn);
     uint4 rq[8];
     auto load_q_rows = [&] {
-      const In* qr = qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
-      const int64_t q_step = 8 * p.q_t;
-#pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        rq[r] = make_uint4(0, 0, 0, 0);
-        if (rr + 8 * r < L) rq[r] = *reinterpret_cast<const uint4*>(qr);
-        qr += q_step;
-      }
+      load_rows8(qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8, p.q_t, rq);
     };
     if constexpr (kEarly)
       if (want_q) load_q_rows();
@@ -2084,14 +2081,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   // barrier that ends Tb / Tu.
   uint4 rv[8];
   auto load_v_rows = [&] {
-    const In* vr = vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8;
-    const int64_t v_step = 8 * p.v_t;
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      rv[r] = make_uint4(0, 0, 0, 0);
-      if (rr + 8 * r < L) rv[r] = *reinterpret_cast<const uint4*>(vr);
-      vr += v_step;
-    }
+    load_rows8(vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8, p.v_t, rv);
   };
   if constexpr (kEarly) load_v_rows();
   // Diagonal block of warp w: lane j < 16 computes column 16w + j (t[ii] = T[16w + ii][16w + j]:
