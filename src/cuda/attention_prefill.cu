@@ -1327,17 +1327,6 @@ constexpr size_t wg_smem_bytes() {
          (kProducer ? 4 * wg_stages<D, kProducer>() * sizeof(uint64_t) : 0);
 }
 
-// kProducer's mbarrier operations beyond bulk_pipe.cuh's: one plain arrival; and the arrival of
-// this thread's cp.async copies issued so far, once they have landed (counted in the barrier's
-// init count: .noinc).
-__device__ __forceinline__ void wg_mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void wg_cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
-               : "memory");
-}
-
 template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
 __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     prefill_wg_kernel(const PrefillParams p) {
@@ -1393,6 +1382,17 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   constexpr int TPR = 2 * kWG;  // threads a key row
   const int cr = tid / TPR, cu = tid % TPR;
   const int tiles = pos_last / 64 + 1;
+  // Key j's row in the K and V caches (element offsets; −1 past the block's last position, which
+  // is never read, or where the page table has no page). The caches share page count and size
+  // (the op checks it): one lookup for both.
+  auto kv_offsets = [&](int j) {
+    int64_t ko = -1, vo = -1;
+    if (j <= pos_last) {
+      const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+      if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
+    }
+    return longlong2{ko, vo};
+  };
   // Row cr of key tile `kt` of a cache into `dst` (a stage): keys past the block's last position
   // zero-filled and never read from the cache; no copy for tiles past the last.
   auto load_rows = [&](const Cache& kv, int kt, unsigned char* dst) {
@@ -1409,12 +1409,8 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       cp_async16(dst + piece(cr, c), base + (off >= 0 ? off + c * 8 : 0), off >= 0 ? 16 : 0);
   };
   auto load_kv = [&](int kt, int stage) {  // K and V of key tile kt into stage `stage`
-    const int j = kt * 64 + cr;
-    int64_t ko = -1, vo = -1;
-    if (j <= pos_last) {  // (the caches share page count and size: one lookup for both)
-      const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-      if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
-    }
+    const longlong2 off = kv_offsets(kt * 64 + cr);
+    const int64_t ko = off.x, vo = off.y;
     const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
     const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
     unsigned char* kd = k_s + stage * kTile;
@@ -1450,28 +1446,28 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       // (each copy instruction's 2 threads of a row: one whole 32-byte sector). K of tile kt, then
       // V of tile kt; each waits for its stage's release by the consumers of tile kt − NS.
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      // (The copy loops stay rolled: unrolled, their addresses spill at the producer's 56
+      // registers.)
       const int pt = tid - 128 * kWG, pr = pt / 2, pu = pt % 2;
       const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
       const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
       for (int kt = 0; kt < tiles; ++kt) {
-        const int st = kt % NS, use = kt / NS, j = kt * 64 + pr;
-        int64_t ko = -1, vo = -1;
-        if (j <= pos_last) {  // (the caches share page count and size: one lookup for both)
-          const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-          if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
-        }
+        const int st = kt % NS, use = kt / NS;
+        const longlong2 off = kv_offsets(kt * 64 + pr);
+        const int64_t ko = off.x, vo = off.y;
         if (use > 0) mbar_wait(empty_k + st, (use - 1) & 1);
         unsigned char* kd = k_s + st * kTile;
         for (int c = pu; c < CH; c += 2)
           cp_async16(kd + piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
-        wg_cp_async_arrive(full_k + st);
+        cp_async_mbar_arrive(full_k + st);
         if (use > 0) mbar_wait(empty_v + st, (use - 1) & 1);
         unsigned char* vd = v_s + st * kTile;
         for (int c = pu; c < CH; c += 2)
           cp_async16(vd + piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
-        wg_cp_async_arrive(full_v + st);
+        cp_async_mbar_arrive(full_v + st);
       }
-      asm volatile("cp.async.wait_all;\n" ::: "memory");  // (its copies land before it exits)
+      cp_commit();  // its copies land before it exits
+      cp_wait<0>();
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
@@ -1592,11 +1588,11 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     auto v_ready = [&](int kt) { mbar_wait(full_v + kt % NS, (kt / NS) & 1); };
     auto k_done = [&](int kt) {
       __syncwarp();
-      if (lane == 0) wg_mbar_arrive(empty_k + kt % NS);
+      if (lane == 0) mbar_arrive(empty_k + kt % NS);
     };
     auto v_done = [&](int kt) {
       __syncwarp();
-      if (lane == 0) wg_mbar_arrive(empty_v + kt % NS);
+      if (lane == 0) mbar_arrive(empty_v + kt % NS);
     };
     cp_commit();  // this thread's Q copies (in a group: wait_group waits for committed ones only)
     cp_wait<0>();
