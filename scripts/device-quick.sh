@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wuearly, wgprefill, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -429,25 +429,6 @@ if section memsw; then
     done
   done
 fi
-if section wuearly; then
-  # GDN prefill stage 1 with its early loads (HYBRID_GDN_WU_EARLY=1, prepared in session 22; not in
-  # the default SECTIONS): every gdn_chunk_prefill case with it, memcheck and racecheck on them,
-  # the stage timer (stage 1 alone at 1 x 8192) with and without it, then the benchmark shapes,
-  # alternated twice.
-  test_one gdn_wu_early 120 HYBRID_GDN_WU_EARLY=1 gdn_chunk_prefill
-  for tool in memcheck racecheck; do
-    echo "$tool gdn_chunk_prefill, HYBRID_GDN_WU_EARLY=1: $(HYBRID_GDN_WU_EARLY=1 timeout 240 compute-sanitizer --tool $tool $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
-  done
-  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
-  for envs in X=1 HYBRID_GDN_WU_EARLY=1 X=1 HYBRID_GDN_WU_EARLY=1; do
-    echo "-- stages, $envs: $(env $envs HYBRID_GDN_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1)"
-  done
-  for pass in 1 2; do
-    for envs in X=1 HYBRID_GDN_WU_EARLY=1; do
-      echo "-- $envs: $(env $envs timeout 60 $OPS perf -b cuda -o "$G,${G/T=8192/T=32768}" 2>&1 | grep '^gdn' | awk '{print $2}' | tr '\n' ' ')"
-    done
-  done
-fi
 if section wgprefill; then
   # attn_prefill.cuda_wg's forms (HYBRID_ATTN_PREFILL_WG=1..6; 4 is the default, 0 turns it off so
   # that fa2c runs; not in the default SECTIONS): every attn_prefill case under each form of
@@ -470,6 +451,21 @@ if section wgprefill; then
   echo "wg refusals on the benchmark shapes: $(timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
   for w in 0 ${WG_FORMS:-1 2 3 4 5 6} ${WG_PASS2:-0 4 5 6}; do
     echo "-- HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
+  done
+fi
+if section wgtma; then
+  # Form 6's TMA copies (session 23; HYBRID_ATTN_PREFILL_TMA=0 turns them off; not in the default
+  # SECTIONS): every attn_prefill case with and without them, memcheck / racecheck / synccheck
+  # with them, then the benchmark shapes under TMA on, off and form 4, alternated twice.
+  test_one attn_prefill_tma 90 X=1 attn_prefill
+  test_one attn_prefill_notma 90 HYBRID_ATTN_PREFILL_TMA=0 attn_prefill
+  for tool in memcheck racecheck synccheck; do
+    echo "$tool attn_prefill (TMA): $(timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
+  done
+  for pass in 1 2; do
+    for e in X=1 HYBRID_ATTN_PREFILL_TMA=0 HYBRID_ATTN_PREFILL_WG=4; do
+      echo "-- $e: $(env $e timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
+    done
   done
 fi
 if section attnsplits; then

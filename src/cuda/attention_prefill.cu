@@ -29,6 +29,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
+#include "cuda/tensor_map.cuh"
 #include "cuda/wgmma.cuh"
 #include "hybrid/ops/attention.h"
 
@@ -1278,8 +1279,8 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
-// The default D 128 / 256 prefill since session 22 (form 4 below; HYBRID_ATTN_PREFILL_WG=0 turns
-// it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
+// The default D 128 / 256 prefill since session 22 (form 6 below since session 23, form 4 before;
+// HYBRID_ATTN_PREFILL_WG=0 turns it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
@@ -1301,15 +1302,20 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // 0 has issued its own (named barrier 1: warpgroup 0 arrives, 1 waits), so that the tensor pipe
 // takes warpgroup 0's before 1's and their softmaxes alternate instead of both running with the
 // pipe idle.
-// kOverlap (=4, the default, with kStagger; =5 without): each warpgroup issues S of tile t + 1
+// kOverlap (=4 with kStagger; =5 without): each warpgroup issues S of tile t + 1
 // before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
-// kProducer (=6, prepared in session 22, not yet run on a GPU): =5 with a third warpgroup that
+// kProducer (=6, the default): =5 with a third warpgroup that
 // copies K and V (cp.async, two threads a key row) into rings of NS stages (2 at D 256, 3 at
 // D 128) guarded by full / empty mbarriers; the consumers never meet at a block-wide barrier
 // (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of the stall samples at
 // those barriers and the pipe idle while warpgroup 1 finished each tile). setmaxnreg: 224
 // registers for the consumers (ptxas uses up to R215 at D 256), 56 for the producer; launched at
-// 168 (384 threads). Prediction: T 16384 401 -> 480-540 TFLOP/s.
+// 168 (384 threads). Prediction: T 16384 401 -> 480-540 TFLOP/s. Session 23 run 1 (same run,
+// alternated, TFLOP/s; =4 in brackets): T 4096 / 16384 D 256 390 / 415 (342 / 397), T 4096 D 128
+// 315 (265), and the short prompts 1 x 512 / 1 x 1024 / 8 x 512 65 / 156 / 183 (57 / 146 / 159;
+// fa2c 47 / 111 / 131): faster everywhere, under the prediction at T 16384. ncu (run 2, T 4096):
+// the consumers wait on full_k in 13% of the samples, the producer's address arithmetic and 16-byte
+// copies take issue slots beside them (one producer warp per scheduler), the L2 66% busy.
 // Session 22 run 5 (same run, alternated; T 4096 / 16384 at D 256, Hq 16 / Hkv 2; T 4096 at D 128,
 // Hq 32 / Hkv 8), TFLOP/s: fa2c 258 / 293 / 195; =1 193 / 213 / 228; =2 328 / 371 / 255;
 // =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
@@ -1327,9 +1333,17 @@ constexpr size_t wg_smem_bytes() {
          (kProducer ? 4 * wg_stages<D, kProducer>() * sizeof(uint64_t) : 0);
 }
 
+// Form 6's TMA maps of the K and V caches: 4-D bf16 views (column, head, row, page) whose boxes
+// are 64 columns × 1 head × `rows` rows × 1 page in the 128-byte swizzle (one 8 KB block of a
+// stage where rows = 64); rows = 0: no maps (every copy by cp.async).
+struct WgMaps {
+  CUtensorMap k, v;
+  int rows = 0;
+};
+
 template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
 __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
-    prefill_wg_kernel(const PrefillParams p) {
+    prefill_wg_kernel(const PrefillParams p, const __grid_constant__ WgMaps maps) {
   static_assert(!kStagger || kWG == 2, "the stagger orders two warpgroups");
   static_assert(!kProducer || (kWG == 2 && kOverlap && !kStagger),
                 "the producer form: two consumer warpgroups, overlapped, unstaggered");
@@ -1445,26 +1459,72 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       // The producer: 2 threads a key row (pt / 2), thread pu = pt % 2 its pieces pu, pu + 2, ...
       // (each copy instruction's 2 threads of a row: one whole 32-byte sector). K of tile kt, then
       // V of tile kt; each waits for its stage's release by the consumers of tile kt − NS.
+      // With TMA maps (maps.rows = R > 0) a whole tile (every key at or before pos_last, every
+      // page present) comes as boxes of R rows × 64 columns instead: the first thread of each
+      // R-row segment (pu = 0, pr % R = 0: one page, or one 64-row part of one) arms the stage
+      // with its boxes' bytes and issues them; the other threads arrive plainly (128 arrivals as
+      // under cp.async). The tile with keys past pos_last keeps the zero-filling copies.
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       // (The copy loops stay rolled: unrolled, their addresses spill at the producer's 56
       // registers.)
       const int pt = tid - 128 * kWG, pr = pt / 2, pu = pt % 2;
       const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
       const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
+      const int R = maps.rows;
+      if (R > 0 && pt == 0) {
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.k))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&maps.v))
+                     : "memory");
+      }
       for (int kt = 0; kt < tiles; ++kt) {
         const int st = kt % NS, use = kt / NS;
-        const longlong2 off = kv_offsets(kt * 64 + pr);
-        const int64_t ko = off.x, vo = off.y;
+        const int j = kt * 64 + pr;
+        int2 pg = make_int2(-1, 0);
+        if (j <= pos_last) pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
+        const int64_t ko = pg.x >= 0 ? p.k.offset(pg.x, pg.y, hk) : -1;
+        const int64_t vo = pg.x >= 0 ? p.v.offset(pg.x, pg.y, hk) : -1;
+        bool tma = R > 0 && kt * 64 + 63 <= pos_last;  // (uniform over the producer)
+        if (tma) {  // ... and every row's page present (an AND over the producer's 128 threads)
+          uint32_t all;
+          asm volatile(
+              "{\n.reg .pred in, out;\nsetp.ne.u32 in, %1, 0;\n"
+              "bar.red.and.pred out, 4, 128, in;\nselp.u32 %0, 1, 0, out;\n}\n"
+              : "=r"(all)
+              : "r"(static_cast<uint32_t>(pg.x >= 0))
+              : "memory");
+          tma = all != 0;
+        }
+        const bool issuer = tma && pu == 0 && pr % R == 0;
+        const uint32_t box_bytes = static_cast<uint32_t>(D * R * 2);  // D / 64 boxes of R rows
         if (use > 0) mbar_wait(empty_k + st, (use - 1) & 1);
         unsigned char* kd = k_s + st * kTile;
-        for (int c = pu; c < CH; c += 2)
-          cp_async16(kd + piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
-        cp_async_mbar_arrive(full_k + st);
+        if (issuer) {
+          mbar_arrive_expect_tx(full_k + st, box_bytes);
+#pragma unroll
+          for (int b = 0; b < D / 64; ++b)
+            tma_load_4d(kd + b * kBlock + pr * 128, &maps.k, 64 * b, hk, pg.y, pg.x, full_k + st);
+        } else if (tma) {
+          mbar_arrive(full_k + st);
+        } else {
+          for (int c = pu; c < CH; c += 2)
+            cp_async16(kd + piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+          cp_async_mbar_arrive(full_k + st);
+        }
         if (use > 0) mbar_wait(empty_v + st, (use - 1) & 1);
         unsigned char* vd = v_s + st * kTile;
-        for (int c = pu; c < CH; c += 2)
-          cp_async16(vd + piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
-        cp_async_mbar_arrive(full_v + st);
+        if (issuer) {
+          mbar_arrive_expect_tx(full_v + st, box_bytes);
+#pragma unroll
+          for (int b = 0; b < D / 64; ++b)
+            tma_load_4d(vd + b * kBlock + pr * 128, &maps.v, 64 * b, hk, pg.y, pg.x, full_v + st);
+        } else if (tma) {
+          mbar_arrive(full_v + st);
+        } else {
+          for (int c = pu; c < CH; c += 2)
+            cp_async16(vd + piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+          cp_async_mbar_arrive(full_v + st);
+        }
       }
       cp_commit();  // its copies land before it exits
       cp_wait<0>();
@@ -1794,11 +1854,11 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
 }
 
 // The kernel's form: HYBRID_ATTN_PREFILL_WG=1 one warpgroup a block, =2 two, =3 two staggered,
-// =4 (the default) two staggered with each one's softmax under its own P V (kOverlap), =5 two with
-// kOverlap, unstaggered; =6 (prepared in session 22, not yet run on a GPU) =5 with a producer
-// warpgroup (kProducer); =0 turns the wgmma prefill off (fa2c runs).
+// =4 two staggered with each one's softmax under its own P V (kOverlap), =5 two with kOverlap,
+// unstaggered; =6 (the default since session 23) =5 with a producer warpgroup (kProducer); =0
+// turns the wgmma prefill off (fa2c runs).
 int wg_form() {
-  static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 4);
+  static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 6);
   return n;
 }
 
@@ -1820,6 +1880,31 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 #endif
 }
 
+// Form 6's TMA maps (HYBRID_ATTN_PREFILL_TMA=0: none). A 64-key tile must be whole pages or part
+// of one, and a box's rows whole 1024-byte swizzle groups: page sizes that are multiples of 64
+// (boxes of 64 rows) or divide 64 with at least 8 rows (boxes of a page). Other page sizes, or
+// caches the driver cannot map (16-byte alignment of the base and strides), keep cp.async.
+WgMaps wg_maps(const AttnPrefill& a, Context& ctx) {
+  static const bool off = env_is_zero("HYBRID_ATTN_PREFILL_TMA");
+  WgMaps maps;
+  const int64_t P = a.k_cache.size(1), D = a.k_cache.size(3);
+  const int rows = P % 64 == 0 ? 64 : (64 % P == 0 && P >= 8 ? static_cast<int>(P) : 0);
+  if (off || rows == 0) return maps;
+  auto encode = [&](const Tensor& c, CUtensorMap& m) {
+    const uint64_t dims[4] = {static_cast<uint64_t>(D), static_cast<uint64_t>(c.size(2)),
+                              static_cast<uint64_t>(P), static_cast<uint64_t>(c.size(0))};
+    const int64_t strides[3] = {c.stride(2), c.stride(1), c.stride(0)};
+    const uint32_t box[4] = {64, 1, static_cast<uint32_t>(rows), 1};
+    return c.stride(3) == 1 && encode_bf16_map_4d(m, c.data(), dims, strides, box);
+  };
+  if (encode(a.k_cache, maps.k) && encode(a.v_cache, maps.v)) {
+    maps.rows = rows;
+  } else if (ctx.log_level() >= LogLevel::debug) {
+    ctx.log(LogLevel::debug, "[attn_prefill] cuda_wg: no TMA maps for these caches (cp.async)");
+  }
+  return maps;
+}
+
 template <int D, int kWG, bool kStagger, bool kOverlap, bool kProducer = false>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
@@ -1829,7 +1914,9 @@ void launch_wg(const AttnPrefill& a, Context& ctx) {
   static_assert(smem <= 227 * 1024, "cuda_wg's tiles fit the shared memory");
   auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap, kProducer>;
   ensure_dynamic_smem(kernel, smem);
-  kernel<<<dim3(p.Hq, p.max_tiles), 128 * (kWG + kProducer), smem, st>>>(p);
+  WgMaps maps;
+  if constexpr (kProducer) maps = wg_maps(a, ctx);
+  kernel<<<dim3(p.Hq, p.max_tiles), 128 * (kWG + kProducer), smem, st>>>(p, maps);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -1842,12 +1929,12 @@ void launch_wg_form(const AttnPrefill& a, Context& ctx) {
       return launch_wg<D, 2, false, false>(a, ctx);
     case 3:
       return launch_wg<D, 2, true, false>(a, ctx);
+    case 4:
+      return launch_wg<D, 2, true, true>(a, ctx);
     case 5:
       return launch_wg<D, 2, false, true>(a, ctx);
-    case 6:
-      return launch_wg<D, 2, false, true, true>(a, ctx);
     default:
-      return launch_wg<D, 2, true, true>(a, ctx);
+      return launch_wg<D, 2, false, true, true>(a, ctx);
   }
 }
 

@@ -1763,21 +1763,10 @@ __device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_
 // kWriteP (the warpgroup spine's fused output; v7 with 16-byte rows and kWriteQ): every block also
 // loads Q̂ into the V tile (dead until T) and writes P̃ = tril(Q̂K̂ᵀ ⊙ e^{γ_i−γ_j}) (rows i < L, bf16)
 // to p.pt, so that the spine's producer does not compute it (see ws_output).
-// kEarly (HYBRID_GDN_WU_EARLY=1; prepared in session 22, not yet run on a GPU; v7 with 16-byte
-// rows only): the Q rows' loads go out with K's, before K is normalised (one global round trip at
-// the start where there were two in a row), and the V rows' loads right after A and P̃, so that
-// they fly during the T solve instead of after it (kLate issued them once T was complete, with
-// only Tb / Tu to hide behind). 32 more registers live in each place (the loaded rows).
-// Why: stage 1 takes ~20 µs a block (158 µs alone at 1 x 8192: 4 128 blocks in ~7.8 waves of
-// 528 slots), latency-bound at 23% occupancy (session 19 ncu), and its first pipeline piece (82
-// µs) is the part of 1 x 8192 nothing hides. Prediction: 1-2.5 µs less a block, stage 1 alone
-// 158 -> 140-150 µs, 1 x 8192 313 -> 305-310 µs.
-template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false,
-          bool kEarly = false>
+template <class In, bool kVec, bool kWriteQ = false, bool kV7 = false, bool kWriteP = false>
 __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(const Params p) {
   static_assert(!kVec || std::is_same_v<In, bf16>, "16-byte rows: bf16 inputs only");
   static_assert(!kWriteP || (kVec && kV7 && kWriteQ), "P̃: v7 with 16-byte rows and Q̂ only");
-  static_assert(!kEarly || (kVec && kV7), "early loads: v7 with 16-byte rows only");
   // kLate (v7 with 16-byte rows): V rows loaded only after T is dead, T over the V tile
   // (kWu7Smem, four blocks per SM); else V first and T after A (kWu5Smem).
   constexpr bool kLate = kV7 && kVec;
@@ -1870,14 +1859,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     // (V rows come after T: kLate.)
     uint4 rk[8];
     load_rows8(kin + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8, p.k_t, rk);
-    // Q's rows (kWriteQ: where this block needs Q̂), loaded here under kEarly, below otherwise.
-    const bool want_q = kWriteQ && (kWriteP || write_kn);
-    uint4 rq[8];
-    auto load_q_rows = [&] {
-      load_rows8(qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8, p.q_t, rq);
-    };
-    if constexpr (kEarly)
-      if (want_q) load_q_rows();
     // K̂ rows rr + 8r of the workspace [T, Hk, K]: 8·Hk·K elements (Hk·K 16-byte units) apart;
     // addressed as uint4 so that the stores stay 16-byte (STG.128).
     uint4* const knr = reinterpret_cast<uint4*>(kn + ((int64_t)(t0 + rr) * p.Hk + hk) * kD + c8);
@@ -1897,8 +1878,9 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       if (write_kn && i < L) knr[r * kn_step] = kp;
     }
     if constexpr (kWriteQ) {
-      if (want_q) {  // kWriteP: every block, for P̃ (Q̂ to p.qn only where write_kn)
-        if constexpr (!kEarly) load_q_rows();
+      if (kWriteP || write_kn) {  // kWriteP: every block, for P̃ (Q̂ to p.qn only where write_kn)
+        uint4 rq[8];
+        load_rows8(qin + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8, p.q_t, rq);
         uint4* const qnr = reinterpret_cast<uint4*>(static_cast<bf16*>(p.qn) +
                                                     ((int64_t)(t0 + rr) * p.Hk + hk) * kD + c8);
 #pragma unroll
@@ -2076,14 +2058,6 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       }
   }
   __syncthreads();
-  // V rows (as k's: rows rr + 8r, columns c8..c8+7, zeros past L) into registers: under kEarly
-  // here, before the T solve; else (kLate) once T is complete. Into the V tile (over T) after the
-  // barrier that ends Tb / Tu.
-  uint4 rv[8];
-  auto load_v_rows = [&] {
-    load_rows8(vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8, p.v_t, rv);
-  };
-  if constexpr (kEarly) load_v_rows();
   // Diagonal block of warp w: lane j < 16 computes column 16w + j (t[ii] = T[16w + ii][16w + j]:
   // 0 above the diagonal, 1 on it) and writes all 16 entries.
   if (lane < 16) {
@@ -2155,7 +2129,10 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     }
   }
   __syncthreads();  // T complete; A dead
-  if constexpr (kLate && !kEarly) load_v_rows();
+  // kLate: V rows (as k's: rows rr + 8r, columns c8..c8+7, zeros past L) into registers now, into
+  // the V tile (over T) after the barrier that ends Tb / Tu.
+  uint4 rv[8];
+  if constexpr (kLate) load_rows8(vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8, p.v_t, rv);
   if constexpr (kV7) {
     // Tb, Tu over A (the v7 W / U products read only the blocks on and below the diagonal):
     // thread (warp, lane) takes columns j = 2·lane, j + 1 of rows warp + 4e.
@@ -3156,14 +3133,9 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
         if (vec_inputs(p, DType::bf16, q_hat)) {
           kern = q_hat ? wu_tc5_kernel<In, true, true> : wu_tc5_kernel<In, true, false>;
           if (opt.wu_v7) {  // T over the V tile: 54 016 bytes, four blocks per SM
-            // HYBRID_GDN_WU_EARLY=1: the early loads (kEarly, prepared in session 22).
-            static const bool early = env_on("HYBRID_GDN_WU_EARLY");
-            kern = ws_pt   ? (early ? wu_tc5_kernel<In, true, true, true, true, true>
-                                    : wu_tc5_kernel<In, true, true, true, true>)
-                   : q_hat ? (early ? wu_tc5_kernel<In, true, true, true, false, true>
-                                    : wu_tc5_kernel<In, true, true, true>)
-                           : (early ? wu_tc5_kernel<In, true, false, true, false, true>
-                                    : wu_tc5_kernel<In, true, false, true>);
+            kern = ws_pt   ? wu_tc5_kernel<In, true, true, true, true>
+                   : q_hat ? wu_tc5_kernel<In, true, true, true>
+                           : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
           }
         }

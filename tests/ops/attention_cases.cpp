@@ -693,6 +693,27 @@ void add_attention_cases(CaseList& cases) {
     cases.push_back(std::move(c));
   }
 
+  // attn_prefill.cuda_wg's TMA copies (form 6: whole key tiles as boxes of 64 rows, or of one
+  // page where a page divides 64 with at least 8 rows; the tile with keys past the block's last
+  // position by zero-filling cp.async): page 128 (tiles at row 0 and 64 of a page) at D 128 over
+  // a cached prefix, GQA 4; page 8 (8 boxes a column block) at D 256, GQA 8; page 32 at D 256,
+  // GQA 2. Unwritten rows NaN and stale page ids past each sequence, so that a box reaching past
+  // the last position, or a wrong page, shows in the output.
+  {
+    auto c = make(Mode::prefill, {900, 130}, Shape{8, 2, 128}, 128, bf16, bf16);
+    c->news = {700, 130};
+    c->spare_cols = 2, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {333, 64}, Shape{16, 2, 256}, 8, bf16, bf16);
+    c->news = {300, 64};
+    c->spare_cols = 3, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+    c = make(Mode::prefill, {520, 129}, Shape{4, 2, 256}, 32, bf16, bf16);
+    c->news = {520, 100};
+    c->spare_cols = 1, c->stale_tail = true, c->nan_tail = true;
+    cases.push_back(std::move(c));
+  }
+
   // attn_decode.cuda_tc2 (cp.async Q, wide merge) takes every case above; these add one long
   // sequence per batch (B 1, the many-split shape of the perf cases: contexts no multiple of a tile
   // or of a split, the last splits empty), at D 256 / 128 / 64 with GQA 8 / 1 / 4, a window, and a
