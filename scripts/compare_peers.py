@@ -367,8 +367,9 @@ def attn_decode(hy, _):
 def attn_prefill(hy, _):
     F = torch.nn.functional
     rows = []
-    Hq, Hkv, D, page = 16, 2, 256, 64
-    for T in (4096, 16384):
+    page = 64
+    # Qwen3-Next's full-attention heads (16 / 2, D 256) at two lengths; Nemotron-H 8B's (32 / 8, D 128).
+    for Hq, Hkv, D, T in ((16, 2, 256, 4096), (16, 2, 256, 16384), (32, 8, 128, 4096)):
         k, v, kc, vc, table = paged_kv(1, T, Hkv, D, page)
         q = torch.randn(T, Hq, D, device="cuda", dtype=torch.bfloat16)
         cu = torch.tensor([0, T], device="cuda", dtype=torch.int32)
@@ -389,13 +390,13 @@ def attn_prefill(hy, _):
         for name, backend in sdpa_backends().items():
             ref, t_s = time_sdpa(run_sdpa, backend)
             if ref is None:
-                rows.append((f"causal T {T}", f"{t_h:.3f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
+                rows.append((f"causal T {T} D {D}", f"{t_h:.3f}", "-", "-", "-", f"SDPA {name}: {t_s}"))
                 continue
             err = rel_err(out, ref[0].transpose(0, 1))
-            rows.append((f"causal T {T}", f"{t_h:.3f}", f"{t_s:.3f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
+            rows.append((f"causal T {T} D {D}", f"{t_h:.3f}", f"{t_s:.3f}", f"{t_s / t_h:.2f}", f"{err:.1e}",
                          f"SDPA {name}; hybrid {flops / (t_h * 1e-3) / 1e12:.0f} TFLOP/s, "
                          f"peer {flops / (t_s * 1e-3) / 1e12:.0f} TFLOP/s"))
-    report(rows, f"attn_prefill, Hq {Hq} / Hkv {Hkv}, D {D}, bf16, one sequence vs torch SDPA")
+    report(rows, "attn_prefill, Hq / Hkv 16 / 2 at D 256, 32 / 8 at D 128, bf16, one sequence vs torch SDPA")
 
 
 def sampling(hy, _):

@@ -1336,9 +1336,12 @@ constexpr size_t wg_smem_bytes() {
 // Form 6's TMA maps of the K and V caches: 4-D bf16 views (column, head, row, page) whose boxes
 // are 64 columns × 1 head × `rows` rows × 1 page in the 128-byte swizzle (one 8 KB block of a
 // stage where rows = 64); rows = 0: no maps (every copy by cp.async).
+// keep_scale (forms 6 and 7): O's rescale is skipped where every row of the warp kept its maximum
+// (each factor exactly 1: the product would leave O unchanged); HYBRID_ATTN_PREFILL_LAZY=0: never.
 struct WgMaps {
   CUtensorMap k, v;
   int rows = 0;
+  bool keep_scale = false;
 };
 
 template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
@@ -1626,6 +1629,9 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // (fence_operand after it: the products issued next, S first under kOverlap, find O's new
   // values in place, not multiplied later between their issues.)
   auto rescale_o = [&](const float(&corr)[2]) {
+    if (kProducer && maps.keep_scale &&
+        __all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
+      return;  // (O unchanged: every factor of the warp's rows is exactly 1)
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh) {
 #pragma unroll
@@ -1886,7 +1892,9 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
 // caches the driver cannot map (16-byte alignment of the base and strides), keep cp.async.
 WgMaps wg_maps(const AttnPrefill& a, Context& ctx) {
   static const bool off = env_is_zero("HYBRID_ATTN_PREFILL_TMA");
+  static const bool rescale_always = env_is_zero("HYBRID_ATTN_PREFILL_LAZY");
   WgMaps maps;
+  maps.keep_scale = !rescale_always;
   const int64_t P = a.k_cache.size(1), D = a.k_cache.size(3);
   const int rows = P % 64 == 0 ? 64 : (64 % P == 0 && P >= 8 ? static_cast<int>(P) : 0);
   if (off || rows == 0) return maps;
