@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, wglazy, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, wglazy, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -59,6 +59,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 if section tests; then
   for op in $($OPS list | awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}'); do test_one "$op" 90 X=1 "$op"; done
+fi
+if section optests; then
+  # The cases of some ops only (TEST_OPS, space-separated; not in the default SECTIONS).
+  for op in ${TEST_OPS:-attn_prefill}; do test_one "$op" 120 X=1 "$op"; done
 fi
 if section fallbacks; then
   # The switches under today's defaults whose variants changed last (sessions 5-6): the opt-in

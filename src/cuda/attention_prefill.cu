@@ -1362,16 +1362,23 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   unsigned char* k_s = q_s + kWG * kTile;  // stage s at + s·kTile
   unsigned char* v_s = k_s + NS * kTile;
 
+  // The block's values (its tile, the sequence's bounds, the warpgroup) broadcast from lane 0: warp-
+  // uniform to the compiler, so that the loop counters, stages and wgmma descriptors derived from
+  // them live in uniform registers. (Loaded or thread-derived, they were per-thread values: each
+  // wgmma's two descriptors were rebuilt in ordinary registers and moved over by four R2UR, ~12
+  // instructions a wgmma; session 23 run 5.)
+  auto uniform = [](int x) { return __shfl_sync(0xffffffffu, x, 0); };
   const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
-  if (tile.x < 0) return;
-  const int n = tile.x, r0 = tile.y;
+  const int n = uniform(tile.x), r0 = uniform(tile.y);
+  if (n < 0) return;
   const int h = blockIdx.x, hk = h / p.group;
-  const int L = p.cu[n + 1] - p.cu[n];
+  const int cu_n = uniform(p.cu[n]);
+  const int L = uniform(p.cu[n + 1]) - cu_n;
   const int rows = min(kBM * kWG, L - r0);
-  const int pos0 = p.seq_lens[n] - L + r0;  // position of the tile's first row
-  const int pos_last = pos0 + rows - 1;     // last row's position (the last key needed)
-  const int t0 = p.cu[n] + r0;              // packed row of the first query
-  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int pos0 = uniform(p.seq_lens[n]) - L + r0;  // position of the tile's first row
+  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
+  const int t0 = cu_n + r0;              // packed row of the first query
+  const int tid = threadIdx.x, wg = uniform(tid / 128), warp = tid % 128 / 32, lane = tid % 32;
   const int g = lane / 4, q4 = lane % 4;
   if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
     for (int i = tid; i < rows * D; i += 128 * (kWG + kProducer))
@@ -1563,29 +1570,33 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   auto issue_s = [&](float(&s)[32],
                      const unsigned char* ks) {  // (the first k16 step scales s by 0)
     wgmma::fence();
+    // (A descriptor's low 14 bits are the address / 16: an offset inside the shared memory adds
+    // off / 16 to it, with no carry out of the field.)
+    const uint64_t dq = wgmma::desc_sw128(wq, 16, 1024), dk = wgmma::desc_sw128(ks, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const int off = (kk / 4) * kBlock + (kk % 4) * 32;
-      wgmma::mma_m64n64k16_ss(s, wgmma::desc_sw128(wq + off, 16, 1024),
-                              wgmma::desc_sw128(ks + off, 16, 1024), kk > 0);
+      const int off16 = ((kk / 4) * kBlock + (kk % 4) * 32) / 16;
+      wgmma::mma_m64n64k16_ss(s, dq + off16, dk + off16, kk > 0);
     }
     wgmma::commit();
   };
   // O += P V(tile in stage vs), issued and committed (not waited for).
   auto issue_pv = [&](const uint32_t(&pa)[4][4], const unsigned char* vs) {
     wgmma::fence();
+    const uint64_t dv = wgmma::desc_sw128(vs, kBlock, 1024);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh)
-        wgmma::mma_m64n128k16_rs<1>(
-            o[hh], pa[kk], wgmma::desc_sw128(vs + kk * 2048 + hh * 2 * kBlock, kBlock, 1024), true);
+        wgmma::mma_m64n128k16_rs<1>(o[hh], pa[kk], dv + (kk * 2048 + hh * 2 * kBlock) / 16, true);
     wgmma::commit();
   };
   // The online softmax of S (keys j0 ..) in the log2 domain: m and l updated, corr the factor for
   // O, x = P (unrounded). s[4j + e] and x[4j + e]: row row_a + 8·(e / 2), key j0 + 8j + 2·q4 + e
   // % 2. s is only read (under kOverlap a non-wgmma write to S's accumulator registers while P V is
   // in flight makes ptxas serialise every wgmma of the kernel, C7513).
+  // The maximum is taken over the unscaled scores (scale > 0: prefill_wg_supports), then scaled
+  // once; each p is exp2(s · scale − m) by one FFMA.
   auto softmax = [&](const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -1593,7 +1604,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = w_pos0 + row_a + 8 * (e / 2);
-        x[4 * j + e] = key <= pos ? s[4 * j + e] * p.scale_log2 : -INFINITY;
+        x[4 * j + e] = key <= pos ? s[4 * j + e] : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], x[4 * j + e]);
       }
     float base[2];
@@ -1601,7 +1612,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m[r], mx[r]);
+      const float m_new = fmaxf(m[r], mx[r] * p.scale_log2);
       base[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: every p is 0
       corr[r] = exp2_approx(m[r] - base[r]);
       m[r] = m_new;
@@ -1609,7 +1620,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      x[j] = exp2_approx(x[j] - base[(j % 4) / 2]);
+      x[j] = exp2_approx(fmaf(x[j], p.scale_log2, -base[(j % 4) / 2]));
       l[(j % 4) / 2] += x[j];
     }
   };
@@ -1880,6 +1891,10 @@ Reason prefill_wg_supports(const AttnPrefill& a) {
   if (a.q.size(2) != 128 && a.q.size(2) != 256)
     return "the wgmma prefill takes D 128 or 256, got D=" + std::to_string(a.q.size(2));
   if (a.window > 0) return std::string("the wgmma prefill has no sliding window (fa2c has)");
+  if (a.scale && !(*a.scale > 0.0f))
+    return std::string(
+        "the wgmma prefill takes the row max of the unscaled scores, so it needs scale > 0 "
+        "(cuda_fa2b serves other scales)");
   if (a.q.size(0) / kBM + (a.cu_seqlens.size(0) - 1) > 65535)
     return std::string("the wgmma prefill takes at most 65535 query tiles (grid y)");
   return prefill_fa2_supports(a);  // bf16, 16-byte rows, 32-bit offsets, the head count
