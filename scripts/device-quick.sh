@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, wglazy, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, wgab, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -472,15 +472,16 @@ if section wgtma; then
     done
   done
 fi
-if section wglazy; then
-  # cuda_wg's lazy rescale of O (forms 6; HYBRID_ATTN_PREFILL_LAZY=0 turns it off; session 23,
-  # not in the default SECTIONS): every attn_prefill case with and without it, then the
-  # benchmark shapes under both, alternated twice. (Session 23 run 6 ran this section as `wgpp`
-  # with a form 7, the ping-pong, measured slower and removed.)
-  test_one attn_prefill_lazy 90 X=1 attn_prefill
-  test_one attn_prefill_nolazy 90 HYBRID_ATTN_PREFILL_LAZY=0 attn_prefill
+if section wgab; then
+  # cuda_wg under the default and under WG_AB_ENV (default HYBRID_ATTN_PREFILL_LAZY=0, the lazy
+  # rescale off; HYBRID_ATTN_PREFILL_DIAG_MASK=1, ...; not in the default SECTIONS): every
+  # attn_prefill case under both, then the benchmark shapes under both, alternated twice.
+  # (Session 23 run 6 ran this as `wgpp`, with a form 7 measured slower and removed.)
+  ab_env=${WG_AB_ENV:-HYBRID_ATTN_PREFILL_LAZY=0}
+  test_one attn_prefill_default 90 X=1 attn_prefill
+  test_one attn_prefill_ab 90 "$ab_env" attn_prefill
   for pass in 1 2; do
-    for e in X=1 HYBRID_ATTN_PREFILL_LAZY=0; do
+    for e in X=1 "$ab_env"; do
       echo "-- $e: $(env $e timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
     done
   done

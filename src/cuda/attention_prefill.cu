@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention_common.cuh"
 #include "cuda/bulk_pipe.cuh"
@@ -1342,6 +1343,7 @@ struct WgMaps {
   CUtensorMap k, v;
   int rows = 0;
   bool keep_scale = false;
+  bool diag_mask = false;  // HYBRID_ATTN_PREFILL_DIAG_MASK=1: the mask only on tiles that need it
 };
 
 template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
@@ -1597,14 +1599,16 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // in flight makes ptxas serialise every wgmma of the kernel, C7513).
   // The maximum is taken over the unscaled scores (scale > 0: prefill_wg_supports), then scaled
   // once; each p is exp2(s · scale − m) by one FFMA.
-  auto softmax = [&](const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
+  // masked (std::true_type / std::false_type): whether keys past a row's position are masked;
+  // without it (a tile wholly at or before the warpgroup's first row) no compare / select.
+  auto softmax_m = [&](auto masked, const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = w_pos0 + row_a + 8 * (e / 2);
-        x[4 * j + e] = key <= pos ? s[4 * j + e] : -INFINITY;
+        x[4 * j + e] = !decltype(masked)::value || key <= pos ? s[4 * j + e] : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], x[4 * j + e]);
       }
     float base[2];
@@ -1623,6 +1627,9 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       x[j] = exp2_approx(fmaf(x[j], p.scale_log2, -base[(j % 4) / 2]));
       l[(j % 4) / 2] += x[j];
     }
+  };
+  auto softmax = [&](const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
+    softmax_m(std::true_type{}, s, j0, corr, x);
   };
   // P as the A fragments of P V's four k16 steps (keys 16kk .. 16kk + 15): S's accumulator layout
   // is the A fragment's. Under kOverlap only once P V of the tile before completed: P V reads
@@ -1699,7 +1706,10 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       wgmma::fence_operand(s);
       k_done(t + 1);
       float corr[2], x[32];
-      softmax(s, (t + 1) * 64, corr, x);
+      if (maps.diag_mask && (t + 1) * 64 + 63 <= w_pos0)  // every key at or before every row
+        softmax_m(std::false_type{}, s, (t + 1) * 64, corr, x);
+      else
+        softmax(s, (t + 1) * 64, corr, x);
       wait_o();
       v_done(t);
       rescale_o(corr);
@@ -1910,6 +1920,8 @@ WgMaps wg_maps(const AttnPrefill& a, Context& ctx) {
   static const bool rescale_always = env_is_zero("HYBRID_ATTN_PREFILL_LAZY");
   WgMaps maps;
   maps.keep_scale = !rescale_always;
+  static const bool diag_mask = env_on("HYBRID_ATTN_PREFILL_DIAG_MASK");
+  maps.diag_mask = diag_mask;
   const int64_t P = a.k_cache.size(1), D = a.k_cache.size(3);
   const int rows = P % 64 == 0 ? 64 : (64 % P == 0 && P >= 8 ? static_cast<int>(P) : 0);
   if (off || rows == 0) return maps;

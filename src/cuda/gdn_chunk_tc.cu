@@ -1225,11 +1225,14 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     float pt[32];
     wgmma::fence_operand(sa);
     wgmma::fence();
+    // (Descriptors as one base plus constants: the address field is address / 16, so an offset
+    // inside the shared memory adds offset / 16. Built per product, ptxas spent ~7 instructions a
+    // wgmma (mask, shift, or, four R2UR) in the step's chain.)
+    const uint64_t dw = wgmma::desc_sw128(st, 16, 1024);
 #pragma unroll
     for (int kt = 0; kt < 8; ++kt)
-      wgmma::mma_m64n64k16_rs<0>(
-          pt, sa[kt], wgmma::desc_sw128(st + (kt / 4) * (kWgTile / 2) + (kt % 4) * 32, 16, 1024),
-          kt > 0);
+      wgmma::mma_m64n64k16_rs<0>(pt, sa[kt], dw + ((kt / 4) * (kWgTile / 2) + (kt % 4) * 32) / 16,
+                                 kt > 0);
     wgmma::commit();
     if (j >= 2)
       mbar_wait(freed + j % 2, ((j - 2) / 2) & 1);  // staging j % 2 stored by the producer
@@ -1283,10 +1286,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     wgmma::fence_operand(s);
     wgmma::fence_operand(va);
     wgmma::fence();
+    const uint64_t dk = wgmma::desc_sw128(st + kWgTile, kWgTile / 2, 1024);
 #pragma unroll
-    for (int kt = 0; kt < 4; ++kt)
-      wgmma::mma_m64n128k16_rs<1>(
-          s, va[kt], wgmma::desc_sw128(st + kWgTile + kt * 2048, kWgTile / 2, 1024), true);
+    for (int kt = 0; kt < 4; ++kt) wgmma::mma_m64n128k16_rs<1>(s, va[kt], dk + kt * 2048 / 16, true);
     wgmma::commit();
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {
@@ -1307,7 +1309,9 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     if (cs == max(cs_begin, cs_end - 2)) grid_dependents_launch();  // the next piece may place
     mbar_wait(full + j % NW, (j / NW) & 1);
     wgmma::fence_async_smem();
-    const unsigned char* st = smem_raw + (j % NW) * kStage;
+    // (The stage broadcast from lane 0: warp-uniform to the compiler, so that the descriptors of
+    // the step's wgmma, derived from it, live in uniform registers.)
+    const unsigned char* st = smem_raw + __shfl_sync(0xffffffffu, j % NW, 0) * kStage;
     const int L = min(kC, len - cs * kC);
     const float* gs = gamma_of(j % NW);
     if (L == kC)
