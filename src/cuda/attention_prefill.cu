@@ -1281,7 +1281,8 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // ---- attn_prefill.cuda_wg: the same prefill on wgmma (sm_90a) ---------------------------------
 //
 // The default D 128 / 256 prefill since session 22 (form 6 below since session 23, form 4 before;
-// HYBRID_ATTN_PREFILL_WG=0 turns it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query rows) and key tile of 64 keys:
+// HYBRID_ATTN_PREFILL_WG=0 turns it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query
+// rows) and key tile of 64 keys:
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
@@ -1321,17 +1322,19 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // Hq 32 / Hkv 8), TFLOP/s: fa2c 258 / 293 / 195; =1 193 / 213 / 228; =2 328 / 371 / 255;
 // =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
 // 534 / 687 (0.62x / 0.58x for =4), its flash kernel 255 / 313 (1.30x / 1.28x).
-// K / V stages: 2 each, and under kProducer at D 128 3 (the shared memory allows it there).
-template <int D, bool kProducer>
+// K / V stages: 2 each, and under kProducer at D 128 with 64-key tiles 3 (the shared memory
+// allows it there).
+template <int D, bool kProducer, int kBN = 64>
 constexpr int wg_stages() {
-  return kProducer && D == 128 ? 3 : 2;
+  return kProducer && D == 128 && kBN == 64 ? 3 : 2;
 }
-// Q tiles, the K and V stages; under kProducer then its 4 · NS mbarriers.
-template <int D, int kWG, bool kProducer = false>
+// Q tiles ([64][D] each), the K and V stages ([kBN][D] each); under kProducer then its 4 · NS
+// mbarriers.
+template <int D, int kWG, bool kProducer = false, int kBN = 64>
 constexpr size_t wg_smem_bytes() {
-  return static_cast<size_t>((kWG + 2 * wg_stages<D, kProducer>()) * kBM) * D *
-             sizeof(__nv_bfloat16) +
-         (kProducer ? 4 * wg_stages<D, kProducer>() * sizeof(uint64_t) : 0);
+  constexpr int NS = wg_stages<D, kProducer, kBN>();
+  return static_cast<size_t>(kWG * kBM + 2 * NS * kBN) * D * sizeof(__nv_bfloat16) +
+         (kProducer ? 4 * NS * sizeof(uint64_t) : 0);
 }
 
 // Form 6's arguments beside PrefillParams. The TMA maps of the K and V caches: 4-D bf16 views
@@ -1349,29 +1352,48 @@ struct WgArgs {
   bool diag_mask = false;
 };
 
-template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false>
+// S's k16 step for a key tile of 64 (32 accumulators a thread) or 128 keys (64).
+__device__ __forceinline__ void mma_s_tile(float (&s)[32], uint64_t a, uint64_t b, bool acc) {
+  wgmma::mma_m64n64k16_ss(s, a, b, acc);
+}
+__device__ __forceinline__ void mma_s_tile(float (&s)[64], uint64_t a, uint64_t b, bool acc) {
+  wgmma::mma_m64n128k16_ss(s, a, b, acc);
+}
+
+// kBN: keys a tile, 64; or 128 (form 8, D 128 only: S [64 × 128] by m64n128k16, P V over 8 k16
+// steps; the K / V tiles [128][D] as D/64 blocks of 128 rows × 128 bytes).
+template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false,
+          int kBN = 64>
 __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     prefill_wg_kernel(const PrefillParams p, const __grid_constant__ WgArgs args) {
   static_assert(!kStagger || kWG == 2, "the stagger orders two warpgroups");
   static_assert(!kProducer || (kWG == 2 && kOverlap && !kStagger),
                 "the producer form: two consumer warpgroups, overlapped, unstaggered");
+  static_assert(kBN == 64 || (kBN == 128 && kProducer && D == 128),
+                "128-key tiles: the producer form at D 128 only");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kBlock = 64 * 128;        // bytes of one 64-row × 64-column swizzled block
-  constexpr int kTile = D / 64 * kBlock;  // one [64][D] tile
-  constexpr int NH = D / 128;             // O's 128-column halves
-  constexpr int CH = D / 8;               // 16-byte pieces of a row
+  constexpr int kBlock = 64 * 128;            // bytes of one 64-row × 64-column swizzled block
+  constexpr int kTile = D / 64 * kBlock;      // one [64][D] tile (Q)
+  constexpr int kKVBlock = kBN * 128;         // one kBN-row × 64-column block of a K / V tile
+  constexpr int kKVTile = D / 64 * kKVBlock;  // one [kBN][D] K / V tile
+  // (The lambdas below spell these kBN / 2 and kBN / 16 in their parameter types: a local
+  // constexpr there crashes cicc 13.0.)
+  constexpr int SN = kBN / 2;   // S's accumulators a thread
+  constexpr int PK = kBN / 16;  // P V's k16 steps
+  constexpr int NH = D / 128;   // O's 128-column halves
+  constexpr int CH = D / 8;     // 16-byte pieces of a row
   extern __shared__ __align__(1024) unsigned char wg_smem[];
   if (smem_u32(wg_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
-  constexpr int NS = wg_stages<D, kProducer>();
+  constexpr int NS = wg_stages<D, kProducer, kBN>();
   unsigned char* q_s = wg_smem;            // warpgroup w's Q tile at + w·kTile
-  unsigned char* k_s = q_s + kWG * kTile;  // stage s at + s·kTile
-  unsigned char* v_s = k_s + NS * kTile;
+  unsigned char* k_s = q_s + kWG * kTile;  // stage s at + s·kKVTile
+  unsigned char* v_s = k_s + NS * kKVTile;
 
-  // The block's values (its tile, the sequence's bounds, the warpgroup) broadcast from lane 0: warp-
-  // uniform to the compiler, so that the loop counters, stages and wgmma descriptors derived from
-  // them live in uniform registers. (Loaded or thread-derived, they were per-thread values: each
-  // wgmma's two descriptors were rebuilt in ordinary registers and moved over by four R2UR, ~12
-  // instructions a wgmma; session 23 run 5.)
+  // The block's values (its tile, the sequence's bounds, the warpgroup) broadcast from lane 0:
+  // warp- uniform to the compiler, so that the loop counters, stages and wgmma descriptors derived
+  // from them live in uniform registers. (Loaded or thread-derived, they were per-thread values:
+  // each wgmma's two descriptors were rebuilt in ordinary registers and moved over by four R2UR,
+  // ~12 instructions a wgmma; session 23 run 5.)
   auto uniform = [](int x) { return __shfl_sync(0xffffffffu, x, 0); };
   const int2 tile = p.tiles[p.max_tiles - 1 - blockIdx.y];  // last tiles (most keys) first
   const int n = uniform(tile.x), r0 = uniform(tile.y);
@@ -1381,8 +1403,8 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   const int L = uniform(p.cu[n + 1]) - cu_n;
   const int rows = min(kBM * kWG, L - r0);
   const int pos0 = uniform(p.seq_lens[n]) - L + r0;  // position of the tile's first row
-  const int pos_last = pos0 + rows - 1;  // last row's position (the last key needed)
-  const int t0 = cu_n + r0;              // packed row of the first query
+  const int pos_last = pos0 + rows - 1;              // last row's position (the last key needed)
+  const int t0 = cu_n + r0;                          // packed row of the first query
   const int tid = threadIdx.x, wg = uniform(tid / 128), warp = tid % 128 / 32, lane = tid % 32;
   const int g = lane / 4, q4 = lane % 4;
   if (pos0 < 0) {  // invalid seq_lens (< L): write zeros rather than read anything
@@ -1399,6 +1421,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // Shared side: one instruction's 32 pieces fall in one 8 KB block, 8 rows × 4 swizzled
   // positions, 4 wavefronts for 512 bytes (no conflict beyond the minimum).
   auto piece = [&](int r, int c) { return (c / 8) * kBlock + wgmma::sw128(r, c % 8); };
+  auto kv_piece = [&](int r, int c) { return (c / 8) * kKVBlock + wgmma::sw128(r, c % 8); };
   if (!kProducer || tid < 128 * kWG) {  // (the consumers' threads; the producer copies K, V)
     const int qr = tid / 2, qu = tid % 2;
     const bool ok = qr < rows;
@@ -1410,7 +1433,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   }
   constexpr int TPR = 2 * kWG;  // threads a key row
   const int cr = tid / TPR, cu = tid % TPR;
-  const int tiles = pos_last / 64 + 1;
+  const int tiles = pos_last / kBN + 1;
   // Key j's row in the K and V caches (element offsets; −1 past the block's last position, which
   // is never read, or where the page table has no page). The caches share page count and size
   // (the op checks it): one lookup for both.
@@ -1426,7 +1449,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // zero-filled and never read from the cache; no copy for tiles past the last.
   auto load_rows = [&](const Cache& kv, int kt, unsigned char* dst) {
     if (kt >= tiles) return;
-    const int j = kt * 64 + cr;
+    const int j = kt * kBN + cr;
     int64_t off = -1;
     if (j <= pos_last) {
       const int2 pg = p.pt.locate(n, j, kv.page_size, kv.num_pages);
@@ -1435,19 +1458,19 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(kv.p);
 #pragma unroll
     for (int c = cu; c < CH; c += TPR)
-      cp_async16(dst + piece(cr, c), base + (off >= 0 ? off + c * 8 : 0), off >= 0 ? 16 : 0);
+      cp_async16(dst + kv_piece(cr, c), base + (off >= 0 ? off + c * 8 : 0), off >= 0 ? 16 : 0);
   };
   auto load_kv = [&](int kt, int stage) {  // K and V of key tile kt into stage `stage`
-    const longlong2 off = kv_offsets(kt * 64 + cr);
+    const longlong2 off = kv_offsets(kt * kBN + cr);
     const int64_t ko = off.x, vo = off.y;
     const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
     const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
-    unsigned char* kd = k_s + stage * kTile;
-    unsigned char* vd = v_s + stage * kTile;
+    unsigned char* kd = k_s + stage * kKVTile;
+    unsigned char* vd = v_s + stage * kKVTile;
 #pragma unroll
     for (int c = cu; c < CH; c += TPR) {
-      cp_async16(kd + piece(cr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
-      cp_async16(vd + piece(cr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+      cp_async16(kd + kv_piece(cr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+      cp_async16(vd + kv_piece(cr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
     }
   };
 
@@ -1455,7 +1478,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // full_k / full_v (128 producer arrivals: each producer thread's copies landed) and release on
   // empty_k / empty_v (8 arrivals: each consumer warp, both warpgroups, for every tile). Use u of
   // stage s (tile u·NS + s) completes phase u: waits take parity u & 1.
-  uint64_t* full_k = reinterpret_cast<uint64_t*>(v_s + NS * kTile);
+  uint64_t* full_k = reinterpret_cast<uint64_t*>(v_s + NS * kKVTile);
   uint64_t* full_v = full_k + NS;
   uint64_t* empty_k = full_v + NS;
   uint64_t* empty_v = empty_k + NS;
@@ -1471,9 +1494,10 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     }
     __syncthreads();  // (the last block-wide barrier)
     if (tid >= 128 * kWG) {
-      // The producer: 2 threads a key row (pt / 2), thread pu = pt % 2 its pieces pu, pu + 2, ...
-      // (each copy instruction's 2 threads of a row: one whole 32-byte sector). K of tile kt, then
-      // V of tile kt; each waits for its stage's release by the consumers of tile kt − NS.
+      // The producer: PTR = 128 / kBN threads a key row (pr = pt / PTR), thread pu = pt % PTR its
+      // pieces pu, pu + PTR, ... (at kBN 64 each copy instruction's 2 threads of a row: one whole
+      // 32-byte sector). K of tile kt, then V of tile kt; each waits for its stage's release by the
+      // consumers of tile kt − NS.
       // With TMA maps (args.rows = R > 0) a whole tile (every key at or before pos_last, every
       // page present) comes as boxes of R rows × 64 columns instead: the first thread of each
       // R-row segment (pu = 0, pr % R = 0: one page, or one 64-row part of one) arms the stage
@@ -1482,7 +1506,8 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       // (The copy loops stay rolled: unrolled, their addresses spill at the producer's 56
       // registers.)
-      const int pt = tid - 128 * kWG, pr = pt / 2, pu = pt % 2;
+      constexpr int PTR = 128 / kBN;
+      const int pt = tid - 128 * kWG, pr = pt / PTR, pu = pt % PTR;
       const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
       const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
       const int R = args.rows;
@@ -1494,12 +1519,12 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       }
       for (int kt = 0; kt < tiles; ++kt) {
         const int st = kt % NS, use = kt / NS;
-        const int j = kt * 64 + pr;
+        const int j = kt * kBN + pr;
         int2 pg = make_int2(-1, 0);
         if (j <= pos_last) pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
         const int64_t ko = pg.x >= 0 ? p.k.offset(pg.x, pg.y, hk) : -1;
         const int64_t vo = pg.x >= 0 ? p.v.offset(pg.x, pg.y, hk) : -1;
-        bool tma = R > 0 && kt * 64 + 63 <= pos_last;  // (uniform over the producer)
+        bool tma = R > 0 && kt * kBN + kBN - 1 <= pos_last;  // (uniform over the producer)
         if (tma) {  // ... and every row's page present (an AND over the producer's 128 threads)
           uint32_t all;
           asm volatile(
@@ -1513,31 +1538,31 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
         const bool issuer = tma && pu == 0 && pr % R == 0;
         const uint32_t box_bytes = static_cast<uint32_t>(D * R * 2);  // D / 64 boxes of R rows
         if (use > 0) mbar_wait(empty_k + st, (use - 1) & 1);
-        unsigned char* kd = k_s + st * kTile;
+        unsigned char* kd = k_s + st * kKVTile;
         if (issuer) {
           mbar_arrive_expect_tx(full_k + st, box_bytes);
 #pragma unroll
           for (int b = 0; b < D / 64; ++b)
-            tma_load_4d(kd + b * kBlock + pr * 128, &args.k, 64 * b, hk, pg.y, pg.x, full_k + st);
+            tma_load_4d(kd + b * kKVBlock + pr * 128, &args.k, 64 * b, hk, pg.y, pg.x, full_k + st);
         } else if (tma) {
           mbar_arrive(full_k + st);
         } else {
-          for (int c = pu; c < CH; c += 2)
-            cp_async16(kd + piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
+          for (int c = pu; c < CH; c += PTR)
+            cp_async16(kd + kv_piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
           cp_async_mbar_arrive(full_k + st);
         }
         if (use > 0) mbar_wait(empty_v + st, (use - 1) & 1);
-        unsigned char* vd = v_s + st * kTile;
+        unsigned char* vd = v_s + st * kKVTile;
         if (issuer) {
           mbar_arrive_expect_tx(full_v + st, box_bytes);
 #pragma unroll
           for (int b = 0; b < D / 64; ++b)
-            tma_load_4d(vd + b * kBlock + pr * 128, &args.v, 64 * b, hk, pg.y, pg.x, full_v + st);
+            tma_load_4d(vd + b * kKVBlock + pr * 128, &args.v, 64 * b, hk, pg.y, pg.x, full_v + st);
         } else if (tma) {
           mbar_arrive(full_v + st);
         } else {
-          for (int c = pu; c < CH; c += 2)
-            cp_async16(vd + piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
+          for (int c = pu; c < CH; c += PTR)
+            cp_async16(vd + kv_piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
           cp_async_mbar_arrive(full_v + st);
         }
       }
@@ -1561,7 +1586,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   const int w_rows = min(kBM, rows - kBM * wg), w_pos0 = pos0 + kBM * wg;
   const int w_pos_last = w_pos0 + w_rows - 1;  // (only where w_rows > 0)
   // This warpgroup's tiles: 0 .. w_tiles − 1 (the keys up to its last row; none without rows).
-  const int w_tiles = w_rows > 0 ? w_pos_last / 64 + 1 : 0;
+  const int w_tiles = w_rows > 0 ? w_pos_last / kBN + 1 : 0;
   const unsigned char* wq = q_s + wg * kTile;
   // kStagger: only where warpgroup 1 has rows (then it computes every tile of the block).
   const bool stagger = kStagger && rows > kBM;
@@ -1571,8 +1596,8 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   auto s_wait = [&] {  // warpgroup 1: before its S, warpgroup 0's
     if (stagger && wg == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
   };
-  // S [64 × 64] = Q K(tile in stage ks)ᵀ, issued and committed (not waited for).
-  auto issue_s = [&](float(&s)[32],
+  // S [64 × kBN] = Q K(tile in stage ks)ᵀ, issued and committed (not waited for).
+  auto issue_s = [&](float(&s)[kBN / 2],
                      const unsigned char* ks) {  // (the first k16 step scales s by 0)
     wgmma::fence();
     // (A descriptor's low 14 bits are the address / 16: an offset inside the shared memory adds
@@ -1580,20 +1605,21 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     const uint64_t dq = wgmma::desc_sw128(wq, 16, 1024), dk = wgmma::desc_sw128(ks, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const int off16 = ((kk / 4) * kBlock + (kk % 4) * 32) / 16;
-      wgmma::mma_m64n64k16_ss(s, dq + off16, dk + off16, kk > 0);
+      const int q16 = ((kk / 4) * kBlock + (kk % 4) * 32) / 16;
+      const int k16 = ((kk / 4) * kKVBlock + (kk % 4) * 32) / 16;
+      mma_s_tile(s, dq + q16, dk + k16, kk > 0);
     }
     wgmma::commit();
   };
   // O += P V(tile in stage vs), issued and committed (not waited for).
-  auto issue_pv = [&](const uint32_t(&pa)[4][4], const unsigned char* vs) {
+  auto issue_pv = [&](const uint32_t(&pa)[kBN / 16][4], const unsigned char* vs) {
     wgmma::fence();
-    const uint64_t dv = wgmma::desc_sw128(vs, kBlock, 1024);
+    const uint64_t dv = wgmma::desc_sw128(vs, kKVBlock, 1024);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < PK; ++kk)
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh)
-        wgmma::mma_m64n128k16_rs<1>(o[hh], pa[kk], dv + (kk * 2048 + hh * 2 * kBlock) / 16, true);
+        wgmma::mma_m64n128k16_rs<1>(o[hh], pa[kk], dv + (kk * 2048 + hh * 2 * kKVBlock) / 16, true);
     wgmma::commit();
   };
   // The online softmax of S (keys j0 ..) in the log2 domain: m and l updated, corr the factor for
@@ -1604,10 +1630,11 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // once; each p is exp2(s · scale − m) by one FFMA.
   // masked (std::true_type / std::false_type): whether keys past a row's position are masked;
   // without it (a tile wholly at or before the warpgroup's first row) no compare / select.
-  auto softmax_m = [&](auto masked, const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
+  auto softmax_m = [&](auto masked, const float(&s)[kBN / 2], int j0, float(&corr)[2],
+                       float(&x)[kBN / 2]) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + 8 * j + 2 * q4 + e % 2, pos = w_pos0 + row_a + 8 * (e / 2);
@@ -1626,21 +1653,21 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       l[r] *= corr[r];
     }
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < SN; ++j) {
       x[j] = exp2_approx(fmaf(x[j], p.scale_log2, -base[(j % 4) / 2]));
       l[(j % 4) / 2] += x[j];
     }
   };
-  auto softmax = [&](const float(&s)[32], int j0, float(&corr)[2], float(&x)[32]) {
+  auto softmax = [&](const float(&s)[kBN / 2], int j0, float(&corr)[2], float(&x)[kBN / 2]) {
     softmax_m(std::true_type{}, s, j0, corr, x);
   };
-  // P as the A fragments of P V's four k16 steps (keys 16kk .. 16kk + 15): S's accumulator layout
+  // P as the A fragments of P V's PK k16 steps (keys 16kk .. 16kk + 15): S's accumulator layout
   // is the A fragment's. Under kOverlap only once P V of the tile before completed: P V reads
   // these registers while it runs, and the compiler, which sees its asm read them at the issue,
   // would otherwise put the next P in the same registers (ptxas then serialised every wgmma).
-  auto pack_p = [&](const float(&x)[32], uint32_t(&pa)[4][4]) {
+  auto pack_p = [&](const float(&x)[kBN / 2], uint32_t(&pa)[kBN / 16][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < PK; ++kk) {
       pa[kk][0] = pack_bf16(x[8 * kk + 0], x[8 * kk + 1]);
       pa[kk][1] = pack_bf16(x[8 * kk + 2], x[8 * kk + 3]);
       pa[kk][2] = pack_bf16(x[8 * kk + 4], x[8 * kk + 5]);
@@ -1650,8 +1677,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   // (fence_operand after it: the products issued next, S first under kOverlap, find O's new
   // values in place, not multiplied later between their issues.)
   auto rescale_o = [&](const float(&corr)[2]) {
-    if (kProducer && args.keep_scale &&
-        __all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
+    if (kProducer && args.keep_scale && __all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
       return;  // (O unchanged: every factor of the warp's rows is exactly 1)
 #pragma unroll
     for (int hh = 0; hh < NH; ++hh) {
@@ -1685,9 +1711,9 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     cp_wait<0>();
     wgmma::fence_async_smem();
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");  // ... and its warpgroup's
-    uint32_t pa[4][4];
+    uint32_t pa[PK][4];
     if (w_tiles > 0) {  // (every warpgroup with rows has tile 0)
-      float s[32], corr[2], x[32];
+      float s[SN], corr[2], x[SN];
       k_ready(0);
       wgmma::fence_async_smem();
       issue_s(s, k_s);
@@ -1702,17 +1728,17 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       k_ready(t + 1);
       v_ready(t);
       wgmma::fence_async_smem();
-      float s[32];
-      issue_s(s, k_s + ((t + 1) % NS) * kTile);
-      issue_pv(pa, v_s + (t % NS) * kTile);
+      float s[SN];
+      issue_s(s, k_s + ((t + 1) % NS) * kKVTile);
+      issue_pv(pa, v_s + (t % NS) * kKVTile);
       wgmma::wait<1>();  // S of tile t + 1 (P V of tile t may still run)
       wgmma::fence_operand(s);
       k_done(t + 1);
-      float corr[2], x[32];
-      if (args.diag_mask && (t + 1) * 64 + 63 <= w_pos0)  // every key at or before every row
-        softmax_m(std::false_type{}, s, (t + 1) * 64, corr, x);
+      float corr[2], x[SN];
+      if (args.diag_mask && (t + 1) * kBN + kBN - 1 <= w_pos0)  // every key at or before each row
+        softmax_m(std::false_type{}, s, (t + 1) * kBN, corr, x);
       else
-        softmax(s, (t + 1) * 64, corr, x);
+        softmax(s, (t + 1) * kBN, corr, x);
       wait_o();
       v_done(t);
       rescale_o(corr);
@@ -1721,7 +1747,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     if (t < w_tiles) {  // this warpgroup's last tile
       v_ready(t);
       wgmma::fence_async_smem();
-      issue_pv(pa, v_s + (t % NS) * kTile);
+      issue_pv(pa, v_s + (t % NS) * kKVTile);
       wait_o();
       v_done(t);
       ++t;
@@ -1752,17 +1778,17 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
         continue;
       }
       s_wait();
-      float s[32];
-      issue_s(s, k_s + (t % 2) * kTile);
+      float s[SN];
+      issue_s(s, k_s + (t % 2) * kKVTile);
       s_issued();
       wgmma::wait<0>();
       wgmma::fence_operand(s);
-      float corr[2], x[32];
-      uint32_t pa[4][4];
-      softmax(s, t * 64, corr, x);
+      float corr[2], x[SN];
+      uint32_t pa[PK][4];
+      softmax(s, t * kBN, corr, x);
       pack_p(x, pa);
       rescale_o(corr);
-      issue_pv(pa, v_s + (t % 2) * kTile);
+      issue_pv(pa, v_s + (t % 2) * kKVTile);
       wait_o();
       __syncthreads();  // every warp's reads of stage t % 2 done before tile t + 2's copies
     }
@@ -1780,17 +1806,17 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     load_rows(p.k, 0, k_s);
     cp_commit();
     auto issue_x = [&](int u) {
-      load_rows(p.v, u, v_s + (u % 2) * kTile);
-      load_rows(p.k, u + 1, k_s + ((u + 1) % 2) * kTile);
+      load_rows(p.v, u, v_s + (u % 2) * kKVTile);
+      load_rows(p.k, u + 1, k_s + ((u + 1) % 2) * kKVTile);
       cp_commit();
     };
     issue_x(0);
     cp_wait<1>();  // Q and K of tile 0
     wgmma::fence_async_smem();
     __syncthreads();
-    uint32_t pa[4][4];
+    uint32_t pa[PK][4];
     {
-      float s[32], corr[2], x[32];
+      float s[SN], corr[2], x[SN];
       if (w_tiles > 0) {  // (every warpgroup with rows has tile 0)
         s_wait();
         issue_s(s, k_s);
@@ -1822,14 +1848,14 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     for (; t + 1 < w_tiles; ++t) {
       top();
       s_wait();  // (warpgroup 1 has every tile, so it waits in each iteration but the last)
-      float s[32];
-      issue_s(s, k_s + ((t + 1) % 2) * kTile);
-      issue_pv(pa, v_s + (t % 2) * kTile);
+      float s[SN];
+      issue_s(s, k_s + ((t + 1) % 2) * kKVTile);
+      issue_pv(pa, v_s + (t % 2) * kKVTile);
       s_issued();
       wgmma::wait<1>();  // S of tile t + 1 (P V of tile t may still run)
       wgmma::fence_operand(s);
-      float corr[2], x[32];
-      softmax(s, (t + 1) * 64, corr, x);
+      float corr[2], x[SN];
+      softmax(s, (t + 1) * kBN, corr, x);
       wait_o();
       rescale_o(corr);
       pack_p(x, pa);
@@ -1837,7 +1863,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
     }
     if (t < w_tiles) {  // this warpgroup's last tile
       top();
-      issue_pv(pa, v_s + (t % 2) * kTile);
+      issue_pv(pa, v_s + (t % 2) * kKVTile);
       if (t + 1 < tiles) s_issued();
       wait_o();
       close(t);
@@ -1885,17 +1911,18 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
 
 // The kernel's form: HYBRID_ATTN_PREFILL_WG=1 one warpgroup a block, =2 two, =3 two staggered,
 // =4 two staggered with each one's softmax under its own P V (kOverlap), =5 two with kOverlap,
-// unstaggered; =6 (the default since session 23) =5 with a producer warpgroup (kProducer); =0
-// turns the wgmma prefill off (fa2c runs).
+// unstaggered; =6 (the default since session 23) =5 with a producer warpgroup (kProducer); =8
+// (prepared in session 23, not yet run on a GPU) =6 with 128-key tiles at D 128 (kBN; D 256 keeps
+// =6); =0 turns the wgmma prefill off (fa2c runs).
 int wg_form() {
   static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 6);
   return n;
 }
 
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  if (wg_form() < 1 || wg_form() > 6)
+  if (wg_form() < 1 || wg_form() > 8 || wg_form() == 7)
     return "HYBRID_ATTN_PREFILL_WG=" + std::to_string(wg_form()) +
-           " turns the wgmma prefill off (its forms are 1-6)";
+           " turns the wgmma prefill off (its forms are 1-6 and 8)";
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -1944,14 +1971,14 @@ WgArgs wg_args(const AttnPrefill& a, Context& ctx) {
   return args;
 }
 
-template <int D, int kWG, bool kStagger, bool kOverlap, bool kProducer = false>
+template <int D, int kWG, bool kStagger, bool kOverlap, bool kProducer = false, int kBN = 64>
 void launch_wg(const AttnPrefill& a, Context& ctx) {
   PrefillParams p = prefill_params(a);
   const cudaStream_t st = as_stream(ctx.stream());
   if (!plan_tiles(p, kBM * kWG, ctx, st)) return;
-  constexpr size_t smem = wg_smem_bytes<D, kWG, kProducer>();
+  constexpr size_t smem = wg_smem_bytes<D, kWG, kProducer, kBN>();
   static_assert(smem <= 227 * 1024, "cuda_wg's tiles fit the shared memory");
-  auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap, kProducer>;
+  auto* kernel = prefill_wg_kernel<D, kWG, kStagger, kOverlap, kProducer, kBN>;
   ensure_dynamic_smem(kernel, smem);
   WgArgs args;
   if constexpr (kProducer) args = wg_args(a, ctx);
@@ -1972,6 +1999,9 @@ void launch_wg_form(const AttnPrefill& a, Context& ctx) {
       return launch_wg<D, 2, true, true>(a, ctx);
     case 5:
       return launch_wg<D, 2, false, true>(a, ctx);
+    case 8:  // 128-key tiles at D 128 (form 6 at D 256)
+      if constexpr (D == 128) return launch_wg<D, 2, false, true, true, 128>(a, ctx);
+      return launch_wg<D, 2, false, true, true>(a, ctx);
     default:
       return launch_wg<D, 2, false, true, true>(a, ctx);
   }

@@ -1288,7 +1288,8 @@ __global__ void __launch_bounds__(256, 1) spine_ws_kernel(const Params p, const 
     wgmma::fence();
     const uint64_t dk = wgmma::desc_sw128(st + kWgTile, kWgTile / 2, 1024);
 #pragma unroll
-    for (int kt = 0; kt < 4; ++kt) wgmma::mma_m64n128k16_rs<1>(s, va[kt], dk + kt * 2048 / 16, true);
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma::mma_m64n128k16_rs<1>(s, va[kt], dk + kt * 2048 / 16, true);
     wgmma::commit();
 #pragma unroll
     for (int jj = 0; jj < 8; jj += 2) {

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -22,8 +22,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
                                                            cudaEnableDefault, &got);
 #else
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault,
-                                                  &got);
+    const cudaError_t e =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &got);
 #endif
     if (e != cudaSuccess || got != cudaDriverEntryPointSuccess) {
       (void)cudaGetLastError();  // (a failed query must not surface at the next launch check)
