@@ -1307,21 +1307,26 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // kOverlap (=4 with kStagger; =5 without): each warpgroup issues S of tile t + 1
 // before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
 // kProducer (=6, the default): =5 with a third warpgroup that
-// copies K and V (cp.async, two threads a key row) into rings of NS stages (2 at D 256, 3 at
-// D 128) guarded by full / empty mbarriers; the consumers never meet at a block-wide barrier
-// (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of the stall samples at
-// those barriers and the pipe idle while warpgroup 1 finished each tile). setmaxnreg: 224
-// registers for the consumers (ptxas uses up to R215 at D 256), 56 for the producer; launched at
-// 168 (384 threads). Prediction: T 16384 401 -> 480-540 TFLOP/s. Session 23 run 1 (same run,
-// alternated, TFLOP/s; =4 in brackets): T 4096 / 16384 D 256 390 / 415 (342 / 397), T 4096 D 128
-// 315 (265), and the short prompts 1 x 512 / 1 x 1024 / 8 x 512 65 / 156 / 183 (57 / 146 / 159;
-// fa2c 47 / 111 / 131): faster everywhere, under the prediction at T 16384. ncu (run 2, T 4096):
-// the consumers wait on full_k in 13% of the samples, the producer's address arithmetic and 16-byte
-// copies take issue slots beside them (one producer warp per scheduler), the L2 66% busy.
+// copies K and V (TMA boxes for whole tiles, else cp.async, two threads a key row) into rings
+// of NS stages (2 at D 256, 3 at D 128) guarded by full / empty mbarriers; the consumers never meet
+// at a block-wide barrier (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of
+// the stall samples at those barriers and the pipe idle while warpgroup 1 finished each tile).
+// setmaxnreg: 224 registers for the consumers (ptxas uses up to R215 at D 256), 56 for the
+// producer; launched at 168 (384 threads). Prediction: T 16384 401 -> 480-540 TFLOP/s. Session 23
+// run 1 (same run, alternated, TFLOP/s; =4 in brackets): T 4096 / 16384 D 256 390 / 415 (342 /
+// 397), T 4096 D 128 315 (265), and the short prompts 1 x 512 / 1 x 1024 / 8 x 512 65 / 156 / 183
+// (57 / 146 / 159; fa2c 47 / 111 / 131): faster everywhere, under the prediction at T 16384. ncu
+// (run 2, T 4096): the consumers wait on full_k in 13% of the samples, the producer's address
+// arithmetic and 16-byte copies take issue slots beside them (one producer warp per scheduler), the
+// L2 66% busy. Since then (runs 4-9): TMA, the lazy rescale, uniform wgmma descriptors, the
+// unscaled row maximum and the mask only where needed: 539 / 584 / 387 (run 9), 1.00x SDPA cuDNN at
+// T 4096 and 16384, D 256, in run 11 (docs/PERFORMANCE.md, session 23).
+//
 // Session 22 run 5 (same run, alternated; T 4096 / 16384 at D 256, Hq 16 / Hkv 2; T 4096 at D 128,
 // Hq 32 / Hkv 8), TFLOP/s: fa2c 258 / 293 / 195; =1 193 / 213 / 228; =2 328 / 371 / 255;
 // =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
 // 534 / 687 (0.62x / 0.58x for =4), its flash kernel 255 / 313 (1.30x / 1.28x).
+//
 // K / V stages: 2 each, and under kProducer at D 128 with 64-key tiles 3 (the shared memory
 // allows it there).
 template <int D, bool kProducer, int kBN = 64>
