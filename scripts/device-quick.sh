@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgtma, wgab, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgab, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -457,26 +457,12 @@ if section wgprefill; then
     echo "-- HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
   done
 fi
-if section wgtma; then
-  # Form 6's TMA copies (session 23; HYBRID_ATTN_PREFILL_TMA=0 turns them off; not in the default
-  # SECTIONS): every attn_prefill case with and without them, memcheck / racecheck / synccheck
-  # with them, then the benchmark shapes under TMA on, off and form 4, alternated twice.
-  test_one attn_prefill_tma 90 X=1 attn_prefill
-  test_one attn_prefill_notma 90 HYBRID_ATTN_PREFILL_TMA=0 attn_prefill
-  for tool in memcheck racecheck synccheck; do
-    echo "$tool attn_prefill (TMA): $(timeout 150 compute-sanitizer --tool $tool $OPS test -b cuda -o attn_prefill 2>&1 | tail -1)"
-  done
-  for pass in 1 2; do
-    for e in X=1 HYBRID_ATTN_PREFILL_TMA=0 HYBRID_ATTN_PREFILL_WG=4; do
-      echo "-- $e: $(env $e timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
-    done
-  done
-fi
 if section wgab; then
   # cuda_wg under the default and under WG_AB_ENV (default HYBRID_ATTN_PREFILL_LAZY=0, the lazy
   # rescale off; HYBRID_ATTN_PREFILL_DIAG_MASK=1, ...; not in the default SECTIONS): every
   # attn_prefill case under both, then the benchmark shapes under both, alternated twice.
-  # (Session 23 run 6 ran this as `wgpp`, with a form 7 measured slower and removed.)
+  # (Session 23 ran it as `wgtma` in run 4, with sanitizers and form 4 beside it, and as `wgpp` in
+  # run 6, with a form 7 measured slower and removed; wgprefill has the sanitizers per form.)
   ab_env=${WG_AB_ENV:-HYBRID_ATTN_PREFILL_LAZY=0}
   test_one attn_prefill_default 90 X=1 attn_prefill
   test_one attn_prefill_ab 90 "$ab_env" attn_prefill
