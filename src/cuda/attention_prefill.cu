@@ -1282,7 +1282,7 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 //
 // The default D 128 / 256 prefill since session 22 (form 6 below since session 23, form 4 before;
 // HYBRID_ATTN_PREFILL_WG=0 turns it off, =1..6 picks a form). Per warpgroup (128 threads, 64 query
-// rows) and key tile of 64 keys:
+// rows) and key tile of 64 keys (128 at D 128 in form 6: S by m64n128k16, kBN below):
 //   S [64 × 64] = Q Kᵀ     D/16 wgmma m64n64k16, Q and K both from shared memory (K-major)
 //   the online softmax of S in registers (thread: rows 16w + g and 16w + g + 8, 16 columns each,
 //   a row's max and sum over the quad's 4 lanes; causal mask key > position → −inf)
@@ -1308,7 +1308,7 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
 // kProducer (=6, the default): =5 with a third warpgroup that
 // copies K and V (TMA boxes for whole tiles, else cp.async, two threads a key row) into rings
-// of NS stages (2 at D 256, 3 at D 128) guarded by full / empty mbarriers; the consumers never meet
+// of NS = 2 stages guarded by full / empty mbarriers; the consumers never meet
 // at a block-wide barrier (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of
 // the stall samples at those barriers and the pipe idle while warpgroup 1 finished each tile).
 // setmaxnreg: 224 registers for the consumers (ptxas uses up to R215 at D 256), 56 for the
@@ -1327,17 +1327,14 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // =3 328 / 373 / 262; =4 340 / 401 / 265; =5 342 / 400 / 261. Same run, SDPA's cuDNN kernel
 // 534 / 687 (0.62x / 0.58x for =4), its flash kernel 255 / 313 (1.30x / 1.28x).
 //
-// K / V stages: 2 each, and under kProducer at D 128 with 64-key tiles 3 (the shared memory
-// allows it there).
-template <int D, bool kProducer, int kBN = 64>
-constexpr int wg_stages() {
-  return kProducer && D == 128 && kBN == 64 ? 3 : 2;
-}
+// K / V stages: 2 each. (Form 6 at D 128 had 3 with 64-key tiles; with 128-key tiles two fill
+// the same 160 KB.)
+constexpr int kWgStages = 2;
 // Q tiles ([64][D] each), the K and V stages ([kBN][D] each); under kProducer then its 4 · NS
 // mbarriers.
 template <int D, int kWG, bool kProducer = false, int kBN = 64>
 constexpr size_t wg_smem_bytes() {
-  constexpr int NS = wg_stages<D, kProducer, kBN>();
+  constexpr int NS = kWgStages;
   return static_cast<size_t>(kWG * kBM + 2 * NS * kBN) * D * sizeof(__nv_bfloat16) +
          (kProducer ? 4 * NS * sizeof(uint64_t) : 0);
 }
@@ -1365,7 +1362,7 @@ __device__ __forceinline__ void mma_s_tile(float (&s)[64], uint64_t a, uint64_t 
   wgmma::mma_m64n128k16_ss(s, a, b, acc);
 }
 
-// kBN: keys a tile, 64; or 128 (form 8, D 128 only: S [64 × 128] by m64n128k16, P V over 8 k16
+// kBN: keys a tile, 64; or 128 (form 6 at D 128: S [64 × 128] by m64n128k16, P V over 8 k16
 // steps; the K / V tiles [128][D] as D/64 blocks of 128 rows × 128 bytes).
 template <int D, int kWG, bool kStagger = false, bool kOverlap = false, bool kProducer = false,
           int kBN = 64>
@@ -1389,7 +1386,7 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   constexpr int CH = D / 8;     // 16-byte pieces of a row
   extern __shared__ __align__(1024) unsigned char wg_smem[];
   if (smem_u32(wg_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
-  constexpr int NS = wg_stages<D, kProducer, kBN>();
+  constexpr int NS = kWgStages;
   unsigned char* q_s = wg_smem;            // warpgroup w's Q tile at + w·kTile
   unsigned char* k_s = q_s + kWG * kTile;  // stage s at + s·kKVTile
   unsigned char* v_s = k_s + NS * kKVTile;
@@ -1441,32 +1438,27 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
   const int tiles = pos_last / kBN + 1;
   // Key j's row in the K and V caches (element offsets; −1 past the block's last position, which
   // is never read, or where the page table has no page). The caches share page count and size
-  // (the op checks it): one lookup for both.
-  auto kv_offsets = [&](int j) {
-    int64_t ko = -1, vo = -1;
-    if (j <= pos_last) {
-      const int2 pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-      if (pg.x >= 0) ko = p.k.offset(pg.x, pg.y, hk), vo = p.v.offset(pg.x, pg.y, hk);
-    }
-    return longlong2{ko, vo};
+  // (the op checks it): one lookup for both, and for any one of them.
+  auto key_page = [&](int j) {  // (page, row in it) of key j; page −1: none, or past pos_last
+    return j <= pos_last ? p.pt.locate(n, j, p.k.page_size, p.k.num_pages) : make_int2(-1, 0);
+  };
+  auto kv_offsets = [&](int2 pg) {
+    return pg.x >= 0 ? longlong2{p.k.offset(pg.x, pg.y, hk), p.v.offset(pg.x, pg.y, hk)}
+                     : longlong2{-1, -1};
   };
   // Row cr of key tile `kt` of a cache into `dst` (a stage): keys past the block's last position
   // zero-filled and never read from the cache; no copy for tiles past the last.
   auto load_rows = [&](const Cache& kv, int kt, unsigned char* dst) {
     if (kt >= tiles) return;
-    const int j = kt * kBN + cr;
-    int64_t off = -1;
-    if (j <= pos_last) {
-      const int2 pg = p.pt.locate(n, j, kv.page_size, kv.num_pages);
-      if (pg.x >= 0) off = kv.offset(pg.x, pg.y, hk);
-    }
+    const int2 pg = key_page(kt * kBN + cr);
+    const int64_t off = pg.x >= 0 ? kv.offset(pg.x, pg.y, hk) : -1;
     const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(kv.p);
 #pragma unroll
     for (int c = cu; c < CH; c += TPR)
       cp_async16(dst + kv_piece(cr, c), base + (off >= 0 ? off + c * 8 : 0), off >= 0 ? 16 : 0);
   };
   auto load_kv = [&](int kt, int stage) {  // K and V of key tile kt into stage `stage`
-    const longlong2 off = kv_offsets(kt * kBN + cr);
+    const longlong2 off = kv_offsets(key_page(kt * kBN + cr));
     const int64_t ko = off.x, vo = off.y;
     const __nv_bfloat16* k_base = static_cast<const __nv_bfloat16*>(p.k.p);
     const __nv_bfloat16* v_base = static_cast<const __nv_bfloat16*>(p.v.p);
@@ -1524,11 +1516,8 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
       }
       for (int kt = 0; kt < tiles; ++kt) {
         const int st = kt % NS, use = kt / NS;
-        const int j = kt * kBN + pr;
-        int2 pg = make_int2(-1, 0);
-        if (j <= pos_last) pg = p.pt.locate(n, j, p.k.page_size, p.k.num_pages);
-        const int64_t ko = pg.x >= 0 ? p.k.offset(pg.x, pg.y, hk) : -1;
-        const int64_t vo = pg.x >= 0 ? p.v.offset(pg.x, pg.y, hk) : -1;
+        const int2 pg = key_page(kt * kBN + pr);
+        const longlong2 off = kv_offsets(pg);
         bool tma = R > 0 && kt * kBN + kBN - 1 <= pos_last;  // (uniform over the producer)
         if (tma) {  // ... and every row's page present (an AND over the producer's 128 threads)
           uint32_t all;
@@ -1542,34 +1531,26 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
         }
         const bool issuer = tma && pu == 0 && pr % R == 0;
         const uint32_t box_bytes = static_cast<uint32_t>(D * R * 2);  // D / 64 boxes of R rows
-        if (use > 0) mbar_wait(empty_k + st, (use - 1) & 1);
-        unsigned char* kd = k_s + st * kKVTile;
-        if (issuer) {
-          mbar_arrive_expect_tx(full_k + st, box_bytes);
+        // One cache's tile (K, then V) into stage st, once the consumers released it.
+        auto fill = [&](uint64_t* empty, uint64_t* full, unsigned char* dst, const CUtensorMap* map,
+                        const __nv_bfloat16* base, int64_t off) {
+          if (use > 0) mbar_wait(empty + st, (use - 1) & 1);
+          if (issuer) {
+            mbar_arrive_expect_tx(full + st, box_bytes);
 #pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma_load_4d(kd + b * kKVBlock + pr * 128, &args.k, 64 * b, hk, pg.y, pg.x, full_k + st);
-        } else if (tma) {
-          mbar_arrive(full_k + st);
-        } else {
-          for (int c = pu; c < CH; c += PTR)
-            cp_async16(kd + kv_piece(pr, c), k_base + (ko >= 0 ? ko + c * 8 : 0), ko >= 0 ? 16 : 0);
-          cp_async_mbar_arrive(full_k + st);
-        }
-        if (use > 0) mbar_wait(empty_v + st, (use - 1) & 1);
-        unsigned char* vd = v_s + st * kKVTile;
-        if (issuer) {
-          mbar_arrive_expect_tx(full_v + st, box_bytes);
-#pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma_load_4d(vd + b * kKVBlock + pr * 128, &args.v, 64 * b, hk, pg.y, pg.x, full_v + st);
-        } else if (tma) {
-          mbar_arrive(full_v + st);
-        } else {
-          for (int c = pu; c < CH; c += PTR)
-            cp_async16(vd + kv_piece(pr, c), v_base + (vo >= 0 ? vo + c * 8 : 0), vo >= 0 ? 16 : 0);
-          cp_async_mbar_arrive(full_v + st);
-        }
+            for (int b = 0; b < D / 64; ++b)
+              tma_load_4d(dst + b * kKVBlock + pr * 128, map, 64 * b, hk, pg.y, pg.x, full + st);
+          } else if (tma) {
+            mbar_arrive(full + st);
+          } else {
+            for (int c = pu; c < CH; c += PTR)
+              cp_async16(dst + kv_piece(pr, c), base + (off >= 0 ? off + c * 8 : 0),
+                         off >= 0 ? 16 : 0);
+            cp_async_mbar_arrive(full + st);
+          }
+        };
+        fill(empty_k, full_k, k_s + st * kKVTile, &args.k, k_base, off.x);
+        fill(empty_v, full_v, v_s + st * kKVTile, &args.v, v_base, off.y);
       }
       cp_commit();  // its copies land before it exits
       cp_wait<0>();
@@ -1916,18 +1897,18 @@ __global__ void __launch_bounds__(128 * (kWG + kProducer), 1)
 
 // The kernel's form: HYBRID_ATTN_PREFILL_WG=1 one warpgroup a block, =2 two, =3 two staggered,
 // =4 two staggered with each one's softmax under its own P V (kOverlap), =5 two with kOverlap,
-// unstaggered; =6 (the default since session 23) =5 with a producer warpgroup (kProducer); =8
-// (prepared in session 23, not yet run on a GPU) =6 with 128-key tiles at D 128 (kBN; D 256 keeps
-// =6); =0 turns the wgmma prefill off (fa2c runs).
+// unstaggered; =6 (the default since session 23) =5 with a producer warpgroup (kProducer), and
+// since session 24 with 128-key tiles at D 128 (kBN; session 23's form 8: T 4096 D 128 387 -> 487
+// TFLOP/s in session 24 run 1, D 256 unchanged); =0 turns the wgmma prefill off (fa2c runs).
 int wg_form() {
   static const int n = env_int("HYBRID_ATTN_PREFILL_WG", 6);
   return n;
 }
 
 Reason prefill_wg_supports(const AttnPrefill& a) {
-  if (wg_form() < 1 || wg_form() > 8 || wg_form() == 7)
+  if (wg_form() < 1 || wg_form() > 6)
     return "HYBRID_ATTN_PREFILL_WG=" + std::to_string(wg_form()) +
-           " turns the wgmma prefill off (its forms are 1-6 and 8)";
+           " turns the wgmma prefill off (its forms are 1-6)";
 #if !defined(HYBRID_CUDA_SM90A)
   (void)a;
   return std::string("the wgmma prefill needs a build with sm_90a code");
@@ -2004,11 +1985,8 @@ void launch_wg_form(const AttnPrefill& a, Context& ctx) {
       return launch_wg<D, 2, true, true>(a, ctx);
     case 5:
       return launch_wg<D, 2, false, true>(a, ctx);
-    case 8:  // 128-key tiles at D 128 (form 6 at D 256)
-      if constexpr (D == 128) return launch_wg<D, 2, false, true, true, 128>(a, ctx);
-      return launch_wg<D, 2, false, true, true>(a, ctx);
-    default:
-      return launch_wg<D, 2, false, true, true>(a, ctx);
+    default:  // 6: 128-key tiles at D 128, 64 at D 256
+      return launch_wg<D, 2, false, true, true, D == 128 ? 128 : 64>(a, ctx);
   }
 }
 
