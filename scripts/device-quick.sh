@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgab, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgab, gdnab, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -455,6 +455,33 @@ if section wgprefill; then
   echo "wg refusals on the benchmark shapes: $(timeout 60 $OPS perf -b cuda --reps 1 --log debug -o attn_prefill:perf 2>&1 | grep -c 'cuda_wg refused')"
   for w in 0 ${WG_FORMS:-1 2 3 4 5 6} ${WG_PASS2:-0 4 5 6}; do
     echo "-- HYBRID_ATTN_PREFILL_WG=$w: $(HYBRID_ATTN_PREFILL_WG=$w timeout 90 $OPS perf -b cuda -o attn_prefill:perf 2>&1 | grep '^attn' | awk '{print $2, $6}' | tr '\n' ' ')"
+  done
+fi
+if section gdnab; then
+  # A GDN prefill switch (GDN_AB_ENV, default HYBRID_GDN_WU_PAIR=0: stage 1 one head a block; not
+  # in the default SECTIONS): every gdn_chunk_prefill case by default and with P̃ from stage 1
+  # forced everywhere (unpipelined with the warpgroup spine, and pipelined in pieces of 4), memcheck
+  # and racecheck of those forced cases, the stage timer under both, then the benchmark shapes
+  # under both, alternated twice.
+  ab_env=${GDN_AB_ENV:-HYBRID_GDN_WU_PAIR=0}
+  PT="HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_WS_SPINE=1"
+  PT4="HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4"
+  test_one gdn_default 90 X=1 gdn_chunk_prefill
+  test_one gdn_pt 90 "$PT" gdn_chunk_prefill
+  test_one gdn_pt_pipe4 90 "$PT4" gdn_chunk_prefill
+  test_one gdn_pt_ab 90 "$PT $ab_env" gdn_chunk_prefill
+  for tool in memcheck racecheck; do
+    echo "$tool, gdn_chunk_prefill, $PT: $(env $PT timeout 200 compute-sanitizer --tool $tool $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
+  done
+  G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
+  for e in X=1 "$ab_env"; do
+    echo "-- stages, $PT, $e: $(env $PT $e HYBRID_GDN_CHUNK_STAGES=1 timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1 | grep -o 'index.*')"
+  done
+  for pass in 1 2; do
+    for e in X=1 "$ab_env"; do
+      echo "-- $e, pass $pass"
+      env $e timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
+    done
   done
 fi
 if section wgab; then

@@ -2222,6 +2222,321 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   }
 }
 
+// Stage 1 for a pair of value heads of one key head (`HYBRID_GDN_WU_PAIR=0` turns it off): where
+// the spine takes P̃ from stage 1 (kWriteP's calls) and the GVA ratio is even, one block of two
+// warpgroups takes a chunk of heads hv0 = 2·blockIdx.y (warpgroup 0) and hv0 + 1 (warpgroup 1),
+// which share k and q. What they share is done once:
+//  - the k and q rows: 256 threads, rows tid/16 + 16r (r = 0..3), all 8 loads a thread issued
+//    together (wu_tc5_kernel: 128 threads, 8 rows of k, then 8 of q after k's normalisation);
+//  - K̂ and Q̂, normalised once and written once to the workspace (where hv0 % ratio == 0);
+//  - the lower blocks of K̂K̂ᵀ (warpgroup 0) and Q̂K̂ᵀ (warpgroup 1), each product turned into
+//    both heads' A = β_i (k̂_i·k̂_j) e^{γ_i−γ_j} (into each head's A tile) or
+//    P̃ = (q̂_i·k̂_j) e^{γ_i−γ_j} (to p.pt, staged through the warp's own Q̂ rows).
+// Then each warpgroup solves its head's T and forms Tb, Tu, U and W as wu_tc5_kernel's v7 path
+// (kLate: T over the head's V tile, V rows loaded once T is dead), except that U comes first and
+// both results are staged in the V tile: the K̂ tile is shared and read by both warpgroups.
+// Every barrier is block-wide (both warpgroups run the same steps). Why: session 24's ncu of
+// wu_tc5_kernel's first piece at 1 x 8192 (82.7 µs, run 3) has 25% of the stall samples on
+// k's loads and normalisation, 14% on q's, 13% on the K̂K̂ᵀ product and 13% on Q̂K̂ᵀ: per head,
+// the pair does half of each.
+// Shared: K̂, Q̂ [64][136] bf16; per head a V tile [64][136] bf16 (T [64][68] f32 over it first),
+// A [64][72] f32 (Tb, Tu over it), β, γ·log2e, β e^γ [64]: 108 032 bytes, two blocks per SM (16
+// warps a SM, as four wu_tc5_kernel v7 blocks).
+constexpr int kPairHead = kC * kWP * 2 + kC * kAP * 4 + 3 * kC * 4;  // one head's tiles
+constexpr int kPairSmem = 2 * kC * kWP * 2 + 2 * kPairHead;
+static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 pair: T fits the V tile exactly");
+static_assert(2 * (kPairSmem + 1024) <= 228 * 1024, "stage 1 pair: two blocks per SM");
+
+__global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
+  grid_dependents_launch();  // (as wu_tc5_kernel: the pipeline's later pieces)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Kb = reinterpret_cast<bf16*>(smem_raw);  // [64][136] K̂ [j][d]
+  bf16* Qb = Kb + kC * kWP;                      // [64][136] Q̂ [i][d], then P̃ rows (own warp's)
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
+  const int g = lane / 4, q = lane % 4;
+  // This warpgroup's head: V tile (T first), A tile (Tb, Tu later), β, γ log2 e, β e^γ; and the
+  // other head's A tile and γ, β (the shared products write both heads' A).
+  unsigned char* head0 = reinterpret_cast<unsigned char*>(Qb + kC * kWP);
+  auto head_v = [&](int e) { return reinterpret_cast<bf16*>(head0 + e * kPairHead); };
+  auto head_a = [&](int e) { return reinterpret_cast<float*>(head_v(e) + kC * kWP); };
+  auto head_b = [&](int e) { return head_a(e) + kC * kAP; };  // β; γ log2 e at + kC; βe^γ + 2kC
+  bf16* Vb = head_v(wg);
+  float* Tm = reinterpret_cast<float*>(Vb);
+  float* Af = head_a(wg);
+  float* bet = head_b(wg);
+  float* gl = bet + kC;
+  float* beg = gl + kC;
+  bf16* Tb = reinterpret_cast<bf16*>(Af);  // [64][72] T diag(βe^γ), after T
+  bf16* Tu = Tb + kC * kTP;                // [64][72] T diag(β), after T
+  const int c = p.chunk_base + blockIdx.x;
+  if (c >= p.first_chunk[p.N]) return;
+  const int n = chunk_sequence(p.first_chunk, p.N, c);
+  if (p.slots[n * p.slots_s] < 0) return;
+  const int t0 = p.cu[n] + (c - p.first_chunk[n]) * kC;
+  const int L = min(kC, p.cu[n + 1] - t0);
+  const int hv0 = 2 * blockIdx.y, hv = hv0 + wg, hk = hv0 / p.ratio;
+  const bool write_kn = hv0 % p.ratio == 0;
+  // γ inputs first (each warpgroup's warp 0 for its head: tokens 2·lane, 2·lane + 1).
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
+  if (warp == 0) {
+    if (i0 < L) {
+      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
+      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
+    }
+    if (i1 < L) {
+      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
+      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
+    }
+  }
+  // k and q rows rr + 16r (r = 0..3), columns c8..c8 + 7 (zeros past L), 16-byte loads.
+  {
+    const int rr = tid / 16, c8 = 8 * (tid % 16);
+    const bf16* kf = static_cast<const bf16*>(p.k) + (int64_t)(t0 + rr) * p.k_t + hk * p.k_h + c8;
+    const bf16* qf = static_cast<const bf16*>(p.q) + (int64_t)(t0 + rr) * p.q_t + hk * p.q_h + c8;
+    uint4 rk[4], rq[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      rk[r] = make_uint4(0, 0, 0, 0), rq[r] = make_uint4(0, 0, 0, 0);
+      if (rr + 16 * r < L) {
+        rk[r] = *reinterpret_cast<const uint4*>(kf + 16 * r * p.k_t);
+        rq[r] = *reinterpret_cast<const uint4*>(qf + 16 * r * p.q_t);
+      }
+    }
+    // K̂ / Q̂ rows of the workspace [T, Hk, K]: 16·Hk·K elements (2·Hk·K 16-byte units) apart.
+    const int64_t ws_row = ((int64_t)(t0 + rr) * p.Hk + hk) * kD + c8;
+    uint4* const knr = reinterpret_cast<uint4*>(static_cast<bf16*>(p.kn) + ws_row);
+    uint4* const qnr = reinterpret_cast<uint4*>(static_cast<bf16*>(p.qn) + ws_row);
+    const int ws_step = 2 * p.Hk * kD;
+    // x / sqrt(‖x‖² + 1e-6) (or x) of a row piece: the norm over the row's 16 lanes.
+    auto normalised = [&](const uint4& raw) {
+      float x[8];
+      unpack8_bf16(x, raw);
+      float xx = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xx += x[j] * x[j];
+      xx = half_warp_sum(xx);
+      return pack8_bf16(x, p.l2norm ? rsqrtf(xx + 1e-6f) : 1.0f);
+    };
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = rr + 16 * r;
+      const uint4 kp = normalised(rk[r]), qp = normalised(rq[r]);
+      *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
+      *reinterpret_cast<uint4*>(Qb + i * kWP + c8) = qp;
+      if (write_kn && i < L) knr[r * ws_step] = kp, qnr[r * ws_step] = qp;
+    }
+  }
+  if (warp == 0) {  // γ of this warpgroup's head: inclusive scan of the pair sums over the lanes
+    const float cum = warp_inclusive_scan(g0 + g1, lane);
+    const float c1 = cum, c0 = cum - g1;
+    gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
+    bet[i0] = bt0, bet[i1] = bt1;
+    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
+    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
+    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
+  }
+  __syncthreads();
+  {  // The shared products, rows 16·warp.. (column tiles np <= warp: the lower blocks), as
+     // wu_tc5_kernel's v7: warpgroup 0 K̂K̂ᵀ -> both heads' A, warpgroup 1 Q̂K̂ᵀ -> both heads' P̃.
+    const int ia = 16 * warp + g, ib = ia + 8;
+    const bf16* b_row = Kb + ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
+    const bf16* x_tile = wg == 0 ? Kb : Qb;
+    float acc[8][4] = {};
+    tril_products(acc, x_tile + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
+    if (wg == 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* A = head_a(e);
+        const float* be = head_b(e);
+        const float* ge = be + kC;
+        const float gia = ge[ia], gib = ge[ib], bia = be[ia], bib = be[ib];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          if (nt / 2 <= warp) {
+            const int j = nt * 8 + 2 * q;
+            const float2 gj = *reinterpret_cast<const float2*>(ge + j);
+            float2 xa, xb;
+            xa.x = j < ia && ia < L ? bia * acc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
+            xa.y = j + 1 < ia && ia < L ? bia * acc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
+            xb.x = j < ib && ib < L ? bib * acc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
+            xb.y = j + 1 < ib && ib < L ? bib * acc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
+            *reinterpret_cast<float2*>(A + ia * kAP + j) = xa;
+            *reinterpret_cast<float2*>(A + ib * kAP + j) = xb;
+          }
+      }
+    } else {
+      // P̃ of head hv0 + e: the decayed tile in bf16 over this warp's own Q̂ rows (only this warp
+      // reads them), then 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows i >= L are
+      // not stored (the spine's copy zero-fills them).
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float* ge = head_b(e) + kC;
+        const float gia = ge[ia], gib = ge[ib];
+        __syncwarp();  // the warp's ldmatrix of its Q̂ rows (e = 0) or its stores (e = 1) done
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {  // column tiles past the warp's diagonal stay 0 (j > i)
+          const int j = nt * 8 + 2 * q;
+          const float2 gj = *reinterpret_cast<const float2*>(ge + j);
+          float x[4] = {acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]};
+          tril_decay(x, j, ia, L, gia, gib, gj.x, gj.y);
+          *reinterpret_cast<uint32_t*>(Qb + ia * kWP + j) = pack_bf162(x[0], x[1]);
+          *reinterpret_cast<uint32_t*>(Qb + ib * kWP + j) = pack_bf162(x[2], x[3]);
+        }
+        __syncwarp();
+        bf16* pt = static_cast<bf16*>(p.pt) + ((int64_t)c * p.Hv + hv0 + e) * kC * kC;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int r = 16 * warp + lane / 8 + 4 * k;
+          if (r < L)
+            *reinterpret_cast<uint4*>(pt + r * kC + 8 * (lane % 8)) =
+                *reinterpret_cast<const uint4*>(Qb + r * kWP + 8 * (lane % 8));
+        }
+      }
+    }
+  }
+  __syncthreads();  // both heads' A complete
+  // T = (I + A)^{-1} of this warpgroup's head, as wu_tc5_kernel: the diagonal blocks (lane j < 16
+  // of warp w: column 16w + j), then block rows rb = 1..3 in split bf16 on tensor cores.
+  if (lane < 16) {
+    const int b0 = 16 * warp;
+    float t[16];
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * kAP + b0 + mm] * t[mm];
+      t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+    }
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) Tm[(b0 + ii) * kTQ + b0 + lane] = t[ii];
+  }
+#pragma unroll
+  for (int rb = 1; rb < kC / 16; ++rb) {
+    __syncthreads();  // T blocks of rows < rb and the diagonal blocks written
+    if (warp < rb) {
+      const int r0 = 16 * rb, c0 = 16 * warp;
+      float xt[2][4] = {};
+      for (int mb = warp; mb < rb; ++mb) {
+        const int m0 = 16 * mb;
+        const float* tc = Tm + c0 + g;
+        uint32_t ah[4], al[4];
+        split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
+        split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
+          const float2 x0 = *reinterpret_cast<const float2*>(ar);
+          const float2 x1 = *reinterpret_cast<const float2*>(ar + 8);
+          uint32_t bh[2], bl[2];
+          split_bf162(x0.x, x0.y, bh[0], bl[0]);
+          split_bf162(x1.x, x1.y, bh[1], bl[1]);
+          mma_split(xt[nt], ah, al, bh, bl);
+        }
+      }
+      uint32_t xh[4], xl[4];
+      split_bf162(xt[0][0], xt[0][1], xh[0], xl[0]);
+      split_bf162(xt[0][2], xt[0][3], xh[1], xl[1]);
+      split_bf162(xt[1][0], xt[1][1], xh[2], xl[2]);
+      split_bf162(xt[1][2], xt[1][3], xh[3], xl[3]);
+      float yt[2][4] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float* tr = Tm + (r0 + nt * 8 + g) * kTQ + r0 + 2 * q;
+        const float2 x0 = *reinterpret_cast<const float2*>(tr);
+        const float2 x1 = *reinterpret_cast<const float2*>(tr + 8);
+        uint32_t bh[2], bl[2];
+        split_bf162(x0.x, x0.y, bh[0], bl[0]);
+        split_bf162(x1.x, x1.y, bh[1], bl[1]);
+        mma_split(yt[nt], xh, xl, bh, bl);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int cc = g + 8 * (r / 2), i = nt * 8 + 2 * q + r % 2;
+          Tm[(r0 + i) * kTQ + c0 + cc] = -yt[nt][r];
+        }
+    }
+  }
+  __syncthreads();  // T complete; A dead
+  // V rows of this head (thread wt = tid % 128: rows wt/16 + 8r, columns 8·(wt % 16)..) into
+  // registers now, into the V tile (over T) once Tb / Tu are formed.
+  const int vr = tid % 128 / 16, v8 = 8 * (tid % 16);
+  uint4 rv[8];
+  {
+    const bf16* vf = static_cast<const bf16*>(p.v) + (int64_t)(t0 + vr) * p.v_t + hv * p.v_h + v8;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      rv[r] = make_uint4(0, 0, 0, 0);
+      if (vr + 8 * r < L) rv[r] = *reinterpret_cast<const uint4*>(vf + 8 * r * p.v_t);
+    }
+  }
+  {  // Tb, Tu over A: thread (warp, lane) columns j = 2·lane, j + 1 of rows warp + 4e; the blocks
+     // above the diagonal (T not filled there) become zeros by a select.
+    const int j = 2 * lane;
+    const float bg0 = beg[j], bg1 = beg[j + 1], bu0 = bet[j], bu1 = bet[j + 1];
+#pragma unroll
+    for (int e = 0; e < kC / 4; ++e) {
+      const int i = warp + 4 * e;  // block row i / 16 = e / 4
+      const bool lower = j / 16 <= e / 4;
+      const float2 t = *reinterpret_cast<const float2*>(Tm + i * kTQ + j);
+      const float t0v = lower ? t.x : 0.0f, t1v = lower ? t.y : 0.0f;
+      *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t0v * bg0, t1v * bg1);
+      *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t0v * bu0, t1v * bu1);
+    }
+  }
+  __syncthreads();  // Tb, Tu written; T dead
+#pragma unroll
+  for (int r = 0; r < 8; ++r) *reinterpret_cast<uint4*>(Vb + (vr + 8 * r) * kWP + v8) = rv[r];
+  __syncthreads();  // V in its tile
+  // U = Tu V, then W = Tb K̂ (B tiles stored [j][d]); Tb / Tu rows 16·warp.. are 0 past column
+  // 16·warp + 15. Each result leaves through this warp's rows of the V tile (U: once every warp
+  // is done reading V; W: once this warp's U rows are stored) by 16-byte row stores.
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const bf16* As = pass == 0 ? Tu : Tb;
+    const bf16* Bs = pass == 0 ? Vb : Kb;
+    bf16* dst = static_cast<bf16*>(pass == 0 ? p.u : p.w);
+    float acc[16][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kC / 16; ++ks) {
+      if (ks > warp) continue;
+      uint32_t a[4];
+      ldmatrix_x4(a, As + (16 * warp + (lane & 15)) * kTP + 16 * ks + 8 * (lane >> 4));
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t b0[2], b1[2];
+        load_b2_trans(b0, b1, Bs, kWP, 16 * ks, 16 * np, lane);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
+      }
+    }
+    if (pass == 0)
+      __syncthreads();  // every warp is done reading V: its rows 16·warp.. take this warp's U
+    else
+      __syncwarp();  // this warp's U rows are stored: they take its W
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; r += 2) {
+        const int i = 16 * warp + g + 8 * (r / 2), d = nt * 8 + 2 * q;
+        *reinterpret_cast<uint32_t*>(Vb + i * kWP + d) = pack_bf162(acc[nt][r], acc[nt][r + 1]);
+      }
+    __syncwarp();
+    // lane: rows 16·warp + lane / 16 + 2e, columns 8·(lane % 16)..; destination rows 2·Hv·K
+    // elements apart.
+    const int r0 = 16 * warp + lane / 16, d8 = 8 * (lane % 16);
+    uint4* const dr = reinterpret_cast<uint4*>(dst + ((int64_t)(t0 + r0) * p.Hv + hv) * kD + d8);
+    const int d_step = p.Hv * kD / 4;  // 2 rows in 16-byte units
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (r0 + 2 * e < L) dr[e * d_step] = *reinterpret_cast<const uint4*>(Vb + (r0 + 2 * e) * kWP + d8);
+  }
+}
+
 // Stage 3 on tensor cores, one (chunk, hv), 4 warps; warp w owns tokens 16w..16w+15:
 //   O = e^γ ⊙ (Q̂ h[c]ᵀ)                       (mma: A = Q̂ [i][d], B = h [v][d])
 //   P = tril(Q̂ K̂ᵀ ⊙ e^{γ_i−γ_j}) [64, 64]     (mma: B = K̂ [j][d]; P in bf16 over the warp's own
@@ -3122,6 +3437,10 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   int spine_priority = 0;           // 0: the launch's default; else cudaLaunchAttributePriority
   bool spine_programmatic = false;  // a pipeline piece after the first (unless _PIPE_PDL=0)
   bool wu_programmatic = false;     // stage 1's pipeline piece after the first, under _WU_PDL=1
+  // Stage 1 in pairs of heads (wu_pair_kernel) where it writes P̃ and the GVA ratio is even;
+  // HYBRID_GDN_WU_PAIR=0: never.
+  static const bool wu_pair_env = !env_is_zero("HYBRID_GDN_WU_PAIR");
+  const bool wu_pair = wu_pair_env && p.ratio % 2 == 0;
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
@@ -3129,6 +3448,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                  : opt.fast_inverse ? wu_tc_kernel<In, true>
                                     : wu_tc_kernel<In, false>;
     int smem = kWuSmem;
+    bool pair = false;  // wu_pair_kernel instead of kern
     if (opt.wu_v5) {  // 16-byte row loads where the inputs allow them
       smem = kWu5Smem;
       kern = q_hat ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
@@ -3142,8 +3462,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                    : q_hat ? wu_tc5_kernel<In, true, true, true>
                            : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
+            pair = ws_pt && wu_pair;
           }
         }
+    }
+    if (pair) {
+      prepare_kernel(wu_pair_kernel, kPairSmem);
+      launch_programmatic(wu_pair_kernel, dim3(grid_chunks.x, grid_chunks.y / 2), dim3(256),
+                          kPairSmem, wu_stream, wu_programmatic, p);
+      return;
     }
     prepare_kernel(kern, smem);
     launch_programmatic(kern, grid_chunks, dim3(128), smem, wu_stream, wu_programmatic, p);
