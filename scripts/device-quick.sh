@@ -209,6 +209,7 @@ if section profile; then
   L='linear_q(T=1,in=2048,out=151936,bits=4,group=64,scales=bf16,x=bf16,y=bf16,perf)'
   prof_one gdn_spine spine_tc_kernel "$G"
   prof_one gdn_stage1 wu_tc5_kernel "$G"
+  prof_one gdn_pair wu_pair_kernel "$G"
   prof_one gdn_stage3 output_tc_kernel "$G"
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
