@@ -3164,13 +3164,16 @@ std::vector<int> pipe_plan(const Params& p, int segments, bool timed, std::strin
   // even plan beat r 65 in four same-run pairs on two machines (session 21 runs 2 and 4: 602-606
   // against 607-613 µs; r 50 618, r 75 643), so from 257 chunks the even plan runs up to 383
   // (where r 65 takes over is not measured: 384 is halfway between 257 and 513 on a log scale).
+  // Session 24 (run 5, with stage 1 in pairs of heads, twice each): 1 x 32768 r 70 1092-1094 µs
+  // against r 65 1114-1115 (r 60 1134, r 55 1154), so r 70 from 384 chunks; 1 x 8192 kept r 50
+  // (307.7-307.9 µs; r 40 / 45 / 55 / 60 318-320 / 313-314 / 309-310 / 315-317).
   // HYBRID_GDN_CHUNK_PIPE_RATIO=100: the even plan everywhere.
   static const int ratio_env = env_int("HYBRID_GDN_CHUNK_PIPE_RATIO", 0);
   const int ratio = ratio_env > 0                  ? ratio_env
                     : total >= 1024 || total < 128 ? 0
                     : total <= 256                 ? 50
                     : total < 384                  ? 0
-                                                   : 65;
+                                                   : 70;
   if (ratio > 0 && ratio < 100) {
     static const int min_piece = std::max(2, env_int("HYBRID_GDN_CHUNK_PIPE_MIN", 16));
     const double r = ratio / 100.0;
