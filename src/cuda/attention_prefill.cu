@@ -1974,6 +1974,7 @@ void launch_wg(const AttnPrefill& a, Context& ctx) {
 
 template <int D>
 void launch_wg_form(const AttnPrefill& a, Context& ctx) {
+  constexpr int kBN6 = D == 128 ? 128 : 64;  // form 6's key tile
   switch (wg_form()) {
     case 1:
       return launch_wg<D, 1, false, false>(a, ctx);
@@ -1986,7 +1987,7 @@ void launch_wg_form(const AttnPrefill& a, Context& ctx) {
     case 5:
       return launch_wg<D, 2, false, true>(a, ctx);
     default:  // 6: 128-key tiles at D 128, 64 at D 256
-      return launch_wg<D, 2, false, true, true, D == 128 ? 128 : 64>(a, ctx);
+      return launch_wg<D, 2, false, true, true, kBN6>(a, ctx);
   }
 }
 

@@ -74,6 +74,40 @@ __device__ __forceinline__ void tril_decay(float* x, int j, int i_lo, int L, flo
   x[3] = j + 1 <= i_hi && i_hi < L ? x[3] * exp2_approx(g_hi - gj1) : 0.0f;
 }
 
+// A chunk's gate, by warp 0 of the block (or of a warpgroup) for head hv: g and β of tokens
+// 2·lane and 2·lane + 1 (zeros past L), loaded before the rows so that the round trips overlap;
+// then γ = the inclusive cumsum of g over the chunk, into shared memory as γ log2 e (gl), β (bet)
+// and β e^γ (beg), and to p.gamma.
+struct ChunkGate {
+  float g0 = 0.0f, g1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
+};
+__device__ __forceinline__ ChunkGate chunk_gate_load(const Params& p, int t0, int L, int hv,
+                                                     int lane) {
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  ChunkGate x;
+  if (i0 < L) {
+    x.g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
+    x.b0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
+  }
+  if (i1 < L) {
+    x.g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
+    x.b1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
+  }
+  return x;
+}
+__device__ __forceinline__ void chunk_gate_store(const Params& p, const ChunkGate& x, int t0, int L,
+                                                 int hv, int lane, float* gl, float* bet,
+                                                 float* beg) {
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  const float cum = warp_inclusive_scan(x.g0 + x.g1, lane);  // (over the pair sums)
+  const float c1 = cum, c0 = cum - x.g1;
+  gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
+  bet[i0] = x.b0, bet[i1] = x.b1;
+  beg[i0] = x.b0 * expf(c0), beg[i1] = x.b1 * expf(c1);
+  if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
+  if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
+}
+
 // Two consecutive bf16 of a shared row as one 32-bit fragment register.
 __device__ __forceinline__ uint32_t ld2(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -1441,17 +1475,9 @@ __global__ void __launch_bounds__(128, 3) wu_tc_kernel(const Params p) {
   const bool write_kn = hv % p.ratio == 0;
   // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
   const int i0 = 2 * lane, i1 = i0 + 1;
-  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
-  if (warp == 0) {
-    if (i0 < L) {
-      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
-      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
-    }
-    if (i1 < L) {
-      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
-      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
-    }
-  }
+  ChunkGate gate;
+  if (warp == 0) gate = chunk_gate_load(p, t0, L, hv, lane);
+  const float g0 = gate.g0, g1 = gate.g1, bt0 = gate.b0, bt1 = gate.b1;
   // K̂ and V rows (zeros past L): warp w takes rows w + 4r, lane l columns 4l..4l+3; each group
   // of 8 rows is loaded before any of it is used (one global round trip per group).
   for (int grp = 0; grp < 2; ++grp) {
@@ -1761,6 +1787,124 @@ __device__ __forceinline__ void tril_products(float (&acc)[8][4], const bf16* x_
   }
 }
 
+// T = (I + A)^{-1} (stage 1 v5 / v7 and the pair kernel), as the comment above wu_tc5_kernel
+// says: A [64][72] f32 (blocks below the diagonal filled), T [64][68] f32 (blocks on and below it
+// written). Warp w (of the 4 that own A and T) first its diagonal block by lanes j < 16 (column
+// 16w + j: t[ii] = T[16w + ii][16w + j], 0 above the diagonal, 1 on it; all 16 entries written),
+// then block rows rb = 1..3 in turn, each after a block-wide barrier: every thread of the block
+// calls it, and the caller's barrier ends it.
+__device__ __forceinline__ void solve_t(const float* Af, float* Tm, int warp, int lane) {
+  const int g = lane / 4, q = lane % 4;
+  if (lane < 16) {
+    const int b0 = 16 * warp;
+    float t[16];
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * kAP + b0 + mm] * t[mm];
+      t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
+    }
+#pragma unroll
+    for (int ii = 0; ii < 16; ++ii) Tm[(b0 + ii) * kTQ + b0 + lane] = t[ii];
+  }
+  // Block rows rb = 1..3: warp cb < rb computes T[rb][cb] (16 x 16 block at rows r0 = 16rb,
+  // columns c0 = 16cb). Y_cᵀ[c][i] = Σ_m Xᵀ.. as above wu_tc5_kernel; fragments (g = lane/4,
+  // q = lane%4): first A operand a(c, m) = T[m0 + m][c0 + c], first B b(m, i) = A[r0 + i][m0 + m]
+  // (float2 of an A row), second A = the first's accumulators (m16n8 C layout of two n-tiles =
+  // m16k16 A layout), second B b(i', i) = T[r0 + i][r0 + i'] (float2 of a T row).
+#pragma unroll
+  for (int rb = 1; rb < kC / 16; ++rb) {
+    __syncthreads();  // T blocks of rows < rb and the diagonal blocks written
+    if (warp < rb) {
+      const int r0 = 16 * rb, c0 = 16 * warp;
+      float xt[2][4] = {};
+      for (int mb = warp; mb < rb; ++mb) {
+        const int m0 = 16 * mb;
+        const float* tc = Tm + c0 + g;
+        uint32_t ah[4], al[4];
+        split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
+        split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
+        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
+          const float2 x0 = *reinterpret_cast<const float2*>(ar);
+          const float2 x1 = *reinterpret_cast<const float2*>(ar + 8);
+          uint32_t bh[2], bl[2];
+          split_bf162(x0.x, x0.y, bh[0], bl[0]);
+          split_bf162(x1.x, x1.y, bh[1], bl[1]);
+          mma_split(xt[nt], ah, al, bh, bl);
+        }
+      }
+      uint32_t xh[4], xl[4];
+      split_bf162(xt[0][0], xt[0][1], xh[0], xl[0]);
+      split_bf162(xt[0][2], xt[0][3], xh[1], xl[1]);
+      split_bf162(xt[1][0], xt[1][1], xh[2], xl[2]);
+      split_bf162(xt[1][2], xt[1][3], xh[3], xl[3]);
+      float yt[2][4] = {};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float* tr = Tm + (r0 + nt * 8 + g) * kTQ + r0 + 2 * q;
+        const float2 x0 = *reinterpret_cast<const float2*>(tr);
+        const float2 x1 = *reinterpret_cast<const float2*>(tr + 8);
+        uint32_t bh[2], bl[2];
+        split_bf162(x0.x, x0.y, bh[0], bl[0]);
+        split_bf162(x1.x, x1.y, bh[1], bl[1]);
+        mma_split(yt[nt], xh, xl, bh, bl);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int cc = g + 8 * (r / 2), i = nt * 8 + 2 * q + r % 2;
+          Tm[(r0 + i) * kTQ + c0 + cc] = -yt[nt][r];
+        }
+    }
+  }
+}
+
+// Tb = T diag(β e^γ), Tu = T diag(β) in bf16 [64][72] (stage 1 v7 and the pair kernel), the
+// blocks on and below the diagonal (above it, where T was not filled, zeros by a select, no
+// branch): thread (warp, lane) of the 4 warps takes columns j = 2·lane, j + 1 of rows warp + 4e.
+__device__ __forceinline__ void form_tb_tu(const float* Tm, const float* beg, const float* bet,
+                                           bf16* Tb, bf16* Tu, int warp, int lane) {
+  const int j = 2 * lane;
+  const float bg0 = beg[j], bg1 = beg[j + 1], bu0 = bet[j], bu1 = bet[j + 1];
+#pragma unroll
+  for (int e = 0; e < kC / 4; ++e) {
+    const int i = warp + 4 * e;  // block row i / 16 = e / 4
+    const bool lower = j / 16 <= e / 4;
+    const float2 t = *reinterpret_cast<const float2*>(Tm + i * kTQ + j);
+    const float t0v = lower ? t.x : 0.0f, t1v = lower ? t.y : 0.0f;
+    *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t0v * bg0, t1v * bg1);
+    *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t0v * bu0, t1v * bu1);
+  }
+}
+
+// A rows 16·warp.. of the block's 4 warps from K̂K̂ᵀ's lower column tiles (acc: tril_products
+// with last = warp): A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j} for j < i < L, else 0 (gl: γ log2 e), into
+// A [64][72] f32; the column tiles past the warp's diagonal are not written (never read).
+__device__ __forceinline__ void store_a_rows(const float (&acc)[8][4], float* A, const float* gl,
+                                             const float* bet, int warp, int lane, int L) {
+  const int ia = 16 * warp + lane / 4, ib = ia + 8, q = lane % 4;
+  const float gia = gl[ia], gib = gl[ib], bia = bet[ia], bib = bet[ib];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    if (nt / 2 <= warp) {
+      const int j = nt * 8 + 2 * q;
+      const float2 gj = *reinterpret_cast<const float2*>(gl + j);
+      float2 xa, xb;
+      xa.x = j < ia && ia < L ? bia * acc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
+      xa.y = j + 1 < ia && ia < L ? bia * acc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
+      xb.x = j < ib && ib < L ? bib * acc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
+      xb.y = j + 1 < ib && ib < L ? bib * acc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
+      *reinterpret_cast<float2*>(A + ia * kAP + j) = xa;
+      *reinterpret_cast<float2*>(A + ib * kAP + j) = xb;
+    }
+}
+
 // kVec: In is bf16 and every row piece used here is 16-byte aligned (host check: vec_inputs).
 // kV7 (`cuda_tc_v7`): the same math with fewer instructions per warp (see the v7 notes below the
 // kernel's comment block: raw V stores, rsqrtf, ldmatrix fragments, lower-triangle-only Gram and
@@ -1801,19 +1945,9 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
   const In* vin = static_cast<const In*>(p.v);
   bf16* kn = static_cast<bf16*>(p.kn);
   const bool write_kn = hv % p.ratio == 0;
-  // γ inputs first (warp 0: tokens 2·lane, 2·lane + 1), so their loads overlap the rows'.
-  const int i0 = 2 * lane, i1 = i0 + 1;
-  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
-  if (warp == 0) {
-    if (i0 < L) {
-      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
-      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
-    }
-    if (i1 < L) {
-      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
-      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
-    }
-  }
+  // γ inputs first, so that their loads overlap the rows'.
+  ChunkGate gate;
+  if (warp == 0) gate = chunk_gate_load(p, t0, L, hv, lane);
   // Row pieces: rows rr + 8r, columns c8..c8+7 (zeros past L).
   const int rr = tid / 16, c8 = 8 * (tid % 16);
   // This thread's 8 row pieces of a [T, ., 128] input from row t0 + rr (`first`, column c8 added),
@@ -1977,15 +2111,7 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       }
     }
   }
-  if (warp == 0) {  // γ: inclusive scan of the pair sums over the lanes
-    const float cum = warp_inclusive_scan(g0 + g1, lane);
-    const float c1 = cum, c0 = cum - g1;
-    gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
-    bet[i0] = bt0, bet[i1] = bt1;
-    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
-    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
-    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
-  }
+  if (warp == 0) chunk_gate_store(p, gate, t0, L, hv, lane, gl, bet, beg);
   __syncthreads();
   if constexpr (kV7) {  // A rows 16·warp.. as below, only the column tiles 16np.. with np <= warp
     // (A_ij = 0 for j >= i; the blocks above the diagonal are never read). Fragments by ldmatrix:
@@ -1994,21 +2120,9 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
     float acc[8][4] = {};
     const bf16* b_row = Kb + ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
     tril_products(acc, Kb + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
+    store_a_rows(acc, Af, gl, bet, warp, lane, L);
     const int ia = 16 * warp + g, ib = ia + 8;
-    const float gia = gl[ia], gib = gl[ib], bia = bet[ia], bib = bet[ib];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-      if (nt / 2 <= warp) {
-        const int j = nt * 8 + 2 * q;
-        const float2 gj = *reinterpret_cast<const float2*>(gl + j);
-        float2 xa, xb;
-        xa.x = j < ia && ia < L ? bia * acc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
-        xa.y = j + 1 < ia && ia < L ? bia * acc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
-        xb.x = j < ib && ib < L ? bib * acc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
-        xb.y = j + 1 < ib && ib < L ? bib * acc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
-        *reinterpret_cast<float2*>(Af + ia * kAP + j) = xa;
-        *reinterpret_cast<float2*>(Af + ib * kAP + j) = xb;
-      }
+    const float gia = gl[ia], gib = gl[ib];
     if constexpr (kWriteP) {
       // P̃ rows 16·warp.. as A's, from the same K̂ fragments with Q̂ (the V tile, [64][136]) as
       // the A operand: P̃_ij = (q̂_i·k̂_j) e^{γ_i−γ_j} for j <= i < L, else 0 (ws_output's P before
@@ -2063,96 +2177,14 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
       }
   }
   __syncthreads();
-  // Diagonal block of warp w: lane j < 16 computes column 16w + j (t[ii] = T[16w + ii][16w + j]:
-  // 0 above the diagonal, 1 on it) and writes all 16 entries.
-  if (lane < 16) {
-    const int b0 = 16 * warp;
-    float t[16];
-#pragma unroll
-    for (int ii = 0; ii < 16; ++ii) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * kAP + b0 + mm] * t[mm];
-      t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
-    }
-#pragma unroll
-    for (int ii = 0; ii < 16; ++ii) Tm[(b0 + ii) * kTQ + b0 + lane] = t[ii];
-  }
-  // Block rows rb = 1..3: warp cb < rb computes T[rb][cb] (16 x 16 block at rows r0 = 16rb,
-  // columns c0 = 16cb). Y_cᵀ[c][i] = Σ_m Xᵀ.. as in the comment above; fragments (g = lane/4,
-  // q = lane%4): first A operand a(c, m) = T[m0 + m][c0 + c], first B b(m, i) = A[r0 + i][m0 + m]
-  // (float2 of an A row), second A = the first's accumulators (m16n8 C layout of two n-tiles =
-  // m16k16 A layout), second B b(i', i) = T[r0 + i][r0 + i'] (float2 of a T row).
-#pragma unroll
-  for (int rb = 1; rb < kC / 16; ++rb) {
-    __syncthreads();  // T blocks of rows < rb and the diagonal blocks written
-    if (warp < rb) {
-      const int r0 = 16 * rb, c0 = 16 * warp;
-      float xt[2][4] = {};
-      for (int mb = warp; mb < rb; ++mb) {
-        const int m0 = 16 * mb;
-        const float* tc = Tm + c0 + g;
-        uint32_t ah[4], al[4];
-        split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
-        split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
-          const float2 x0 = *reinterpret_cast<const float2*>(ar);
-          const float2 x1 = *reinterpret_cast<const float2*>(ar + 8);
-          uint32_t bh[2], bl[2];
-          split_bf162(x0.x, x0.y, bh[0], bl[0]);
-          split_bf162(x1.x, x1.y, bh[1], bl[1]);
-          mma_split(xt[nt], ah, al, bh, bl);
-        }
-      }
-      uint32_t xh[4], xl[4];
-      split_bf162(xt[0][0], xt[0][1], xh[0], xl[0]);
-      split_bf162(xt[0][2], xt[0][3], xh[1], xl[1]);
-      split_bf162(xt[1][0], xt[1][1], xh[2], xl[2]);
-      split_bf162(xt[1][2], xt[1][3], xh[3], xl[3]);
-      float yt[2][4] = {};
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float* tr = Tm + (r0 + nt * 8 + g) * kTQ + r0 + 2 * q;
-        const float2 x0 = *reinterpret_cast<const float2*>(tr);
-        const float2 x1 = *reinterpret_cast<const float2*>(tr + 8);
-        uint32_t bh[2], bl[2];
-        split_bf162(x0.x, x0.y, bh[0], bl[0]);
-        split_bf162(x1.x, x1.y, bh[1], bl[1]);
-        mma_split(yt[nt], xh, xl, bh, bl);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int cc = g + 8 * (r / 2), i = nt * 8 + 2 * q + r % 2;
-          Tm[(r0 + i) * kTQ + c0 + cc] = -yt[nt][r];
-        }
-    }
-  }
+  solve_t(Af, Tm, warp, lane);
   __syncthreads();  // T complete; A dead
   // kLate: V rows (as k's: rows rr + 8r, columns c8..c8+7, zeros past L) into registers now, into
   // the V tile (over T) after the barrier that ends Tb / Tu.
   uint4 rv[8];
   if constexpr (kLate) load_rows8(vin + (int64_t)(t0 + rr) * p.v_t + hv * p.v_h + c8, p.v_t, rv);
   if constexpr (kV7) {
-    // Tb, Tu over A (the v7 W / U products read only the blocks on and below the diagonal):
-    // thread (warp, lane) takes columns j = 2·lane, j + 1 of rows warp + 4e.
-    const int j = 2 * lane;
-    const float bg0 = beg[j], bg1 = beg[j + 1], bu0 = bet[j], bu1 = bet[j + 1];
-#pragma unroll
-    for (int e = 0; e < kC / 4; ++e) {
-      const int i = warp + 4 * e;  // block row i / 16 = e / 4
-      // Blocks above the diagonal (T not filled there) become zeros by a select, no branch.
-      const bool lower = j / 16 <= e / 4;
-      const float2 t = *reinterpret_cast<const float2*>(Tm + i * kTQ + j);
-      const float t0v = lower ? t.x : 0.0f, t1v = lower ? t.y : 0.0f;
-      *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t0v * bg0, t1v * bg1);
-      *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t0v * bu0, t1v * bu1);
-    }
+    form_tb_tu(Tm, beg, bet, Tb, Tu, warp, lane);  // (the v7 products read only these blocks)
   } else {
     // Tb, Tu over A (blocks above the diagonal are zero; T was not filled there).
     for (int e = tid; e < kC * kC / 2; e += blockDim.x) {
@@ -2276,19 +2308,9 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
   const int L = min(kC, p.cu[n + 1] - t0);
   const int hv0 = 2 * blockIdx.y, hv = hv0 + wg, hk = hv0 / p.ratio;
   const bool write_kn = hv0 % p.ratio == 0;
-  // γ inputs first (each warpgroup's warp 0 for its head: tokens 2·lane, 2·lane + 1).
-  const int i0 = 2 * lane, i1 = i0 + 1;
-  float g0 = 0.0f, g1 = 0.0f, bt0 = 0.0f, bt1 = 0.0f;
-  if (warp == 0) {
-    if (i0 < L) {
-      g0 = p.g[(int64_t)(t0 + i0) * p.g_t + hv];
-      bt0 = p.beta[(int64_t)(t0 + i0) * p.b_t + hv];
-    }
-    if (i1 < L) {
-      g1 = p.g[(int64_t)(t0 + i1) * p.g_t + hv];
-      bt1 = p.beta[(int64_t)(t0 + i1) * p.b_t + hv];
-    }
-  }
+  // γ inputs first (each warpgroup's warp 0 for its head).
+  ChunkGate gate;
+  if (warp == 0) gate = chunk_gate_load(p, t0, L, hv, lane);
   // k and q rows rr + 16r (r = 0..3), columns c8..c8 + 7 (zeros past L), 16-byte loads.
   {
     const int rr = tid / 16, c8 = 8 * (tid % 16);
@@ -2327,15 +2349,7 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
       if (write_kn && i < L) knr[r * ws_step] = kp, qnr[r * ws_step] = qp;
     }
   }
-  if (warp == 0) {  // γ of this warpgroup's head: inclusive scan of the pair sums over the lanes
-    const float cum = warp_inclusive_scan(g0 + g1, lane);
-    const float c1 = cum, c0 = cum - g1;
-    gl[i0] = c0 * kLog2e, gl[i1] = c1 * kLog2e;
-    bet[i0] = bt0, bet[i1] = bt1;
-    beg[i0] = bt0 * expf(c0), beg[i1] = bt1 * expf(c1);
-    if (i0 < L) p.gamma[(int64_t)(t0 + i0) * p.Hv + hv] = c0;
-    if (i1 < L) p.gamma[(int64_t)(t0 + i1) * p.Hv + hv] = c1;
-  }
+  if (warp == 0) chunk_gate_store(p, gate, t0, L, hv, lane, gl, bet, beg);  // this head's
   __syncthreads();
   {  // The shared products, rows 16·warp.. (column tiles np <= warp: the lower blocks), as
      // wu_tc5_kernel's v7: warpgroup 0 K̂K̂ᵀ -> both heads' A, warpgroup 1 Q̂K̂ᵀ -> both heads' P̃.
@@ -2346,25 +2360,8 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
     tril_products(acc, x_tile + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
     if (wg == 0) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float* A = head_a(e);
-        const float* be = head_b(e);
-        const float* ge = be + kC;
-        const float gia = ge[ia], gib = ge[ib], bia = be[ia], bib = be[ib];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          if (nt / 2 <= warp) {
-            const int j = nt * 8 + 2 * q;
-            const float2 gj = *reinterpret_cast<const float2*>(ge + j);
-            float2 xa, xb;
-            xa.x = j < ia && ia < L ? bia * acc[nt][0] * exp2_approx(gia - gj.x) : 0.0f;
-            xa.y = j + 1 < ia && ia < L ? bia * acc[nt][1] * exp2_approx(gia - gj.y) : 0.0f;
-            xb.x = j < ib && ib < L ? bib * acc[nt][2] * exp2_approx(gib - gj.x) : 0.0f;
-            xb.y = j + 1 < ib && ib < L ? bib * acc[nt][3] * exp2_approx(gib - gj.y) : 0.0f;
-            *reinterpret_cast<float2*>(A + ia * kAP + j) = xa;
-            *reinterpret_cast<float2*>(A + ib * kAP + j) = xb;
-          }
-      }
+      for (int e = 0; e < 2; ++e)
+        store_a_rows(acc, head_a(e), head_b(e) + kC, head_b(e), warp, lane, L);
     } else {
       // P̃ of head hv0 + e: the decayed tile in bf16 over this warp's own Q̂ rows (only this warp
       // reads them), then 16-byte row stores into p.pt [chunk][hv][64 i][64 j]; rows i >= L are
@@ -2395,73 +2392,9 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
       }
     }
   }
-  __syncthreads();  // both heads' A complete
-  // T = (I + A)^{-1} of this warpgroup's head, as wu_tc5_kernel: the diagonal blocks (lane j < 16
-  // of warp w: column 16w + j), then block rows rb = 1..3 in split bf16 on tensor cores.
-  if (lane < 16) {
-    const int b0 = 16 * warp;
-    float t[16];
-#pragma unroll
-    for (int ii = 0; ii < 16; ++ii) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int mm = 0; mm < ii; ++mm) sum += Af[(b0 + ii) * kAP + b0 + mm] * t[mm];
-      t[ii] = ii > lane ? -sum : (ii == lane ? 1.0f : 0.0f);
-    }
-#pragma unroll
-    for (int ii = 0; ii < 16; ++ii) Tm[(b0 + ii) * kTQ + b0 + lane] = t[ii];
-  }
-#pragma unroll
-  for (int rb = 1; rb < kC / 16; ++rb) {
-    __syncthreads();  // T blocks of rows < rb and the diagonal blocks written
-    if (warp < rb) {
-      const int r0 = 16 * rb, c0 = 16 * warp;
-      float xt[2][4] = {};
-      for (int mb = warp; mb < rb; ++mb) {
-        const int m0 = 16 * mb;
-        const float* tc = Tm + c0 + g;
-        uint32_t ah[4], al[4];
-        split_bf162(tc[(m0 + 2 * q) * kTQ], tc[(m0 + 2 * q + 1) * kTQ], ah[0], al[0]);
-        split_bf162(tc[(m0 + 2 * q) * kTQ + 8], tc[(m0 + 2 * q + 1) * kTQ + 8], ah[1], al[1]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ], tc[(m0 + 2 * q + 9) * kTQ], ah[2], al[2]);
-        split_bf162(tc[(m0 + 2 * q + 8) * kTQ + 8], tc[(m0 + 2 * q + 9) * kTQ + 8], ah[3], al[3]);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float* ar = Af + (r0 + nt * 8 + g) * kAP + m0 + 2 * q;
-          const float2 x0 = *reinterpret_cast<const float2*>(ar);
-          const float2 x1 = *reinterpret_cast<const float2*>(ar + 8);
-          uint32_t bh[2], bl[2];
-          split_bf162(x0.x, x0.y, bh[0], bl[0]);
-          split_bf162(x1.x, x1.y, bh[1], bl[1]);
-          mma_split(xt[nt], ah, al, bh, bl);
-        }
-      }
-      uint32_t xh[4], xl[4];
-      split_bf162(xt[0][0], xt[0][1], xh[0], xl[0]);
-      split_bf162(xt[0][2], xt[0][3], xh[1], xl[1]);
-      split_bf162(xt[1][0], xt[1][1], xh[2], xl[2]);
-      split_bf162(xt[1][2], xt[1][3], xh[3], xl[3]);
-      float yt[2][4] = {};
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float* tr = Tm + (r0 + nt * 8 + g) * kTQ + r0 + 2 * q;
-        const float2 x0 = *reinterpret_cast<const float2*>(tr);
-        const float2 x1 = *reinterpret_cast<const float2*>(tr + 8);
-        uint32_t bh[2], bl[2];
-        split_bf162(x0.x, x0.y, bh[0], bl[0]);
-        split_bf162(x1.x, x1.y, bh[1], bl[1]);
-        mma_split(yt[nt], xh, xl, bh, bl);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int cc = g + 8 * (r / 2), i = nt * 8 + 2 * q + r % 2;
-          Tm[(r0 + i) * kTQ + c0 + cc] = -yt[nt][r];
-        }
-    }
-  }
-  __syncthreads();  // T complete; A dead
+  __syncthreads();              // both heads' A complete
+  solve_t(Af, Tm, warp, lane);  // this warpgroup's head (its own A and T tiles)
+  __syncthreads();              // T complete; A dead
   // V rows of this head (thread wt = tid % 128: rows wt/16 + 8r, columns 8·(wt % 16)..) into
   // registers now, into the V tile (over T) once Tb / Tu are formed.
   const int vr = tid % 128 / 16, v8 = 8 * (tid % 16);
@@ -2474,20 +2407,7 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
       if (vr + 8 * r < L) rv[r] = *reinterpret_cast<const uint4*>(vf + 8 * r * p.v_t);
     }
   }
-  {  // Tb, Tu over A: thread (warp, lane) columns j = 2·lane, j + 1 of rows warp + 4e; the blocks
-     // above the diagonal (T not filled there) become zeros by a select.
-    const int j = 2 * lane;
-    const float bg0 = beg[j], bg1 = beg[j + 1], bu0 = bet[j], bu1 = bet[j + 1];
-#pragma unroll
-    for (int e = 0; e < kC / 4; ++e) {
-      const int i = warp + 4 * e;  // block row i / 16 = e / 4
-      const bool lower = j / 16 <= e / 4;
-      const float2 t = *reinterpret_cast<const float2*>(Tm + i * kTQ + j);
-      const float t0v = lower ? t.x : 0.0f, t1v = lower ? t.y : 0.0f;
-      *reinterpret_cast<uint32_t*>(Tb + i * kTP + j) = pack_bf162(t0v * bg0, t1v * bg1);
-      *reinterpret_cast<uint32_t*>(Tu + i * kTP + j) = pack_bf162(t0v * bu0, t1v * bu1);
-    }
-  }
+  form_tb_tu(Tm, beg, bet, Tb, Tu, warp, lane);
   __syncthreads();  // Tb, Tu written; T dead
 #pragma unroll
   for (int r = 0; r < 8; ++r) *reinterpret_cast<uint4*>(Vb + (vr + 8 * r) * kWP + v8) = rv[r];
@@ -2533,7 +2453,8 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
     const int d_step = p.Hv * kD / 4;  // 2 rows in 16-byte units
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      if (r0 + 2 * e < L) dr[e * d_step] = *reinterpret_cast<const uint4*>(Vb + (r0 + 2 * e) * kWP + d8);
+      if (r0 + 2 * e < L)
+        dr[e * d_step] = *reinterpret_cast<const uint4*>(Vb + (r0 + 2 * e) * kWP + d8);
   }
 }
 
@@ -3452,7 +3373,7 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                                     : wu_tc_kernel<In, false>;
     int smem = kWuSmem;
     bool pair = false;  // wu_pair_kernel instead of kern
-    if (opt.wu_v5) {  // 16-byte row loads where the inputs allow them
+    if (opt.wu_v5) {    // 16-byte row loads where the inputs allow them
       smem = kWu5Smem;
       kern = q_hat ? wu_tc5_kernel<In, false, true> : wu_tc5_kernel<In, false, false>;
       if (opt.wu_v7)
