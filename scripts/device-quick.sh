@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-quick-logs}
-SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgab, gdnab, attnsplits, ssmcb: ask for them
+SECTIONS=${SECTIONS:-tests,fallbacks,unit,perf,variants,stages,peers,sanitizers}  # fallbacks_old, optests, ab, profile, focus, engine, wsout, wsnext, wspt, trace, memsw, wgprefill, wgab, gdnab, ssmab, attnsplits, ssmcb: ask for them
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/final.log") 2>&1
@@ -482,6 +482,26 @@ if section gdnab; then
     for e in X=1 "$ab_env"; do
       echo "-- $e, pass $pass"
       env $e timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
+    done
+  done
+fi
+if section ssmab; then
+  # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_STATE_SPLIT=0: the state
+  # products on w·x rounded once; not in the default SECTIONS): every ssm_chunk_scan case under
+  # both, memcheck under the switch, the stage timer under both, then the benchmark shapes under
+  # both, alternated twice.
+  ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_STATE_SPLIT=0}
+  test_one ssm_default 90 X=1 ssm_chunk_scan
+  test_one ssm_ab 90 "$ab_env" ssm_chunk_scan
+  echo "memcheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool memcheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1)"
+  M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
+  for e in X=1 "$ab_env"; do
+    echo "-- stages, $e: $(env $e HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1)"
+  done
+  for pass in 1 2; do
+    for e in X=1 "$ab_env"; do
+      echo "-- $e, pass $pass"
+      env $e timeout 120 $OPS perf -b cuda -o ssm_chunk_scan:perf 2>&1 | grep "^ssm" | cut -c1-125
     done
   done
 fi

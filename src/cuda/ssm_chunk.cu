@@ -1524,7 +1524,12 @@ constexpr int v6_state_blocks(int N) {
   return N == 256 ? 2 : (N == 128 ? 3 : 4);
 }
 
-template <int N>
+// kSplit = false (HYBRID_SSM_CHUNK_STATE_SPLIT=0; prepared in session 24, not yet run on a GPU):
+// w_j·x_j rounded to bf16 once, no lo tile and half the MMAs, as mamba_ssm's _chunk_state_fwd
+// rounds B_j·scale_j to x's dtype once. Session 24's ncu of this kernel (run 3, Mamba2 1 x 16384,
+// 233 µs) puts 27.5% of its stall samples on the MMA line (short scoreboard on the ldmatrix,
+// math), the split's doubled product among them.
+template <int N, bool kSplit = true>
 __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
@@ -1595,7 +1600,7 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
         lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
       }
       st16(xh + jj * ldx + xp8, hi);
-      st16(xl + jj * ldx + xp8, lo);
+      if constexpr (kSplit) st16(xl + jj * ldx + xp8, lo);
     }
     // The next stage's B (cp.async, the other buffer: its last reader was stage j0 - 64) and x.
     const bool more = j0 + kV2J < L;
@@ -1611,16 +1616,16 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
         uint32_t ah[4], al[4];
         const int xo = (k0 + ln.r + 8 * ln.hi) * ldx + wm * 16 + 8 * ln.sel;
         ldmatrix_x4_trans(ah, xh + xo);
-        ldmatrix_x4_trans(al, xl + xo);
+        if constexpr (kSplit) ldmatrix_x4_trans(al, xl + xo);
 #pragma unroll
         for (int nb = 0; nb < NB; nb += 2) {
           uint32_t b[4];
           ldmatrix_x4_trans(
               b, bcur + (k0 + ln.r + 8 * ln.sel) * ldb + wn * (N / 2) + nb * 8 + 8 * ln.hi);
           mma_bf16(acc[nb], ah, b[0], b[1]);
-          mma_bf16(acc[nb], al, b[0], b[1]);
+          if constexpr (kSplit) mma_bf16(acc[nb], al, b[0], b[1]);
           mma_bf16(acc[nb + 1], ah, b[2], b[3]);
-          mma_bf16(acc[nb + 1], al, b[2], b[3]);
+          if constexpr (kSplit) mma_bf16(acc[nb + 1], al, b[2], b[3]);
         }
       }
     }
@@ -1919,7 +1924,16 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
     timer.mark("dt");
-    if (version == 6 && N == 64)
+    // HYBRID_SSM_CHUNK_STATE_SPLIT=0: v6's state products on w·x rounded to bf16 once.
+    static const bool one_rounding = env_is_zero("HYBRID_SSM_CHUNK_STATE_SPLIT");
+    if (version == 6 && one_rounding) {
+      if (N == 64)
+        state(v6_state_kernel<64, false>);
+      else if (N == 128)
+        state(v6_state_kernel<128, false>);
+      else
+        state(v6_state_kernel<256, false>);
+    } else if (version == 6 && N == 64)
       state(v6_state_kernel<64>);
     else if (version == 6 && N == 128)
       state(v6_state_kernel<128>);
