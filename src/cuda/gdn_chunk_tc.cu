@@ -2270,7 +2270,10 @@ __global__ void __launch_bounds__(128, (kV7 && kVec) ? 4 : 3) wu_tc5_kernel(cons
 // Every barrier is block-wide (both warpgroups run the same steps). Why: session 24's ncu of
 // wu_tc5_kernel's first piece at 1 x 8192 (82.7 µs, run 3) has 25% of the stall samples on
 // k's loads and normalisation, 14% on q's, 13% on the K̂K̂ᵀ product and 13% on Q̂K̂ᵀ: per head,
-// the pair does half of each.
+// the pair does half of each. Measured (session 24 runs 4-5, same run against one head a block):
+// stage 1 alone 160 -> 150 µs at 1 x 8192 (predicted a quarter off: the blocks now wait at the
+// barriers before the T solve and in it), the pipeline 312 -> 308-310 µs at 1 x 8192 and
+// 1146 -> 1115-1120 at 1 x 32768.
 // Shared: K̂, Q̂ [64][136] bf16; per head a V tile [64][136] bf16 (T [64][68] f32 over it first),
 // A [64][72] f32 (Tb, Tu over it), β, γ·log2e, β e^γ [64]: 108 032 bytes, two blocks per SM (16
 // warps a SM, as four wu_tc5_kernel v7 blocks).
