@@ -460,20 +460,25 @@ if section wgprefill; then
 fi
 if section gdnab; then
   # A GDN prefill switch (GDN_AB_ENV, default HYBRID_GDN_WU_PAIR=0: stage 1 one head a block; not
-  # in the default SECTIONS): every gdn_chunk_prefill case by default and with P̃ from stage 1
-  # forced everywhere (unpipelined with the warpgroup spine, and pipelined in pieces of 4), memcheck
-  # and racecheck of those forced cases, the stage timer under both, then the benchmark shapes
-  # under both, alternated twice.
+  # in the default SECTIONS): every gdn_chunk_prefill case by default, under the switch, and with P̃
+  # from stage 1 forced everywhere (unpipelined with the warpgroup spine, and pipelined in pieces of
+  # 4; with and without the switch), memcheck of the forced cases and under the switch, racecheck
+  # under GDN_AB_RACE (default the forced cases), the stage timer under both, then the benchmark
+  # shapes under both, alternated twice.
   ab_env=${GDN_AB_ENV:-HYBRID_GDN_WU_PAIR=0}
   PT="HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_WS_SPINE=1"
   PT4="HYBRID_GDN_CHUNK_WS_OUT=1 HYBRID_GDN_CHUNK_WS_PT=1 HYBRID_GDN_CHUNK_PIPE_CHUNKS=4"
   test_one gdn_default 90 X=1 gdn_chunk_prefill
   test_one gdn_pt 90 "$PT" gdn_chunk_prefill
   test_one gdn_pt_pipe4 90 "$PT4" gdn_chunk_prefill
+  test_one gdn_ab 90 "$ab_env" gdn_chunk_prefill
   test_one gdn_pt_ab 90 "$PT $ab_env" gdn_chunk_prefill
-  for tool in memcheck racecheck; do
-    echo "$tool, gdn_chunk_prefill, $PT: $(env $PT timeout 200 compute-sanitizer --tool $tool $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
-  done
+  # (racecheck takes ~150 s for the 34 cases, memcheck ~15 s: racecheck under GDN_AB_RACE only,
+  # default the forced P̃.)
+  echo "memcheck, gdn_chunk_prefill, $PT: $(env $PT timeout 200 compute-sanitizer --tool memcheck $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
+  echo "memcheck, gdn_chunk_prefill, $ab_env: $(env $ab_env timeout 200 compute-sanitizer --tool memcheck $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
+  race_env=${GDN_AB_RACE:-$PT}
+  echo "racecheck, gdn_chunk_prefill, $race_env: $(env $race_env timeout 200 compute-sanitizer --tool racecheck $OPS test -b cuda -o gdn_chunk_prefill 2>&1 | tail -1)"
   G='gdn_chunk_prefill(prefill,B=1,T=8192,Hk=16,Hv=32,K=128,V=128,x=bf16,pool=f32,l2norm,perf)'
   for e in X=1 "$ab_env"; do
     echo "-- stages, $PT, $e: $(env $PT $e HYBRID_GDN_CHUNK_STAGES=1 timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1 | grep -o 'index.*')"

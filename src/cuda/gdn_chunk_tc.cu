@@ -2282,6 +2282,11 @@ constexpr int kPairSmem = 2 * kC * kWP * 2 + 2 * kPairHead;
 static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 pair: T fits the V tile exactly");
 static_assert(2 * (kPairSmem + 1024) <= 228 * 1024, "stage 1 pair: two blocks per SM");
 
+// kWriteP = false (HYBRID_GDN_WU_PAIR=2, prepared in session 24, not yet run on a GPU): the calls
+// where stage 1 writes Q̂ but not P̃ (the fused spine outside the pipeline and from 1024 chunks:
+// 8 x 4096, Hv 64, 1 x 131072); each warpgroup then computes K̂K̂ᵀ itself for its own head's A
+// (the same product twice, side by side, rather than one warpgroup writing both heads').
+template <bool kWriteP>
 __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
   grid_dependents_launch();  // (as wu_tc5_kernel: the pipeline's later pieces)
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -2348,20 +2353,23 @@ __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
       const int i = rr + 16 * r;
       const uint4 kp = normalised(rk[r]), qp = normalised(rq[r]);
       *reinterpret_cast<uint4*>(Kb + i * kWP + c8) = kp;
-      *reinterpret_cast<uint4*>(Qb + i * kWP + c8) = qp;
+      if constexpr (kWriteP) *reinterpret_cast<uint4*>(Qb + i * kWP + c8) = qp;
       if (write_kn && i < L) knr[r * ws_step] = kp, qnr[r * ws_step] = qp;
     }
   }
   if (warp == 0) chunk_gate_store(p, gate, t0, L, hv, lane, gl, bet, beg);  // this head's
   __syncthreads();
   {  // The shared products, rows 16·warp.. (column tiles np <= warp: the lower blocks), as
-     // wu_tc5_kernel's v7: warpgroup 0 K̂K̂ᵀ -> both heads' A, warpgroup 1 Q̂K̂ᵀ -> both heads' P̃.
+     // wu_tc5_kernel's v7: warpgroup 0 K̂K̂ᵀ -> both heads' A, warpgroup 1 Q̂K̂ᵀ -> both heads' P̃
+     // (kWriteP; else each warpgroup K̂K̂ᵀ -> its own head's A).
     const int ia = 16 * warp + g, ib = ia + 8;
     const bf16* b_row = Kb + ((lane & 7) + 8 * (lane >> 4)) * kWP + 8 * ((lane >> 3) & 1);
-    const bf16* x_tile = wg == 0 ? Kb : Qb;
+    const bf16* x_tile = wg == 0 || !kWriteP ? Kb : Qb;
     float acc[8][4] = {};
     tril_products(acc, x_tile + (16 * warp + (lane & 15)) * kWP + 8 * (lane >> 4), b_row, warp);
-    if (wg == 0) {
+    if constexpr (!kWriteP) {
+      store_a_rows(acc, Af, gl, bet, warp, lane, L);
+    } else if (wg == 0) {
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         store_a_rows(acc, head_a(e), head_b(e) + kC, head_b(e), warp, lane, L);
@@ -3365,9 +3373,11 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   bool spine_programmatic = false;  // a pipeline piece after the first (unless _PIPE_PDL=0)
   bool wu_programmatic = false;     // stage 1's pipeline piece after the first, under _WU_PDL=1
   // Stage 1 in pairs of heads (wu_pair_kernel) where it writes P̃ and the GVA ratio is even;
-  // HYBRID_GDN_WU_PAIR=0: never.
-  static const bool wu_pair_env = !env_is_zero("HYBRID_GDN_WU_PAIR");
-  const bool wu_pair = wu_pair_env && p.ratio % 2 == 0;
+  // HYBRID_GDN_WU_PAIR=0: never; =2: also where it writes Q̂ only (wu_pair_kernel<false>, not yet
+  // run on a GPU).
+  static const int wu_pair_env = env_int("HYBRID_GDN_WU_PAIR", 1);
+  const bool wu_pair = wu_pair_env != 0 && p.ratio % 2 == 0;
+  const bool wu_pair_q_hat = wu_pair_env == 2;
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);
@@ -3389,14 +3399,15 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
                    : q_hat ? wu_tc5_kernel<In, true, true, true>
                            : wu_tc5_kernel<In, true, false, true>;
             smem = kWu7Smem;
-            pair = ws_pt && wu_pair;
+            pair = wu_pair && (ws_pt || (q_hat && wu_pair_q_hat));
           }
         }
     }
     if (pair) {
-      prepare_kernel(wu_pair_kernel, kPairSmem);
-      launch_programmatic(wu_pair_kernel, dim3(grid_chunks.x, grid_chunks.y / 2), dim3(256),
-                          kPairSmem, wu_stream, wu_programmatic, p);
+      auto* pk = ws_pt ? wu_pair_kernel<true> : wu_pair_kernel<false>;
+      prepare_kernel(pk, kPairSmem);
+      launch_programmatic(pk, dim3(grid_chunks.x, grid_chunks.y / 2), dim3(256), kPairSmem,
+                          wu_stream, wu_programmatic, p);
       return;
     }
     prepare_kernel(kern, smem);
