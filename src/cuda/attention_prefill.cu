@@ -1307,7 +1307,7 @@ void prefill_fa2c_cuda(const AttnPrefill& a, Context& ctx) {
 // kOverlap (=4 with kStagger; =5 without): each warpgroup issues S of tile t + 1
 // before P V of tile t and runs tile t + 1's softmax while its P V runs (below).
 // kProducer (=6, the default): =5 with a third warpgroup that
-// copies K and V (TMA boxes for whole tiles, else cp.async, two threads a key row) into rings
+// copies K and V (TMA boxes for whole tiles, else cp.async, 128 / kBN threads a key row) into rings
 // of NS = 2 stages guarded by full / empty mbarriers; the consumers never meet
 // at a block-wide barrier (forms 1-5 meet twice a tile: ncu of =4, session 22 run 7, found 19% of
 // the stall samples at those barriers and the pipe idle while warpgroup 1 finished each tile).
