@@ -43,6 +43,7 @@
 #include "cuda/kernels.h"
 #include "cuda/mma.cuh"
 #include "cuda/ssm_common.cuh"
+#include "cuda/wgmma.cuh"
 #include "hybrid/ops/ssm.h"
 
 namespace hybrid::cuda {
@@ -1642,6 +1643,215 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
   }
 }
 
+// ---- v6's output on wgmma (HYBRID_SSM_CHUNK_OUT_WG=1; prepared in session 24, not yet run on a
+// GPU) -------------------------------------------------------------------------------------------
+// One block a (chunk c, head h) of Q / 64 warpgroups; warpgroup t the chunk's rows
+// i = 64t .. 64t + 63. The products are attention's (C·Bᵀ masked by the decay plays P, x plays V):
+//   O = C_t S_enterᵀ · e^R                   N/16 wgmma m64n64k16, C_t [64 i][N] and S_enter
+//                                            [64 p][N] both K-major from shared memory;
+//                                            R = cs_{64t} (v6_out's reference)
+//   for j tiles jt < t:  O += (C·Bᵀ[t][jt] ⊙ w_j) X_jt      w_j = e^{R − cs_j}·dt'_j
+//   diagonal jt = t:     O ← O·e^{cs_i − R};  O += (C·Bᵀ[t][t] ⊙ e^{cs_i − cs_j}·dt'_j, j ≤ i) X_t
+//                                            4 wgmma m64n64k16 a tile: A from registers (the
+//                                            C·Bᵀ tile loaded from global in the accumulator
+//                                            layout, scaled, packed to bf16), X_jt the MN-major B
+//   y_i = (O + D·x_i) (· silu(z_i))          from the accumulators, x_i from the x tile t
+// The same decays and roundings as v6_out (C·Bᵀ in bf16, the masked operand rounded to bf16); the
+// exps by ex2.approx on cs·log2 e. What changes: each x tile is copied once a (chunk, head), not
+// once per i tile (4 copies of 4 tiles against v6's 10), and each warpgroup's products run with no
+// block barrier between them (v6_out: two barriers and two cp.async waits around each tile's 32
+// HMMA a warp; session 24 run 3's ncu: 339 µs at Mamba2 1 x 16384, 22% of mma.sync's rate).
+// Everything is copied once at the start (cp.async, 128-byte swizzle: x [Q/64][64 j][64 p],
+// C [Q/64][N/64][64 i][64 n], S_enter [N/64][64 p][64 n]), then one barrier; a warpgroup past the
+// chunk's end leaves after it. Shared memory at Q 256: 114 KiB at N 128 (one block a SM), 74 KiB
+// at N 64. Registers: O 32, the tile's A fragments 16, the next tile's C·Bᵀ pairs 16 (loaded while
+// this tile's products run).
+constexpr int kOutWgTile = 64 * 128;  // one 64-row × 64-column bf16 tile, 128-byte swizzled
+
+size_t out_wg_smem(int N, int Q) {
+  const int nt = Q / kV2J, nb = N / 64;
+  return static_cast<size_t>(nt + nt * nb + nb) * kOutWgTile + 2 * 256 * sizeof(float);
+}
+
+template <int N>
+__global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, const bf16* Se) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = N / 64;  // 64-column blocks of a C / S_enter row
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = tid % 128 / 32;
+  const int Q = p.Q, nt = Q / kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc)) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, g = in.group(h);
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < L * kV2P; o += blockDim.x)
+      in.store_y(loc.t0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  extern __shared__ __align__(1024) unsigned char wo_smem[];
+  if (smem_u32(wo_smem) % 1024 != 0) __trap();      // the swizzled tiles need it (no static smem)
+  unsigned char* xs = wo_smem;                      // x tile jt at + jt·8 KiB: [64 j][64 p]
+  unsigned char* cs_t = xs + nt * kOutWgTile;       // C tile (t, b) at + (t·NB + b)·8 KiB
+  unsigned char* ss = cs_t + nt * NB * kOutWgTile;  // S_enter block b at + b·8 KiB: [64 p][64 n]
+  float* cs_s = reinterpret_cast<float*>(ss + NB * kOutWgTile);  // [256] cs_j·log2 e (0 past L)
+  float* dt_s = cs_s + 256;                                      // [256] dt'_j (0 past L)
+
+  // Copies, 16-byte pieces: x and C rows past the chunk's end zero-filled (never read from global).
+  const bf16* X = static_cast<const bf16*>(in.x.p);
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+  for (int e = tid; e < Q * 8; e += blockDim.x) {
+    const int j = e / 8, u = e % 8;
+    const bool ok = j < L;
+    cp_async16(xs + (j / 64) * kOutWgTile + wgmma::sw128(j % 64, u),
+               ok ? X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + 8 * u : X, ok ? 16 : 0);
+  }
+  for (int e = tid; e < Q * (N / 8); e += blockDim.x) {
+    const int i = e / (N / 8), u = e % (N / 8);
+    const bool ok = i < L;
+    cp_async16(cs_t + ((i / 64) * NB + u / 8) * kOutWgTile + wgmma::sw128(i % 64, u % 8),
+               ok ? Cg + (loc.t0 + i) * in.C.s0 + g * in.C.s1 + 8 * u : Cg, ok ? 16 : 0);
+  }
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const bf16* se = Se + row * kV2P * N;  // S_enter [64 p][N n], bf16 (the pass kernel's)
+  for (int e = tid; e < kV2P * (N / 8); e += blockDim.x) {
+    const int r = e / (N / 8), u = e % (N / 8);
+    cp_async16(ss + (u / 8) * kOutWgTile + wgmma::sw128(r, u % 8), se + r * N + 8 * u, 16);
+  }
+  cp_commit();
+  for (int j = tid; j < Q; j += blockDim.x) {
+    cs_s[j] = j < L ? p.css[row * Q + j] * kLog2e : 0.0f;
+    dt_s[j] = j < L ? p.dts[row * Q + j] : 0.0f;
+  }
+  cp_wait<0>();
+  wgmma::fence_async_smem();
+  __syncthreads();  // (the only block-wide barrier)
+  const int i0 = kV2J * wg;
+  if (i0 >= L) return;
+
+  // This thread's accumulator rows ia = i0 + ra, ib = ia + 8 and columns 8n + jl, + 1 (n = 0..7).
+  const int ra = warp * 16 + lane / 4, ia = i0 + ra, ib = ia + 8, jl = 2 * (lane % 4);
+  const float csR2 = cs_s[i0];  // R·log2 e
+  float acc[32];
+  {  // O = C_t S_enterᵀ (k = n, N/16 steps; a step's descriptors + 32 bytes, + 8 KiB a block)
+    const uint64_t da = wgmma::desc_sw128(cs_t + wg * NB * kOutWgTile, 16, 1024);
+    const uint64_t db = wgmma::desc_sw128(ss, 16, 1024);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < N / 16; ++kk) {
+      const int off = ((kk / 4) * kOutWgTile + (kk % 4) * 32) / 16;
+      wgmma::mma_m64n64k16_ss(acc, da + off, db + off, kk > 0);
+    }
+    wgmma::commit();
+  }
+  // C·Bᵀ tile (t, jt) of the (chunk, group) [Q i][Q j] bf16 (v3_cb_kernel<N, true>, written whole
+  // for jt <= t): this thread's pairs in the accumulator layout, r[2n] row ia, r[2n + 1] row ib.
+  const bf16* cb_row = reinterpret_cast<const bf16*>(p.CB) +
+                       (static_cast<int64_t>(c) * in.G + g) * Q * Q + static_cast<int64_t>(ia) * Q +
+                       jl;
+  auto load_cb = [&](int jt, uint32_t(&r)[16]) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      r[2 * n] = *reinterpret_cast<const uint32_t*>(cb_row + kV2J * jt + 8 * n);
+      r[2 * n + 1] = *reinterpret_cast<const uint32_t*>(cb_row + 8 * Q + kV2J * jt + 8 * n);
+    }
+  };
+  uint32_t cb[16];
+  load_cb(0, cb);
+  wgmma::wait<0>();
+  wgmma::fence_operand(acc);
+  {
+    const float eR = exp2f(csR2);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) acc[e] *= eR;
+  }
+  for (int jt = 0; jt <= wg; ++jt) {
+    const bool diag = jt == wg;
+    float s[32];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n]));
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n + 1]));
+      s[4 * n] = u.x, s[4 * n + 1] = u.y, s[4 * n + 2] = v.x, s[4 * n + 3] = v.y;
+    }
+    if (!diag) load_cb(jt + 1, cb);  // the next tile's pairs fly while this one's products run
+    const int j0 = kV2J * jt;
+    if (!diag) {  // j < i0 <= i: s ← s·w_j
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const int j = j0 + 8 * n + jl;
+        const float w0 = exp2_approx(csR2 - cs_s[j]) * dt_s[j];
+        const float w1 = exp2_approx(csR2 - cs_s[j + 1]) * dt_s[j + 1];
+        s[4 * n] *= w0, s[4 * n + 1] *= w1, s[4 * n + 2] *= w0, s[4 * n + 3] *= w1;
+      }
+    } else {  // the row factor e^{cs_i − R} on O (0 for rows past the end), then the masked tile
+      const float ca = cs_s[ia], cb_ = cs_s[ib];
+      const float fa = ia < L ? exp2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? exp2_approx(cb_ - csR2) : 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        acc[4 * n] *= fa, acc[4 * n + 1] *= fa, acc[4 * n + 2] *= fb, acc[4 * n + 3] *= fb;
+        const int jj = 8 * n + jl;  // column within the tile (j = i0 + jj)
+        const float c0 = cs_s[j0 + jj], c1 = cs_s[j0 + jj + 1];
+        const float d0 = dt_s[j0 + jj], d1 = dt_s[j0 + jj + 1];
+        // (rows past the end: 0, never an exp of cs_j alone, which could overflow to inf)
+        s[4 * n] = jj <= ra && ia < L ? s[4 * n] * exp2_approx(ca - c0) * d0 : 0.0f;
+        s[4 * n + 1] = jj + 1 <= ra && ia < L ? s[4 * n + 1] * exp2_approx(ca - c1) * d1 : 0.0f;
+        s[4 * n + 2] = jj <= ra + 8 && ib < L ? s[4 * n + 2] * exp2_approx(cb_ - c0) * d0 : 0.0f;
+        s[4 * n + 3] =
+            jj + 1 <= ra + 8 && ib < L ? s[4 * n + 3] * exp2_approx(cb_ - c1) * d1 : 0.0f;
+      }
+    }
+    // The A fragments of k16 step kt (j0 + 16kt ..): n-tiles 2kt, 2kt + 1 of s.
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt) {
+      const float* x = s + 8 * kt;
+      a[kt][0] = pack_bf16(x[0], x[1]), a[kt][1] = pack_bf16(x[2], x[3]);
+      a[kt][2] = pack_bf16(x[4], x[5]), a[kt][3] = pack_bf16(x[6], x[7]);
+    }
+    wgmma::fence_operand(a);
+    wgmma::fence_operand(acc);
+    wgmma::fence();
+    const uint64_t dx = wgmma::desc_sw128(xs + jt * kOutWgTile, kOutWgTile, 1024);
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma::mma_m64n64k16_rs<1>(acc, a[kt], dx + kt * 2048 / 16, true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(acc);
+    wgmma::fence_operand(a);  // (the A registers stay untouched until the products are done)
+  }
+  // y = (O + D·x)·silu(z), two adjacent p a store; x_i from x tile t (rows i0..).
+  const float D_h = in.D_skip(h);
+  bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
+  const bool gate = in.z.p != nullptr;
+  const unsigned char* xt = xs + wg * kOutWgTile;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = half ? ib : ia, xr = ra + 8 * half;
+    if (i >= L) continue;
+    const int64_t t = loc.t0 + i;
+    bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int pp = 8 * n + jl;
+      const float2 xv = __bfloat1622float2(
+          *reinterpret_cast<const __nv_bfloat162*>(xt + wgmma::sw128(xr, pp / 8) + (pp % 8) * 2));
+      float v0 = acc[4 * n + 2 * half] + D_h * xv.x, v1 = acc[4 * n + 2 * half + 1] + D_h * xv.y;
+      if (gate) {
+        v0 = in.finish(acc[4 * n + 2 * half], D_h, xv.x, t, h, pp);
+        v1 = in.finish(acc[4 * n + 2 * half + 1], D_h, xv.y, t, h, pp + 1);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(yrow + 8 * n) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: out_wg_supported refuses, the host never launches it
+#endif
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // ---- ssm_chunk_scan --------------------------------------------------------------------------
@@ -1982,6 +2192,33 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     else
       cb(v3_cb_kernel<256>);
     timer.mark("cb");
+  }
+  // HYBRID_SSM_CHUNK_OUT_WG=1: v6's output on wgmma (out_wg_kernel; prepared in session 24, not
+  // yet run on a GPU) where it can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128,
+  // Q a multiple of 64 up to 256.
+  static const bool out_wg_asked = env_int("HYBRID_SSM_CHUNK_OUT_WG", 0) == 1;
+  if (out_wg_asked && version == 6) {
+    std::string why;
+#if !defined(HYBRID_CUDA_SM90A)
+    why = "a build without sm_90a code";
+#else
+    if (device_info().major != 9) why = "not an sm_90 GPU";
+#endif
+    if (why.empty() && !cb_bf16) why = "C·Bᵀ in f32 (HYBRID_SSM_CHUNK_CB_BF16=0)";
+    if (why.empty() && N > 128) why = str("N=", N, " (its tiles need N <= 128)");
+    if (why.empty() && (Q % kV2J != 0 || Q > 256)) why = str("Q=", Q, " (a multiple of 64 <= 256)");
+    if (why.empty()) {
+      const size_t smem = out_wg_smem(static_cast<int>(N), static_cast<int>(Q));
+      auto* kernel = N == 64 ? out_wg_kernel<64> : out_wg_kernel<128>;
+      ensure_dynamic_smem(kernel, smem);
+      kernel<<<dim3(hh, mc), static_cast<unsigned>(2 * Q), smem, stream>>>(p, Se);
+      HYBRID_CUDA_CHECK_LAUNCH();
+      timer.mark("out");
+      timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", a.B.size(1), " N=", N, " Q=", Q,
+                       " chunks<=", max_chunks, " (out on wgmma)"));
+      return;
+    }
+    ctx.log(LogLevel::debug, "[ssm_chunk_scan] cuda_v6: output on wgmma refused: " + why);
   }
   const size_t out_smem = v3 ? v3_out_smem(static_cast<int>(N)) : v2_out_smem(static_cast<int>(N));
   const dim3 out_grid(hh * static_cast<unsigned>(Q / kV2J), mc);
