@@ -1768,49 +1768,42 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
   }
   for (int jt = 0; jt <= wg; ++jt) {
     const bool diag = jt == wg;
-    float s[32];
+    const int j0 = kV2J * jt;
+    float ca = 0.0f, cb_ = 0.0f;
+    if (diag) {  // the row factor e^{cs_i − R} on O (0 for rows past the end)
+      ca = cs_s[ia], cb_ = cs_s[ib];
+      const float fa = ia < L ? exp2_approx(ca - csR2) : 0.0f;
+      const float fb = ib < L ? exp2_approx(cb_ - csR2) : 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        acc[4 * n] *= fa, acc[4 * n + 1] *= fa, acc[4 * n + 2] *= fb, acc[4 * n + 3] *= fb;
+    }
+    // The A fragments of k16 step kt (columns j0 + 16kt ..): n-tile n = 2kt + hn gives a[kt][2hn]
+    // (row ia) and a[kt][2hn + 1] (row ib). Off the diagonal (j < i0 <= i) each value times w_j;
+    // on it times e^{cs_i − cs_j}·dt'_j where j <= i (rows past the end: 0, never an exp of cs_j
+    // alone, which could overflow).
+    uint32_t a[4][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n]));
       const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n + 1]));
-      s[4 * n] = u.x, s[4 * n + 1] = u.y, s[4 * n + 2] = v.x, s[4 * n + 3] = v.y;
+      const int jj = 8 * n + jl;  // column within the tile
+      const float c0 = cs_s[j0 + jj], c1 = cs_s[j0 + jj + 1];
+      const float d0 = dt_s[j0 + jj], d1 = dt_s[j0 + jj + 1];
+      float x0, x1, x2, x3;
+      if (!diag) {
+        const float w0 = exp2_approx(csR2 - c0) * d0, w1 = exp2_approx(csR2 - c1) * d1;
+        x0 = u.x * w0, x1 = u.y * w1, x2 = v.x * w0, x3 = v.y * w1;
+      } else {
+        x0 = jj <= ra && ia < L ? u.x * exp2_approx(ca - c0) * d0 : 0.0f;
+        x1 = jj + 1 <= ra && ia < L ? u.y * exp2_approx(ca - c1) * d1 : 0.0f;
+        x2 = jj <= ra + 8 && ib < L ? v.x * exp2_approx(cb_ - c0) * d0 : 0.0f;
+        x3 = jj + 1 <= ra + 8 && ib < L ? v.y * exp2_approx(cb_ - c1) * d1 : 0.0f;
+      }
+      a[n / 2][2 * (n % 2)] = pack_bf16(x0, x1);
+      a[n / 2][2 * (n % 2) + 1] = pack_bf16(x2, x3);
     }
     if (!diag) load_cb(jt + 1, cb);  // the next tile's pairs fly while this one's products run
-    const int j0 = kV2J * jt;
-    if (!diag) {  // j < i0 <= i: s ← s·w_j
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const int j = j0 + 8 * n + jl;
-        const float w0 = exp2_approx(csR2 - cs_s[j]) * dt_s[j];
-        const float w1 = exp2_approx(csR2 - cs_s[j + 1]) * dt_s[j + 1];
-        s[4 * n] *= w0, s[4 * n + 1] *= w1, s[4 * n + 2] *= w0, s[4 * n + 3] *= w1;
-      }
-    } else {  // the row factor e^{cs_i − R} on O (0 for rows past the end), then the masked tile
-      const float ca = cs_s[ia], cb_ = cs_s[ib];
-      const float fa = ia < L ? exp2_approx(ca - csR2) : 0.0f;
-      const float fb = ib < L ? exp2_approx(cb_ - csR2) : 0.0f;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        acc[4 * n] *= fa, acc[4 * n + 1] *= fa, acc[4 * n + 2] *= fb, acc[4 * n + 3] *= fb;
-        const int jj = 8 * n + jl;  // column within the tile (j = i0 + jj)
-        const float c0 = cs_s[j0 + jj], c1 = cs_s[j0 + jj + 1];
-        const float d0 = dt_s[j0 + jj], d1 = dt_s[j0 + jj + 1];
-        // (rows past the end: 0, never an exp of cs_j alone, which could overflow to inf)
-        s[4 * n] = jj <= ra && ia < L ? s[4 * n] * exp2_approx(ca - c0) * d0 : 0.0f;
-        s[4 * n + 1] = jj + 1 <= ra && ia < L ? s[4 * n + 1] * exp2_approx(ca - c1) * d1 : 0.0f;
-        s[4 * n + 2] = jj <= ra + 8 && ib < L ? s[4 * n + 2] * exp2_approx(cb_ - c0) * d0 : 0.0f;
-        s[4 * n + 3] =
-            jj + 1 <= ra + 8 && ib < L ? s[4 * n + 3] * exp2_approx(cb_ - c1) * d1 : 0.0f;
-      }
-    }
-    // The A fragments of k16 step kt (j0 + 16kt ..): n-tiles 2kt, 2kt + 1 of s.
-    uint32_t a[4][4];
-#pragma unroll
-    for (int kt = 0; kt < 4; ++kt) {
-      const float* x = s + 8 * kt;
-      a[kt][0] = pack_bf16(x[0], x[1]), a[kt][1] = pack_bf16(x[2], x[3]);
-      a[kt][2] = pack_bf16(x[4], x[5]), a[kt][3] = pack_bf16(x[6], x[7]);
-    }
     wgmma::fence_operand(a);
     wgmma::fence_operand(acc);
     wgmma::fence();
