@@ -55,6 +55,17 @@ test_one() {
     echo "  time limit after: $(grep -E '^  (OK|FAIL|SKIP)' "$OUT/t_$label.txt" | tail -1 | cut -c1-200)"
   fi
 }
+# ab_perf ENV OP: OP's benchmark shapes by default and under ENV, alternated twice (the first
+# 125 characters of each line: the case, the median and minimum µs, GB/s).
+ab_perf() {
+  local ab_env=$1 op=$2
+  for pass in 1 2; do
+    for e in X=1 "$ab_env"; do
+      echo "-- $e, pass $pass"
+      env $e timeout 150 $OPS perf -b cuda -o "$op:perf" 2>&1 | grep "^$op" | cut -c1-125
+    done
+  done
+}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 if section tests; then
@@ -483,12 +494,7 @@ if section gdnab; then
   for e in X=1 "$ab_env"; do
     echo "-- stages, $PT, $e: $(env $PT $e HYBRID_GDN_CHUNK_STAGES=1 timeout 30 $OPS perf -b cuda --reps 3 -o "$G" 2>&1 | grep -i "stages" | tail -1 | grep -o 'index.*')"
   done
-  for pass in 1 2; do
-    for e in X=1 "$ab_env"; do
-      echo "-- $e, pass $pass"
-      env $e timeout 150 $OPS perf -b cuda -o gdn_chunk_prefill:perf 2>&1 | grep "^gdn" | cut -c1-125
-    done
-  done
+  ab_perf "$ab_env" gdn_chunk_prefill
 fi
 if section ssmab; then
   # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_STATE_SPLIT=0: the state
@@ -503,12 +509,7 @@ if section ssmab; then
   for e in X=1 "$ab_env"; do
     echo "-- stages, $e: $(env $e HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1)"
   done
-  for pass in 1 2; do
-    for e in X=1 "$ab_env"; do
-      echo "-- $e, pass $pass"
-      env $e timeout 120 $OPS perf -b cuda -o ssm_chunk_scan:perf 2>&1 | grep "^ssm" | cut -c1-125
-    done
-  done
+  ab_perf "$ab_env" ssm_chunk_scan
 fi
 if section wgab; then
   # cuda_wg under the default and under WG_AB_ENV (default HYBRID_ATTN_PREFILL_LAZY=0, the lazy
