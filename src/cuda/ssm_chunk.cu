@@ -1832,11 +1832,9 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
       const int pp = 8 * n + jl;
       const float2 xv = __bfloat1622float2(
           *reinterpret_cast<const __nv_bfloat162*>(xt + wgmma::sw128(xr, pp / 8) + (pp % 8) * 2));
-      float v0 = acc[4 * n + 2 * half] + D_h * xv.x, v1 = acc[4 * n + 2 * half + 1] + D_h * xv.y;
-      if (gate) {
-        v0 = in.finish(acc[4 * n + 2 * half], D_h, xv.x, t, h, pp);
-        v1 = in.finish(acc[4 * n + 2 * half + 1], D_h, xv.y, t, h, pp + 1);
-      }
+      const float o0 = acc[4 * n + 2 * half], o1 = acc[4 * n + 2 * half + 1];
+      const float v0 = gate ? in.finish(o0, D_h, xv.x, t, h, pp) : o0 + D_h * xv.x;
+      const float v1 = gate ? in.finish(o1, D_h, xv.y, t, h, pp + 1) : o1 + D_h * xv.y;
       *reinterpret_cast<__nv_bfloat162*>(yrow + 8 * n) = __floats2bfloat162_rn(v0, v1);
     }
   }
