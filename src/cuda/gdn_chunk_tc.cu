@@ -2282,10 +2282,12 @@ constexpr int kPairSmem = 2 * kC * kWP * 2 + 2 * kPairHead;
 static_assert(kC * kTQ * 4 == kC * kWP * 2, "stage 1 pair: T fits the V tile exactly");
 static_assert(2 * (kPairSmem + 1024) <= 228 * 1024, "stage 1 pair: two blocks per SM");
 
-// kWriteP = false (HYBRID_GDN_WU_PAIR=2, prepared in session 24, not yet run on a GPU): the calls
+// kWriteP = false (the default at GVA ratio 2; HYBRID_GDN_WU_PAIR=2 at any even ratio): the calls
 // where stage 1 writes Q̂ but not P̃ (the fused spine outside the pipeline and from 1024 chunks:
 // 8 x 4096, Hv 64, 1 x 131072); each warpgroup then computes K̂K̂ᵀ itself for its own head's A
 // (the same product twice, side by side, rather than one warpgroup writing both heads').
+// Measured (session 25 run 3): 8 x 4096 1068 -> 1024 µs, 1 x 131072 4383 -> 4131; at ratio 4
+// (Hv 64) 476 -> 487, so not there.
 template <bool kWriteP>
 __global__ void __launch_bounds__(256, 2) wu_pair_kernel(const Params p) {
   grid_dependents_launch();  // (as wu_tc5_kernel: the pipeline's later pieces)
@@ -3372,12 +3374,14 @@ void tc_run(const GdnChunkPrefill& a, Context& ctx, const TcOptions& opt) {
   int spine_priority = 0;           // 0: the launch's default; else cudaLaunchAttributePriority
   bool spine_programmatic = false;  // a pipeline piece after the first (unless _PIPE_PDL=0)
   bool wu_programmatic = false;     // stage 1's pipeline piece after the first, under _WU_PDL=1
-  // Stage 1 in pairs of heads (wu_pair_kernel) where it writes P̃ and the GVA ratio is even;
-  // HYBRID_GDN_WU_PAIR=0: never; =2: also where it writes Q̂ only (wu_pair_kernel<false>, not yet
-  // run on a GPU).
+  // Stage 1 in pairs of heads (wu_pair_kernel) where it writes P̃ and the GVA ratio is even, and
+  // where it writes Q̂ only (wu_pair_kernel<false>) at ratio 2; HYBRID_GDN_WU_PAIR=0: never; =2:
+  // Q̂ only at any even ratio too. Session 25 run 3 (same run, =2 against the default of then):
+  // 8 x 4096 1068 -> 1024 µs, 1 x 65536 2253 -> 2127, 1 x 131072 4383 -> 4131, but Hv 64 (ratio
+  // 4) 476 -> 487, so ratio 4 keeps one head a block there.
   static const int wu_pair_env = env_int("HYBRID_GDN_WU_PAIR", 1);
   const bool wu_pair = wu_pair_env != 0 && p.ratio % 2 == 0;
-  const bool wu_pair_q_hat = wu_pair_env == 2;
+  const bool wu_pair_q_hat = wu_pair_env == 2 || (wu_pair_env == 1 && p.ratio == 2);
   // Every kernel asks for the largest shared-memory carveout (prepare_kernel).
   auto wu = [&](auto tin) {
     using In = decltype(tin);

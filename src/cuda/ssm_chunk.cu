@@ -394,11 +394,17 @@ __device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
   }
 }
 
-// Grid (max_chunks, H), 32 threads: dt'_j and cs_j = Σ_{k≤j} dt'_k·A for j < L.
-__global__ void __launch_bounds__(32) scan_dt_kernel(const ScanParams p) {
-  const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+// Grid (max_chunks, ceil(H / 8)), 8 warps: warp w the head h = 8·blockIdx.y + w, dt'_j and
+// cs_j = Σ_{k≤j} dt'_k·A for j < L (lane l sums its Q/32 contiguous entries, then the lane totals
+// are scanned). The 8 heads of a block read the same 32-byte sectors of dt [T][H] through L1.
+// Session 25: one warp a block (max_chunks × H blocks of 32 threads, each reading its own
+// sectors) took 34.5 µs at Mamba2 1 x 16384 (H 80, ncu); the arithmetic per head is unchanged.
+constexpr int kDtHeads = 8;
+__global__ void __launch_bounds__(32 * kDtHeads) scan_dt_kernel(const ScanParams p) {
+  const int c = blockIdx.x, lane = threadIdx.x % 32;
+  const int h = blockIdx.y * kDtHeads + threadIdx.x / 32;
   ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
+  if (h >= p.in.H || !locate(p, c, loc) || loc.slot < 0) return;
   const SsmIn& in = p.in;
   const int Q = p.Q, per = Q / 32, j0 = lane * per;
   const float A = in.A(h);
@@ -1643,8 +1649,15 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
   }
 }
 
-// ---- v6's output on wgmma (HYBRID_SSM_CHUNK_OUT_WG=1; prepared in session 24, not yet run on a
-// GPU) -------------------------------------------------------------------------------------------
+// ---- v6's output on wgmma (HYBRID_SSM_CHUNK_OUT_WG=1; slower than v6_out, kept as the base of a
+// warp-specialised form) ------------------------------------------------------------------------
+// Measured (session 25, Mamba2 1 x 16384, H 80): correct (41 cases, memcheck clean) but the output
+// stage 347 -> 460 µs (run 2): one block a SM, its copies not overlapped with its products, and
+// each j tile a chain of global C·Bᵀ loads, exps, 4 wgmma and a wait. Two warpgroups a block on
+// paired i tiles with cs / dt' from L1 (112 KiB, two blocks a SM, 128 registers with spills: run
+// 5) was slower still, 567 µs: 52% of the stall samples on the L1 loads of cs / dt' and the
+// spilled epilogue addresses (run 6's ncu), 0.6 eligible warps a scheduler. The next form needs a
+// producer warp (x, C, S_enter, C·Bᵀ through a ring) so that the consumers never wait on memory.
 // One block a (chunk c, head h) of Q / 64 warpgroups; warpgroup t the chunk's rows
 // i = 64t .. 64t + 63. The products are attention's (C·Bᵀ masked by the decay plays P, x plays V):
 //   O = C_t S_enterᵀ · e^R                   N/16 wgmma m64n64k16, C_t [64 i][N] and S_enter
@@ -1949,7 +1962,7 @@ void scan_tiled_run(const SsmChunkScan& a, Context& ctx, bool mma) {
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
-  scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+  scan_dt_kernel<<<dim3(mc, (hh + kDtHeads - 1) / kDtHeads), 32 * kDtHeads, 0, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
   scan_cb_kernel<<<dim3(mc, static_cast<unsigned>(G), nt * nt), kScanThreads, 0, stream>>>(p, CB);
   HYBRID_CUDA_CHECK_LAUNCH();
@@ -2122,7 +2135,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes loads
-    scan_dt_kernel<<<dim3(mc, hh), 32, 0, stream>>>(p);
+    scan_dt_kernel<<<dim3(mc, (hh + kDtHeads - 1) / kDtHeads), 32 * kDtHeads, 0, stream>>>(p);
     HYBRID_CUDA_CHECK_LAUNCH();
     timer.mark("dt");
     // HYBRID_SSM_CHUNK_STATE_SPLIT=0: v6's state products on w·x rounded to bf16 once.
@@ -2184,9 +2197,9 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
       cb(v3_cb_kernel<256>);
     timer.mark("cb");
   }
-  // HYBRID_SSM_CHUNK_OUT_WG=1: v6's output on wgmma (out_wg_kernel; prepared in session 24, not
-  // yet run on a GPU) where it can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128,
-  // Q a multiple of 64 up to 256.
+  // HYBRID_SSM_CHUNK_OUT_WG=1: v6's output on wgmma (out_wg_kernel; slower than v6_out, see
+  // there) where it can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128, Q a
+  // multiple of 64 up to 256.
   static const bool out_wg_asked = env_int("HYBRID_SSM_CHUNK_OUT_WG", 0) == 1;
   if (out_wg_asked && version == 6) {
     std::string why;
