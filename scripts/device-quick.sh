@@ -222,6 +222,7 @@ if section profile; then
   prof_one gdn_stage1 wu_tc5_kernel "$G"
   prof_one gdn_pair wu_pair_kernel "$G"
   prof_one gdn_stage3 output_tc_kernel "$G"
+  prof_one ssm_dt scan_dt_kernel "$M"
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
   prof_one gdn_decode gdn_tile_kernel "$R"
@@ -497,17 +498,20 @@ if section gdnab; then
   ab_perf "$ab_env" gdn_chunk_prefill
 fi
 if section ssmab; then
-  # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_STATE_SPLIT=0: the state
-  # products on w·x rounded once; not in the default SECTIONS): every ssm_chunk_scan case under
-  # both, memcheck under the switch, the stage timer under both, then the benchmark shapes under
-  # both, alternated twice.
-  ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_STATE_SPLIT=0}
+  # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_DT_STAGED=1: scan_dt's results
+  # through shared memory as coalesced rows; not in the default SECTIONS): every ssm_chunk_scan
+  # case under both, memcheck and racecheck under the switch, each kernel's time under ncu (a
+  # later call than the first: the stage timer's events put idle gaps before the small kernels)
+  # under both, then the benchmark shapes under both, alternated twice. (Session 25 ran it with
+  # HYBRID_SSM_CHUNK_STATE_SPLIT=0 and HYBRID_SSM_CHUNK_OUT_WG=1.)
+  ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_DT_STAGED=1}
   test_one ssm_default 90 X=1 ssm_chunk_scan
   test_one ssm_ab 90 "$ab_env" ssm_chunk_scan
   echo "memcheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool memcheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1)"
+  echo "racecheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool racecheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | grep 'RACECHECK SUMMARY' | tail -1)"
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
   for e in X=1 "$ab_env"; do
-    echo "-- stages, $e: $(env $e HYBRID_SSM_CHUNK_STAGES=1 timeout 20 $OPS perf -b cuda --reps 3 --log debug -o "$M" 2>&1 | grep -i "stages" | tail -1)"
+    echo "-- kernels (µs), $e: $(env $e timeout 90 ncu --clock-control none -k 'regex:scan_dt|v6_|v2_pass|v3_cb|out_wg' --launch-skip 5 -c 5 --metrics gpu__time_duration.sum $OPS perf -b cuda --reps 2 -o "$M" 2>&1 | grep -oE '(scan_dt|v6_state|v2_pass|v3_cb|v6_out|out_wg)_kernel|gpu__time_duration.sum +[a-z]+ +[0-9.]+' | awk '/_kernel/ {k = $1; next} {printf "%s %s; ", k, $NF}')"
   done
   ab_perf "$ab_env" ssm_chunk_scan
 fi

@@ -394,28 +394,50 @@ __device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
   }
 }
 
-// Grid (max_chunks, ceil(H / 8)), 8 warps: warp w the head h = 8·blockIdx.y + w, dt'_j and
-// cs_j = Σ_{k≤j} dt'_k·A for j < L (lane l sums its Q/32 contiguous entries, then the lane totals
-// are scanned). The 8 heads of a block read the same 32-byte sectors of dt [T][H] through L1.
-// Session 25: one warp a block (max_chunks × H blocks of 32 threads, each reading its own
-// sectors) took 34.5 µs at Mamba2 1 x 16384 (H 80, ncu); the arithmetic per head is unchanged.
+// Grid (max_chunks, ceil(H / 8)), 8 warps: warp w the head h = 8·blockIdx.y + w; dt'_j and
+// cs_j = Σ_{k≤j} dt'_k·A for j < L into p.dts / p.css [chunk][h][Q]. Lane l sums its Q/32
+// contiguous entries j0 = l·Q/32.., then the lane totals are scanned (dt_eff's arithmetic). A
+// lane's loads (its dt, dt_bias, A_log) go out together as raw bits (raw_any) and are converted
+// once all are in flight (through dt_eff each waited for its own data), and the 8 heads of a block
+// read the same 32-byte sectors of dt [T][H]. Neither moved the kernel's time (session 25 runs
+// 4, 7, 8: 33-35 µs at Mamba2 1 x 16384 under ncu, against 34.6 for one warp a block).
+// kStaged (HYBRID_SSM_CHUNK_DT_STAGED=1, prepared in session 25, not yet run on a GPU): the
+// results leave through shared memory (the warp's 2 × Q floats, a pad word every 32 so that
+// neither side conflicts) as coalesced rows, lane l the entries l + 32k. Without it each store
+// instruction of a warp writes 4 bytes into 32 different sectors (lanes Q/32 entries apart):
+// 16 such stores a warp, ~2.7 M sector writes at Mamba2 1 x 16384 against ~0.33 M, which would
+// explain the kernel's ~30 µs over its ~5 µs chain of round trips.
 constexpr int kDtHeads = 8;
+template <bool kStaged>
 __global__ void __launch_bounds__(32 * kDtHeads) scan_dt_kernel(const ScanParams p) {
-  const int c = blockIdx.x, lane = threadIdx.x % 32;
-  const int h = blockIdx.y * kDtHeads + threadIdx.x / 32;
+  constexpr int kPadded = 256 + 256 / 32;  // one head's Q entries, a pad word every 32
+  __shared__ float staged[kStaged ? kDtHeads : 1][2][kPadded];  // dt', cs
+  const int c = blockIdx.x, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.y * kDtHeads + w;
   ChunkLoc loc;
   if (h >= p.in.H || !locate(p, c, loc) || loc.slot < 0) return;
   const SsmIn& in = p.in;
   const int Q = p.Q, per = Q / 32, j0 = lane * per;
-  const float A = in.A(h);
-  float v[8];
-  float run = 0.0f;
+  const bool has_bias = in.dt_bias.p != nullptr;
+  const uint32_t a_raw = raw_any(in.A_log.p, in.A_log.dt, h * in.A_log.s0);
+  const uint32_t bias_raw = has_bias ? raw_any(in.dt_bias.p, in.dt_bias.dt, h * in.dt_bias.s0) : 0;
+  uint32_t dt_raw[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const int j = j0 + k;
-    v[k] = (k < per && j < loc.L) ? in.dt_eff(loc.t0 + j, h) : 0.0f;
+    dt_raw[k] = k < per && j < loc.L ? raw_any(in.dt.p, in.dt.dt, (loc.t0 + j) * in.dt.s0 + h) : 0;
+  }
+  const float A = -expf(float_of_raw(in.A_log.dt, a_raw));  // in.A(h)
+  const float bias = float_of_raw(in.dt_bias.dt, bias_raw);
+  float v[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {  // in.dt_eff(t0 + j, h)
+    float d = float_of_raw(in.dt.dt, dt_raw[k]);
+    if (has_bias) d += bias;
+    v[k] = k < per && j0 + k < loc.L ? in.dt_finish(d) : 0.0f;
   }
   float cs[8];
+  float run = 0.0f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     run += v[k] * A;
@@ -428,14 +450,43 @@ __global__ void __launch_bounds__(32 * kDtHeads) scan_dt_kernel(const ScanParams
   }
   const float before = incl - run;
   const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
+  if constexpr (kStaged) {
+    // Entry j at j + j/32: lane l's writes (8l + k at Q 256) and reads (l + 32k) each hit 32 banks.
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int j = j0 + k;
-    if (k < per && j < loc.L) {
-      p.dts[row + j] = v[k];
-      p.css[row + j] = cs[k] + before;
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per) staged[w][0][j + j / 32] = v[k], staged[w][1][j + j / 32] = cs[k] + before;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = lane + 32 * k;
+      if (k < per && j < loc.L) {
+        p.dts[row + j] = staged[w][0][j + k];  // j / 32 == k
+        p.css[row + j] = staged[w][1][j + k];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = j0 + k;
+      if (k < per && j < loc.L) {
+        p.dts[row + j] = v[k];
+        p.css[row + j] = cs[k] + before;
+      }
     }
   }
+}
+
+// scan_dt_kernel over every (chunk, head): the staged stores under HYBRID_SSM_CHUNK_DT_STAGED=1.
+void launch_scan_dt(const ScanParams& p, unsigned chunks, unsigned heads, cudaStream_t stream) {
+  static const bool staged = env_int("HYBRID_SSM_CHUNK_DT_STAGED", 0) == 1;
+  const dim3 grid(chunks, (heads + kDtHeads - 1) / kDtHeads);
+  if (staged)
+    scan_dt_kernel<true><<<grid, 32 * kDtHeads, 0, stream>>>(p);
+  else
+    scan_dt_kernel<false><<<grid, 32 * kDtHeads, 0, stream>>>(p);
+  HYBRID_CUDA_CHECK_LAUNCH();
 }
 
 // Grid (max_chunks, G, (Q/64)²): tile (ti, tj) of CB[c, g] = C·Bᵀ over the chunk, tj ≤ ti.
@@ -1962,8 +2013,7 @@ void scan_tiled_run(const SsmChunkScan& a, Context& ctx, bool mma) {
 
   scan_offsets_kernel<<<1, 32, 0, stream>>>(p.cu_seqlens, p.seqs, p.Q, p.chunk_off);
   HYBRID_CUDA_CHECK_LAUNCH();
-  scan_dt_kernel<<<dim3(mc, (hh + kDtHeads - 1) / kDtHeads), 32 * kDtHeads, 0, stream>>>(p);
-  HYBRID_CUDA_CHECK_LAUNCH();
+  launch_scan_dt(p, mc, hh, stream);
   scan_cb_kernel<<<dim3(mc, static_cast<unsigned>(G), nt * nt), kScanThreads, 0, stream>>>(p, CB);
   HYBRID_CUDA_CHECK_LAUNCH();
   scan_state_t_kernel<<<dim3(mc, hh, static_cast<unsigned>(N / kFT)), kScanThreads, 0, stream>>>(p);
@@ -2135,8 +2185,7 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     HYBRID_CUDA_CHECK_LAUNCH();
   };
   if (v3) {  // dt', cs for every (chunk, head) first: the state kernel's prologue becomes loads
-    scan_dt_kernel<<<dim3(mc, (hh + kDtHeads - 1) / kDtHeads), 32 * kDtHeads, 0, stream>>>(p);
-    HYBRID_CUDA_CHECK_LAUNCH();
+    launch_scan_dt(p, mc, hh, stream);
     timer.mark("dt");
     // HYBRID_SSM_CHUNK_STATE_SPLIT=0: v6's state products on w·x rounded to bf16 once.
     static const bool one_rounding = env_is_zero("HYBRID_SSM_CHUNK_STATE_SPLIT");
