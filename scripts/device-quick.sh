@@ -507,6 +507,8 @@ if section ssmab; then
   ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_DT_STAGED=1}
   test_one ssm_default 90 X=1 ssm_chunk_scan
   test_one ssm_ab 90 "$ab_env" ssm_chunk_scan
+  # SSM_AB_ALSO: one more setting whose cases run (e.g. HYBRID_SSM_CHUNK_OUT_WG=1 when =2 is the switch)
+  if [ -n "${SSM_AB_ALSO:-}" ]; then test_one ssm_also 90 "$SSM_AB_ALSO" ssm_chunk_scan; fi
   echo "memcheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool memcheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | tail -1)"
   echo "racecheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool racecheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | grep 'RACECHECK SUMMARY' | tail -1)"
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'

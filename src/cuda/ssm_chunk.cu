@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bulk_pipe.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dtype.cuh"
 #include "cuda/kernels.h"
@@ -1737,69 +1738,64 @@ size_t out_wg_smem(int N, int Q) {
   return static_cast<size_t>(nt + nt * nb + nb) * kOutWgTile + 2 * 256 * sizeof(float);
 }
 
+// The copies of out_wg_kernel and out_ws_kernel (cp.async, 16-byte pieces into the 128-byte
+// swizzle; thread `tid` of `nt`): x [Q/64][64 j][64 p] of head h and C [Q/64][N/64][64 i][64 n] of
+// group g, rows past the chunk's end zero-filled (never read from global); S_enter
+// [N/64][64 p][64 n] (bf16, the pass kernel's).
 template <int N>
-__global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, const bf16* Se) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int NB = N / 64;  // 64-column blocks of a C / S_enter row
-  constexpr float kLog2e = 1.4426950408889634f;
-  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = tid % 128 / 32;
-  const int Q = p.Q, nt = Q / kV2J;
-  ChunkLoc loc;
-  if (!locate(p, c, loc)) return;
-  const SsmIn& in = p.in;
-  const int L = loc.L, g = in.group(h);
-  if (loc.slot < 0) {  // padding: y = 0
-    for (int o = tid; o < L * kV2P; o += blockDim.x)
-      in.store_y(loc.t0 + o / kV2P, h, o % kV2P, 0.0f);
-    return;
-  }
-  extern __shared__ __align__(1024) unsigned char wo_smem[];
-  if (smem_u32(wo_smem) % 1024 != 0) __trap();      // the swizzled tiles need it (no static smem)
-  unsigned char* xs = wo_smem;                      // x tile jt at + jt·8 KiB: [64 j][64 p]
-  unsigned char* cs_t = xs + nt * kOutWgTile;       // C tile (t, b) at + (t·NB + b)·8 KiB
-  unsigned char* ss = cs_t + nt * NB * kOutWgTile;  // S_enter block b at + b·8 KiB: [64 p][64 n]
-  float* cs_s = reinterpret_cast<float*>(ss + NB * kOutWgTile);  // [256] cs_j·log2 e (0 past L)
-  float* dt_s = cs_s + 256;                                      // [256] dt'_j (0 past L)
-
-  // Copies, 16-byte pieces: x and C rows past the chunk's end zero-filled (never read from global).
+__device__ __forceinline__ void ow_copy_x(unsigned char* xs, const SsmIn& in, const ChunkLoc& loc,
+                                          int h, int Q, int tid, int nt) {
   const bf16* X = static_cast<const bf16*>(in.x.p);
-  const bf16* Cg = static_cast<const bf16*>(in.C.p);
-  for (int e = tid; e < Q * 8; e += blockDim.x) {
+#pragma unroll 1  // (unrolled, out_ws_kernel's producer spills its addresses)
+  for (int e = tid; e < Q * 8; e += nt) {
     const int j = e / 8, u = e % 8;
-    const bool ok = j < L;
+    const bool ok = j < loc.L;
     cp_async16(xs + (j / 64) * kOutWgTile + wgmma::sw128(j % 64, u),
                ok ? X + (loc.t0 + j) * in.x.s0 + h * in.x.s1 + 8 * u : X, ok ? 16 : 0);
   }
-  for (int e = tid; e < Q * (N / 8); e += blockDim.x) {
+}
+template <int N>
+__device__ __forceinline__ void ow_copy_c(unsigned char* ct, const SsmIn& in, const ChunkLoc& loc,
+                                          int g, int Q, int tid, int nt) {
+  constexpr int NB = N / 64;
+  const bf16* Cg = static_cast<const bf16*>(in.C.p);
+#pragma unroll 1  // (unrolled, out_ws_kernel's producer spills its addresses)
+  for (int e = tid; e < Q * (N / 8); e += nt) {
     const int i = e / (N / 8), u = e % (N / 8);
-    const bool ok = i < L;
-    cp_async16(cs_t + ((i / 64) * NB + u / 8) * kOutWgTile + wgmma::sw128(i % 64, u % 8),
+    const bool ok = i < loc.L;
+    cp_async16(ct + ((i / 64) * NB + u / 8) * kOutWgTile + wgmma::sw128(i % 64, u % 8),
                ok ? Cg + (loc.t0 + i) * in.C.s0 + g * in.C.s1 + 8 * u : Cg, ok ? 16 : 0);
   }
-  const int64_t row = static_cast<int64_t>(c) * in.H + h;
-  const bf16* se = Se + row * kV2P * N;  // S_enter [64 p][N n], bf16 (the pass kernel's)
-  for (int e = tid; e < kV2P * (N / 8); e += blockDim.x) {
+}
+template <int N>
+__device__ __forceinline__ void ow_copy_s(unsigned char* ss, const bf16* se, int tid, int nt) {
+#pragma unroll 1  // (unrolled, out_ws_kernel's producer spills its addresses)
+  for (int e = tid; e < kV2P * (N / 8); e += nt) {
     const int r = e / (N / 8), u = e % (N / 8);
     cp_async16(ss + (u / 8) * kOutWgTile + wgmma::sw128(r, u % 8), se + r * N + 8 * u, 16);
   }
-  cp_commit();
-  for (int j = tid; j < Q; j += blockDim.x) {
-    cs_s[j] = j < L ? p.css[row * Q + j] * kLog2e : 0.0f;
-    dt_s[j] = j < L ? p.dts[row * Q + j] : 0.0f;
-  }
-  cp_wait<0>();
-  wgmma::fence_async_smem();
-  __syncthreads();  // (the only block-wide barrier)
-  const int i0 = kV2J * wg;
-  if (i0 >= L) return;
+}
 
+// One warpgroup's i tile t (rows i0 = 64t ..) of the (chunk c, head h) of group g, i0 < L: the
+// products and the epilogue above (out_wg_kernel's comment), from x tiles xs, C tiles ct (all of
+// the chunk's: tile (t, b) at + (t·NB + b)·8 KiB), S_enter tiles ss, and cs / dt' (0 past L):
+// cs_s holds cs·log2 e (kRawCs false) or cs (kRawCs: scaled here, the same product).
+template <int N, bool kRawCs>
+__device__ __forceinline__ void ow_tile(const ScanParams& p, const ChunkLoc& loc, int c, int h,
+                                        int g, int t, const unsigned char* xs,
+                                        const unsigned char* ct, const unsigned char* ss,
+                                        const float* cs_s, const float* dt_s, int warp, int lane) {
+  constexpr int NB = N / 64;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const SsmIn& in = p.in;
+  const int L = loc.L, Q = p.Q, i0 = kV2J * t;
+  auto cs_at = [&](int j) { return kRawCs ? cs_s[j] * kLog2e : cs_s[j]; };
   // This thread's accumulator rows ia = i0 + ra, ib = ia + 8 and columns 8n + jl, + 1 (n = 0..7).
   const int ra = warp * 16 + lane / 4, ia = i0 + ra, ib = ia + 8, jl = 2 * (lane % 4);
-  const float csR2 = cs_s[i0];  // R·log2 e
+  const float csR2 = cs_at(i0);  // R·log2 e
   float acc[32];
   {  // O = C_t S_enterᵀ (k = n, N/16 steps; a step's descriptors + 32 bytes, + 8 KiB a block)
-    const uint64_t da = wgmma::desc_sw128(cs_t + wg * NB * kOutWgTile, 16, 1024);
+    const uint64_t da = wgmma::desc_sw128(ct + t * NB * kOutWgTile, 16, 1024);
     const uint64_t db = wgmma::desc_sw128(ss, 16, 1024);
     wgmma::fence();
 #pragma unroll
@@ -1830,12 +1826,12 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
 #pragma unroll
     for (int e = 0; e < 32; ++e) acc[e] *= eR;
   }
-  for (int jt = 0; jt <= wg; ++jt) {
-    const bool diag = jt == wg;
+  for (int jt = 0; jt <= t; ++jt) {
+    const bool diag = jt == t;
     const int j0 = kV2J * jt;
     float ca = 0.0f, cb_ = 0.0f;
     if (diag) {  // the row factor e^{cs_i − R} on O (0 for rows past the end)
-      ca = cs_s[ia], cb_ = cs_s[ib];
+      ca = cs_at(ia), cb_ = cs_at(ib);
       const float fa = ia < L ? exp2_approx(ca - csR2) : 0.0f;
       const float fb = ib < L ? exp2_approx(cb_ - csR2) : 0.0f;
 #pragma unroll
@@ -1852,7 +1848,7 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
       const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n]));
       const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&cb[2 * n + 1]));
       const int jj = 8 * n + jl;  // column within the tile
-      const float c0 = cs_s[j0 + jj], c1 = cs_s[j0 + jj + 1];
+      const float c0 = cs_at(j0 + jj), c1 = cs_at(j0 + jj + 1);
       const float d0 = dt_s[j0 + jj], d1 = dt_s[j0 + jj + 1];
       float x0, x1, x2, x3;
       if (!diag) {
@@ -1884,26 +1880,217 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
   const float D_h = in.D_skip(h);
   bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
   const bool gate = in.z.p != nullptr;
-  const unsigned char* xt = xs + wg * kOutWgTile;
+  const unsigned char* xt = xs + t * kOutWgTile;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = half ? ib : ia, xr = ra + 8 * half;
     if (i >= L) continue;
-    const int64_t t = loc.t0 + i;
-    bf16* yrow = Y + t * in.y.s0 + h * in.y.s1 + jl;
+    const int64_t tok = loc.t0 + i;
+    bf16* yrow = Y + tok * in.y.s0 + h * in.y.s1 + jl;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const int pp = 8 * n + jl;
       const float2 xv = __bfloat1622float2(
           *reinterpret_cast<const __nv_bfloat162*>(xt + wgmma::sw128(xr, pp / 8) + (pp % 8) * 2));
       const float o0 = acc[4 * n + 2 * half], o1 = acc[4 * n + 2 * half + 1];
-      const float v0 = gate ? in.finish(o0, D_h, xv.x, t, h, pp) : o0 + D_h * xv.x;
-      const float v1 = gate ? in.finish(o1, D_h, xv.y, t, h, pp + 1) : o1 + D_h * xv.y;
+      const float v0 = gate ? in.finish(o0, D_h, xv.x, tok, h, pp) : o0 + D_h * xv.x;
+      const float v1 = gate ? in.finish(o1, D_h, xv.y, tok, h, pp + 1) : o1 + D_h * xv.y;
       *reinterpret_cast<__nv_bfloat162*>(yrow + 8 * n) = __floats2bfloat162_rn(v0, v1);
     }
   }
+}
+
+template <int N>
+__global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, const bf16* Se) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = N / 64;  // 64-column blocks of a C / S_enter row
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = tid % 128 / 32;
+  const int Q = p.Q, nt = Q / kV2J;
+  ChunkLoc loc;
+  if (!locate(p, c, loc)) return;
+  const SsmIn& in = p.in;
+  const int L = loc.L, g = in.group(h);
+  if (loc.slot < 0) {  // padding: y = 0
+    for (int o = tid; o < L * kV2P; o += blockDim.x)
+      in.store_y(loc.t0 + o / kV2P, h, o % kV2P, 0.0f);
+    return;
+  }
+  extern __shared__ __align__(1024) unsigned char wo_smem[];
+  if (smem_u32(wo_smem) % 1024 != 0) __trap();      // the swizzled tiles need it (no static smem)
+  unsigned char* xs = wo_smem;                      // x tile jt at + jt·8 KiB: [64 j][64 p]
+  unsigned char* cs_t = xs + nt * kOutWgTile;       // C tile (t, b) at + (t·NB + b)·8 KiB
+  unsigned char* ss = cs_t + nt * NB * kOutWgTile;  // S_enter block b at + b·8 KiB: [64 p][64 n]
+  float* cs_s = reinterpret_cast<float*>(ss + NB * kOutWgTile);  // [256] cs_j·log2 e (0 past L)
+  float* dt_s = cs_s + 256;                                      // [256] dt'_j (0 past L)
+
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  ow_copy_x<N>(xs, in, loc, h, Q, tid, blockDim.x);
+  ow_copy_c<N>(cs_t, in, loc, g, Q, tid, blockDim.x);
+  ow_copy_s<N>(ss, Se + row * kV2P * N, tid, blockDim.x);
+  cp_commit();
+  for (int j = tid; j < Q; j += blockDim.x) {
+    cs_s[j] = j < L ? p.css[row * Q + j] * kLog2e : 0.0f;
+    dt_s[j] = j < L ? p.dts[row * Q + j] : 0.0f;
+  }
+  cp_wait<0>();
+  wgmma::fence_async_smem();
+  __syncthreads();  // (the only block-wide barrier)
+  if (kV2J * wg >= L) return;
+  ow_tile<N, false>(p, loc, c, h, g, wg, xs, cs_t, ss, cs_s, dt_s, warp, lane);
 #else
   __trap();  // built without sm_90a code: out_wg_supported refuses, the host never launches it
+#endif
+}
+
+// ---- v6's output on wgmma, warp-specialised (HYBRID_SSM_CHUNK_OUT_WG=2; prepared in session 25,
+// not yet run on a GPU) --------------------------------------------------------------------------
+// out_wg_kernel's products and epilogue (ow_tile) fed by a producer warp, so that copies and
+// products overlap (out_wg_kernel copies everything, waits, computes: 460 µs against v6_out's 347).
+// Persistent blocks, one a SM: block b takes a contiguous range of the (chunk, head) items
+// c·H + h (chunk-major, over the chunks that exist: chunk_off[seqs]), so that consecutive items
+// share their chunk's C (and C·Bᵀ in L2). Threads: Q/64 consumer warpgroups (setmaxnreg: 112
+// registers), then one producer warpgroup (32).
+//   producer: per item with a state slot, into stage k % 3 (once the consumers have released its
+//             previous use: `empty`): x [Q/64 tiles], S_enter [N/64 tiles], cs and dt' [Q] f32
+//             (zero past L), by cp.async arriving on `full` when landed; on a new (chunk, group),
+//             first C [Q/64][N/64 tiles] into the one C buffer once every consumer warp is done
+//             with the previous C (`cempty`), arriving on `cfull`.
+//   consumer warpgroup w: for its k-th item, i tile t = (w + k) % (Q/64): the tiles rotate, so
+//             that each warpgroup's j tiles average (Q/64 + 1) / 2 an item instead of warpgroup
+//             Q/64 − 1 always taking Q/64 (the ring of 3 lets the warpgroups drift apart by up to
+//             two items); then one arrival a warp on `empty` (and on `cempty` after a C's last
+//             item). Items of padding sequences (no slot): y = 0 by the consumers, no stage.
+// Shared memory at Q 256, N 128: C 64 KiB + 3 stages of 50 KiB = 214 KiB (one block a SM, 20
+// warps); N 64: 158 KiB. Prediction (session 25): the output stage 347 -> 170-230 µs at Mamba2 1 x
+// 16384 (its bytes ~130 µs at the copy ceiling: x in, y out, S_enter in), the call 691 -> 520-580.
+constexpr int kOwsStages = 3;
+
+// One stage: x tiles [Q/64], S_enter tiles [N/64], cs [Q] and dt' [Q] (f32), rounded up to 1 KiB.
+__host__ __device__ constexpr int ows_stage_bytes(int N, int Q) {
+  return ((Q / kV2J + N / 64) * kOutWgTile + 2 * Q * 4 + 1023) / 1024 * 1024;
+}
+
+size_t out_ws_smem(int N, int Q) {
+  return static_cast<size_t>(Q / kV2J) * (N / 64) * kOutWgTile +
+         static_cast<size_t>(kOwsStages) * ows_stage_bytes(N, Q) +
+         (2 * kOwsStages + 2) * sizeof(uint64_t);
+}
+
+template <int N>
+__global__ void __launch_bounds__(5 * 128, 1) out_ws_kernel(const ScanParams p, const bf16* Se) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NB = N / 64;  // 64-column blocks of a C / S_enter row
+  const int Q = p.Q, nt = Q / kV2J, consumers = nt * 128;
+  const int tid = threadIdx.x, lane = tid % 32;
+  const SsmIn& in = p.in;
+  extern __shared__ __align__(1024) unsigned char ws_smem[];
+  if (smem_u32(ws_smem) % 1024 != 0) __trap();  // the swizzled tiles need it (no static smem)
+  unsigned char* ct = ws_smem;                  // C tile (t, b) at + (t·NB + b)·8 KiB
+  unsigned char* stages = ct + nt * NB * kOutWgTile;
+  const int stage_bytes = ows_stage_bytes(N, Q);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kOwsStages * stage_bytes);
+  uint64_t* empty = full + kOwsStages;
+  uint64_t* cfull = empty + kOwsStages;
+  uint64_t* cempty = cfull + 1;
+  if (tid == 0) {
+    for (int s = 0; s < kOwsStages; ++s) {
+      mbar_init(full + s, 128);              // the producer's threads (cp.async.mbarrier.arrive)
+      mbar_init(empty + s, consumers / 32);  // one arrival a consumer warp
+    }
+    mbar_init(cfull, 128);
+    mbar_init(cempty, consumers / 32);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  // The block's items [first, last); item it: chunk c = it / H, head h = it % H, false for a
+  // padding sequence's chunk (y = 0, no stage).
+  // (at most 65535 chunks, as scan_v2_supports checks, times H: an int)
+  const int items = p.chunk_off[p.seqs] * in.H;
+  const int share = (items + gridDim.x - 1) / gridDim.x;
+  const int first = min(items, static_cast<int>(blockIdx.x) * share),
+            last = min(items, first + share);
+  auto item = [&](int it, int& c, int& h, ChunkLoc& loc) {
+    c = it / in.H, h = it % in.H;
+    locate(p, c, loc);  // (c < chunk_off[seqs]: found)
+    return loc.slot >= 0;
+  };
+
+  if (tid >= consumers) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+    const int ptid = tid - consumers;
+    int k = 0, epoch = -1, cur_c = -1, cur_g = -1;
+    for (int it = first; it < last; ++it) {
+      int c, h;
+      ChunkLoc loc;
+      if (!item(it, c, h, loc)) continue;
+      const int g = in.group(h);
+      if (c != cur_c || g != cur_g) {  // a new C, once every consumer warp is done with the last
+        if (epoch >= 0) mbar_wait(cempty, epoch & 1);
+        ++epoch, cur_c = c, cur_g = g;
+        ow_copy_c<N>(ct, in, loc, g, Q, ptid, 128);
+        cp_async_mbar_arrive(cfull);
+      }
+      const int s = k % kOwsStages;
+      if (k >= kOwsStages) mbar_wait(empty + s, (k / kOwsStages - 1) & 1);
+      unsigned char* st = stages + s * stage_bytes;
+      const int64_t row = static_cast<int64_t>(c) * in.H + h;
+      ow_copy_x<N>(st, in, loc, h, Q, ptid, 128);
+      ow_copy_s<N>(st + nt * kOutWgTile, Se + row * kV2P * N, ptid, 128);
+      float* cs_d = reinterpret_cast<float*>(st + (nt + NB) * kOutWgTile);  // cs [Q], then dt' [Q]
+      for (int e = ptid; e < Q / 2; e += 128) {  // 16-byte pieces, the bytes past L zero-filled
+        const int dt_row = e / (Q / 4), j = 4 * (e % (Q / 4));
+        const int bytes = max(0, min(16, 4 * (loc.L - j)));
+        const float* src = (dt_row ? p.dts : p.css) + row * Q + j;
+        cp_async16(cs_d + dt_row * Q + j, bytes > 0 ? src : p.css, bytes);
+      }
+      cp_async_mbar_arrive(full + s);
+      ++k;
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = tid % 128 / 32;
+  int k = 0, epoch = -1, cur_c = -1, cur_g = -1;
+  for (int it = first; it < last; ++it) {
+    int c, h;
+    ChunkLoc loc;
+    if (!item(it, c, h, loc)) {
+      for (int o = tid; o < loc.L * kV2P; o += consumers)
+        in.store_y(loc.t0 + o / kV2P, h, o % kV2P, 0.0f);
+      continue;
+    }
+    const int g = in.group(h);
+    if (c != cur_c || g != cur_g) {
+      ++epoch, cur_c = c, cur_g = g;
+      mbar_wait(cfull, epoch & 1);
+    }
+    const int s = k % kOwsStages;
+    mbar_wait(full + s, (k / kOwsStages) & 1);
+    wgmma::fence_async_smem();  // the stage's and C's tiles are wgmma operands
+    const unsigned char* st = stages + s * stage_bytes;
+    const float* cs_s = reinterpret_cast<const float*>(st + (nt + NB) * kOutWgTile);
+    const int t = (wg + k) % nt;
+    if (kV2J * t < loc.L)
+      ow_tile<N, true>(p, loc, c, h, g, t, st, ct, st + nt * kOutWgTile, cs_s, cs_s + Q, warp,
+                       lane);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + s);  // this warp's reads of the stage are done
+    bool last_of_c = true;  // the next item with a stage has another (chunk, group), or none
+    for (int nx = it + 1; nx < last; ++nx) {
+      int c2, h2;
+      ChunkLoc loc2;
+      if (!item(nx, c2, h2, loc2)) continue;
+      last_of_c = c2 != c || in.group(h2) != g;
+      break;
+    }
+    if (last_of_c && lane == 0) mbar_arrive(cempty);
+    ++k;
+  }
+#else
+  __trap();  // built without sm_90a code: the host never launches it
 #endif
 }
 
@@ -2247,10 +2434,11 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     timer.mark("cb");
   }
   // HYBRID_SSM_CHUNK_OUT_WG=1: v6's output on wgmma (out_wg_kernel; slower than v6_out, see
-  // there) where it can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128, Q a
+  // there), =2: its warp-specialised form (out_ws_kernel; prepared in session 25, not yet run on
+  // a GPU), where they can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128, Q a
   // multiple of 64 up to 256.
-  static const bool out_wg_asked = env_int("HYBRID_SSM_CHUNK_OUT_WG", 0) == 1;
-  if (out_wg_asked && version == 6) {
+  static const int out_wg_asked = env_int("HYBRID_SSM_CHUNK_OUT_WG", 0);
+  if ((out_wg_asked == 1 || out_wg_asked == 2) && version == 6) {
     std::string why;
 #if !defined(HYBRID_CUDA_SM90A)
     why = "a build without sm_90a code";
@@ -2261,14 +2449,23 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     if (why.empty() && N > 128) why = str("N=", N, " (its tiles need N <= 128)");
     if (why.empty() && (Q % kV2J != 0 || Q > 256)) why = str("Q=", Q, " (a multiple of 64 <= 256)");
     if (why.empty()) {
-      const size_t smem = out_wg_smem(static_cast<int>(N), static_cast<int>(Q));
-      auto* kernel = N == 64 ? out_wg_kernel<64> : out_wg_kernel<128>;
-      ensure_dynamic_smem(kernel, smem);
-      kernel<<<dim3(hh, mc), static_cast<unsigned>(2 * Q), smem, stream>>>(p, Se);
+      if (out_wg_asked == 2) {  // warp-specialised, persistent: one block a SM
+        const size_t smem = out_ws_smem(static_cast<int>(N), static_cast<int>(Q));
+        auto* kernel = N == 64 ? out_ws_kernel<64> : out_ws_kernel<128>;
+        ensure_dynamic_smem(kernel, smem);
+        kernel<<<static_cast<unsigned>(sm_count()), static_cast<unsigned>(2 * Q + 128), smem,
+                 stream>>>(p, Se);
+      } else {
+        const size_t smem = out_wg_smem(static_cast<int>(N), static_cast<int>(Q));
+        auto* kernel = N == 64 ? out_wg_kernel<64> : out_wg_kernel<128>;
+        ensure_dynamic_smem(kernel, smem);
+        kernel<<<dim3(hh, mc), static_cast<unsigned>(2 * Q), smem, stream>>>(p, Se);
+      }
       HYBRID_CUDA_CHECK_LAUNCH();
       timer.mark("out");
-      timer.report(str("T=", T, " seqs=", seqs, " H=", H, " G=", a.B.size(1), " N=", N, " Q=", Q,
-                       " chunks<=", max_chunks, " (out on wgmma)"));
+      timer.report(str(
+          "T=", T, " seqs=", seqs, " H=", H, " G=", a.B.size(1), " N=", N, " Q=", Q, " chunks<=",
+          max_chunks, out_wg_asked == 2 ? " (out on wgmma, warp-specialised)" : " (out on wgmma)"));
       return;
     }
     ctx.log(LogLevel::debug, "[ssm_chunk_scan] cuda_v6: output on wgmma refused: " + why);
