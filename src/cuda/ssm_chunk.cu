@@ -1966,6 +1966,7 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
 // warps); N 64: 158 KiB. Prediction (session 25): the output stage 347 -> 170-230 µs at Mamba2 1 x
 // 16384 (its bytes ~130 µs at the copy ceiling: x in, y out, S_enter in), the call 691 -> 520-580.
 constexpr int kOwsStages = 3;
+constexpr int kOwsConsumerRegs = 112, kOwsProducerRegs = 32;  // setmaxnreg's counts
 
 // One stage: x tiles [Q/64], S_enter tiles [N/64], cs [Q] and dt' [Q] (f32), rounded up to 1 KiB.
 __host__ __device__ constexpr int ows_stage_bytes(int N, int Q) {
@@ -2018,7 +2019,7 @@ __global__ void __launch_bounds__(5 * 128, 1) out_ws_kernel(const ScanParams p, 
   };
 
   if (tid >= consumers) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kOwsProducerRegs) : "memory");
     const int ptid = tid - consumers;
     int k = 0, epoch = -1, cur_c = -1, cur_g = -1;
     for (int it = first; it < last; ++it) {
@@ -2051,7 +2052,7 @@ __global__ void __launch_bounds__(5 * 128, 1) out_ws_kernel(const ScanParams p, 
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kOwsConsumerRegs) : "memory");
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = tid % 128 / 32;
   int k = 0, epoch = -1, cur_c = -1, cur_g = -1;
   for (int it = first; it < last; ++it) {
@@ -2448,6 +2449,19 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     if (why.empty() && !cb_bf16) why = "C·Bᵀ in f32 (HYBRID_SSM_CHUNK_CB_BF16=0)";
     if (why.empty() && N > 128) why = str("N=", N, " (its tiles need N <= 128)");
     if (why.empty() && (Q % kV2J != 0 || Q > 256)) why = str("Q=", Q, " (a multiple of 64 <= 256)");
+    if (why.empty() && out_wg_asked == 2) {
+      // setmaxnreg moves registers within what the launch allocated (ptxas's count × threads):
+      // the consumers' 112 and the producer's 32 must fit in it, or the consumers' request is
+      // never granted and the block hangs.
+      cudaFuncAttributes fa{};
+      HYBRID_CUDA_CHECK(
+          cudaFuncGetAttributes(&fa, N == 64 ? out_ws_kernel<64> : out_ws_kernel<128>));
+      const int64_t threads = 2 * Q + 128;
+      if (int64_t{fa.numRegs} * threads < 2 * Q * kOwsConsumerRegs + 128 * kOwsProducerRegs)
+        why = str("out_ws_kernel built with ", fa.numRegs,
+                  " registers a thread: too few for setmaxnreg's ", kOwsConsumerRegs, " / ",
+                  kOwsProducerRegs);
+    }
     if (why.empty()) {
       if (out_wg_asked == 2) {  // warp-specialised, persistent: one block a SM
         const size_t smem = out_ws_smem(static_cast<int>(N), static_cast<int>(Q));
