@@ -225,6 +225,8 @@ if section profile; then
   prof_one ssm_dt scan_dt_kernel "$M"
   prof_one ssm_state v6_state_kernel "$M"
   prof_one ssm_out v6_out_kernel "$M"
+  # (with HYBRID_SSM_CHUNK_OUT_WG=2 in the environment: the warp-specialised output)
+  prof_one ssm_out_ws out_ws_kernel "$M"
   prof_one gdn_decode gdn_tile_kernel "$R"
   prof_one gdn_decode_b64 gdn_tile_kernel "${R/B=256/B=64}"
   # gdn_prep_step on the same tile kernel ran 5% faster than gdn_recurrent at B 256 (269 against
@@ -513,7 +515,7 @@ if section ssmab; then
   echo "racecheck, ssm_chunk_scan, $ab_env: $(env $ab_env timeout 150 compute-sanitizer --tool racecheck $OPS test -b cuda -o ssm_chunk_scan 2>&1 | grep 'RACECHECK SUMMARY' | tail -1)"
   M='ssm_chunk_scan(prefill,1x16384,Q=256,H=80,P=64,N=128,G=1,x=bf16,state=f32,perf)'
   for e in X=1 "$ab_env"; do
-    echo "-- kernels (µs), $e: $(env $e timeout 90 ncu --clock-control none -k 'regex:scan_dt|v6_|v2_pass|v3_cb|out_wg' --launch-skip 5 -c 5 --metrics gpu__time_duration.sum $OPS perf -b cuda --reps 2 -o "$M" 2>&1 | grep -oE '(scan_dt|v6_state|v2_pass|v3_cb|v6_out|out_wg)_kernel|gpu__time_duration.sum +[a-z]+ +[0-9.]+' | awk '/_kernel/ {k = $1; next} {printf "%s %s; ", k, $NF}')"
+    echo "-- kernels (µs), $e: $(env $e timeout 90 ncu --clock-control none -k 'regex:scan_dt|v6_|v2_pass|v3_cb|out_w[gs]' --launch-skip 5 -c 5 --metrics gpu__time_duration.sum $OPS perf -b cuda --reps 2 -o "$M" 2>&1 | grep -oE '(scan_dt|v6_state|v2_pass|v3_cb|v6_out|out_w[gs])_kernel|gpu__time_duration.sum +[a-z]+ +[0-9.]+' | awk '/_kernel/ {k = $1; next} {printf "%s %s; ", k, $NF}')"
   done
   ab_perf "$ab_env" ssm_chunk_scan
 fi
