@@ -2049,6 +2049,8 @@ __global__ void __launch_bounds__(5 * 128, 1) out_ws_kernel(const ScanParams p, 
       cp_async_mbar_arrive(full + s);
       ++k;
     }
+    cp_commit();  // its copies land before it exits
+    cp_wait<0>();
     return;
   }
 
