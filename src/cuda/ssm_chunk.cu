@@ -68,6 +68,7 @@ struct ScanParams {
   const void* has_initial = nullptr;  // [seqs] u8 | i32, or null
   DType has_initial_dt = DType::i32;
   void* state = nullptr;  // pool [slots, H, P, N], St
+  DType st_dt = DType::f32;
   int64_t st_slot = 0, st_h = 0, st_p = 0;
   Arg chunk_states;  // [num_chunks, H, P, N] or null
   // Workspace.
@@ -77,6 +78,11 @@ struct ScanParams {
   float* Sws = nullptr;      // [max_chunks, H, P, N]: Sc, then S_enter
   float* CB = nullptr;       // v3: [max_chunks, G, Q, Q]: C_i·B_j of the chunk (tiles j0 ≤ i0);
                              // bf16 at the same element offsets in v6 (HYBRID_SSM_CHUNK_CB_BF16)
+  // HYBRID_SSM_CHUNK_CHAIN (v6_state_kernel's kChain): [0] the blocks' ticket counter, [1 + c·H +
+  // h] set once chunk c's end state is in Sws (zeroed before the launch); Se [max_chunks, H, P, N]
+  // bf16, S_enter for the output kernel.
+  int* chain = nullptr;
+  __nv_bfloat16* Se = nullptr;
 };
 
 __global__ void scan_offsets_kernel(const int* cu, int seqs, int Q, int* off) {
@@ -925,7 +931,9 @@ __global__ void __launch_bounds__(kV2StateThreads) v2_state_kernel(const ScanPar
 
 // Grid (ceil(P·N / 1024), H, seqs), 256 threads × 4 consecutive state elements: the spine over
 // the chunks of one sequence. Reads Sc (f32), writes S_enter (bf16), chunk_states, the pool.
-template <class St>
+// kEmptyOnly (under the chained state kernel, which does the rest): only the zero-length
+// sequences, whose pools are rewritten (0 without has_initial) and which have no chunk.
+template <class St, bool kEmptyOnly = false>
 __global__ void __launch_bounds__(kV2PassThreads) v2_pass_kernel(const ScanParams p, bf16* Se) {
   const int seq = blockIdx.z, h = blockIdx.y;
   const int N = p.in.N, PN = kV2P * N, H = p.in.H, Q = p.Q;
@@ -934,6 +942,7 @@ __global__ void __launch_bounds__(kV2PassThreads) v2_pass_kernel(const ScanParam
   const int pp = o / N, n = o % N;  // N % 16 == 0: the 4 elements share the row pp
   const int slot = p.slots[seq];
   const int c0 = p.chunk_off[seq], c1 = p.chunk_off[seq + 1];
+  if (kEmptyOnly && c1 > c0) return;
   const Arg& cst = p.chunk_states;
   auto chunk_row = [&](int c) { return c * cst.s0 + h * cst.s1 + pp * cst.s2 + n; };
   if (slot < 0) {  // padding: zero chunk_states rows, pool untouched
@@ -1564,6 +1573,117 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
+// ---- the chained state (HYBRID_SSM_CHUNK_CHAIN=1; prepared in session 25, not yet run on a GPU)
+// v6_state_kernel<N, kSplit, true> does v2_pass's work too, so that no pass kernel reads the
+// chunk states back: each block takes a ticket (atomicAdd: chunk-major (chunk, head) order, so a
+// block only ever waits on an earlier ticket, whose block is running or done), computes its Sc as
+// before, then
+//   S_enter(c) = the pool's state (the sequence's first chunk, has_initial) or 0, or the end state
+//                chunk c − 1 published (flag p.chain[1 + (c − 1)·H + h], its Sws rows read
+//                through L2);
+//   Se(c) = bf16(S_enter(c)); S_end(c) = e^{cs_last}·S_enter(c) + Sc   (v2_pass's expression)
+//   chunk_states[c] = S_end(c) (if asked); the pool = S_end(c) at the sequence's last chunk, else
+//   S_end(c) into Sws (chunk c's rows) and the flag set (release, after a block barrier).
+// The end states go through L2 to the next chunk's block, which is usually already waiting: the
+// pass kernel's read of every Sc from DRAM (170 MB at Mamba2 1 x 16384) and its launch go away.
+// Zero-length sequences have no chunk: v2_pass_kernel<St, true> writes their pools.
+__device__ __forceinline__ void chain_padding(const ScanParams& p, int c, int h) {
+  const Arg& cst = p.chunk_states;
+  if (!cst.p) return;
+  const int N = p.in.N;
+  for (int e = threadIdx.x; e < kV2P * N; e += blockDim.x)
+    store_any(const_cast<void*>(cst.p), cst.dt, c * cst.s0 + h * cst.s1 + (e / N) * cst.s2 + e % N,
+              0.0f);
+}
+
+__device__ __forceinline__ int load_acquire(const int* f) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* f, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(f), "r"(v) : "memory");
+}
+
+// The chain step of chunk c, head h for the thread's Sc fragments acc[nb][0..3] (rows pr, pr + 8;
+// columns n0 + nb·8, + 1), as v6_state_kernel leaves them. Every thread of the block calls it.
+template <int N>
+__device__ __forceinline__ void chain_step(const ScanParams& p, const ChunkLoc& loc, int c, int h,
+                                           const float (&acc)[N / 16][4], int pr, int n0, int tid) {
+  constexpr int NB = N / 16, PN = kV2P * N;
+  const SsmIn& in = p.in;
+  const int seq = loc.seq, c_first = p.chunk_off[seq], c_last = p.chunk_off[seq + 1] - 1;
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  auto at = [&](int nb, int e) { return (pr + 8 * (e / 2)) * N + n0 + nb * 8 + e % 2; };
+  float S[NB][4];
+  if (c == c_first) {
+    const bool initial = p.has_initial && flag_at(p.has_initial, p.has_initial_dt, seq);
+    const int64_t pool = loc.slot * p.st_slot + h * p.st_h;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int o = at(nb, e);
+        S[nb][e] = initial ? load_any(p.state, p.st_dt, pool + (o / N) * p.st_p + o % N) : 0.0f;
+      }
+  } else {
+    if (tid == 0) {
+      const int* f = p.chain + 1 + (row - in.H);  // chunk c − 1, head h
+      while (load_acquire(f) == 0) {
+      }
+    }
+    __syncthreads();  // (thread 0's acquire, then the block's loads through L2)
+    const float* prev = p.Sws + (row - in.H) * PN;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(prev + at(nb, e)));
+        S[nb][e] = v.x, S[nb][e + 1] = v.y;
+      }
+  }
+  const float decay = expf(p.css[row * p.Q + loc.L - 1]);
+  bf16* se = p.Se + row * PN;
+  const Arg& cst = p.chunk_states;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      *reinterpret_cast<__nv_bfloat162*>(se + at(nb, e)) =
+          __floats2bfloat162_rn(S[nb][e], S[nb][e + 1]);
+      S[nb][e] = decay * S[nb][e] + acc[nb][e];
+      S[nb][e + 1] = decay * S[nb][e + 1] + acc[nb][e + 1];
+      if (cst.p) {
+        const int o = at(nb, e);
+        const int64_t d = c * cst.s0 + h * cst.s1 + (o / N) * cst.s2 + o % N;
+        store_any(const_cast<void*>(cst.p), cst.dt, d, S[nb][e]);
+        store_any(const_cast<void*>(cst.p), cst.dt, d + 1, S[nb][e + 1]);
+      }
+    }
+  if (c == c_last) {  // the pool
+    const int64_t pool = loc.slot * p.st_slot + h * p.st_h;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int o = at(nb, e);
+        store_any(p.state, p.st_dt, pool + (o / N) * p.st_p + o % N, S[nb][e]);
+      }
+    return;
+  }
+  float* out = p.Sws + row * PN;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2)
+      __stcg(reinterpret_cast<float2*>(out + at(nb, e)), make_float2(S[nb][e], S[nb][e + 1]));
+  __syncthreads();  // every thread's rows stored
+  if (tid == 0) {
+    __threadfence();
+    store_release(p.chain + 1 + row, 1);
+  }
+}
+
 // v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
 // split, the same MMAs in the same order, so Sc is bit-identical), with the tile loads pipelined:
 // v2_state loads x and B with plain loads straight into shared memory at the top of each 64-token
@@ -1588,14 +1708,26 @@ constexpr int v6_state_blocks(int N) {
 // rounds B_j·scale_j to x's dtype once. Session 24's ncu of this kernel (run 3, Mamba2 1 x 16384,
 // 233 µs) puts 27.5% of its stall samples on the MMA line (short scoreboard on the ldmatrix,
 // math), the split's doubled product among them.
-template <int N, bool kSplit = true>
+template <int N, bool kSplit = true, bool kChain = false>
 __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     v6_state_kernel(const ScanParams p) {
   constexpr int NB = N / 16, ldx = kV2P + kV2Pad, ldb = N + kV2Pad, nv = N / 8;
   constexpr int kBRows = kV2StateThreads / nv;  // B rows one pass of the block copies
-  const int h = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  int h = blockIdx.x, c = blockIdx.y;
+  if constexpr (kChain) {  // (chunk, head) in ticket order: every earlier ticket's block runs
+    __shared__ int ticket;
+    if (tid == 0) ticket = atomicAdd(p.chain, 1);
+    __syncthreads();
+    h = ticket % p.in.H, c = ticket / p.in.H;
+  }
   ChunkLoc loc;
-  if (!locate(p, c, loc) || loc.slot < 0) return;
+  if (!locate(p, c, loc)) return;
+  if (kChain && loc.slot < 0) {  // padding: zero chunk_states rows (v2_pass's part)
+    chain_padding(p, c, h);
+    return;
+  }
+  if (loc.slot < 0) return;
   const SsmIn& in = p.in;
   const int Q = p.Q, L = loc.L, g = in.group(h);
   extern __shared__ __align__(16) unsigned char v2_smem[];
@@ -1690,9 +1822,13 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     }
     __syncthreads();  // hi / lo and this B buffer are consumed
   }
+  const int pr = wm * 16 + lane / 4;
+  if constexpr (kChain) {
+    chain_step<N>(p, loc, c, h, acc, pr, wn * (N / 2) + (lane % 4) * 2, tid);
+    return;
+  }
   // Sc [P][N] f32, as v2_state.
   float* Sc = p.Sws + (static_cast<int64_t>(c) * in.H + h) * kV2P * N;
-  const int pr = wm * 16 + lane / 4;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     const int n = wn * (N / 2) + nb * 8 + (lane % 4) * 2;
@@ -2335,7 +2471,14 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
   const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
   const size_t cb_b = v3 ? align_up(sizeof(float) * max_chunks * G * Q * Q) : 0;
-  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b));
+  // HYBRID_SSM_CHUNK_CHAIN=1 (v6; prepared in session 25, not yet run on a GPU): the state kernel
+  // chains the chunks itself (v6_state_kernel's kChain) and no pass kernel runs but for the
+  // zero-length sequences; its ticket and flags after CB.
+  // N 256 keeps the pass (its chained kernel would hold S beside Sc: 128 registers, spills).
+  static const bool chain_asked = env_int("HYBRID_SSM_CHUNK_CHAIN", 0) == 1;
+  const bool chain = chain_asked && version == 6 && N <= 128;
+  const size_t chain_b = chain ? align_up(sizeof(int) * (1 + max_chunks * H)) : 0;
+  char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b + chain_b));
   ScanParams p;
   p.in = ssm_in(a.x, a.dt, a.A_log, a.B, a.C, a.D, a.dt_bias, a.z, a.y, a.dt_softplus, a.dt_min,
                 a.dt_max);
@@ -2353,6 +2496,9 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   p.Sws = reinterpret_cast<float*>(ws + off_b + 2 * q_b);
   bf16* Se = reinterpret_cast<bf16*>(ws + off_b + 2 * q_b + s_b);
   if (v3) p.CB = reinterpret_cast<float*>(ws + off_b + 2 * q_b + s_b + e_b);
+  if (chain) p.chain = reinterpret_cast<int*>(ws + off_b + 2 * q_b + s_b + e_b + cb_b);
+  p.st_dt = a.state.dtype();
+  p.Se = Se;
   cudaStream_t stream = as_stream(ctx.stream());
   const unsigned mc = static_cast<unsigned>(max_chunks), hh = static_cast<unsigned>(H);
   // v6: C·Bᵀ in bf16 (v6_out_kernel's kCbBf16), in the first half of the f32 space;
@@ -2379,7 +2525,15 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     timer.mark("dt");
     // HYBRID_SSM_CHUNK_STATE_SPLIT=0: v6's state products on w·x rounded to bf16 once.
     static const bool one_rounding = env_is_zero("HYBRID_SSM_CHUNK_STATE_SPLIT");
-    if (version == 6 && one_rounding) {
+    // (The chain first: it replaces the pass, so it takes the state products whatever else is
+    // asked.)
+    if (chain) {
+      HYBRID_CUDA_CHECK(cudaMemsetAsync(p.chain, 0, chain_b, stream));
+      if (N == 64)
+        state(v6_state_kernel<64, true, true>);
+      else
+        state(v6_state_kernel<128, true, true>);
+    } else if (version == 6 && one_rounding) {
       if (N == 64)
         state(v6_state_kernel<64, false>);
       else if (N == 128)
@@ -2409,7 +2563,10 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const dim3 pass_grid(static_cast<unsigned>((PN / 4 + kV2PassThreads - 1) / kV2PassThreads), hh,
                        static_cast<unsigned>(seqs));
   dispatch_state(a.state.dtype(), [&](auto ts) {
-    v2_pass_kernel<decltype(ts)><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
+    if (chain)
+      v2_pass_kernel<decltype(ts), true><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
+    else
+      v2_pass_kernel<decltype(ts)><<<pass_grid, kV2PassThreads, 0, stream>>>(p, Se);
     HYBRID_CUDA_CHECK_LAUNCH();
   });
   timer.mark("pass");
