@@ -1660,7 +1660,8 @@ __device__ __forceinline__ void chain_step(const ScanParams& p, const ChunkLoc& 
         store_any(const_cast<void*>(cst.p), cst.dt, d + 1, S[nb][e + 1]);
       }
     }
-  if (c == c_last) {  // the pool
+  if (c == c_last) {  // the pool (its base again here: one base for both branches stays live
+                      // across the wait and the loads, and the kernel spills 32 bytes at N 128)
     const int64_t pool = loc.slot * p.st_slot + h * p.st_h;
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
@@ -2107,6 +2108,14 @@ constexpr int kOwsConsumerRegs = 112, kOwsProducerRegs = 32;  // setmaxnreg's co
 // One stage: x tiles [Q/64], S_enter tiles [N/64], cs [Q] and dt' [Q] (f32), rounded up to 1 KiB.
 __host__ __device__ constexpr int ows_stage_bytes(int N, int Q) {
   return ((Q / kV2J + N / 64) * kOutWgTile + 2 * Q * 4 + 1023) / 1024 * 1024;
+}
+
+// The registers a thread ptxas gave a kernel (what a launch allocates per thread).
+template <class Kernel>
+int kernel_regs(Kernel* kernel) {
+  cudaFuncAttributes fa{};
+  HYBRID_CUDA_CHECK(cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(kernel)));
+  return fa.numRegs;
 }
 
 size_t out_ws_smem(int N, int Q) {
@@ -2612,14 +2621,15 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
       // setmaxnreg moves registers within what the launch allocated (ptxas's count × threads):
       // the consumers' 112 and the producer's 32 must fit in it, or the consumers' request is
       // never granted and the block hangs.
-      cudaFuncAttributes fa{};
-      HYBRID_CUDA_CHECK(
-          cudaFuncGetAttributes(&fa, N == 64 ? out_ws_kernel<64> : out_ws_kernel<128>));
+      // (ptxas's count per N, queried once)
+      static const int ws_regs[2] = {kernel_regs(out_ws_kernel<64>),
+                                     kernel_regs(out_ws_kernel<128>)};
+      const int regs = ws_regs[N == 64 ? 0 : 1];
       const int64_t threads = 2 * Q + 128;
-      if (int64_t{fa.numRegs} * threads < 2 * Q * kOwsConsumerRegs + 128 * kOwsProducerRegs)
-        why = str("out_ws_kernel built with ", fa.numRegs,
-                  " registers a thread: too few for setmaxnreg's ", kOwsConsumerRegs, " / ",
-                  kOwsProducerRegs);
+      if (int64_t{regs} * threads < 2 * Q * kOwsConsumerRegs + 128 * kOwsProducerRegs)
+        why =
+            str("out_ws_kernel built with ", regs, " registers a thread: too few for setmaxnreg's ",
+                kOwsConsumerRegs, " / ", kOwsProducerRegs);
     }
     if (why.empty()) {
       if (out_wg_asked == 2) {  // warp-specialised, persistent: one block a SM
