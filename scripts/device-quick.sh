@@ -500,13 +500,14 @@ if section gdnab; then
   ab_perf "$ab_env" gdn_chunk_prefill
 fi
 if section ssmab; then
-  # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_DT_STAGED=1: scan_dt's results
-  # through shared memory as coalesced rows; not in the default SECTIONS): every ssm_chunk_scan
-  # case under both, memcheck and racecheck under the switch, each kernel's time under ncu (a
-  # later call than the first: the stage timer's events put idle gaps before the small kernels)
-  # under both, then the benchmark shapes under both, alternated twice. (Session 25 ran it with
-  # HYBRID_SSM_CHUNK_STATE_SPLIT=0 and HYBRID_SSM_CHUNK_OUT_WG=1.)
-  ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_DT_STAGED=1}
+  # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_CHAIN=0: the pass kernel where
+  # the chained state kernel is the default, H >= 120; not in the default SECTIONS): every ssm_chunk_scan case under both, memcheck
+  # and racecheck under the switch, each kernel's time under ncu (a later call than the first: the
+  # stage timer's events put idle gaps before the small kernels) under both, then the benchmark
+  # shapes under both, alternated twice. (Session 25 ran it with HYBRID_SSM_CHUNK_STATE_SPLIT=0 and
+  # HYBRID_SSM_CHUNK_OUT_WG=1, session 26 with HYBRID_SSM_CHUNK_DT_STAGED=1 and
+  # HYBRID_SSM_CHUNK_OUT_WG=2.)
+  ab_env=${SSM_AB_ENV:-HYBRID_SSM_CHUNK_CHAIN=0}
   test_one ssm_default 90 X=1 ssm_chunk_scan
   test_one ssm_ab 90 "$ab_env" ssm_chunk_scan
   # SSM_AB_ALSO: one more setting whose cases run (e.g. HYBRID_SSM_CHUNK_OUT_WG=1 when =2 is the switch)

@@ -405,20 +405,17 @@ __device__ __forceinline__ void stage(float (*dst)[kFLd], bool k_fast, F&& f) {
 // cs_j = Σ_{k≤j} dt'_k·A for j < L into p.dts / p.css [chunk][h][Q]. Lane l sums its Q/32
 // contiguous entries j0 = l·Q/32.., then the lane totals are scanned (dt_eff's arithmetic). A
 // lane's loads (its dt, dt_bias, A_log) go out together as raw bits (raw_any) and are converted
-// once all are in flight (through dt_eff each waited for its own data), and the 8 heads of a block
-// read the same 32-byte sectors of dt [T][H]. Neither moved the kernel's time (session 25 runs
-// 4, 7, 8: 33-35 µs at Mamba2 1 x 16384 under ncu, against 34.6 for one warp a block).
-// kStaged (HYBRID_SSM_CHUNK_DT_STAGED=1, prepared in session 25, not yet run on a GPU): the
-// results leave through shared memory (the warp's 2 × Q floats, a pad word every 32 so that
-// neither side conflicts) as coalesced rows, lane l the entries l + 32k. Without it each store
-// instruction of a warp writes 4 bytes into 32 different sectors (lanes Q/32 entries apart):
-// 16 such stores a warp, ~2.7 M sector writes at Mamba2 1 x 16384 against ~0.33 M, which would
-// explain the kernel's ~30 µs over its ~5 µs chain of round trips.
+// once all are in flight, and the 8 heads of a block read the same 32-byte sectors of dt [T][H].
+// The results leave through shared memory (the warp's 2 × Q floats, a pad word every 32 so that
+// neither side conflicts) as coalesced rows, lane l the entries l + 32k. Stored straight from the
+// lanes' contiguous entries, each store instruction of a warp wrote 4 bytes into 32 different
+// sectors (~2.7 M sector writes at Mamba2 1 x 16384 against ~0.33 M): 32.5 µs under ncu at that
+// shape, 13.4 µs staged (session 26 run 1; the whole call 691 -> 670 µs). The loads issued
+// together, 8 heads a block or one a block, did not move it (session 25 runs 4, 7, 8).
 constexpr int kDtHeads = 8;
-template <bool kStaged>
 __global__ void __launch_bounds__(32 * kDtHeads) scan_dt_kernel(const ScanParams p) {
-  constexpr int kPadded = 256 + 256 / 32;  // one head's Q entries, a pad word every 32
-  __shared__ float staged[kStaged ? kDtHeads : 1][2][kPadded];  // dt', cs
+  constexpr int kPadded = 256 + 256 / 32;         // one head's Q entries, a pad word every 32
+  __shared__ float staged[kDtHeads][2][kPadded];  // dt', cs
   const int c = blockIdx.x, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y * kDtHeads + w;
   ChunkLoc loc;
@@ -457,42 +454,27 @@ __global__ void __launch_bounds__(32 * kDtHeads) scan_dt_kernel(const ScanParams
   }
   const float before = incl - run;
   const int64_t row = (static_cast<int64_t>(c) * in.H + h) * Q;
-  if constexpr (kStaged) {
-    // Entry j at j + j/32: lane l's writes (8l + k at Q 256) and reads (l + 32k) each hit 32 banks.
+  // Entry j at j + j/32: lane l's writes (8l + k at Q 256) and reads (l + 32k) each hit 32 banks.
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int j = j0 + k;
-      if (k < per) staged[w][0][j + j / 32] = v[k], staged[w][1][j + j / 32] = cs[k] + before;
-    }
-    __syncwarp();
+  for (int k = 0; k < 8; ++k) {
+    const int j = j0 + k;
+    if (k < per) staged[w][0][j + j / 32] = v[k], staged[w][1][j + j / 32] = cs[k] + before;
+  }
+  __syncwarp();
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int j = lane + 32 * k;
-      if (k < per && j < loc.L) {
-        p.dts[row + j] = staged[w][0][j + k];  // j / 32 == k
-        p.css[row + j] = staged[w][1][j + k];
-      }
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int j = j0 + k;
-      if (k < per && j < loc.L) {
-        p.dts[row + j] = v[k];
-        p.css[row + j] = cs[k] + before;
-      }
+  for (int k = 0; k < 8; ++k) {
+    const int j = lane + 32 * k;
+    if (k < per && j < loc.L) {
+      p.dts[row + j] = staged[w][0][j + k];  // j / 32 == k
+      p.css[row + j] = staged[w][1][j + k];
     }
   }
 }
 
-// scan_dt_kernel over every (chunk, head): the staged stores under HYBRID_SSM_CHUNK_DT_STAGED=1.
+// scan_dt_kernel over every (chunk, head).
 void launch_scan_dt(const ScanParams& p, unsigned chunks, unsigned heads, cudaStream_t stream) {
-  static const bool staged = env_int("HYBRID_SSM_CHUNK_DT_STAGED", 0) == 1;
   const dim3 grid(chunks, (heads + kDtHeads - 1) / kDtHeads);
-  if (staged)
-    scan_dt_kernel<true><<<grid, 32 * kDtHeads, 0, stream>>>(p);
-  else
-    scan_dt_kernel<false><<<grid, 32 * kDtHeads, 0, stream>>>(p);
+  scan_dt_kernel<<<grid, 32 * kDtHeads, 0, stream>>>(p);
   HYBRID_CUDA_CHECK_LAUNCH();
 }
 
@@ -1573,7 +1555,7 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
-// ---- the chained state (HYBRID_SSM_CHUNK_CHAIN=1; prepared in session 25, not yet run on a GPU)
+// ---- the chained state (the default at H >= 120; HYBRID_SSM_CHUNK_CHAIN=1 always, =0 never) ----
 // v6_state_kernel<N, kSplit, true> does v2_pass's work too, so that no pass kernel reads the
 // chunk states back: each block takes a ticket (atomicAdd: chunk-major (chunk, head) order, so a
 // block only ever waits on an earlier ticket, whose block is running or done), computes its Sc as
@@ -1586,7 +1568,17 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 //   S_end(c) into Sws (chunk c's rows) and the flag set (release, after a block barrier).
 // The end states go through L2 to the next chunk's block, which is usually already waiting: the
 // pass kernel's read of every Sc from DRAM (170 MB at Mamba2 1 x 16384) and its launch go away.
+// Each chunk waits for chunk c − 1: the 64 chunks of a head at 1 x 16384 form a serial path of
+// ~5.4 µs a chunk (flag, L2 read, update, stores, fence, release: session 26 run 3), hidden under
+// the products only when a chunk's H heads take longer (~45 ns a (chunk, head) at 3 blocks a SM):
+// Mamba2 (H 80) 691 -> 727 µs, Nemotron-H (H 128) 1111 -> 1058. A decoupled look-back (publish
+// Sc, walk back over the chunks still running) was slower still (run 4: the state kernel 389 µs
+// at H 80, 1075 -> 1191 at H 128): the walk's waits and L2 reads hold the block's SM slot as the
+// plain chain's wait does, and its Sc and end states double the stores.
 // Zero-length sequences have no chunk: v2_pass_kernel<St, true> writes their pools.
+// The heads from which the chain is the default: the break-even of 5.4 µs a chunk over ~45 ns a
+// (chunk, head) is H ≈ 120.
+constexpr int kChainMinHeads = 120;
 __device__ __forceinline__ void chain_padding(const ScanParams& p, int c, int h) {
   const Arg& cst = p.chunk_states;
   if (!cst.p) return;
@@ -1704,7 +1696,8 @@ constexpr int v6_state_blocks(int N) {
   return N == 256 ? 2 : (N == 128 ? 3 : 4);
 }
 
-// kSplit = false (HYBRID_SSM_CHUNK_STATE_SPLIT=0; prepared in session 24, not yet run on a GPU):
+// kSplit = false (HYBRID_SSM_CHUNK_STATE_SPLIT=0; session 25 run 1: 4% faster, but 17 of the 41
+// cases fail the f32 state tolerance, so only to measure):
 // w_j·x_j rounded to bf16 once, no lo tile and half the MMAs, as mamba_ssm's _chunk_state_fwd
 // rounds B_j·scale_j to x's dtype once. Session 24's ncu of this kernel (run 3, Mamba2 1 x 16384,
 // 233 µs) puts 27.5% of its stall samples on the MMA line (short scoreboard on the ldmatrix,
@@ -2081,8 +2074,8 @@ __global__ void __launch_bounds__(512, 1) out_wg_kernel(const ScanParams p, cons
 #endif
 }
 
-// ---- v6's output on wgmma, warp-specialised (HYBRID_SSM_CHUNK_OUT_WG=2; prepared in session 25,
-// not yet run on a GPU) --------------------------------------------------------------------------
+// ---- v6's output on wgmma, warp-specialised (HYBRID_SSM_CHUNK_OUT_WG=2; correct, but slower than
+// v6_out: 414 µs against 342 at Mamba2 1 x 16384, session 26 run 2) ------------------------------
 // out_wg_kernel's products and epilogue (ow_tile) fed by a producer warp, so that copies and
 // products overlap (out_wg_kernel copies everything, waits, computes: 460 µs against v6_out's 347).
 // Persistent blocks, one a SM: block b takes a contiguous range of the (chunk, head) items
@@ -2480,12 +2473,14 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
   const size_t s_b = align_up(sizeof(float) * max_chunks * H * PN);
   const size_t e_b = align_up(sizeof(bf16) * max_chunks * H * PN);
   const size_t cb_b = v3 ? align_up(sizeof(float) * max_chunks * G * Q * Q) : 0;
-  // HYBRID_SSM_CHUNK_CHAIN=1 (v6; prepared in session 25, not yet run on a GPU): the state kernel
-  // chains the chunks itself (v6_state_kernel's kChain) and no pass kernel runs but for the
-  // zero-length sequences; its ticket and flags after CB.
-  // N 256 keeps the pass (its chained kernel would hold S beside Sc: 128 registers, spills).
-  static const bool chain_asked = env_int("HYBRID_SSM_CHUNK_CHAIN", 0) == 1;
-  const bool chain = chain_asked && version == 6 && N <= 128;
+  // HYBRID_SSM_CHUNK_CHAIN: the state kernel chains the chunks itself (v6_state_kernel's kChain)
+  // and no pass kernel runs but for the zero-length sequences; its ticket and flags after CB. The
+  // default where its serial path hides under the products, H >= kChainMinHeads (see the chained
+  // state's comment); =1 always, =0 never. N 256 keeps the pass (its chained kernel would hold S
+  // beside Sc: 128 registers, spills).
+  static const int chain_asked = env_int("HYBRID_SSM_CHUNK_CHAIN", -1);
+  const bool chain =
+      (chain_asked == 1 || (chain_asked == -1 && H >= kChainMinHeads)) && version == 6 && N <= 128;
   const size_t chain_b = chain ? align_up(sizeof(int) * (1 + max_chunks * H)) : 0;
   char* ws = static_cast<char*>(ctx.workspace(off_b + 2 * q_b + s_b + e_b + cb_b + chain_b));
   ScanParams p;
@@ -2603,8 +2598,8 @@ void scan_v2_run(const SsmChunkScan& a, Context& ctx, int version) {
     timer.mark("cb");
   }
   // HYBRID_SSM_CHUNK_OUT_WG=1: v6's output on wgmma (out_wg_kernel; slower than v6_out, see
-  // there), =2: its warp-specialised form (out_ws_kernel; prepared in session 25, not yet run on
-  // a GPU), where they can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128, Q a
+  // there), =2: its warp-specialised form (out_ws_kernel; slower than v6_out too, see there),
+  // where they can run: an sm_90a build on an sm_90 GPU, C·Bᵀ in bf16, N <= 128, Q a
   // multiple of 64 up to 256.
   static const int out_wg_asked = env_int("HYBRID_SSM_CHUNK_OUT_WG", 0);
   if ((out_wg_asked == 1 || out_wg_asked == 2) && version == 6) {
