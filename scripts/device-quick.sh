@@ -501,7 +501,7 @@ if section gdnab; then
 fi
 if section ssmab; then
   # An ssm_chunk_scan switch (SSM_AB_ENV, default HYBRID_SSM_CHUNK_CHAIN=0: the pass kernel where
-  # the chained state kernel is the default, H >= 120; not in the default SECTIONS): every ssm_chunk_scan case under both, memcheck
+  # the chained state kernel is the default, H >= 80; not in the default SECTIONS): every ssm_chunk_scan case under both, memcheck
   # and racecheck under the switch, each kernel's time under ncu (a later call than the first: the
   # stage timer's events put idle gaps before the small kernels) under both, then the benchmark
   # shapes under both, alternated twice. (Session 25 ran it with HYBRID_SSM_CHUNK_STATE_SPLIT=0 and

@@ -1555,7 +1555,7 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   }
 }
 
-// ---- the chained state (the default at H >= 120; HYBRID_SSM_CHUNK_CHAIN=1 always, =0 never) ----
+// ---- the chained state (the default at H >= 80; HYBRID_SSM_CHUNK_CHAIN=1 always, =0 never) -----
 // v6_state_kernel<N, kSplit, true> does v2_pass's work too, so that no pass kernel reads the
 // chunk states back: each block takes a ticket (atomicAdd: chunk-major (chunk, head) order, so a
 // block only ever waits on an earlier ticket, whose block is running or done), computes its Sc as
@@ -1568,17 +1568,20 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 //   S_end(c) into Sws (chunk c's rows) and the flag set (release, after a block barrier).
 // The end states go through L2 to the next chunk's block, which is usually already waiting: the
 // pass kernel's read of every Sc from DRAM (170 MB at Mamba2 1 x 16384) and its launch go away.
-// Each chunk waits for chunk c − 1: the 64 chunks of a head at 1 x 16384 form a serial path of
-// ~5.4 µs a chunk (flag, L2 read, update, stores, fence, release: session 26 run 3), hidden under
-// the products only when a chunk's H heads take longer (~45 ns a (chunk, head) at 3 blocks a SM):
-// Mamba2 (H 80) 691 -> 727 µs, Nemotron-H (H 128) 1111 -> 1058. A decoupled look-back (publish
-// Sc, walk back over the chunks still running) was slower still (run 4: the state kernel 389 µs
-// at H 80, 1075 -> 1191 at H 128): the walk's waits and L2 reads hold the block's SM slot as the
-// plain chain's wait does, and its Sc and end states double the stores.
+// Each chunk waits for chunk c − 1: the 64 chunks of a head at 1 x 16384 form a serial path.
+// Session 26 run 3's step (flag, L2 read, update, Se and end-state stores, __threadfence(),
+// release) took ~5.4 µs a chunk: the chained state kernel 346 µs against 231 + 83 for the state
+// and pass kernels at Mamba2 (H 80), slower; faster at Nemotron-H (H 128), 1111 -> 1058 µs. Run 6's
+// step (the end state stored and released first, no __threadfence(), Se after) takes ~4.7 µs:
+// 303 µs at H 80, the call 669 -> 659 µs; Nemotron-H 1011 µs. A decoupled look-back (publish Sc,
+// walk back over the chunks still running) was slower (run 4: 389 µs at H 80, 1075 -> 1191 at H
+// 128): the walk's waits and L2 reads hold the block's SM slot as the plain chain's wait does,
+// and its Sc and end states double the stores.
 // Zero-length sequences have no chunk: v2_pass_kernel<St, true> writes their pools.
-// The heads from which the chain is the default: the break-even of 5.4 µs a chunk over ~45 ns a
-// (chunk, head) is H ≈ 120.
-constexpr int kChainMinHeads = 120;
+// The heads from which the chain is the default: with fewer, the serial path (~4.7 µs a chunk)
+// outlasts the state and pass kernels it replaces (~61 ns a (chunk, head) at Mamba2's shape,
+// break-even H ≈ 77); measured faster at H 80 and 128.
+constexpr int kChainMinHeads = 80;
 __device__ __forceinline__ void chain_padding(const ScanParams& p, int c, int h) {
   const Arg& cst = p.chunk_states;
   if (!cst.p) return;
@@ -1634,23 +1637,17 @@ __device__ __forceinline__ void chain_step(const ScanParams& p, const ChunkLoc& 
         S[nb][e] = v.x, S[nb][e + 1] = v.y;
       }
   }
+  // S_enter rounded for Se (packed bf16 pairs), then S_end = e^{cs_last}·S_enter + Sc in S.
   const float decay = expf(p.css[row * p.Q + loc.L - 1]);
-  bf16* se = p.Se + row * PN;
-  const Arg& cst = p.chunk_states;
+  uint32_t se_pairs[NB][2];
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
-      *reinterpret_cast<__nv_bfloat162*>(se + at(nb, e)) =
-          __floats2bfloat162_rn(S[nb][e], S[nb][e + 1]);
+      const __nv_bfloat162 v = __floats2bfloat162_rn(S[nb][e], S[nb][e + 1]);
+      se_pairs[nb][e / 2] = *reinterpret_cast<const uint32_t*>(&v);
       S[nb][e] = decay * S[nb][e] + acc[nb][e];
       S[nb][e + 1] = decay * S[nb][e + 1] + acc[nb][e + 1];
-      if (cst.p) {
-        const int o = at(nb, e);
-        const int64_t d = c * cst.s0 + h * cst.s1 + (o / N) * cst.s2 + o % N;
-        store_any(const_cast<void*>(cst.p), cst.dt, d, S[nb][e]);
-        store_any(const_cast<void*>(cst.p), cst.dt, d + 1, S[nb][e + 1]);
-      }
     }
   if (c == c_last) {  // the pool (its base again here: one base for both branches stays live
                       // across the wait and the loads, and the kernel spills 32 bytes at N 128)
@@ -1662,19 +1659,33 @@ __device__ __forceinline__ void chain_step(const ScanParams& p, const ChunkLoc& 
         const int o = at(nb, e);
         store_any(p.state, p.st_dt, pool + (o / N) * p.st_p + o % N, S[nb][e]);
       }
-    return;
+  } else {  // the end state for chunk c + 1, published first: the next block waits on it alone
+    float* out = p.Sws + row * PN;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        __stcg(reinterpret_cast<float2*>(out + at(nb, e)), make_float2(S[nb][e], S[nb][e + 1]));
+    // Every thread's rows stored, then thread 0's release publishes them (cumulative over the
+    // barrier, as CUTLASS's semaphore relies on; no __threadfence(), which run 3's form had).
+    __syncthreads();
+    if (tid == 0) store_release(p.chain + 1 + row, 1);
   }
-  float* out = p.Sws + row * PN;
+  // What no other block of this kernel reads, after the release: Se(c) and chunk_states[c].
+  bf16* se = p.Se + row * PN;
+  const Arg& cst = p.chunk_states;
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-    for (int e = 0; e < 4; e += 2)
-      __stcg(reinterpret_cast<float2*>(out + at(nb, e)), make_float2(S[nb][e], S[nb][e + 1]));
-  __syncthreads();  // every thread's rows stored
-  if (tid == 0) {
-    __threadfence();
-    store_release(p.chain + 1 + row, 1);
-  }
+    for (int e = 0; e < 4; e += 2) {
+      *reinterpret_cast<uint32_t*>(se + at(nb, e)) = se_pairs[nb][e / 2];
+      if (cst.p) {
+        const int o = at(nb, e);
+        const int64_t d = c * cst.s0 + h * cst.s1 + (o / N) * cst.s2 + o % N;
+        store_any(const_cast<void*>(cst.p), cst.dt, d, S[nb][e]);
+        store_any(const_cast<void*>(cst.p), cst.dt, d + 1, S[nb][e + 1]);
+      }
+    }
 }
 
 // v6 chunk state: v2_state<N, kPre = true>'s products and values (the same w_j, the same hi / lo
