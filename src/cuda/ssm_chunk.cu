@@ -1649,8 +1649,10 @@ __device__ __forceinline__ void chain_step(const ScanParams& p, const ChunkLoc& 
       S[nb][e] = decay * S[nb][e] + acc[nb][e];
       S[nb][e + 1] = decay * S[nb][e + 1] + acc[nb][e + 1];
     }
-  if (c == c_last) {  // the pool (its base again here: one base for both branches stays live
-                      // across the wait and the loads, and the kernel spills 32 bytes at N 128)
+  if (c == c_last) {  // the pool (its base again here, the load's loop above written out again:
+                      // one base for both branches stayed live across the wait and spilled; a
+                      // shared offset lambda changed the SASS and made the kernel 3% slower,
+                      // 303 -> 313 µs at Mamba2 1 x 16384: session 26 run 7)
     const int64_t pool = loc.slot * p.st_slot + h * p.st_h;
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
