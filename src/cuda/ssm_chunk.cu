@@ -1319,13 +1319,16 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     v6_out_kernel(const ScanParams p, const bf16* Se) {
   constexpr int ldn = N + kV2Pad, ldx = kV2P + kV2Pad, nv = N / 8;
   constexpr float kLog2e = 1.4426950408889634f;
-  const int nt = p.Q / kV2J;
-  const int h = blockIdx.x / nt, ti = nt - 1 - blockIdx.x % nt;  // the longest rows first
+  static_assert(256 <= 2 * kV2OutThreads, "two tokens of cs / dt' a thread cover Q <= 256");
+  // Q / 64 is 1, 2 or 4 (ssm_chunk_scan checks Q): the block's head and i tile by shifts.
+  const int lg_nt = p.Q == 256 ? 2 : (p.Q == 128 ? 1 : 0), nt = 1 << lg_nt;
+  const int h = blockIdx.x >> lg_nt;
+  const int ti = nt - 1 - static_cast<int>(blockIdx.x & (nt - 1));  // the longest rows first
   const int c = blockIdx.y, i0 = ti * kV2J;
   ChunkLoc loc;
   if (!locate(p, c, loc) || i0 >= loc.L) return;
   const SsmIn& in = p.in;
-  const int L = loc.L, Q = p.Q, g = in.group(h);
+  const int L = loc.L, Q = p.Q;
   const int rows = min(kV2J, L - i0), jmax = i0 + rows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (loc.slot < 0) {  // padding: y = 0
@@ -1333,6 +1336,20 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
       in.store_y(loc.t0 + i0 + o / kV2P, h, o % kV2P, 0.0f);
     return;
   }
+  // The loads the prologue's arithmetic waits on, first: cs_{i0}, cs and dt' of this thread's
+  // tokens j = tid, tid + 128 (< jmax) and D, so that their round trips overlap the copies' address
+  // arithmetic below (issued after the copies, the cs loads were the kernel's top stall: session
+  // 27 run 1's ncu).
+  const int64_t row = static_cast<int64_t>(c) * in.H + h;
+  const float csR = p.css[row * Q + i0];
+  float cs_r[2] = {}, dt_r[2] = {};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int j = tid + k * kV2OutThreads;
+    if (j < jmax) cs_r[k] = p.css[row * Q + j], dt_r[k] = p.dts[row * Q + j];
+  }
+  const float D_h = in.D_skip(h);
+  const int g = in.group(h);
   extern __shared__ __align__(16) unsigned char v2_smem[];  // v3_out_smem(N) bytes
   // v3's spaces (padded rows), holding the unpadded swizzled tiles (sb / sf below):
   bf16* Cs = reinterpret_cast<bf16*>(v2_smem);  // [64 i][N]
@@ -1342,7 +1359,6 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   bf16* Xs = Bs + b_space;                                  // [64 j][64 p]
   float* cs_s = reinterpret_cast<float*>(Xs + kV2J * ldx);  // [256]: cs_j·log2 e (j ≥ i0)
   float* w_s = cs_s + 256;  // [256]: w_j = exp(R − cs_j)·dt'_j for j < i0, dt'_j for j ≥ i0
-  const int64_t row = static_cast<int64_t>(c) * in.H + h;
   const bf16* X = static_cast<const bf16*>(in.x.p);
   const bf16* Cg = static_cast<const bf16*>(in.C.p);
   // The tiles' rows unpadded (N or 64 bf16, 64 f32) and swizzled (swz16, mma.cuh): into the
@@ -1398,11 +1414,13 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   load_X(0);
   cp_commit();
   // cs, dt' of tokens j < jmax; w_j for j < i0 (R = cs_{i0}, i0 < L).
-  const float csR = p.css[row * Q + i0];
-  for (int j = tid; j < jmax; j += kV2OutThreads) {
-    const float cs = p.css[row * Q + j], dt = p.dts[row * Q + j];
-    cs_s[j] = cs * kLog2e;
-    w_s[j] = j < i0 ? __expf(csR - cs) * dt : dt;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int j = tid + k * kV2OutThreads;
+    if (j < jmax) {
+      cs_s[j] = cs_r[k] * kLog2e;
+      w_s[j] = j < i0 ? __expf(csR - cs_r[k]) * dt_r[k] : dt_r[k];
+    }
   }
   cp_wait<1>();  // C and S_enter landed (X[0] may be in flight)
   __syncthreads();
@@ -1523,7 +1541,6 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   // y = (acc + D·x)·silu(z), two adjacent p per store; x_i from the x tile (= X[ti], rows i0..).
   // Without z (the Mamba2 / Nemotron-H call) a pair is an LDS, two FFMA, a pack and a store at a
   // constant offset from the row pointer.
-  const float D_h = in.D_skip(h);
   bf16* Y = static_cast<bf16*>(const_cast<void*>(in.y.p));
   const bool gate = in.z.p != nullptr;
 #pragma unroll
@@ -1576,7 +1593,11 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 // 303 µs at H 80, the call 669 -> 659 µs; Nemotron-H 1011 µs. A decoupled look-back (publish Sc,
 // walk back over the chunks still running) was slower (run 4: 389 µs at H 80, 1075 -> 1191 at H
 // 128): the walk's waits and L2 reads hold the block's SM slot as the plain chain's wait does,
-// and its Sc and end states double the stores.
+// and its Sc and end states double the stores. Spans of 2 or 4 chunks a block, one step a span
+// (the Sacc so far stashed and decayed at each chunk boundary), were slower too (session 27 run 1:
+// 307 / 352 µs against 303): what the chain costs is not its serial path but each block's SM slot
+// held through its wait and its own step, and a span's longer blocks and idle sibling blocks gave
+// back more than the fewer steps saved.
 // Zero-length sequences have no chunk: v2_pass_kernel<St, true> writes their pools.
 // The heads from which the chain is the default: with fewer, the serial path (~4.7 µs a chunk)
 // outlasts the state and pass kernels it replaces (~61 ns a (chunk, head) at Mamba2's shape,
