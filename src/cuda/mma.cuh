@@ -11,7 +11,8 @@
 //                               row addresses of matrix m (.trans: each matrix transposed).
 //   stmatrix_x4[_trans](p, r)   the inverse: four 8×8 b16 matrices to shared memory (sm_90).
 //   mma_bf16 / mma_f16 / mma16  c[4] += a[4]·b[2]: m16n8k16, f32 accumulate (PTX fragment layout).
-//   pack_bf16 / pack_f16 / pack2  two floats as one 16-bit-pair fragment register.
+//   pack_bf16 / pack_f16 / pack2  two floats as one 16-bit-pair fragment register; unpack_bf16
+//                               the inverse for bf16.
 //   exp2_approx(x)              2^x by ex2.approx.ftz (the MUFU alone).
 //   grid_dependents_launch()    programmatic dependent launch (sm_90): lets the next kernel of the
 //   grid_dependency_wait()      stream, launched with the programmatic-serialization attribute,
@@ -157,6 +158,11 @@ __host__ __device__ __forceinline__ constexpr int swz16(int r, int c, int w) {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+// The inverse for bf16: a pair (lo in the low half) as two floats by two bit operations (a bf16
+// is the top half of an f32); __bfloat1622float2 takes three (PRMT, then a shift for each half).
+__device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 // The same as f16x2.
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {

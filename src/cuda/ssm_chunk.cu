@@ -1468,10 +1468,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     for (int nb = 0; nb < 8; ++nb) {
       float2 u, v;
       if constexpr (kCbBf16) {
-        u = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(Bs + sb(ra, nb * 8 + jl, kV2J)));
-        v = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(Bs + sb(ra + 8, nb * 8 + jl, kV2J)));
+        u = unpack_bf16(*reinterpret_cast<const uint32_t*>(Bs + sb(ra, nb * 8 + jl, kV2J)));
+        v = unpack_bf16(*reinterpret_cast<const uint32_t*>(Bs + sb(ra + 8, nb * 8 + jl, kV2J)));
       } else {
         u = *reinterpret_cast<const float2*>(cb + sf(ra, nb * 8 + jl));
         v = *reinterpret_cast<const float2*>(cb + sf(ra + 8, nb * 8 + jl));
@@ -1553,8 +1551,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     if (!gate) {
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
-        const float2 xv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
+        const float2 xv =
+            unpack_bf16(*reinterpret_cast<const uint32_t*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
         *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(
             acc[nb][2 * half] + D_h * xv.x, acc[nb][2 * half + 1] + D_h * xv.y);
       }
@@ -1562,8 +1560,8 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
         const int pp = nb * 8 + jl;
-        const float2 xv = __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
+        const float2 xv =
+            unpack_bf16(*reinterpret_cast<const uint32_t*>(Xs + sb(xr, nb * 8 + jl, kV2P)));
         const float v0 = in.finish(acc[nb][2 * half], D_h, xv.x, t, h, pp);
         const float v1 = in.finish(acc[nb][2 * half + 1], D_h, xv.y, t, h, pp + 1);
         *reinterpret_cast<__nv_bfloat162*>(yrow + nb * 8) = __floats2bfloat162_rn(v0, v1);
