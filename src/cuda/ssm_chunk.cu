@@ -1804,17 +1804,17 @@ __global__ void __launch_bounds__(kV2StateThreads, v6_state_blocks(N))
     for (int k = 0; k < 2; ++k) {
       const int jj = xr0 + 32 * k;
       uint4 hi, lo;
-      const __nv_bfloat162* xq = reinterpret_cast<const __nv_bfloat162*>(&xv[k]);
-      __nv_bfloat162* hv = reinterpret_cast<__nv_bfloat162*>(&hi);
-      __nv_bfloat162* lv = reinterpret_cast<__nv_bfloat162*>(&lo);
+      const uint32_t* xq = reinterpret_cast<const uint32_t*>(&xv[k]);
+      uint32_t* hv = reinterpret_cast<uint32_t*>(&hi);
+      uint32_t* lv = reinterpret_cast<uint32_t*>(&lo);
       const float wj = w_s[j0 + jj];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float2 f = __bfloat1622float2(xq[q]);
+        const float2 f = unpack_bf16(xq[q]);
         const float a = wj * f.x, b = wj * f.y;
-        hv[q] = __floats2bfloat162_rn(a, b);
-        const float2 hf = __bfloat1622float2(hv[q]);
-        lv[q] = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+        hv[q] = pack_bf16(a, b);
+        const float2 hf = unpack_bf16(hv[q]);
+        lv[q] = pack_bf16(a - hf.x, b - hf.y);
       }
       st16(xh + jj * ldx + xp8, hi);
       if constexpr (kSplit) st16(xl + jj * ldx + xp8, lo);
