@@ -1374,12 +1374,23 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
     const int r0 = tid / nv, n8 = (tid % nv) * 8;
     const bf16* csrc = Cg + (loc.t0 + i0 + r0) * in.C.s0 + g * in.C.s1 + n8;
     const bf16* ssrc = Se + row * kV2P * N + r0 * N + n8;
+    // A whole tile of C rows (every i tile but a partial last one) takes its copies without the
+    // zero-fill selects.
+    if (i0 + kV2J <= L) {
 #pragma unroll
-    for (int k = 0; k < kV2J / kCRows; ++k) {
-      const int r = r0 + k * kCRows;
-      const bool ok = i0 + r < L;
-      cp_async16(Cs + sb(r, n8, N), ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
-      cp_async16(Ss + sb(r, n8, N), ssrc + k * kCRows * N);
+      for (int k = 0; k < kV2J / kCRows; ++k) {
+        const int r = r0 + k * kCRows;
+        cp_async16(Cs + sb(r, n8, N), csrc + k * kCRows * in.C.s0);
+        cp_async16(Ss + sb(r, n8, N), ssrc + k * kCRows * N);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV2J / kCRows; ++k) {
+        const int r = r0 + k * kCRows;
+        const bool ok = i0 + r < L;
+        cp_async16(Cs + sb(r, n8, N), ok ? csrc + k * kCRows * in.C.s0 : Cg, ok ? 16 : 0);
+        cp_async16(Ss + sb(r, n8, N), ssrc + k * kCRows * N);
+      }
     }
   }
   cp_commit();
@@ -1389,10 +1400,15 @@ __global__ void __launch_bounds__(kV2OutThreads, N == 64 ? 3 : 4)
   const int64_t x_step = 16 * in.x.s0;
   auto load_X = [&](int j0) {
     const bf16* src = x_src + j0 * in.x.s0;
+    if (j0 + kV2J <= jmax) {  // a whole tile (all but a partial diagonal one): no selects
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const bool ok = j0 + xr0 + 16 * k < jmax;
-      cp_async16(x_dst + 16 * k * kV2P, ok ? src + k * x_step : X, ok ? 16 : 0);
+      for (int k = 0; k < 4; ++k) cp_async16(x_dst + 16 * k * kV2P, src + k * x_step);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const bool ok = j0 + xr0 + 16 * k < jmax;
+        cp_async16(x_dst + 16 * k * kV2P, ok ? src + k * x_step : X, ok ? 16 : 0);
+      }
     }
   };
   const int64_t cb_base = (static_cast<int64_t>(c) * in.G + g) * Q * Q;
